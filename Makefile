@@ -1,0 +1,32 @@
+# `make demo` and `make test` work on a fresh machine with Python 3.10+ and make.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+NODES ?= 32
+
+.PHONY: demo test lint bench clean
+
+# Reinstall when the project's metadata changes (the stamp is older than pyproject.toml).
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/tuimon demo --nodes $(NODES)
+
+test: $(STAMP)
+	$(BIN)/ruff check agent tuimon tests bench
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check agent tuimon tests bench
+	$(BIN)/ruff format --check agent tuimon tests bench
+
+bench: $(STAMP)
+	$(BIN)/python bench/agent.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

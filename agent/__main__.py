@@ -1,0 +1,5 @@
+import sys
+
+from agent.cli import main
+
+sys.exit(main())

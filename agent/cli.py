@@ -1,0 +1,219 @@
+"""`tuimon-agent`: run the node agent, take one reading, or simulate a cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from typing import Any
+
+from aiohttp import web
+
+from agent.node import DEFAULT_PORT, AgentConfig, NodeAgent
+from agent.protocol.messages import Sample
+from agent.security import (
+    ConfigError,
+    check_bind_rule,
+    load_token,
+    parse_listen,
+    server_ssl_context,
+)
+from agent.version import __version__
+
+log = logging.getLogger("tuimon.agent")
+
+
+def _common(p: argparse.ArgumentParser, log_level: str = "info") -> None:
+    p.add_argument("--interval", type=float, default=1.0, metavar="S",
+                   help="sampling interval in seconds (default 1)")
+    p.add_argument("--root", default="/", metavar="DIR",
+                   help="prefix for every /sys and /proc path (e.g. /host in a container)")
+    p.add_argument("--node-name", default="", metavar="NAME",
+                   help="node name on the wire (default: the host name)")
+    p.add_argument("--log-level", default=log_level,
+                   choices=["debug", "info", "warning", "error"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tuimon-agent",
+        description="tuimon node agent: streams GPU and host metrics as msgpack frames "
+                    "over a WebSocket and serves /metrics for Prometheus.")
+    parser.add_argument("--version", action="version", version=f"tuimon-agent {__version__}")
+    sub = parser.add_subparsers(dest="command")
+
+    run = sub.add_parser("run", help="run the agent (the default)")
+    _common(run)
+    run.add_argument("--listen", default=f"127.0.0.1:{DEFAULT_PORT}", metavar="HOST:PORT",
+                     help=f"address to serve on (default 127.0.0.1:{DEFAULT_PORT})")
+    run.add_argument("--token-file", metavar="FILE",
+                     help="bearer token clients must send; required off loopback")
+    run.add_argument("--insecure", action="store_true",
+                     help="allow a non-loopback address without a token")
+    run.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS/WSS with this certificate")
+    run.add_argument("--tls-key", metavar="FILE", help="the certificate's private key")
+    run.add_argument("--max-clients", type=int, default=256,
+                     help="stream clients served at once (default 256)")
+    run.add_argument("--queue-frames", type=int, default=32,
+                     help="frames queued per stream client before the oldest drop (default 32)")
+
+    once = sub.add_parser("once", help="take two readings one interval apart, print one sample")
+    _common(once, log_level="warning")
+    once.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sim = sub.add_parser("sim", help="simulate a cluster: one real agent endpoint per node")
+    sim.add_argument("--nodes", type=int, default=4)
+    sim.add_argument("--gpus", type=int, default=8)
+    sim.add_argument("--base-port", type=int, default=19400, metavar="P",
+                     help="node i listens on 127.0.0.1:(P+i) (default 19400)")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--interval", type=float, default=1.0, metavar="S")
+    sim.add_argument("--targets-file", metavar="F", help="write one host:port per line here")
+    sim.add_argument("--log-level", default="info",
+                     choices=["debug", "info", "warning", "error"])
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list or args_list[0] not in ("run", "once", "sim", "-h", "--help", "--version"):
+        args_list.insert(0, "run")
+    args = build_parser().parse_args(args_list)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "once":
+            return _once(args)
+        if args.command == "sim":
+            return _sim(args)
+        return _run(args)
+    except ConfigError as exc:
+        print(f"tuimon-agent: {exc}", file=sys.stderr)
+        return 2
+    except ValueError as exc:
+        print(f"tuimon-agent: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agent.server import build_app
+
+    listen = parse_listen(args.listen, DEFAULT_PORT)
+    token = load_token(args.token_file) if args.token_file else None
+    check_bind_rule(listen, token, args.insecure)
+    ssl_ctx = server_ssl_context(args.tls_cert, args.tls_key)
+    config = AgentConfig(node_name=args.node_name, interval=args.interval, root=args.root,
+                         max_clients=args.max_clients, queue_frames=args.queue_frames)
+    agent = NodeAgent(config)
+    scheme = "https" if ssl_ctx else "http"
+    log.info("tuimon-agent %s on %s://%s (node %s, interval %.3g s)", __version__, scheme,
+             listen, config.node_name, config.interval)
+    app = build_app(agent, token=token)
+
+    async def say_gpu_status(_: web.Application) -> None:
+        if agent.gpu.status:
+            log.warning("%s; the agent goes on with host metrics", agent.gpu.status)
+
+    app.on_startup.append(say_gpu_status)
+    web.run_app(app, host=listen.host, port=listen.port,
+                ssl_context=ssl_ctx, print=None, access_log=None)
+    return 0
+
+
+def _once(args: argparse.Namespace) -> int:
+    config = AgentConfig(node_name=args.node_name, interval=args.interval, root=args.root,
+                         watch_xid=False)
+    sample, agent = asyncio.run(_take_one(config))
+    report = once_report(agent, sample)
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+    else:
+        print(format_once(report))
+    readable = bool(sample.gpus) or any(
+        v is not None for k, v in (sample.host or {}).items() if k != "errors")
+    return 0 if readable else 1
+
+
+async def _take_one(config: AgentConfig) -> tuple[Sample, NodeAgent]:
+    agent = NodeAgent(config)
+    await agent.start(sampling=False)
+    try:
+        # Only the sampler's first read is skipped: rates need two reads.
+        await agent.sample_once()
+        await asyncio.sleep(config.interval)
+        sample = await agent.sample_once()
+    finally:
+        await agent.stop()
+    return sample, agent
+
+
+def once_report(agent: NodeAgent, sample: Sample) -> dict[str, Any]:
+    hello = agent.hello
+    assert hello is not None
+    return {
+        "node": hello.node,
+        "agent_version": hello.agent_version,
+        "driver_version": hello.driver_version,
+        "gpu_status": hello.gpu_status or ("ok" if hello.gpus else "no GPUs"),
+        "inventory": [g.to_wire() for g in hello.gpus],
+        "sample": sample.to_wire(),
+    }
+
+
+def _fmt(v: Any, scale: float = 1.0, unit: str = "", digits: int = 0) -> str:
+    if v is None:
+        return "-"
+    return f"{v / scale:.{digits}f}{unit}"
+
+
+def format_once(report: dict[str, Any]) -> str:
+    sample = report["sample"]
+    lines = [f"node {report['node']}  agent {report['agent_version']}  "
+             f"driver {report['driver_version'] or '-'}  GPUs: {report['gpu_status']}"]
+    gpus = sample.get("gpus") or []
+    if gpus:
+        lines.append(f"{'GPU':>3} {'name':<24} {'util':>5} {'mem':>13} {'temp':>5} "
+                     f"{'power':>11} {'SM clock':>9}  clock events")
+    for info, g in zip(report["inventory"], gpus):
+        if g.get("failed"):
+            lines.append(f"{info['index']:>3} {(info['name'] or '?')[:24]:<24} FAILED: "
+                         f"{g['failed']}")
+            continue
+        mem = f"{_fmt(g.get('mem_used'), 2**30)}/{_fmt(g.get('mem_total'), 2**30)} GiB"
+        power = f"{_fmt(g.get('power'))}/{_fmt(g.get('power_limit'))} W"
+        lines.append(
+            f"{info['index']:>3} {(info['name'] or '?')[:24]:<24} "
+            f"{_fmt(g.get('util'), 0.01, '%'):>5} {mem:>13} {_fmt(g.get('temp'), 1, 'C'):>5} "
+            f"{power:>11} {_fmt(g.get('sm_clock'), 1e6, 'MHz'):>9}  "
+            f"{', '.join(g.get('clock_events') or []) or '-'}")
+    h = sample.get("host") or {}
+    lines.append(
+        f"host: cpu {_fmt(h.get('cpu_util'), 0.01, '%', 1)} of {_fmt(h.get('cpus'))} CPUs, "
+        f"load {_fmt(h.get('load1'), 1, '', 2)}, mem {_fmt(h.get('mem_used'), 2**30, '', 1)}/"
+        f"{_fmt(h.get('mem_total'), 2**30, '', 1)} GiB, up {_fmt(h.get('uptime'), 3600, ' h', 1)}")
+    for field, reason in sorted((h.get("errors") or {}).items()):
+        lines.append(f"  host {field}: {reason}")
+    return "\n".join(lines)
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from agent.sim.cluster import SimCluster, serve_forever
+
+    cluster = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port,
+                         seed=args.seed, interval=args.interval)
+    if args.targets_file:
+        cluster.write_targets(args.targets_file)
+    try:
+        asyncio.run(serve_forever(cluster))
+    except OSError as exc:
+        print(f"tuimon-agent sim: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Collectors: each reads one part of the machine and returns plain values."""

@@ -1,0 +1,366 @@
+"""GPU collector over NVML (the `pynvml` module that nvidia-ml-py provides).
+
+Every call goes through `_Reader`, which turns NVML's errors into what the wire says:
+"not supported" is nil, another error is nil with its reason in `errors`, and an error
+that means the GPU itself is gone marks that GPU failed while the others go on.
+These calls block (NVML can take tens of milliseconds on a sick GPU), so the sampler
+runs them in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+from agent.protocol.fields import CLOCK_EVENT_REASONS
+from agent.protocol.messages import Event, GpuInfo
+from agent.rates import RateTracker
+
+log = logging.getLogger(__name__)
+
+MHZ = 1_000_000.0
+UINT_MAX = 0xFFFFFFFF  # field-value scope: summed over all NVLink links
+FI_NVLINK_DATA_TX = 138  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB
+FI_NVLINK_DATA_RX = 139
+
+# NVML return codes (stable across releases; pynvml names them NVML_ERROR_*).
+NOT_SUPPORTED = 3
+FUNCTION_NOT_FOUND = 13
+GPU_IS_LOST = 15
+RESET_REQUIRED = 16
+GPU_NOT_FOUND = 28
+# Errors after which nothing on this GPU can be trusted.
+FATAL_CODES = frozenset({GPU_IS_LOST, RESET_REQUIRED, GPU_NOT_FOUND})
+QUIET_CODES = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND})
+
+
+class GpuFailed(Exception):
+    """Raised inside a GPU's read when NVML says the GPU itself is gone."""
+
+
+def load_nvml() -> ModuleType:
+    """Import the NVML binding (nvidia-ml-py); tests put a fake in sys.modules first."""
+    return importlib.import_module("pynvml")
+
+
+def decode_clock_events(mask: int) -> list[str]:
+    """Clock-event reason bitmask to names, unknown bits kept as hex."""
+    names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
+    known = 0
+    for bit, _ in CLOCK_EVENT_REASONS:
+        known |= bit
+    rest = mask & ~known
+    bit = 1
+    while rest:
+        if rest & bit:
+            names.append(f"unknown_{bit:#x}")
+            rest &= ~bit
+        bit <<= 1
+    return names
+
+
+def handle_key(handle: Any) -> Any:
+    """A comparable key for an NVML handle: ctypes pointers compare by address."""
+    try:
+        return ctypes.cast(handle, ctypes.c_void_p).value
+    except (ctypes.ArgumentError, TypeError):
+        return handle
+
+
+def _text(v: Any) -> str:
+    return v.decode(errors="replace") if isinstance(v, bytes) else str(v)
+
+
+@dataclass(slots=True)
+class _Reader:
+    """Calls NVML for one GPU and files errors by field."""
+
+    nvml: Any
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def __call__(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except self.nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            if code in FATAL_CODES:
+                raise GpuFailed(_text(exc) or f"NVML error {code}") from None
+            if code not in QUIET_CODES:
+                self.errors[name] = _text(exc) or f"NVML error {code}"
+            return None
+        except AttributeError:
+            return None  # an older binding without this call: not supported
+
+
+class GpuCollector:
+    """Reads every GPU of the node; one GPU's failure never stops the others."""
+
+    def __init__(self, nvml_loader: Callable[[], Any] = load_nvml) -> None:
+        self._loader = nvml_loader
+        self.nvml: Any = None
+        self.status: str | None = "NVML not initialised yet"
+        self.driver_version: str | None = None
+        self.inventory: list[GpuInfo] = []
+        self._handles: list[Any] = []
+        self._rates = RateTracker()
+        self._failed: dict[int, str] = {}
+        self._last_ecc: dict[int, int] = {}
+        self.xid_total: dict[int, int] = {}
+        self.last_xid: dict[int, int] = {}
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Initialise NVML and read the inventory; without a driver, say why and go on."""
+        try:
+            nvml = self._loader()
+        except Exception as exc:  # import of the binding itself failed
+            self.status = f"NVML binding unavailable: {exc}"
+            return
+        try:
+            nvml.nvmlInit()
+        except nvml.NVMLError as exc:
+            self.status = f"no NVIDIA driver or GPU: NVML init failed ({_text(exc)})"
+            return
+        except OSError as exc:
+            self.status = f"no NVIDIA driver or GPU: {exc}"
+            return
+        self.nvml = nvml
+        self.status = None
+        try:
+            self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
+        except nvml.NVMLError:
+            self.driver_version = None
+        self.refresh_inventory()
+
+    def close(self) -> None:
+        if self.nvml is not None:
+            try:
+                self.nvml.nvmlShutdown()
+            except self.nvml.NVMLError:
+                pass
+            self.nvml = None
+
+    def refresh_inventory(self) -> bool:
+        """Re-read the device list; True when it differs from the one we had."""
+        nvml = self.nvml
+        if nvml is None:
+            return False
+        try:
+            count = nvml.nvmlDeviceGetCount()
+        except nvml.NVMLError as exc:
+            self.status = f"NVML cannot count devices: {_text(exc)}"
+            changed = bool(self.inventory)
+            self.inventory, self._handles = [], []
+            return changed
+        handles, inventory = [], []
+        for i in range(count):
+            try:
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+            except nvml.NVMLError as exc:
+                # Keep the slot so indexes stay NVML's; the GPU reads as failed.
+                handles.append(None)
+                inventory.append(GpuInfo(i, None, None, None, None, None, None, None))
+                self._failed[i] = f"no handle: {_text(exc)}"
+                continue
+            handles.append(h)
+            inventory.append(self._info(i, h))
+        old = [(g.index, g.uuid) for g in self.inventory]
+        self.inventory, self._handles = inventory, handles
+        if count == 0 and self.status is None:
+            self.status = "NVIDIA driver loaded but it reports no GPUs"
+        return old != [(g.index, g.uuid) for g in inventory]
+
+    def device_count_changed(self) -> bool:
+        """Cheap check run each sample: did GPUs appear or fall off the bus?"""
+        nvml = self.nvml
+        if nvml is None:
+            return False
+        try:
+            return nvml.nvmlDeviceGetCount() != len(self._handles)
+        except nvml.NVMLError:
+            return bool(self._handles)
+
+    def _info(self, i: int, h: Any) -> GpuInfo:
+        nvml = self.nvml
+        r = _Reader(nvml)
+        try:
+            mem = r("mem_total", nvml.nvmlDeviceGetMemoryInfo, h)
+            limit = r("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+            pci = r("pci_bus_id", nvml.nvmlDeviceGetPciInfo, h)
+            max_sm = r("max_sm_clock", nvml.nvmlDeviceGetMaxClockInfo, h, 1)
+            max_mem = r("max_mem_clock", nvml.nvmlDeviceGetMaxClockInfo, h, 2)
+            uuid = r("uuid", nvml.nvmlDeviceGetUUID, h)
+            name = r("name", nvml.nvmlDeviceGetName, h)
+        except GpuFailed as exc:
+            self._failed[i] = str(exc)
+            return GpuInfo(i, None, None, None, None, None, None, None)
+        return GpuInfo(
+            index=i,
+            uuid=_text(uuid) if uuid is not None else None,
+            name=_text(name) if name is not None else None,
+            mem_total=int(mem.total) if mem is not None else None,
+            power_limit=limit / 1000.0 if limit is not None else None,
+            pci_bus_id=_text(pci.busId) if pci is not None else None,
+            max_sm_clock=max_sm * MHZ if max_sm is not None else None,
+            max_mem_clock=max_mem * MHZ if max_mem is not None else None,
+        )
+
+    # -- sampling --------------------------------------------------------------------
+
+    def collect(self, now: float, wall: float) -> tuple[list[dict[str, Any]], list[Event]]:
+        """Read every GPU once. `now` is monotonic (for rates), `wall` Unix time."""
+        gpus: list[dict[str, Any]] = []
+        events: list[Event] = []
+        for i, h in enumerate(self._handles):
+            was_failed = self._failed.get(i)
+            if h is None:
+                values: dict[str, Any] = {"failed": was_failed or "no NVML handle"}
+            else:
+                try:
+                    values = self._read_gpu(i, h, now)
+                    self._failed.pop(i, None)
+                except GpuFailed as exc:
+                    reason = str(exc)
+                    values = {"failed": reason}
+                    self._failed[i] = reason
+                    self._rates.forget(i)
+            values["xid_total"] = self.xid_total.get(i, 0)
+            values["last_xid"] = self.last_xid.get(i)
+            failed_now = values.get("failed")
+            if failed_now and not was_failed:
+                events.append(Event(wall, "gpu_failed", "critical",
+                                    f"GPU {i} failed: {failed_now}", gpu=i, source="gpu"))
+            elif was_failed and not failed_now:
+                events.append(Event(wall, "gpu_recovered", "info",
+                                    f"GPU {i} readable again", gpu=i, source="gpu"))
+            ecc = values.get("ecc_uncorrected")
+            if ecc is not None:
+                before = self._last_ecc.get(i)
+                if before is not None and ecc > before:
+                    events.append(Event(wall, "ecc", "critical",
+                                        f"GPU {i}: {ecc - before} new uncorrected ECC "
+                                        f"error(s), {ecc} in all", gpu=i, source="gpu"))
+                self._last_ecc[i] = ecc
+            gpus.append(values)
+        return gpus, events
+
+    def _read_gpu(self, i: int, h: Any, now: float) -> dict[str, Any]:
+        nvml = self.nvml
+        r = _Reader(nvml)
+        v: dict[str, Any] = {}
+
+        util = r("util", nvml.nvmlDeviceGetUtilizationRates, h)
+        v["util"] = util.gpu / 100.0 if util is not None else None
+        v["mem_util"] = util.memory / 100.0 if util is not None else None
+
+        mem = r("mem_used", nvml.nvmlDeviceGetMemoryInfo, h)
+        v["mem_used"] = int(mem.used) if mem is not None else None
+        v["mem_total"] = int(mem.total) if mem is not None else None
+
+        temp = r("temp", nvml.nvmlDeviceGetTemperature, h, 0)  # NVML_TEMPERATURE_GPU
+        v["temp"] = float(temp) if temp is not None else None
+
+        power = r("power", nvml.nvmlDeviceGetPowerUsage, h)  # mW
+        v["power"] = power / 1000.0 if power is not None else None
+        limit = r("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+        v["power_limit"] = limit / 1000.0 if limit is not None else None
+        energy = r("energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)  # mJ
+        v["energy"] = energy / 1000.0 if energy is not None else None
+
+        sm = r("sm_clock", nvml.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM, MHz
+        v["sm_clock"] = sm * MHZ if sm is not None else None
+        memclk = r("mem_clock", nvml.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
+        v["mem_clock"] = memclk * MHZ if memclk is not None else None
+
+        reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        mask = r("clock_events", reasons_fn, h) if reasons_fn else None
+        v["clock_events"] = decode_clock_events(int(mask)) if mask is not None else None
+
+        pstate = r("pstate", nvml.nvmlDeviceGetPerformanceState, h)
+        v["pstate"] = int(pstate) if pstate is not None and 0 <= pstate <= 15 else None
+
+        # Memory error type 0/1 = corrected/uncorrected; counter type 1 = aggregate.
+        corr = r("ecc_corrected", nvml.nvmlDeviceGetTotalEccErrors, h, 0, 1)
+        unc = r("ecc_uncorrected", nvml.nvmlDeviceGetTotalEccErrors, h, 1, 1)
+        v["ecc_corrected"] = int(corr) if corr is not None else None
+        v["ecc_uncorrected"] = int(unc) if unc is not None else None
+
+        rows = r("remapped_rows", nvml.nvmlDeviceGetRemappedRows, h)
+        if rows is not None:
+            corr_rows, unc_rows, pending, failure = rows
+            v["remapped_rows"] = int(corr_rows) + int(unc_rows)
+            v["remap_pending"] = 1 if pending else 0
+            v["remap_failed"] = 1 if failure else 0
+            v["retired_pages"] = v["retired_pending"] = None
+        else:
+            # Pre-Ampere GPUs retire pages instead of remapping rows.
+            v["remapped_rows"] = v["remap_pending"] = v["remap_failed"] = None
+            single = r("retired_pages", nvml.nvmlDeviceGetRetiredPages, h, 0)
+            double = r("retired_pages", nvml.nvmlDeviceGetRetiredPages, h, 1)
+            if single is None and double is None:
+                v["retired_pages"] = None
+            else:
+                v["retired_pages"] = len(single or ()) + len(double or ())
+            pend = r("retired_pending", nvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+            v["retired_pending"] = (1 if pend else 0) if pend is not None else None
+
+        tx = r("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, 0)  # KB/s
+        rx = r("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, 1)
+        v["pcie_tx"] = tx * 1000.0 if tx is not None else None
+        v["pcie_rx"] = rx * 1000.0 if rx is not None else None
+
+        tx_total, rx_total = self._nvlink_counters(r, h)
+        v["nvlink_tx_total"] = tx_total
+        v["nvlink_rx_total"] = rx_total
+        v["nvlink_tx"] = self._rates.rate((i, "nvlink_tx"), tx_total, now)
+        v["nvlink_rx"] = self._rates.rate((i, "nvlink_rx"), rx_total, now)
+
+        procs = r("procs", nvml.nvmlDeviceGetComputeRunningProcesses, h)
+        if procs is not None:
+            v["procs"] = len(procs)
+            used = [p.usedGpuMemory for p in procs if isinstance(p.usedGpuMemory, int)]
+            v["proc_mem"] = sum(u for u in used if u < 1 << 62)  # NVML_VALUE_NOT_AVAILABLE
+        else:
+            v["procs"] = v["proc_mem"] = None
+
+        if r.errors:
+            v["errors"] = r.errors
+        return v
+
+    def _nvlink_counters(self, r: _Reader, h: Any) -> tuple[int | None, int | None]:
+        values = r("nvlink", self.nvml.nvmlDeviceGetFieldValues, h,
+                   [(FI_NVLINK_DATA_TX, UINT_MAX), (FI_NVLINK_DATA_RX, UINT_MAX)])
+        if values is None:
+            return None, None
+        out: list[int | None] = []
+        for fv in values:
+            if fv.nvmlReturn != 0:
+                out.append(None)
+            else:
+                out.append(int(fv.value.ullVal) * 1024)  # KiB to bytes
+        return out[0], out[1]
+
+    # -- events ------------------------------------------------------------------------
+
+    def note_xid(self, index: int, code: int) -> None:
+        self.xid_total[index] = self.xid_total.get(index, 0) + 1
+        self.last_xid[index] = code
+
+    def handle_index(self, handle: Any) -> int | None:
+        """Map an NVML handle from an event back to the GPU index."""
+        key = handle_key(handle)
+        for i, h in enumerate(self._handles):
+            if h is not None and handle_key(h) == key:
+                return i
+        return None
+
+    @property
+    def handles(self) -> list[Any]:
+        return list(self._handles)

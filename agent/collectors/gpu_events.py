@@ -1,0 +1,142 @@
+"""XID and ECC events from an NVML event set, waited on in a thread of their own.
+
+nvmlEventSetWait blocks; it gets its own daemon thread so that the event loop, the
+sampler and every stream stay free. Each event is handed to the loop with
+`call_soon_threadsafe` and reaches stream clients within the wait timeout.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agent.collectors.gpu import GpuCollector, _text
+from agent.protocol.messages import Event
+
+log = logging.getLogger(__name__)
+
+EV_SINGLE_BIT_ECC = 0x1
+EV_DOUBLE_BIT_ECC = 0x2
+EV_XID = 0x8
+TIMEOUT_CODE = 10  # NVML_ERROR_TIMEOUT
+WAIT_MS = 250
+
+# XIDs that mean the GPU or its job is in real trouble (NVIDIA's XID catalogue).
+CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 140})
+
+
+def describe_xid(code: int) -> str:
+    known = {
+        13: "graphics engine exception",
+        31: "GPU memory page fault",
+        43: "GPU stopped processing",
+        45: "preemptive cleanup after a previous error",
+        48: "double-bit ECC error",
+        61: "internal micro-controller breakpoint/warning",
+        62: "internal micro-controller halt",
+        63: "ECC page retirement or row remapping event",
+        64: "ECC page retirement or row remapper recording failure",
+        74: "NVLink error",
+        79: "GPU has fallen off the bus",
+        92: "high single-bit ECC error rate",
+        94: "contained ECC error",
+        95: "uncontained ECC error",
+        119: "GSP RPC timeout",
+        120: "GSP error",
+    }
+    return known.get(code, "see NVIDIA's XID catalogue")
+
+
+class XidWatcher:
+    """Owns the NVML event set and the thread that waits on it."""
+
+    def __init__(self, collector: GpuCollector, deliver: Callable[[Event], None]) -> None:
+        self.collector = collector
+        self.deliver = deliver
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._set: Any = None
+        self.status: str | None = None
+
+    def start(self) -> bool:
+        nvml = self.collector.nvml
+        if nvml is None or not self.collector.handles:
+            self.status = "no GPUs to watch"
+            return False
+        try:
+            self._set = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as exc:
+            self.status = f"NVML event set unavailable: {_text(exc)}"
+            return False
+        registered = 0
+        for h in self.collector.handles:
+            if h is None:
+                continue
+            for mask in (EV_XID | EV_DOUBLE_BIT_ECC | EV_SINGLE_BIT_ECC, EV_XID):
+                try:
+                    nvml.nvmlDeviceRegisterEvents(h, mask, self._set)
+                    registered += 1
+                    break
+                except nvml.NVMLError:
+                    continue
+        if not registered:
+            self.status = "no GPU supports XID events"
+            return False
+        self._thread = threading.Thread(target=self._run, name="tuimon-xid", daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2 * WAIT_MS / 1000 + 1)
+        nvml = self.collector.nvml
+        if self._set is not None and nvml is not None:
+            try:
+                nvml.nvmlEventSetFree(self._set)
+            except nvml.NVMLError:
+                pass
+            self._set = None
+
+    def _run(self) -> None:
+        nvml = self.collector.nvml
+        wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                data = wait(self._set, WAIT_MS)
+            except nvml.NVMLError as exc:
+                if getattr(exc, "value", None) == TIMEOUT_CODE:
+                    failures = 0
+                    continue
+                failures += 1
+                log.warning("NVML event wait failed: %s", _text(exc))
+                # Back off rather than spin if the driver keeps failing.
+                self._stop.wait(min(30.0, 0.5 * 2**failures))
+                continue
+            event = self._to_event(data)
+            if event is not None:
+                self.deliver(event)
+
+    def _to_event(self, data: Any) -> Event | None:
+        index = self.collector.handle_index(data.device)
+        kind = int(data.eventType)
+        now = time.time()
+        if kind & EV_XID:
+            code = int(data.eventData)
+            if index is not None:
+                self.collector.note_xid(index, code)
+            where = f"GPU {index}" if index is not None else "a GPU"
+            severity = "critical" if code in CRITICAL_XIDS else "warning"
+            return Event(now, "xid", severity, f"XID {code} on {where}: {describe_xid(code)}",
+                         gpu=index, code=code, source="gpu")
+        if kind & EV_DOUBLE_BIT_ECC:
+            return Event(now, "ecc", "critical", f"double-bit ECC error on GPU {index}",
+                         gpu=index, source="gpu")
+        if kind & EV_SINGLE_BIT_ECC:
+            return Event(now, "ecc", "warning", f"single-bit ECC error on GPU {index}",
+                         gpu=index, source="gpu")
+        return None

@@ -1,0 +1,133 @@
+"""Host collector: CPU utilization, load, memory and uptime from /proc."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.files import FileTree, ReadError
+from agent.rates import RateTracker
+
+
+class ParseError(ValueError):
+    """A file's contents are not in the format the kernel writes."""
+
+
+def parse_proc_stat(text: str) -> tuple[int, int, int]:
+    """Return (busy jiffies, total jiffies, online CPUs) from /proc/stat."""
+    busy = total = None
+    cpus = 0
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            parts = line.split()
+            try:
+                ticks = [int(x) for x in parts[1:9]]
+            except ValueError:
+                raise ParseError(f"non-numeric cpu line: {line[:60]!r}") from None
+            if len(ticks) < 4:
+                raise ParseError(f"short cpu line: {line[:60]!r}")
+            # user nice system idle iowait irq softirq steal; guest time is inside user.
+            idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)
+            total = sum(ticks)
+            busy = total - idle
+        elif line.startswith("cpu") and line[3:4].isdigit():
+            cpus += 1
+    if busy is None or total is None:
+        raise ParseError("no aggregate 'cpu' line")
+    return busy, total, cpus
+
+
+def parse_loadavg(text: str) -> tuple[float, float, float]:
+    parts = text.split()
+    try:
+        return float(parts[0]), float(parts[1]), float(parts[2])
+    except (IndexError, ValueError):
+        raise ParseError(f"unexpected loadavg {text[:60]!r}") from None
+
+
+def parse_meminfo(text: str) -> dict[str, int]:
+    """Return meminfo values in bytes (the kernel writes kB = KiB)."""
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        name, _, rest = line.partition(":")
+        fields = rest.split()
+        if not fields:
+            continue
+        try:
+            value = int(fields[0])
+        except ValueError:
+            continue
+        if len(fields) > 1 and fields[1] == "kB":
+            value *= 1024
+        out[name.strip()] = value
+    if "MemTotal" not in out:
+        raise ParseError("no MemTotal line")
+    return out
+
+
+def parse_uptime(text: str) -> float:
+    try:
+        return float(text.split()[0])
+    except (IndexError, ValueError):
+        raise ParseError(f"unexpected uptime {text[:60]!r}") from None
+
+
+class HostCollector:
+    """Reads the host's counters; CPU utilization comes from the /proc/stat delta."""
+
+    def __init__(self, files: FileTree) -> None:
+        self.files = files
+        self._rates = RateTracker()
+
+    def boot_id(self) -> str | None:
+        try:
+            return self.files.read_text("proc/sys/kernel/random/boot_id").strip() or None
+        except ReadError:
+            return None
+
+    def collect(self, now: float) -> dict[str, Any]:
+        """One reading; a field that fails is nil and its reason is in `errors`."""
+        values: dict[str, Any] = {}
+        errors: dict[str, str] = {}
+
+        def attempt(fields: tuple[str, ...], path: str, fn: Any) -> None:
+            try:
+                fn(self.files.read_text(path))
+            except (ReadError, ParseError) as exc:
+                reason = f"{path}: {exc.reason if isinstance(exc, ReadError) else exc}"
+                for f in fields:
+                    values[f] = None
+                    errors[f] = reason
+
+        def stat(text: str) -> None:
+            busy, total, cpus = parse_proc_stat(text)
+            values["cpus"] = cpus or None
+            d_busy = self._rates.rate("busy", busy, now)
+            d_total = self._rates.rate("total", total, now)
+            if d_busy is None or not d_total:
+                values["cpu_util"] = None
+            else:
+                values["cpu_util"] = min(1.0, max(0.0, d_busy / d_total))
+
+        def load(text: str) -> None:
+            values["load1"], values["load5"], values["load15"] = parse_loadavg(text)
+
+        def mem(text: str) -> None:
+            info = parse_meminfo(text)
+            total = info["MemTotal"]
+            avail = info.get("MemAvailable")
+            if avail is None:  # kernels before 3.14
+                avail = info.get("MemFree", 0) + info.get("Buffers", 0) + info.get("Cached", 0)
+            values["mem_total"] = total
+            values["mem_available"] = avail
+            values["mem_used"] = max(0, total - avail)
+
+        def uptime(text: str) -> None:
+            values["uptime"] = parse_uptime(text)
+
+        attempt(("cpu_util", "cpus"), "proc/stat", stat)
+        attempt(("load1", "load5", "load15"), "proc/loadavg", load)
+        attempt(("mem_total", "mem_available", "mem_used"), "proc/meminfo", mem)
+        attempt(("uptime",), "proc/uptime", uptime)
+        if errors:
+            values["errors"] = errors
+        return values

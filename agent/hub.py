@@ -1,0 +1,139 @@
+"""Fan-out of frames to stream clients, each with a bounded queue.
+
+A frame is encoded once per distinct family filter and shared by every client that
+wants the same bytes. A client that reads too slowly loses its oldest frames (counted,
+and the count is sent to it in its next sample), so no client can grow the agent's
+memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.protocol.codec import encode_map
+from agent.protocol.messages import Event, Hello, Sample
+
+# Which top-level sample key each subscribable family owns.
+FAMILY_KEYS: dict[str, str] = {
+    "gpu": "gpus",
+    "host": "host",
+    "fabric": "fabric",
+    "storage": "storage",
+    "steps": "steps",
+}
+
+
+@dataclass(slots=True)
+class Frame:
+    """One message to send, with its encodings cached per family filter."""
+
+    message: Hello | Sample | Event
+    _cache: dict[frozenset[str] | None, bytes] = field(default_factory=dict)
+
+    def wire(self, families: frozenset[str] | None) -> dict[str, Any]:
+        wire = self.message.to_wire()
+        if families is not None and isinstance(self.message, Sample):
+            for family, key in FAMILY_KEYS.items():
+                if family not in families:
+                    wire.pop(key, None)
+        return wire
+
+    def encoded(self, families: frozenset[str] | None, dropped: int = 0) -> bytes:
+        if dropped and isinstance(self.message, Sample):
+            wire = self.wire(families)
+            wire["dropped"] = dropped
+            return encode_map(wire)
+        data = self._cache.get(families)
+        if data is None:
+            data = self._cache[families] = encode_map(self.wire(families))
+        return data
+
+
+class StreamClient:
+    """One connected viewer: its queue, its subscription and its drop count."""
+
+    def __init__(self, peer: str, max_frames: int, agent_interval: float) -> None:
+        self.peer = peer
+        self.queue: deque[Frame] = deque()
+        self.max_frames = max_frames
+        self.dropped = 0
+        self.reported_dropped = 0
+        self.wake = asyncio.Event()
+        self.families: frozenset[str] | None = None
+        self.every = 1
+        self._agent_interval = agent_interval
+
+    def subscribe(self, interval: float | None, families: list[str] | None) -> None:
+        if interval is not None:
+            self.every = max(1, round(interval / self._agent_interval))
+        else:
+            self.every = 1
+        self.families = frozenset(families) if families is not None else None
+
+    def wants_events(self) -> bool:
+        return self.families is None or "events" in self.families
+
+    def offer(self, frame: Frame) -> None:
+        if len(self.queue) >= self.max_frames:
+            # Drop the oldest frame that is not a hello: without its hello a viewer
+            # cannot read the samples that follow.
+            for i, queued in enumerate(self.queue):
+                if not isinstance(queued.message, Hello):
+                    del self.queue[i]
+                    break
+            else:
+                self.queue.popleft()
+            self.dropped += 1
+        self.queue.append(frame)
+        self.wake.set()
+
+    def next_bytes(self) -> bytes | None:
+        """Pop the next frame's bytes, carrying the drop count if it has grown."""
+        if not self.queue:
+            self.wake.clear()
+            return None
+        frame = self.queue.popleft()
+        dropped = 0
+        if self.dropped != self.reported_dropped and isinstance(frame.message, Sample):
+            dropped = self.reported_dropped = self.dropped
+        return frame.encoded(self.families, dropped)
+
+
+class FrameHub:
+    """The set of stream clients of one agent."""
+
+    def __init__(self, max_clients: int = 256, max_frames: int = 32) -> None:
+        self.max_clients = max_clients
+        self.max_frames = max_frames
+        self.clients: set[StreamClient] = set()
+        self.dropped_total = 0
+
+    def connect(self, peer: str, agent_interval: float) -> StreamClient | None:
+        if len(self.clients) >= self.max_clients:
+            return None
+        client = StreamClient(peer, self.max_frames, agent_interval)
+        self.clients.add(client)
+        return client
+
+    def disconnect(self, client: StreamClient) -> None:
+        self.clients.discard(client)
+
+    def publish_sample(self, sample: Sample) -> None:
+        frame = Frame(sample)
+        for c in self.clients:
+            if sample.seq % c.every == 0:
+                before = c.dropped
+                c.offer(frame)
+                self.dropped_total += c.dropped - before
+
+    def publish(self, message: Hello | Event) -> None:
+        frame = Frame(message)
+        for c in self.clients:
+            if isinstance(message, Event) and not c.wants_events():
+                continue
+            before = c.dropped
+            c.offer(frame)
+            self.dropped_total += c.dropped - before

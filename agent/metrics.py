@@ -1,0 +1,184 @@
+"""`/metrics`: the agent's latest sample as Prometheus text, built at scrape time.
+
+A custom collector over a dedicated registry (prometheus_client's pattern for exporters
+that mirror another system's state): nothing is stored twice, and a value that could
+not be read is absent, not 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from agent.version import __version__
+
+if TYPE_CHECKING:
+    from agent.node import NodeAgent
+
+# (wire key, metric name, kind, help). Counters are named without `_total`: the
+# client library appends it.
+GPU_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("util", "tuimon_gpu_utilization_ratio", "gauge", "GPU (SM) utilization, 0..1"),
+    ("mem_util", "tuimon_gpu_memory_utilization_ratio", "gauge",
+     "Memory controller utilization, 0..1"),
+    ("mem_used", "tuimon_gpu_memory_used_bytes", "gauge", "Device memory in use"),
+    ("mem_total", "tuimon_gpu_memory_total_bytes", "gauge", "Device memory total"),
+    ("temp", "tuimon_gpu_temperature_celsius", "gauge", "GPU core temperature"),
+    ("power", "tuimon_gpu_power_watts", "gauge", "Power draw"),
+    ("power_limit", "tuimon_gpu_power_limit_watts", "gauge", "Enforced power limit"),
+    ("energy", "tuimon_gpu_energy_joules", "counter", "Energy consumed since driver load"),
+    ("sm_clock", "tuimon_gpu_sm_clock_hertz", "gauge", "Current SM clock"),
+    ("mem_clock", "tuimon_gpu_memory_clock_hertz", "gauge", "Current memory clock"),
+    ("pstate", "tuimon_gpu_performance_state", "gauge", "Performance state (0 = P0, fastest)"),
+    ("ecc_corrected", "tuimon_gpu_ecc_corrected_errors", "counter",
+     "Corrected ECC errors, aggregate"),
+    ("ecc_uncorrected", "tuimon_gpu_ecc_uncorrected_errors", "counter",
+     "Uncorrected ECC errors, aggregate"),
+    ("retired_pages", "tuimon_gpu_retired_pages", "gauge", "Retired memory pages"),
+    ("retired_pending", "tuimon_gpu_retired_pages_pending", "gauge",
+     "1 when a page retirement awaits a reboot"),
+    ("remapped_rows", "tuimon_gpu_remapped_rows", "gauge", "Remapped memory rows"),
+    ("remap_pending", "tuimon_gpu_remapped_rows_pending", "gauge",
+     "1 when a row remap awaits a GPU reset"),
+    ("remap_failed", "tuimon_gpu_remapped_rows_failed", "gauge", "1 when a row remap failed"),
+    ("pcie_tx", "tuimon_gpu_pcie_transmit_bytes_per_second", "gauge", "PCIe transmit rate"),
+    ("pcie_rx", "tuimon_gpu_pcie_receive_bytes_per_second", "gauge", "PCIe receive rate"),
+    ("nvlink_tx_total", "tuimon_gpu_nvlink_transmit_bytes", "counter",
+     "NVLink data transmitted, all links"),
+    ("nvlink_rx_total", "tuimon_gpu_nvlink_receive_bytes", "counter",
+     "NVLink data received, all links"),
+    ("procs", "tuimon_gpu_processes", "gauge", "Compute processes on the GPU"),
+    ("proc_mem", "tuimon_gpu_process_memory_bytes", "gauge",
+     "Device memory used by compute processes"),
+    ("xid_total", "tuimon_gpu_xid_errors", "counter", "XID errors seen since the agent started"),
+    ("last_xid", "tuimon_gpu_last_xid", "gauge", "Most recent XID code seen"),
+)
+
+HOST_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("cpu_util", "tuimon_host_cpu_utilization_ratio", "gauge", "CPU busy ratio, all cores"),
+    ("cpus", "tuimon_host_cpus", "gauge", "Online logical CPUs"),
+    ("load1", "tuimon_host_load1", "gauge", "1-minute load average"),
+    ("load5", "tuimon_host_load5", "gauge", "5-minute load average"),
+    ("load15", "tuimon_host_load15", "gauge", "15-minute load average"),
+    ("mem_total", "tuimon_host_memory_total_bytes", "gauge", "Physical memory"),
+    ("mem_available", "tuimon_host_memory_available_bytes", "gauge", "Memory available"),
+    ("mem_used", "tuimon_host_memory_used_bytes", "gauge", "Memory in use"),
+    ("uptime", "tuimon_host_uptime_seconds", "gauge", "Time since boot"),
+)
+
+GPU_LABELS = ["node", "gpu", "uuid"]
+
+
+def _family(name: str, kind: str, doc: str, labels: list[str]) -> Metric:
+    if kind == "counter":
+        return CounterMetricFamily(name, doc, labels=labels)
+    return GaugeMetricFamily(name, doc, labels=labels)
+
+
+class AgentCollector(Collector):
+    """Builds every family from `agent.latest` and `agent.hello` at scrape time."""
+
+    def __init__(self, agent: NodeAgent) -> None:
+        self.agent = agent
+
+    def collect(self) -> Iterator[Metric]:
+        agent = self.agent
+        node = agent.config.node_name
+        info = GaugeMetricFamily("tuimon_agent_info", "Agent version and node",
+                                 labels=["node", "version"])
+        info.add_metric([node, __version__], 1)
+        yield info
+        yield from self._agent_counters(node)
+        sample = agent.latest
+        hello = agent.hello
+        nvml_up = GaugeMetricFamily("tuimon_nvml_up", "1 when NVML is readable on this node",
+                                    labels=["node"])
+        nvml_up.add_metric([node], 0 if agent.gpu.nvml is None else 1)
+        yield nvml_up
+        if sample is None or hello is None:
+            return
+        yield from self._gpus(node, sample.gpus or [], hello.gpus)
+        yield from self._host(node, sample.host or {})
+
+    def _agent_counters(self, node: str) -> Iterator[Metric]:
+        agent = self.agent
+        samples = CounterMetricFamily("tuimon_agent_samples", "Samples taken", labels=["node"])
+        samples.add_metric([node], agent.stats.samples)
+        yield samples
+        overruns = CounterMetricFamily(
+            "tuimon_agent_sample_overruns", "Sample deadlines missed", labels=["node"])
+        overruns.add_metric([node], agent.stats.overruns)
+        yield overruns
+        cpu = GaugeMetricFamily("tuimon_agent_sample_cpu_seconds",
+                                "CPU time the last sample took", labels=["node"])
+        cpu.add_metric([node], agent.stats.last_sample_cpu)
+        yield cpu
+        clients = GaugeMetricFamily("tuimon_agent_stream_clients", "Connected stream clients",
+                                    labels=["node"])
+        clients.add_metric([node], len(agent.hub.clients))
+        yield clients
+        dropped = CounterMetricFamily("tuimon_agent_dropped_frames",
+                                      "Frames dropped for slow stream clients", labels=["node"])
+        dropped.add_metric([node], agent.hub.dropped_total)
+        yield dropped
+        events = CounterMetricFamily("tuimon_agent_events", "Events emitted, by kind",
+                                     labels=["node", "kind"])
+        for kind, n in sorted(agent.events_total.items()):
+            events.add_metric([node, kind], n)
+        yield events
+
+    def _gpus(self, node: str, gpus: list[dict[str, Any]], inventory: list[Any]) -> Iterator[
+            Metric]:
+        labels = []
+        for i in range(len(gpus)):
+            uuid = inventory[i].uuid if i < len(inventory) and inventory[i].uuid else ""
+            labels.append([node, str(i), uuid])
+        up = GaugeMetricFamily("tuimon_gpu_up", "1 when the GPU could be read", labels=GPU_LABELS)
+        for values, lab in zip(gpus, labels):
+            up.add_metric(lab, 0 if values.get("failed") else 1)
+        yield up
+        for key, name, kind, doc in GPU_METRICS:
+            fam = _family(name, kind, doc, GPU_LABELS)
+            for values, lab in zip(gpus, labels):
+                v = values.get(key)
+                if v is not None:
+                    fam.add_metric(lab, v)
+            yield fam
+        maxes = (("max_sm_clock", "tuimon_gpu_sm_clock_max_hertz", "Maximum SM clock"),
+                 ("max_mem_clock", "tuimon_gpu_memory_clock_max_hertz", "Maximum memory clock"))
+        for attr, name, doc in maxes:
+            fam = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
+            for g, lab in zip(inventory, labels):
+                if getattr(g, attr) is not None:
+                    fam.add_metric(lab, getattr(g, attr))
+            yield fam
+        events = GaugeMetricFamily("tuimon_gpu_clock_event_active",
+                                   "1 for each active clock-event (throttle) reason",
+                                   labels=[*GPU_LABELS, "reason"])
+        for values, lab in zip(gpus, labels):
+            for reason in values.get("clock_events") or ():
+                events.add_metric([*lab, reason], 1)
+        yield events
+
+    def _host(self, node: str, host: dict[str, Any]) -> Iterator[Metric]:
+        for key, name, kind, doc in HOST_METRICS:
+            fam = _family(name, kind, doc, ["node"])
+            v = host.get(key)
+            if v is not None:
+                fam.add_metric([node], v)
+            yield fam
+
+
+def make_registry(agent: NodeAgent) -> CollectorRegistry:
+    """A registry of our own: no process or platform collectors from the default one."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AgentCollector(agent))
+    return registry
+
+
+def render(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)

@@ -1,0 +1,243 @@
+"""The node agent: collectors, the sample loop, and the latest state.
+
+`NodeAgent` is headless and knows nothing of HTTP; `agent.server` serves it. The real
+agent, the simulator's nodes and the tests all run this same class; only the NVML
+binding and the file tree under it differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from agent.collectors.gpu import GpuCollector, load_nvml
+from agent.collectors.gpu_events import XidWatcher
+from agent.collectors.host import HostCollector
+from agent.files import FileTree
+from agent.hub import FrameHub
+from agent.protocol.fields import FAMILIES
+from agent.protocol.messages import Event, Hello, Sample
+from agent.version import __version__
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PORT = 9477
+
+
+@dataclass(slots=True)
+class AgentConfig:
+    """What an agent is told at start; every field has a CLI flag."""
+
+    node_name: str = ""
+    interval: float = 1.0
+    root: str = "/"
+    max_clients: int = 256
+    queue_frames: int = 32
+    watch_xid: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.node_name:
+            self.node_name = socket.gethostname()
+        if not 0.05 <= self.interval <= 3600:
+            raise ValueError(f"interval must be between 0.05 and 3600 s, got {self.interval}")
+
+
+@dataclass(slots=True)
+class AgentStats:
+    samples: int = 0
+    overruns: int = 0
+    last_sample_cpu: float = 0.0
+    last_sample_seconds: float = 0.0
+
+
+class NodeAgent:
+    """Samples the node on a steady cadence and publishes frames to its hub."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        files: FileTree | None = None,
+        nvml_loader: Callable[[], Any] = load_nvml,
+        executor: Executor | None = None,
+    ) -> None:
+        self.config = config
+        self.files = files or FileTree(config.root)
+        self.gpu = GpuCollector(nvml_loader)
+        self.host = HostCollector(self.files)
+        self.hub = FrameHub(config.max_clients, config.queue_frames)
+        self.stats = AgentStats()
+        self.latest: Sample | None = None
+        self.hello: Hello | None = None
+        self.events_total: dict[str, int] = {}
+        self._own_executor = executor is None
+        # One worker: NVML and file reads are serialised, never on the event loop.
+        self._executor = executor or ThreadPoolExecutor(1, thread_name_prefix="tuimon-read")
+        self._task: asyncio.Task[None] | None = None
+        self._xid: XidWatcher | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._family_failure: dict[str, str | None] = {}
+        self._seq = 0
+        self.started_at = time.time()
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def start(self, *, sampling: bool = True) -> None:
+        """Open NVML, read the inventory, and (unless told not to) start sampling."""
+        self._loop = asyncio.get_running_loop()
+        await self._loop.run_in_executor(self._executor, self.gpu.start)
+        boot_id = await self._loop.run_in_executor(self._executor, self.host.boot_id)
+        self._boot_id = boot_id
+        self.hello = self._make_hello()
+        if self.gpu.status:
+            log.info("%s: %s", self.config.node_name, self.gpu.status)
+        if self.config.watch_xid and self.gpu.nvml is not None:
+            self._xid = XidWatcher(self.gpu, self.emit_event_threadsafe)
+            if not self._xid.start():
+                log.info("%s: XID events off: %s", self.config.node_name, self._xid.status)
+        if sampling:
+            self._task = asyncio.create_task(self._sample_loop(), name="tuimon-sampler")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+            self._task = None
+        loop = asyncio.get_running_loop()
+        if self._xid is not None:
+            await loop.run_in_executor(self._executor, self._xid.stop)
+        await loop.run_in_executor(self._executor, self.gpu.close)
+        if self._own_executor:
+            self._executor.shutdown(wait=False)
+
+    # -- frames ----------------------------------------------------------------------
+
+    def _make_hello(self) -> Hello:
+        return Hello(
+            node=self.config.node_name,
+            agent_version=__version__,
+            boot_id=self._boot_id,
+            interval=self.config.interval,
+            ts=time.time(),
+            gpus=list(self.gpu.inventory),
+            driver_version=self.gpu.driver_version,
+            gpu_status=self.gpu.status,
+            families=list(FAMILIES),
+            host={"hostname": socket.gethostname() if self.config.root == "/" else None},
+        )
+
+    def emit_event_threadsafe(self, event: Event) -> None:
+        """For the XID thread: hand an event to the loop."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self.emit_event, event)
+
+    def emit_event(self, event: Event) -> None:
+        self.events_total[event.kind] = self.events_total.get(event.kind, 0) + 1
+        level = logging.WARNING if event.severity != "info" else logging.INFO
+        log.log(level, "%s: %s", self.config.node_name, event.message)
+        self.hub.publish(event)
+
+    # -- sampling --------------------------------------------------------------------
+
+    def _collect(self) -> tuple[Sample, list[Event], bool]:
+        """One read of every collector; runs in the worker thread."""
+        cpu0 = time.thread_time()
+        now = time.monotonic()
+        wall = time.time()
+        events: list[Event] = []
+        inventory_changed = False
+        if self.gpu.device_count_changed():
+            inventory_changed = self.gpu.refresh_inventory()
+        gpus: list[dict[str, Any]] | None
+        try:
+            gpus, gpu_events = self.gpu.collect(now, wall)
+            events.extend(gpu_events)
+            self._family_ok("gpu", wall, events)
+        except Exception as exc:  # a bug or a binding surprise must not stop sampling
+            log.exception("GPU collector failed")
+            gpus = None
+            self._family_failed("gpu", f"GPU collector error: {exc}", wall, events)
+        try:
+            host = self.host.collect(now)
+            if host.get("errors") and all(
+                host.get(k) is None for k in ("cpu_util", "load1", "mem_total", "uptime")
+            ):
+                self._family_failed("host", "; ".join(sorted(set(host["errors"].values()))),
+                                    wall, events)
+            else:
+                self._family_ok("host", wall, events)
+        except Exception as exc:
+            log.exception("host collector failed")
+            host = None
+            self._family_failed("host", f"host collector error: {exc}", wall, events)
+        self._seq += 1
+        sample = Sample(seq=self._seq, ts=wall, interval=self.config.interval,
+                        gpus=gpus if self.gpu.nvml is not None else [], host=host)
+        self.stats.last_sample_cpu = time.thread_time() - cpu0
+        self.stats.last_sample_seconds = time.monotonic() - now
+        return sample, events, inventory_changed
+
+    def _family_failed(self, family: str, reason: str, wall: float,
+                       events: list[Event]) -> None:
+        if self._family_failure.get(family) != reason:
+            events.append(Event(wall, "collector_failed", "warning",
+                                f"{family} collector failed: {reason}", source=family))
+        self._family_failure[family] = reason
+
+    def _family_ok(self, family: str, wall: float, events: list[Event]) -> None:
+        if self._family_failure.get(family):
+            events.append(Event(wall, "collector_recovered", "info",
+                                f"{family} collector recovered", source=family))
+        self._family_failure[family] = None
+
+    async def sample_once(self) -> Sample:
+        """Collect and publish one sample (the loop's body; also used by `once`)."""
+        loop = asyncio.get_running_loop()
+        sample, events, inventory_changed = await loop.run_in_executor(
+            self._executor, self._collect)
+        if inventory_changed:
+            self.hello = self._make_hello()
+            self.emit_event(Event(sample.ts, "inventory_changed", "warning",
+                                  f"GPU inventory changed: {len(self.gpu.inventory)} GPU(s) "
+                                  "now", source="gpu"))
+            self.hub.publish(self.hello)
+        for event in events:
+            self.emit_event(event)
+        self.latest = sample
+        self.stats.samples += 1
+        self.hub.publish_sample(sample)
+        return sample
+
+    async def _sample_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.config.interval
+        deadline = loop.time()
+        while True:
+            try:
+                await self.sample_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("%s: sample failed", self.config.node_name)
+            # Monotonic deadlines: the cadence does not drift with the time a read takes.
+            deadline += interval
+            delay = deadline - loop.time()
+            if delay < 0:
+                missed = int(-delay // interval) + 1
+                self.stats.overruns += missed
+                deadline += missed * interval
+                delay = deadline - loop.time()
+            await asyncio.sleep(delay)
+
+    def family_failures(self) -> dict[str, str]:
+        return {k: v for k, v in self._family_failure.items() if v}

@@ -1,0 +1,30 @@
+"""Wire protocol v1: the contract between agents, relays and viewers (docs/protocol.md)."""
+
+from agent.protocol.codec import MAX_MESSAGE_BYTES, decode, decode_map, encode, encode_map, unpack
+from agent.protocol.errors import ProtocolError
+from agent.protocol.messages import (
+    PROTOCOL_VERSION,
+    Event,
+    GpuInfo,
+    Hello,
+    Message,
+    Sample,
+    Subscribe,
+)
+
+__all__ = [
+    "MAX_MESSAGE_BYTES",
+    "PROTOCOL_VERSION",
+    "Event",
+    "GpuInfo",
+    "Hello",
+    "Message",
+    "ProtocolError",
+    "Sample",
+    "Subscribe",
+    "decode",
+    "decode_map",
+    "encode",
+    "encode_map",
+    "unpack",
+]

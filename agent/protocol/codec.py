@@ -1,0 +1,294 @@
+"""Encoding and bounded, validated decoding of protocol v1 messages."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgpack
+
+from agent.protocol.errors import ProtocolError
+from agent.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS, Field
+from agent.protocol.messages import (
+    PROTOCOL_VERSION,
+    Event,
+    GpuInfo,
+    Hello,
+    Message,
+    Sample,
+    Subscribe,
+)
+
+# One node's frame is a few KiB; relay batches (later) are larger and pass their own limit.
+MAX_MESSAGE_BYTES = 1 << 20
+MAX_STR = 4096
+MAX_ARRAY = 65536
+MAX_MAP = 4096
+MAX_GPUS = 64
+
+_GPU_SPEC = {f.key: f for f in GPU_FIELDS}
+_HOST_SPEC = {f.key: f for f in HOST_FIELDS}
+_INFO_SPEC = {f.key: f for f in GPU_INFO_FIELDS}
+
+
+def encode(message: Message) -> bytes:
+    """Pack a message into one msgpack map."""
+    return msgpack.packb(message.to_wire(), use_bin_type=True)
+
+
+def encode_map(wire: dict[str, Any]) -> bytes:
+    """Pack an already built wire map (used when a frame is filtered per client)."""
+    return msgpack.packb(wire, use_bin_type=True)
+
+
+def unpack(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
+    """Bounded msgpack decode to a map, before any validation of its shape."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"message must be binary, got {type(data).__name__}")
+    if len(data) > max_bytes:
+        raise ProtocolError(f"message of {len(data)} bytes exceeds the limit of {max_bytes}")
+    try:
+        obj = msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            use_list=True,
+            max_str_len=min(max_bytes, MAX_STR * 16),
+            max_bin_len=min(max_bytes, MAX_STR * 16),
+            max_array_len=MAX_ARRAY,
+            max_map_len=MAX_MAP,
+            max_ext_len=0,
+        )
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError) as exc:
+        raise ProtocolError(f"not a valid msgpack message: {exc or type(exc).__name__}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"message must be a map, got {type(obj).__name__}")
+    return obj
+
+
+def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> Message | None:
+    """Decode and validate one message.
+
+    Returns None for a message type this version does not know (newer agents may send
+    types older viewers skip). Raises ProtocolError, with a reason, for anything else
+    that is not valid.
+    """
+    return decode_map(unpack(data, max_bytes=max_bytes))
+
+
+def decode_map(m: dict[str, Any]) -> Message | None:
+    """Validate an unpacked wire map and build its message object."""
+    version = m.get("v")
+    if not _is_int(version) or version < 1:
+        raise ProtocolError(f"missing or invalid protocol version 'v': {_show(version)}")
+    kind = m.get("t")
+    if not isinstance(kind, str):
+        raise ProtocolError(f"missing or invalid message type 't': {_show(kind)}")
+    builder = _BUILDERS.get(kind)
+    if builder is None:
+        return None
+    return builder(m)
+
+
+# -- per type -------------------------------------------------------------------------
+
+
+def _hello(m: dict[str, Any]) -> Hello:
+    inventory = _opt_map(m, "inventory", "hello") or {}
+    gpus_raw = inventory.get("gpus") or []
+    if not isinstance(gpus_raw, list) or len(gpus_raw) > MAX_GPUS:
+        raise ProtocolError("hello.inventory.gpus: expected a list of at most "
+                            f"{MAX_GPUS} GPUs")
+    gpus = []
+    for i, g in enumerate(gpus_raw):
+        where = f"hello.inventory.gpus[{i}]"
+        if not isinstance(g, dict):
+            raise ProtocolError(f"{where}: expected a map, got {_show(g)}")
+        _check_fields(g, _INFO_SPEC, where)
+        if not _is_int(g.get("index")):
+            raise ProtocolError(f"{where}.index: required integer, got {_show(g.get('index'))}")
+        gpus.append(GpuInfo(**{f.key: g.get(f.key) for f in GPU_INFO_FIELDS}))
+    extra = {k: v for k, v in inventory.items() if k not in ("gpus", "driver_version",
+                                                              "gpu_status")}
+    families = m.get("families") or []
+    if not isinstance(families, list) or not all(isinstance(f, str) for f in families):
+        raise ProtocolError("hello.families: expected a list of strings")
+    host = _opt_map(m, "host", "hello") or {}
+    return Hello(
+        node=_req_str(m, "node", "hello"),
+        agent_version=_req_str(m, "agent_version", "hello"),
+        boot_id=_opt_str(m, "boot_id", "hello"),
+        interval=_req_pos_num(m, "interval", "hello"),
+        ts=_req_num(m, "ts", "hello"),
+        gpus=gpus,
+        driver_version=_opt_str(inventory, "driver_version", "hello.inventory"),
+        gpu_status=_opt_str(inventory, "gpu_status", "hello.inventory"),
+        families=families,
+        host=host,
+        extra=extra,
+    )
+
+
+_SAMPLE_KEYS = frozenset({"v", "t", "seq", "ts", "interval", "gpus", "host", "dropped"})
+
+
+def _sample(m: dict[str, Any]) -> Sample:
+    seq = m.get("seq")
+    if not _is_int(seq) or seq < 0:
+        raise ProtocolError(f"sample.seq: expected a non-negative integer, got {_show(seq)}")
+    gpus = m.get("gpus")
+    if gpus is not None:
+        if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
+            raise ProtocolError(f"sample.gpus: expected a list of at most {MAX_GPUS} maps")
+        for i, g in enumerate(gpus):
+            if not isinstance(g, dict):
+                raise ProtocolError(f"sample.gpus[{i}]: expected a map, got {_show(g)}")
+            _check_fields(g, _GPU_SPEC, f"sample.gpus[{i}]")
+    host = m.get("host")
+    if host is not None:
+        if not isinstance(host, dict):
+            raise ProtocolError(f"sample.host: expected a map, got {_show(host)}")
+        _check_fields(host, _HOST_SPEC, "sample.host")
+    dropped = m.get("dropped", 0)
+    if not _is_int(dropped) or dropped < 0:
+        raise ProtocolError(f"sample.dropped: expected a non-negative integer, got "
+                            f"{_show(dropped)}")
+    extra = {k: v for k, v in m.items() if k not in _SAMPLE_KEYS}
+    return Sample(
+        seq=seq,
+        ts=_req_num(m, "ts", "sample"),
+        interval=_req_pos_num(m, "interval", "sample"),
+        gpus=gpus,
+        host=host,
+        dropped=dropped,
+        extra=extra,
+    )
+
+
+def _event(m: dict[str, Any]) -> Event:
+    gpu = m.get("gpu")
+    if gpu is not None and (not _is_int(gpu) or gpu < 0):
+        raise ProtocolError(f"event.gpu: expected a GPU index or nil, got {_show(gpu)}")
+    code = m.get("code")
+    if code is not None and not _is_int(code):
+        raise ProtocolError(f"event.code: expected an integer or nil, got {_show(code)}")
+    severity = _req_str(m, "severity", "event")
+    return Event(
+        ts=_req_num(m, "ts", "event"),
+        # Unknown kinds and severities pass: newer agents may add them.
+        kind=_req_str(m, "kind", "event"),
+        severity=severity,
+        message=_opt_str(m, "message", "event") or "",
+        gpu=gpu,
+        code=code,
+        source=_opt_str(m, "source", "event"),
+    )
+
+
+def _subscribe(m: dict[str, Any]) -> Subscribe:
+    interval = m.get("interval")
+    if interval is not None and (not _is_num(interval) or not 0 < interval <= 3600):
+        raise ProtocolError(f"subscribe.interval: expected seconds in (0, 3600], got "
+                            f"{_show(interval)}")
+    families = m.get("families")
+    if families is not None and (
+        not isinstance(families, list) or not all(isinstance(f, str) for f in families)
+    ):
+        raise ProtocolError("subscribe.families: expected a list of family names or nil")
+    return Subscribe(interval=float(interval) if interval is not None else None,
+                     families=families)
+
+
+_BUILDERS = {"hello": _hello, "sample": _sample, "event": _event, "subscribe": _subscribe}
+
+
+# -- value checks ------------------------------------------------------------------
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return True
+    return isinstance(v, float) and math.isfinite(v)
+
+
+def _show(v: Any) -> str:
+    if v is None:
+        return "nil"
+    text = repr(v)
+    return f"{type(v).__name__} {text[:40]}"
+
+
+def _check_fields(values: dict[str, Any], spec: dict[str, Field], where: str) -> None:
+    for key, value in values.items():
+        f = spec.get(key)
+        if f is None or value is None:
+            continue  # unknown keys are a newer agent's; nil is "could not be read"
+        kind = f.kind
+        if kind == "num":
+            ok = _is_num(value)
+        elif kind == "int":
+            ok = _is_int(value) and value >= 0
+        elif kind == "str":
+            ok = isinstance(value, str) and len(value) <= MAX_STR
+        elif kind == "strlist":
+            ok = isinstance(value, list) and all(
+                isinstance(s, str) and len(s) <= MAX_STR for s in value)
+        else:  # dict of str -> str
+            ok = isinstance(value, dict) and all(isinstance(s, str) for s in value.values())
+        if not ok:
+            raise ProtocolError(f"{where}.{key}: expected {_KIND_WORDS[kind]}, got "
+                                f"{_show(value)}")
+
+
+_KIND_WORDS = {
+    "num": "a finite number or nil",
+    "int": "a non-negative integer or nil",
+    "str": f"a string of at most {MAX_STR} characters or nil",
+    "strlist": "a list of strings or nil",
+    "dict": "a map of strings or nil",
+}
+
+
+def _req_str(m: dict[str, Any], key: str, where: str) -> str:
+    v = m.get(key)
+    if not isinstance(v, str) or len(v) > MAX_STR:
+        raise ProtocolError(f"{where}.{key}: required string, got {_show(v)}")
+    return v
+
+
+def _opt_str(m: dict[str, Any], key: str, where: str) -> str | None:
+    v = m.get(key)
+    if v is not None and (not isinstance(v, str) or len(v) > MAX_STR):
+        raise ProtocolError(f"{where}.{key}: expected a string or nil, got {_show(v)}")
+    return v
+
+
+def _opt_map(m: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
+    v = m.get(key)
+    if v is not None and not isinstance(v, dict):
+        raise ProtocolError(f"{where}.{key}: expected a map or nil, got {_show(v)}")
+    return v
+
+
+def _req_num(m: dict[str, Any], key: str, where: str) -> float:
+    v = m.get(key)
+    if not _is_num(v):
+        raise ProtocolError(f"{where}.{key}: required finite number, got {_show(v)}")
+    return float(v)
+
+
+def _req_pos_num(m: dict[str, Any], key: str, where: str) -> float:
+    v = _req_num(m, key, where)
+    if v <= 0:
+        raise ProtocolError(f"{where}.{key}: must be positive, got {v}")
+    return v
+
+
+__all__ = ["MAX_MESSAGE_BYTES", "PROTOCOL_VERSION", "decode", "decode_map", "encode",
+           "encode_map", "unpack"]

@@ -1,0 +1,15 @@
+"""The one error the decoder raises."""
+
+from __future__ import annotations
+
+
+class ProtocolError(ValueError):
+    """A message that is not valid protocol v1: too large, not msgpack, or wrong shape.
+
+    `reason` says what was wrong and where (e.g. ``sample.gpus[3].temp: expected a
+    number, got str``), so a viewer can show it next to the node that sent it.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason

@@ -1,0 +1,167 @@
+"""Protocol v1 message types as Python objects, and their wire maps.
+
+Every message is one msgpack map with ``v`` (protocol version) and ``t`` (type).
+Values are SI base units; a value that could not be read is nil, never 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+PROTOCOL_VERSION = 1
+
+
+@dataclass(slots=True)
+class GpuInfo:
+    """Static facts about one GPU, sent once in `hello`."""
+
+    index: int
+    uuid: str | None
+    name: str | None
+    mem_total: int | None
+    power_limit: float | None
+    pci_bus_id: str | None
+    max_sm_clock: float | None
+    max_mem_clock: float | None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "uuid": self.uuid,
+            "name": self.name,
+            "mem_total": self.mem_total,
+            "power_limit": self.power_limit,
+            "pci_bus_id": self.pci_bus_id,
+            "max_sm_clock": self.max_sm_clock,
+            "max_mem_clock": self.max_mem_clock,
+        }
+
+
+@dataclass(slots=True)
+class Hello:
+    """First message on every stream, and again whenever the inventory changes."""
+
+    node: str
+    agent_version: str
+    boot_id: str | None
+    interval: float
+    ts: float
+    gpus: list[GpuInfo] = field(default_factory=list)
+    driver_version: str | None = None
+    # Why the node has no readable GPUs (no driver, NVML failed); nil when NVML works.
+    gpu_status: str | None = None
+    families: list[str] = field(default_factory=list)
+    host: dict[str, Any] = field(default_factory=dict)
+    # Inventory sections later families add (fabric ports, file systems), by family.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        inventory: dict[str, Any] = {
+            "gpus": [g.to_wire() for g in self.gpus],
+            "driver_version": self.driver_version,
+            "gpu_status": self.gpu_status,
+        }
+        inventory.update(self.extra)
+        return {
+            "v": PROTOCOL_VERSION,
+            "t": "hello",
+            "node": self.node,
+            "agent_version": self.agent_version,
+            "boot_id": self.boot_id,
+            "interval": self.interval,
+            "ts": self.ts,
+            "families": list(self.families),
+            "inventory": inventory,
+            "host": dict(self.host),
+        }
+
+
+@dataclass(slots=True)
+class Sample:
+    """One reading of the node: per-GPU values in inventory order, host values."""
+
+    seq: int
+    ts: float
+    interval: float
+    gpus: list[dict[str, Any]] | None = None
+    host: dict[str, Any] | None = None
+    # Frames this stream client lost because it read too slowly, since it connected.
+    dropped: int = 0
+    # Families that later work adds (fabric, storage, steps), by family name.
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "v": PROTOCOL_VERSION,
+            "t": "sample",
+            "seq": self.seq,
+            "ts": self.ts,
+            "interval": self.interval,
+        }
+        if self.gpus is not None:
+            out["gpus"] = self.gpus
+        if self.host is not None:
+            out["host"] = self.host
+        if self.dropped:
+            out["dropped"] = self.dropped
+        out.update(self.extra)
+        return out
+
+
+EVENT_KINDS = (
+    "xid",
+    "ecc",
+    "gpu_failed",
+    "gpu_recovered",
+    "collector_failed",
+    "collector_recovered",
+    "inventory_changed",
+)
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(slots=True)
+class Event:
+    """Something that happened once: an XID, an ECC error, a collector failing."""
+
+    ts: float
+    kind: str
+    severity: str
+    message: str
+    gpu: int | None = None
+    code: int | None = None
+    # Which collector or family the event is about ("gpu", "host", ...), when any.
+    source: str | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "v": PROTOCOL_VERSION,
+            "t": "event",
+            "ts": self.ts,
+            "kind": self.kind,
+            "severity": self.severity,
+            "message": self.message,
+            "gpu": self.gpu,
+            "code": self.code,
+            "source": self.source,
+        }
+
+
+@dataclass(slots=True)
+class Subscribe:
+    """Client to agent: send me samples at most this often, and only these families."""
+
+    interval: float | None = None
+    families: list[str] | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "v": PROTOCOL_VERSION,
+            "t": "subscribe",
+            "interval": self.interval,
+            "families": self.families,
+        }
+
+
+Message = Hello | Sample | Event | Subscribe

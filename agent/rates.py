@@ -1,0 +1,62 @@
+"""Counters to rates: never negative, never absurd.
+
+Drivers reset counters, narrow counters wrap or saturate, and clocks jump. A rate is
+computed only from two reads of the same counter with monotonic time between them;
+anything that cannot give an honest rate gives None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class _Last:
+    value: int | float
+    t: float
+
+
+class RateTracker:
+    """Remembers the last read of each counter and turns the next read into a rate."""
+
+    def __init__(self) -> None:
+        self._last: dict[Hashable, _Last] = {}
+
+    def rate(
+        self,
+        key: Hashable,
+        value: int | float | None,
+        t: float,
+        *,
+        wrap_bits: int | None = None,
+    ) -> float | None:
+        """Per-second rate of `value` since the previous call with the same key.
+
+        `t` is a monotonic time in seconds. With `wrap_bits`, a counter that went down
+        is taken to have wrapped once at 2**wrap_bits (mlx5 hw_counters); without it a
+        decrease is a reset, and the baseline restarts (None this time).
+        """
+        if value is None:
+            self._last.pop(key, None)
+            return None
+        last = self._last.get(key)
+        self._last[key] = _Last(value, t)
+        if last is None:
+            return None
+        dt = t - last.t
+        if dt <= 0:
+            return None
+        delta = value - last.value
+        if delta < 0:
+            if wrap_bits is None:
+                return None
+            delta += 1 << wrap_bits
+            if delta < 0:
+                return None
+        return delta / dt
+
+    def forget(self, prefix: Hashable) -> None:
+        """Drop every counter whose key is a tuple starting with `prefix` (device gone)."""
+        for key in [k for k in self._last if isinstance(k, tuple) and k and k[0] == prefix]:
+            del self._last[key]

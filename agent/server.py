@@ -1,0 +1,150 @@
+"""The agent's HTTP side: `/v1/stream` (WebSocket), `/metrics`, `/healthz`.
+
+`build_app` returns an aiohttp Application that owns the agent's lifecycle through
+`cleanup_ctx` (start sampling, then on shutdown stop it and await it), and closes
+every open stream on shutdown, as aiohttp's own examples do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from collections.abc import AsyncIterator
+
+from aiohttp import WSCloseCode, WSMsgType, web
+from prometheus_client import CollectorRegistry
+
+from agent.hub import Frame, StreamClient
+from agent.metrics import make_registry, render
+from agent.node import NodeAgent
+from agent.protocol.codec import decode
+from agent.protocol.errors import ProtocolError
+from agent.protocol.messages import Subscribe
+from agent.security import token_matches
+
+log = logging.getLogger(__name__)
+
+AGENT = web.AppKey("agent", NodeAgent)
+TOKEN = web.AppKey("token", str)
+STREAMS = web.AppKey("streams", weakref.WeakSet)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+MAX_CLIENT_MESSAGE = 64 * 1024
+PROTECTED = ("/v1/", "/metrics")
+
+
+@web.middleware
+async def _auth(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    token = request.app.get(TOKEN)
+    if token and request.path.startswith(PROTECTED):
+        if not token_matches(request.headers.get("Authorization"), token):
+            log.warning("rejected %s %s from %s: missing or wrong token", request.method,
+                        request.path, request.remote)
+            raise web.HTTPUnauthorized(
+                text="401: missing or wrong bearer token\n",
+                headers={"WWW-Authenticate": 'Bearer realm="tuimon"'})
+    return await handler(request)
+
+
+async def _agent_lifecycle(app: web.Application) -> AsyncIterator[None]:
+    agent = app[AGENT]
+    await agent.start()
+    yield
+    await agent.stop()
+
+
+async def _close_streams(app: web.Application) -> None:
+    for ws in list(app[STREAMS]):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"agent shutting down")
+
+
+async def _writer(ws: web.WebSocketResponse, client: StreamClient) -> None:
+    while not ws.closed:
+        data = client.next_bytes()
+        if data is None:
+            await client.wake.wait()
+            continue
+        await ws.send_bytes(data)
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    agent = request.app[AGENT]
+    peer = request.remote or "?"
+    client = agent.hub.connect(peer, agent.config.interval)
+    if client is None:
+        raise web.HTTPServiceUnavailable(
+            text=f"503: too many stream clients (limit {agent.hub.max_clients})\n")
+    ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_CLIENT_MESSAGE)
+    try:
+        await ws.prepare(request)
+    except Exception:
+        agent.hub.disconnect(client)
+        raise
+    request.app[STREAMS].add(ws)
+    if agent.hello is not None:
+        client.offer(Frame(agent.hello))
+    writer = asyncio.create_task(_writer(ws, client), name=f"tuimon-stream-{peer}")
+    try:
+        async for msg in ws:
+            if msg.type == WSMsgType.BINARY:
+                try:
+                    message = decode(msg.data, max_bytes=MAX_CLIENT_MESSAGE)
+                except ProtocolError as exc:
+                    log.warning("closing stream from %s: %s", peer, exc.reason)
+                    await ws.close(code=WSCloseCode.UNSUPPORTED_DATA,
+                                   message=exc.reason[:120].encode())
+                    break
+                if isinstance(message, Subscribe):
+                    client.subscribe(message.interval, message.families)
+            elif msg.type == WSMsgType.TEXT:
+                log.warning("closing stream from %s: text message on a binary protocol", peer)
+                await ws.close(code=WSCloseCode.UNSUPPORTED_DATA,
+                               message=b"protocol v1 is binary msgpack")
+                break
+            elif msg.type == WSMsgType.ERROR:
+                log.warning("stream from %s failed: %s", peer, ws.exception())
+                break
+    finally:
+        writer.cancel()
+        try:
+            await writer
+        except (asyncio.CancelledError, ConnectionError, RuntimeError):
+            pass
+        agent.hub.disconnect(client)
+    return ws
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = render(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; "
+                                                            "charset=utf-8"})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    agent = request.app[AGENT]
+    failures = agent.family_failures()
+    body = {
+        "status": "ok" if agent.latest is not None else "starting",
+        "node": agent.config.node_name,
+        "samples": agent.stats.samples,
+        "gpus": len(agent.gpu.inventory),
+        "gpu_status": agent.gpu.status,
+        "failed_collectors": failures,
+        "stream_clients": len(agent.hub.clients),
+    }
+    return web.json_response(body)
+
+
+def build_app(agent: NodeAgent, *, token: str | None = None) -> web.Application:
+    app = web.Application(middlewares=[_auth], client_max_size=MAX_CLIENT_MESSAGE)
+    app[AGENT] = agent
+    if token:
+        app[TOKEN] = token
+    app[STREAMS] = weakref.WeakSet()
+    app[REGISTRY] = make_registry(agent)
+    app.router.add_get("/v1/stream", stream)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.cleanup_ctx.append(_agent_lifecycle)
+    app.on_shutdown.append(_close_streams)
+    return app

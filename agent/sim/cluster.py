@@ -1,0 +1,132 @@
+"""Run many simulated nodes in one process, each a real agent on its own port.
+
+Node i is served at 127.0.0.1:(base_port + i) by the same `NodeAgent` and aiohttp app
+a real node runs; only the NVML module and the /proc files under it are simulated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from agent.files import GeneratedTree
+from agent.node import AgentConfig, NodeAgent
+from agent.server import build_app
+from agent.sim.workload import NodeTrouble, SimNodeModel, troubles_for
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SimNode:
+    index: int
+    name: str
+    port: int
+    model: SimNodeModel
+    agent: NodeAgent
+    runner: web.AppRunner | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+@dataclass
+class SimCluster:
+    """A simulated cluster; `start()` opens every node's port, `stop()` closes them."""
+
+    nodes: int = 4
+    gpus: int = 8
+    base_port: int = 19400
+    seed: int = 0
+    interval: float = 1.0
+    host: str = "127.0.0.1"
+    name_prefix: str = "sim-node"
+    token: str | None = None
+    members: list[SimNode] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= 10000:
+            raise ValueError(f"--nodes must be between 1 and 10000, got {self.nodes}")
+        if not 0 <= self.gpus <= 64:
+            raise ValueError(f"--gpus must be between 0 and 64, got {self.gpus}")
+        if self.base_port + self.nodes - 1 > 65535:
+            raise ValueError(f"ports {self.base_port}..{self.base_port + self.nodes - 1} do not "
+                             "fit below 65536: lower --base-port")
+        # Reads of simulated nodes are cheap; two threads serve all of them.
+        self._executor = ThreadPoolExecutor(2, thread_name_prefix="tuimon-sim")
+        troubles = troubles_for(self.nodes, self.seed)
+        width = max(3, len(str(self.nodes - 1)))
+        for i in range(self.nodes):
+            name = f"{self.name_prefix}{i:0{width}d}"
+            model = SimNodeModel(name, self.gpus, seed=self.seed * 100003 + i,
+                                 trouble=troubles.get(i) or NodeTrouble())
+            agent = NodeAgent(
+                AgentConfig(node_name=name, interval=self.interval),
+                files=GeneratedTree(model.files()),
+                nvml_loader=lambda m=model: m.nvml,
+                executor=self._executor,
+            )
+            self.members.append(SimNode(i, name, self.base_port + i, model, agent))
+
+    @property
+    def targets(self) -> list[str]:
+        return [m.target for m in self.members]
+
+    def write_targets(self, path: str | Path) -> None:
+        Path(path).write_text("".join(f"{t}\n" for t in self.targets))
+
+    async def start(self) -> None:
+        for m in self.members:
+            await self.start_node(m.index)
+
+    async def start_node(self, index: int) -> None:
+        m = self.members[index]
+        if m.runner is not None:
+            return
+        runner = web.AppRunner(build_app(m.agent, token=self.token), handle_signals=False,
+                               access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, m.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(exc.errno, f"simulated node {m.name}: cannot listen on "
+                                     f"{self.host}:{m.port}: {exc.strerror}") from None
+        m.runner = runner
+
+    async def stop_node(self, index: int) -> None:
+        """Take one node off the network, as if its agent died."""
+        m = self.members[index]
+        if m.runner is not None:
+            await m.runner.cleanup()
+            m.runner = None
+            # A restarted agent starts from scratch, as a real one would.
+            m.agent = NodeAgent(m.agent.config, files=m.agent.files,
+                                nvml_loader=lambda mm=m.model: mm.nvml,
+                                executor=self._executor)
+
+    async def stop(self) -> None:
+        for m in self.members:
+            await self.stop_node(m.index)
+        self._executor.shutdown(wait=False)
+
+    async def __aenter__(self) -> SimCluster:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+async def serve_forever(cluster: SimCluster) -> None:
+    async with cluster:
+        log.info("simulating %d nodes on %s:%d..%d", cluster.nodes, cluster.host,
+                 cluster.base_port, cluster.base_port + cluster.nodes - 1)
+        await asyncio.Event().wait()

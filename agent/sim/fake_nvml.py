@@ -1,0 +1,301 @@
+"""A stand-in for the `pynvml` module: the hardware boundary, and nothing above it.
+
+It answers the NVML calls the GPU collector makes, in NVML's own units (mW, MHz, mJ,
+KB/s, KiB counters) and with NVML's error codes, so the collector's conversions and
+error handling are what gets exercised. Tests program it (unsupported calls, a GPU
+lost mid-run, an XID event); the simulator drives its values from a workload model.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+NVML_SUCCESS = 0
+NVML_ERROR_UNINITIALIZED = 1
+NVML_ERROR_INVALID_ARGUMENT = 2
+NVML_ERROR_NOT_SUPPORTED = 3
+NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
+NVML_ERROR_LIBRARY_NOT_FOUND = 12
+NVML_ERROR_GPU_IS_LOST = 15
+
+_MESSAGES = {
+    1: "Uninitialized",
+    2: "Invalid Argument",
+    3: "Not Supported",
+    4: "Insufficient Permissions",
+    9: "Driver Not Loaded",
+    10: "Timeout",
+    12: "NVML Shared Library Not Found",
+    15: "GPU is lost",
+}
+
+
+class NVMLError(Exception):
+    """Shaped like pynvml's: `.value` is the NVML return code."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.value = value
+
+    def __str__(self) -> str:
+        return _MESSAGES.get(self.value, f"Unknown Error {self.value}")
+
+
+@dataclass
+class _Memory:
+    total: int
+    used: int
+    free: int
+
+
+@dataclass
+class _Util:
+    gpu: int
+    memory: int
+
+
+@dataclass
+class _Pci:
+    busId: str  # noqa: N815 - NVML's name
+
+
+@dataclass
+class _Proc:
+    pid: int
+    usedGpuMemory: int  # noqa: N815
+
+
+@dataclass
+class _FieldValue:
+    fieldId: int  # noqa: N815
+    nvmlReturn: int  # noqa: N815
+    value: Any
+
+
+@dataclass
+class _EventData:
+    device: Any
+    eventType: int  # noqa: N815
+    eventData: int  # noqa: N815
+
+
+@dataclass
+class FakeGpu:
+    """One GPU's state in NVML units. Tests set fields; the simulator updates them."""
+
+    index: int
+    name: str = "NVIDIA H100 80GB HBM3"
+    uuid: str = ""
+    mem_total: int = 80 * 1024**3
+    mem_used: int = 0
+    util_gpu: int = 0  # percent
+    util_mem: int = 0
+    temp: int = 35  # °C
+    power_mw: int = 70_000
+    power_limit_mw: int = 700_000
+    energy_mj: int = 0
+    sm_mhz: int = 1980
+    mem_mhz: int = 2619
+    max_sm_mhz: int = 1980
+    max_mem_mhz: int = 2619
+    clock_events: int = 0x1  # gpu_idle
+    pstate: int = 0
+    ecc_corrected: int = 0
+    ecc_uncorrected: int = 0
+    remapped: tuple[int, int, int, int] | None = (0, 0, 0, 0)
+    retired_pages: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
+    pcie_tx_kbs: int = 0
+    pcie_rx_kbs: int = 0
+    nvlink_tx_kib: int | None = 0
+    nvlink_rx_kib: int | None = 0
+    procs: list[tuple[int, int]] = field(default_factory=list)
+    # NVML function names that answer NOT_SUPPORTED on this GPU.
+    unsupported: set[str] = field(default_factory=set)
+    # Function name -> error code, for errors other than "not supported".
+    errors: dict[str, int] = field(default_factory=dict)
+    lost: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.uuid:
+            self.uuid = f"GPU-{self.index:08x}-fake-0000-0000-{self.index:012x}"
+
+
+class FakeNvml(types.ModuleType):
+    """A module object with pynvml's names; put it in sys.modules['pynvml'] to use."""
+
+    NVMLError = NVMLError
+    NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
+    NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
+    NVML_ERROR_TIMEOUT = NVML_ERROR_TIMEOUT
+
+    def __init__(self, gpus: list[FakeGpu] | int = 8, *, driver: bool = True,
+                 driver_version: str = "550.90.07") -> None:
+        super().__init__("pynvml")
+        if isinstance(gpus, int):
+            gpus = [FakeGpu(i) for i in range(gpus)]
+        self.gpus: list[FakeGpu] = gpus
+        self.driver = driver
+        self.driver_version = driver_version
+        self.initialised = False
+        self.calls = 0
+        self._events: queue.Queue[_EventData] = queue.Queue()
+        self._registered: dict[int, int] = {}
+
+    # -- helpers for tests and the simulator --------------------------------------
+
+    def install(self) -> FakeNvml:
+        sys.modules["pynvml"] = self
+        return self
+
+    def inject_xid(self, index: int, code: int) -> None:
+        if self._registered.get(index, 0) & 0x8:
+            self._events.put(_EventData(index, 0x8, code))
+
+    def refresh(self, gpu: FakeGpu) -> None:
+        """Hook the simulator overrides to move a GPU's values on before a read."""
+
+    def _gpu(self, handle: Any, fn: str) -> FakeGpu:
+        self.calls += 1
+        if not self.initialised:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        if not isinstance(handle, int) or not 0 <= handle < len(self.gpus):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        gpu = self.gpus[handle]
+        if gpu.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        if fn in gpu.unsupported:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if fn in gpu.errors:
+            raise NVMLError(gpu.errors[fn])
+        self.refresh(gpu)
+        return gpu
+
+    # -- system -----------------------------------------------------------------------
+
+    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names throughout
+        if not self.driver:
+            raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
+        self.initialised = True
+
+    def nvmlShutdown(self) -> None:  # noqa: N802
+        self.initialised = False
+
+    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+        return self.driver_version
+
+    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+        if not self.initialised:
+            raise NVMLError(NVML_ERROR_UNINITIALIZED)
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+        if not 0 <= index < len(self.gpus):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        if self.gpus[index].lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        return index
+
+    # -- device -----------------------------------------------------------------------
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetUUID").uuid
+
+    def nvmlDeviceGetName(self, h: int) -> str:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetName").name
+
+    def nvmlDeviceGetPciInfo(self, h: int) -> _Pci:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetPciInfo")
+        return _Pci(f"00000000:{0x18 + 0x10 * g.index:02X}:00.0")
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> _Memory:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetMemoryInfo")
+        return _Memory(g.mem_total, g.mem_used, g.mem_total - g.mem_used)
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetEnforcedPowerLimit").power_limit_mw
+
+    def nvmlDeviceGetMaxClockInfo(self, h: int, kind: int) -> int:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetMaxClockInfo")
+        return g.max_sm_mhz if kind == 1 else g.max_mem_mhz
+
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetClockInfo")
+        return g.sm_mhz if kind == 1 else g.mem_mhz
+
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> _Util:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetUtilizationRates")
+        return _Util(g.util_gpu, g.util_mem)
+
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetTemperature").temp
+
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetPowerUsage").power_mw
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetTotalEnergyConsumption").energy_mj
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetCurrentClocksEventReasons").clock_events
+
+    def nvmlDeviceGetPerformanceState(self, h: int) -> int:  # noqa: N802
+        return self._gpu(h, "nvmlDeviceGetPerformanceState").pstate
+
+    def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetTotalEccErrors")
+        return g.ecc_corrected if kind == 0 else g.ecc_uncorrected
+
+    def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetRemappedRows")
+        if g.remapped is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return g.remapped
+
+    def nvmlDeviceGetRetiredPages(self, h: int, cause: int) -> list[int]:  # noqa: N802
+        return list(self._gpu(h, "nvmlDeviceGetRetiredPages").retired_pages[cause])
+
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: int) -> int:  # noqa: N802
+        self._gpu(h, "nvmlDeviceGetRetiredPagesPendingStatus")
+        return 0
+
+    def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetPcieThroughput")
+        return g.pcie_tx_kbs if counter == 0 else g.pcie_rx_kbs
+
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[Any]) -> list[_FieldValue]:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetFieldValues")
+        out = []
+        for fid in ids:
+            fid = fid[0] if isinstance(fid, tuple) else fid
+            v = g.nvlink_tx_kib if fid == 138 else g.nvlink_rx_kib if fid == 139 else None
+            ret = NVML_SUCCESS if v is not None else NVML_ERROR_NOT_SUPPORTED
+            out.append(_FieldValue(fid, ret, types.SimpleNamespace(ullVal=v or 0)))
+        return out
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[_Proc]:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")
+        return [_Proc(pid, mem) for pid, mem in g.procs]
+
+    # -- events -----------------------------------------------------------------------
+
+    def nvmlEventSetCreate(self) -> str:  # noqa: N802
+        return "event-set"
+
+    def nvmlDeviceRegisterEvents(self, h: int, mask: int, event_set: Any) -> None:  # noqa: N802
+        g = self._gpu(h, "nvmlDeviceRegisterEvents")
+        self._registered[g.index] = self._registered.get(g.index, 0) | mask
+
+    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> _EventData:  # noqa: N802
+        try:
+            return self._events.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            raise NVMLError(NVML_ERROR_TIMEOUT) from None
+
+    def nvmlEventSetFree(self, event_set: Any) -> None:  # noqa: N802
+        pass

@@ -1,0 +1,182 @@
+"""A data-parallel training job on 8-GPU H100/H200 nodes, as NVML and /proc would see it.
+
+Deterministic for a seed: each node has its own random stream, and values depend on
+the simulated time, so two runs with one seed look alike. A few nodes are given
+trouble on purpose so the views have something to show: a thermally throttled GPU,
+a power-capped node, a slow node (straggler) and, now and then, an XID.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from agent.sim.fake_nvml import FakeGpu, FakeNvml
+
+GPU_MODELS = (
+    ("NVIDIA H100 80GB HBM3", 80 * 1024**3, 700_000, 1980, 2619),
+    ("NVIDIA H200", 141 * 1024**3, 700_000, 1980, 3201),
+)
+STEP_SECONDS = 1.6
+
+
+@dataclass
+class NodeTrouble:
+    """What is wrong with one simulated node, if anything."""
+
+    hot_gpu: int | None = None  # thermal slowdown on this GPU
+    power_capped: bool = False
+    slow: float = 1.0  # compute takes this many times longer (straggler)
+    xid_every: float | None = None  # seconds between XIDs on GPU 0
+
+
+@dataclass
+class SimNodeModel:
+    """Moves one node's fake GPUs and host counters forward in time."""
+
+    name: str
+    gpus: int
+    seed: int
+    trouble: NodeTrouble = field(default_factory=NodeTrouble)
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+        model = GPU_MODELS[self.seed % 7 == 0]
+        self.nvml = _SimNvml(self, [
+            FakeGpu(i, name=model[0], mem_total=model[1], power_limit_mw=model[2],
+                    max_sm_mhz=model[3], max_mem_mhz=model[4], sm_mhz=model[3],
+                    mem_mhz=model[4],
+                    uuid=f"GPU-{uuid.UUID(int=self.rng.getrandbits(128), version=4)}")
+            for i in range(self.gpus)
+        ])
+        self.t0 = self.clock()
+        self.last = self.t0
+        self.phase = self.rng.random() * STEP_SECONDS
+        self.boot_id = str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+        self.cpu_busy = 0
+        self.cpu_total = 0
+        self.cpus = 128
+        self.uptime0 = 86400.0 * (3 + self.rng.random() * 20)
+        self.next_xid = (self.t0 + self.trouble.xid_every) if self.trouble.xid_every else None
+        self._pids = [40000 + self.rng.randrange(20000) + i for i in range(self.gpus)]
+
+    # -- GPUs -----------------------------------------------------------------------
+
+    def update_gpu(self, g: FakeGpu) -> None:
+        now = self.clock()
+        dt = max(0.0, now - getattr(g, "_t", now))
+        g._t = now  # type: ignore[attr-defined]
+        elapsed = now - self.t0
+        # Within a step, compute then all-reduce; at 1 s sampling the utilization
+        # NVML reports is an average with visible jitter.
+        wave = 0.5 + 0.5 * math.sin(2 * math.pi * (elapsed + self.phase) / STEP_SECONDS)
+        base = 0.93 / self.trouble.slow if self.trouble.slow > 1 else 0.93
+        util = min(1.0, max(0.0, base - 0.08 * wave + self.rng.gauss(0, 0.02)))
+        hot = self.trouble.hot_gpu == g.index
+        g.util_gpu = round(util * 100)
+        g.util_mem = round(min(100, util * 62 + self.rng.gauss(0, 3)))
+        g.mem_used = int(g.mem_total * (0.86 + 0.01 * math.sin(elapsed / 30 + g.index)))
+        limit = g.power_limit_mw * (0.78 if self.trouble.power_capped else 1.0)
+        power = 90_000 + util * (limit - 90_000) * (0.92 + 0.06 * self.rng.random())
+        g.power_mw = int(min(limit, power))
+        g.energy_mj += int(g.power_mw * dt)
+        target_temp = 42 + 30 * util + (16 if hot else 0) + g.index * 0.5
+        g.temp = round(target_temp + self.rng.gauss(0, 0.6))
+        reasons = 0
+        sm = g.max_sm_mhz
+        if hot and g.temp >= 85:
+            reasons |= 0x20 | 0x40  # software and hardware thermal slowdown
+            sm = int(g.max_sm_mhz * 0.72)
+        if self.trouble.power_capped and g.power_mw >= limit * 0.98:
+            reasons |= 0x4
+            sm = min(sm, int(g.max_sm_mhz * 0.86))
+        if util < 0.05:
+            reasons |= 0x1
+        g.clock_events = reasons
+        g.sm_mhz = sm - self.rng.randrange(0, 15)
+        g.pstate = 0
+        g.pcie_tx_kbs = int(1_500_000 * util + self.rng.random() * 200_000)
+        g.pcie_rx_kbs = int(9_000_000 * (1 - wave) * util + self.rng.random() * 500_000)
+        # NVLink all-reduce traffic, ~300 GB/s per direction at full tilt.
+        if g.nvlink_tx_kib is not None:
+            g.nvlink_tx_kib += int(300e9 / 1024 * util * dt * (0.9 + 0.2 * wave))
+            g.nvlink_rx_kib = (g.nvlink_rx_kib or 0) + int(300e9 / 1024 * util * dt *
+                                                           (0.9 + 0.2 * wave))
+        g.procs = [(self._pids[g.index], int(g.mem_used * 0.97))] if util > 0.05 else []
+        if g.index == 0 and self.next_xid is not None and now >= self.next_xid:
+            self.next_xid = now + (self.trouble.xid_every or 3600)
+            self.nvml.inject_xid(0, self.rng.choice((13, 31, 43, 63, 94)))
+
+    # -- host files -----------------------------------------------------------------
+
+    def files(self) -> dict[str, Callable[[], str]]:
+        return {
+            "proc/stat": self._stat,
+            "proc/loadavg": self._loadavg,
+            "proc/meminfo": self._meminfo,
+            "proc/uptime": self._uptime,
+            "proc/sys/kernel/random/boot_id": lambda: self.boot_id + "\n",
+        }
+
+    def _stat(self) -> str:
+        now = self.clock()
+        dt = max(0.0, now - self.last)
+        self.last = now
+        ticks = int(dt * 100 * self.cpus)
+        busy = int(ticks * (0.18 + 0.05 * self.rng.random()))
+        self.cpu_busy += busy
+        self.cpu_total += ticks
+        idle = self.cpu_total - self.cpu_busy
+        user = int(self.cpu_busy * 0.8)
+        system = self.cpu_busy - user
+        lines = [f"cpu  {user} 0 {system} {idle} 0 0 0 0 0 0"]
+        lines += [f"cpu{i} 0 0 0 0 0 0 0 0 0 0" for i in range(self.cpus)]
+        return "\n".join(lines) + "\n"
+
+    def _loadavg(self) -> str:
+        load = 22 + 3 * math.sin((self.clock() - self.t0) / 60)
+        return f"{load:.2f} {load * 0.98:.2f} {load * 0.95:.2f} 24/2100 {self.seed + 4000}\n"
+
+    def _meminfo(self) -> str:
+        total_kb = 2 * 1024**3  # 2 TiB in kB
+        avail_kb = int(total_kb * (0.55 + 0.02 * math.sin((self.clock() - self.t0) / 90)))
+        return (f"MemTotal:       {total_kb} kB\nMemFree:        {avail_kb // 2} kB\n"
+                f"MemAvailable:   {avail_kb} kB\n")
+
+    def _uptime(self) -> str:
+        up = self.uptime0 + self.clock() - self.t0
+        return f"{up:.2f} {up * 100:.2f}\n"
+
+
+class _SimNvml(FakeNvml):
+    def __init__(self, model: SimNodeModel, gpus: list[FakeGpu]) -> None:
+        super().__init__(gpus)
+        self._model = model
+
+    def refresh(self, gpu: FakeGpu) -> None:
+        # Move a GPU on at most once per read burst (many calls per sample).
+        now = self._model.clock()
+        if now - getattr(gpu, "_refreshed", -1.0) > 0.2:
+            gpu._refreshed = now  # type: ignore[attr-defined]
+            self._model.update_gpu(gpu)
+
+
+def troubles_for(nodes: int, seed: int) -> dict[int, NodeTrouble]:
+    """Which nodes get which trouble, the same for a seed."""
+    rng = random.Random(seed * 7919 + nodes)
+    picks = list(range(nodes))
+    rng.shuffle(picks)
+    out: dict[int, NodeTrouble] = {}
+    if nodes >= 2:
+        out[picks[0]] = NodeTrouble(hot_gpu=rng.randrange(8))
+    if nodes >= 4:
+        out[picks[1]] = NodeTrouble(power_capped=True)
+        out[picks[2]] = NodeTrouble(slow=1.18)
+    if nodes >= 8:
+        out[picks[3]] = NodeTrouble(xid_every=300.0)
+    return out

@@ -1,0 +1,89 @@
+"""Shared fixtures: the hardware boundary (a fake pynvml, temporary /proc trees) and
+real agents served over real sockets on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+
+from agent.files import FileTree
+from agent.node import AgentConfig, NodeAgent
+from agent.protocol import decode
+from agent.server import build_app
+from agent.sim.fake_nvml import FakeGpu, FakeNvml
+
+PROC_STAT = """cpu  1000 0 500 8000 500 0 0 0 0 0
+cpu0 500 0 250 4000 250 0 0 0 0 0
+cpu1 500 0 250 4000 250 0 0 0 0 0
+intr 1
+"""
+MEMINFO = """MemTotal:       16384000 kB
+MemFree:         1000000 kB
+MemAvailable:    8192000 kB
+"""
+
+
+def write_proc(root: Path, *, stat: str = PROC_STAT, loadavg: str = "1.50 1.25 1.00 2/300 42\n",
+               meminfo: str = MEMINFO, uptime: str = "3600.50 7000.00\n") -> Path:
+    proc = root / "proc"
+    (proc / "sys/kernel/random").mkdir(parents=True, exist_ok=True)
+    (proc / "stat").write_text(stat)
+    (proc / "loadavg").write_text(loadavg)
+    (proc / "meminfo").write_text(meminfo)
+    (proc / "uptime").write_text(uptime)
+    (proc / "sys/kernel/random/boot_id").write_text("0b6f2bd6-6d3c-4b34-9c5a-1f0c6d1f6a11\n")
+    return root
+
+
+@pytest.fixture
+def proc_root(tmp_path: Path) -> Path:
+    return write_proc(tmp_path / "root")
+
+
+@pytest.fixture
+def fake_nvml() -> Iterator[FakeNvml]:
+    """Eight busy H100s behind a fake `pynvml`, installed in sys.modules."""
+    gpus = [FakeGpu(i, util_gpu=90, util_mem=50, mem_used=60 * 1024**3, temp=60 + i,
+                    power_mw=600_000, energy_mj=1_000_000 * (i + 1), clock_events=0,
+                    procs=[(1000 + i, 50 * 1024**3)]) for i in range(8)]
+    fake = FakeNvml(gpus)
+    saved = sys.modules.get("pynvml")
+    fake.install()
+    yield fake
+    if saved is not None:
+        sys.modules["pynvml"] = saved
+    else:
+        sys.modules.pop("pynvml", None)
+
+
+def make_agent(proc_root: Path, nvml: FakeNvml | None, **config: object) -> NodeAgent:
+    cfg = AgentConfig(node_name=str(config.pop("node_name", "node-a")),
+                      interval=float(config.pop("interval", 0.2)), root=str(proc_root),
+                      **config)  # type: ignore[arg-type]
+    if nvml is None:
+        nvml = FakeNvml(0, driver=False)
+    return NodeAgent(cfg, files=FileTree(proc_root), nvml_loader=lambda: nvml)
+
+
+@contextlib.asynccontextmanager
+async def serve(agent: NodeAgent, token: str | None = None) -> AsyncIterator[TestServer]:
+    """A real aiohttp server for the agent on an ephemeral loopback port."""
+    server = TestServer(build_app(agent, token=token), host="127.0.0.1")
+    await server.start_server()
+    try:
+        yield server
+    finally:
+        await server.close()
+
+
+async def receive(ws: aiohttp.ClientWebSocketResponse, timeout: float = 5.0):  # type: ignore[no-untyped-def]
+    msg = await asyncio.wait_for(ws.receive(), timeout)
+    assert msg.type == aiohttp.WSMsgType.BINARY, msg
+    return decode(msg.data)

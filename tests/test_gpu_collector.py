@@ -1,0 +1,160 @@
+"""The GPU collector against a fake pynvml: units, unsupported fields, failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.collectors.gpu import GpuCollector, decode_clock_events, load_nvml
+from agent.sim.fake_nvml import NVML_ERROR_NO_PERMISSION, FakeGpu, FakeNvml
+
+
+def started(fake: FakeNvml) -> GpuCollector:
+    c = GpuCollector(lambda: fake)
+    c.start()
+    return c
+
+
+def test_reads_eight_gpus_in_si_units(fake_nvml: FakeNvml) -> None:
+    # Through the module name: the collector imports `pynvml`, which the fixture faked.
+    c = GpuCollector(load_nvml)
+    c.start()
+    assert c.status is None
+    assert c.driver_version == "550.90.07"
+    assert [g.index for g in c.inventory] == list(range(8))
+    info = c.inventory[3]
+    assert info.uuid == fake_nvml.gpus[3].uuid
+    assert info.mem_total == 80 * 1024**3
+    assert info.power_limit == 700.0
+    assert info.max_sm_clock == 1980e6
+    assert info.pci_bus_id.startswith("00000000:")
+    gpus, events = c.collect(now=1.0, wall=1000.0)
+    assert len(gpus) == 8 and events == []
+    g = gpus[3]
+    assert g["util"] == 0.9 and g["mem_util"] == 0.5
+    assert g["mem_used"] == 60 * 1024**3
+    assert g["temp"] == 63.0
+    assert g["power"] == 600.0 and g["power_limit"] == 700.0
+    assert g["energy"] == 4000.0  # mJ to J
+    assert g["sm_clock"] == 1980e6 and g["mem_clock"] == 2619e6
+    assert g["clock_events"] == []
+    assert g["pstate"] == 0
+    assert g["ecc_corrected"] == 0 and g["ecc_uncorrected"] == 0
+    assert g["remapped_rows"] == 0 and g["remap_failed"] == 0
+    assert g["procs"] == 1 and g["proc_mem"] == 50 * 1024**3
+    assert g["pcie_tx"] == 0.0
+    assert g["nvlink_tx"] is None  # a rate needs two reads
+    assert "errors" not in g and "failed" not in g
+
+
+def test_nvlink_rate_comes_from_the_counter_and_elapsed_time(fake_nvml: FakeNvml) -> None:
+    c = started(fake_nvml)
+    c.collect(now=10.0, wall=0)
+    fake_nvml.gpus[0].nvlink_tx_kib = 2 * 1024 * 1024  # 2 GiB later
+    fake_nvml.gpus[0].nvlink_rx_kib = 1024
+    gpus, _ = c.collect(now=12.0, wall=0)
+    assert gpus[0]["nvlink_tx"] == 1024**3  # bytes per second over the 2 s
+    assert gpus[0]["nvlink_rx"] == 512 * 1024  # 1 MiB over 2 s
+    assert gpus[0]["nvlink_tx_total"] == 2 * 1024**3
+
+
+def test_counter_reset_gives_no_rate_instead_of_a_negative_one(fake_nvml: FakeNvml) -> None:
+    c = started(fake_nvml)
+    fake_nvml.gpus[0].nvlink_tx_kib = 10_000
+    c.collect(now=1.0, wall=0)
+    fake_nvml.gpus[0].nvlink_tx_kib = 5  # driver reload
+    gpus, _ = c.collect(now=2.0, wall=0)
+    assert gpus[0]["nvlink_tx"] is None
+
+
+def test_unsupported_fields_are_nil_and_not_errors() -> None:
+    gpus = [FakeGpu(0, unsupported={"nvmlDeviceGetTotalEnergyConsumption",
+                                    "nvmlDeviceGetPcieThroughput",
+                                    "nvmlDeviceGetTotalEccErrors"},
+                    nvlink_tx_kib=None, nvlink_rx_kib=None, remapped=None)]
+    gpus[0].retired_pages = ([0x1000, 0x2000], [0x3000])
+    c = started(FakeNvml(gpus))
+    values, _ = c.collect(1.0, 0)
+    g = values[0]
+    for key in ("energy", "pcie_tx", "pcie_rx", "ecc_corrected", "ecc_uncorrected",
+                "nvlink_tx_total", "nvlink_tx", "remapped_rows", "remap_pending"):
+        assert g[key] is None, key
+    assert "errors" not in g
+    # Pre-Ampere: page retirement instead of row remapping.
+    assert g["retired_pages"] == 3
+    assert g["retired_pending"] == 0
+    assert g["temp"] is not None
+
+
+def test_other_nvml_errors_are_nil_with_the_reason() -> None:
+    gpus = [FakeGpu(0, errors={"nvmlDeviceGetPowerUsage": NVML_ERROR_NO_PERMISSION})]
+    values, _ = started(FakeNvml(gpus)).collect(1.0, 0)
+    assert values[0]["power"] is None
+    assert values[0]["errors"] == {"power": "Insufficient Permissions"}
+
+
+def test_gpu_lost_mid_run_fails_that_gpu_only_and_recovers(fake_nvml: FakeNvml) -> None:
+    c = started(fake_nvml)
+    c.collect(1.0, 100.0)
+    fake_nvml.gpus[5].lost = True
+    gpus, events = c.collect(2.0, 101.0)
+    assert gpus[5] == {"failed": "GPU is lost", "xid_total": 0, "last_xid": None}
+    assert all("failed" not in g for i, g in enumerate(gpus) if i != 5)
+    assert all(g["temp"] is not None for i, g in enumerate(gpus) if i != 5)
+    assert [(e.kind, e.gpu, e.severity) for e in events] == [("gpu_failed", 5, "critical")]
+    # Still failed: no second event.
+    _, events = c.collect(3.0, 102.0)
+    assert events == []
+    fake_nvml.gpus[5].lost = False
+    gpus, events = c.collect(4.0, 103.0)
+    assert "failed" not in gpus[5]
+    assert [(e.kind, e.gpu) for e in events] == [("gpu_recovered", 5)]
+
+
+def test_no_driver_says_why_and_reads_nothing() -> None:
+    c = started(FakeNvml(8, driver=False))
+    assert c.nvml is None
+    assert "NVML Shared Library Not Found" in (c.status or "")
+    assert c.collect(1.0, 0) == ([], [])
+
+
+def test_missing_binding_says_why() -> None:
+    def broken():  # type: ignore[no-untyped-def]
+        raise ImportError("No module named 'pynvml'")
+
+    c = GpuCollector(broken)
+    c.start()
+    assert "No module named 'pynvml'" in (c.status or "")
+
+
+def test_new_uncorrected_ecc_errors_raise_an_event(fake_nvml: FakeNvml) -> None:
+    c = started(fake_nvml)
+    c.collect(1.0, 0)
+    fake_nvml.gpus[2].ecc_uncorrected = 3
+    _, events = c.collect(2.0, 0)
+    assert [(e.kind, e.gpu, e.severity) for e in events] == [("ecc", 2, "critical")]
+    assert "3 new uncorrected" in events[0].message
+
+
+def test_inventory_change_is_detected(fake_nvml: FakeNvml) -> None:
+    c = started(fake_nvml)
+    assert not c.device_count_changed()
+    fake_nvml.gpus.pop()
+    assert c.device_count_changed()
+    assert c.refresh_inventory()
+    assert len(c.inventory) == 7
+
+
+@pytest.mark.parametrize(("mask", "names"), [
+    (0, []),
+    (0x1, ["gpu_idle"]),
+    (0x4 | 0x40, ["sw_power_cap", "hw_thermal_slowdown"]),
+    (0x1000, ["unknown_0x1000"]),
+])
+def test_clock_event_reasons_decode_to_names(mask: int, names: list[str]) -> None:
+    assert decode_clock_events(mask) == names
+
+
+def test_thermal_throttle_shows_in_the_sample(fake_nvml: FakeNvml) -> None:
+    fake_nvml.gpus[1].clock_events = 0x20 | 0x40
+    gpus, _ = started(fake_nvml).collect(1.0, 0)
+    assert gpus[1]["clock_events"] == ["sw_thermal_slowdown", "hw_thermal_slowdown"]

@@ -1,0 +1,187 @@
+"""Protocol v1: golden vectors, round trips of every message type, hostile input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.protocol import (
+    MAX_MESSAGE_BYTES,
+    Event,
+    GpuInfo,
+    Hello,
+    ProtocolError,
+    Sample,
+    Subscribe,
+    decode,
+    encode,
+)
+from agent.protocol.fields import GPU_FIELDS, HOST_FIELDS
+
+VECTORS = Path(__file__).parent / "vectors"
+VALID = sorted(p.stem for p in VECTORS.glob("*.msgpack"))
+INVALID_REASONS = json.loads((VECTORS / "invalid" / "reasons.json").read_text())
+
+
+def test_every_vector_has_its_json() -> None:
+    assert "hello" in VALID and "sample" in VALID and "event_xid" in VALID
+    for name in VALID:
+        assert (VECTORS / f"{name}.json").exists()
+
+
+@pytest.mark.parametrize("name", VALID)
+def test_golden_vector_decodes_to_its_json_and_reencodes_to_the_same_bytes(name: str) -> None:
+    data = (VECTORS / f"{name}.msgpack").read_bytes()
+    expected = json.loads((VECTORS / f"{name}.json").read_text())
+    assert msgpack.unpackb(data, raw=False) == expected
+    message = decode(data)
+    if name == "future_type_ignored":
+        assert message is None
+        return
+    assert message is not None
+    if name.startswith("future_"):
+        # Unknown fields pass through untouched; known ones decode as usual.
+        assert isinstance(message, Sample)
+        assert message.gpus == [{"util": 0.5, "tensor_core_util": 0.4}]
+        assert message.extra == {"fabric": {"ports": []}}
+        return
+    assert encode(message) == data
+
+
+def test_sample_vector_values_are_si_and_nil_for_unreadable() -> None:
+    sample = decode((VECTORS / "sample.msgpack").read_bytes())
+    assert isinstance(sample, Sample)
+    gpu = sample.gpus[0]
+    assert gpu["power"] == 640.5  # watts, not milliwatts
+    assert gpu["sm_clock"] == 1.98e9  # hertz, not MHz
+    assert 0 <= gpu["util"] <= 1
+    assert sample.gpus[1]["failed"] == "GPU is lost"
+    unreadable = decode((VECTORS / "sample_unreadable_fields.msgpack").read_bytes())
+    assert unreadable.gpus[0]["power"] is None
+    assert unreadable.gpus[0]["errors"]["power"] == "Insufficient Permissions"
+
+
+@pytest.mark.parametrize("name", sorted(INVALID_REASONS))
+def test_invalid_vectors_raise_the_typed_error_with_a_reason(name: str) -> None:
+    data = (VECTORS / "invalid" / f"{name}.msgpack").read_bytes()
+    with pytest.raises(ProtocolError) as err:
+        decode(data)
+    assert INVALID_REASONS[name] in err.value.reason
+
+
+def test_oversized_message_is_refused_before_unpacking() -> None:
+    data = msgpack.packb({"v": 1, "t": "sample", "pad": "x" * (MAX_MESSAGE_BYTES + 1)})
+    with pytest.raises(ProtocolError, match="exceeds the limit"):
+        decode(data)
+
+
+def test_huge_declared_lengths_are_refused() -> None:
+    # A map header claiming 2**31 entries must fail fast, not allocate.
+    with pytest.raises(ProtocolError):
+        decode(b"\xdf\x7f\xff\xff\xff")
+    with pytest.raises(ProtocolError):
+        decode(b"\xdd\x7f\xff\xff\xff")
+
+
+def test_deep_nesting_is_refused_not_a_crash() -> None:
+    data = b"\x91" * 100_000 + b"\xc0"
+    with pytest.raises(ProtocolError):
+        decode(data)
+
+
+def test_non_finite_and_boolean_numbers_are_refused() -> None:
+    for bad in (float("nan"), float("inf"), True):
+        data = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                              "gpus": [{"power": bad}]})
+        with pytest.raises(ProtocolError, match=r"sample.gpus\[0\].power"):
+            decode(data)
+
+
+# -- round trips -----------------------------------------------------------------------
+
+names = st.text(min_size=1, max_size=40)
+maybe_num = st.none() | st.floats(min_value=0, max_value=1e15, allow_nan=False) | st.integers(
+    0, 2**53)
+
+
+def _value(kind: str) -> st.SearchStrategy:
+    if kind == "num":
+        return st.none() | st.floats(allow_nan=False, allow_infinity=False, width=64)
+    if kind == "int":
+        return st.none() | st.integers(0, 2**63 - 1)
+    if kind == "str":
+        return st.none() | st.text(max_size=60)
+    if kind == "strlist":
+        return st.none() | st.lists(st.text(max_size=20), max_size=5)
+    return st.none() | st.dictionaries(st.text(max_size=10), st.text(max_size=20), max_size=3)
+
+
+gpu_values = st.fixed_dictionaries({}, optional={f.key: _value(f.kind) for f in GPU_FIELDS})
+host_values = st.fixed_dictionaries({}, optional={f.key: _value(f.kind) for f in HOST_FIELDS})
+gpu_info = st.builds(
+    GpuInfo, index=st.integers(0, 63), uuid=st.none() | names, name=st.none() | names,
+    mem_total=st.none() | st.integers(0, 2**40), power_limit=st.none() | st.floats(0, 2000),
+    pci_bus_id=st.none() | names, max_sm_clock=st.none() | st.floats(0, 5e9),
+    max_mem_clock=st.none() | st.floats(0, 5e9))
+timestamps = st.floats(min_value=0, max_value=4e9)
+intervals = st.floats(min_value=0.01, max_value=3600)
+
+hellos = st.builds(
+    Hello, node=names, agent_version=names, boot_id=st.none() | names, interval=intervals,
+    ts=timestamps, gpus=st.lists(gpu_info, max_size=8), driver_version=st.none() | names,
+    gpu_status=st.none() | names, families=st.lists(names, max_size=5),
+    host=st.dictionaries(names, st.none() | names, max_size=3))
+samples = st.builds(
+    Sample, seq=st.integers(0, 2**63 - 1), ts=timestamps, interval=intervals,
+    gpus=st.none() | st.lists(gpu_values, max_size=8), host=st.none() | host_values,
+    dropped=st.integers(0, 2**31))
+events = st.builds(
+    Event, ts=timestamps, kind=names, severity=st.sampled_from(["info", "warning", "critical"]),
+    message=st.text(max_size=200), gpu=st.none() | st.integers(0, 63),
+    code=st.none() | st.integers(-(2**31), 2**31), source=st.none() | names)
+subscribes = st.builds(
+    Subscribe, interval=st.none() | st.floats(min_value=0.001, max_value=3600),
+    families=st.none() | st.lists(names, max_size=5))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(hellos, samples, events, subscribes))
+def test_every_message_type_round_trips(message) -> None:  # type: ignore[no-untyped-def]
+    decoded = decode(encode(message))
+    assert decoded == message
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=512))
+def test_arbitrary_bytes_decode_or_raise_the_typed_error(data: bytes) -> None:
+    try:
+        decode(data)
+    except ProtocolError as exc:
+        assert exc.reason
+
+
+json_like = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(
+        max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(
+        st.text(max_size=10), children, max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["hello", "sample", "event", "subscribe"]),
+       st.dictionaries(st.sampled_from(["seq", "ts", "interval", "gpus", "host", "node",
+                                        "agent_version", "inventory", "kind", "severity",
+                                        "gpu", "code", "families", "dropped", "message"]),
+                       json_like, max_size=8))
+def test_wrongly_shaped_messages_raise_the_typed_error(kind: str, fields: dict) -> None:
+    data = msgpack.packb({"v": 1, "t": kind, **fields}, use_bin_type=True)
+    try:
+        decode(data)
+    except ProtocolError as exc:
+        assert exc.reason

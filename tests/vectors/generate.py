@@ -1,0 +1,120 @@
+"""Write the golden vectors of protocol v1. Run once; the files are then fixed.
+
+    python tests/vectors/generate.py
+
+Each valid vector is NAME.msgpack (the exact bytes) beside NAME.json (the same map as
+JSON). Each invalid one is invalid/NAME.msgpack with the decoder's expected reason in
+invalid/reasons.json. An agent in another language passes when it decodes the valid
+vectors to the JSON maps and rejects the invalid ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgpack
+
+HERE = Path(__file__).parent
+
+GPU = {
+    "util": 0.93, "mem_util": 0.55, "mem_used": 73902323712, "mem_total": 85899345920,
+    "temp": 68.0, "power": 640.5, "power_limit": 700.0, "energy": 1234567.25,
+    "sm_clock": 1980000000.0, "mem_clock": 2619000000.0, "clock_events": [],
+    "pstate": 0, "ecc_corrected": 2, "ecc_uncorrected": 0, "retired_pages": None,
+    "retired_pending": None, "remapped_rows": 0, "remap_pending": 0, "remap_failed": 0,
+    "pcie_tx": 1.5e9, "pcie_rx": 6.25e9, "nvlink_tx": 2.5e11, "nvlink_rx": 2.5e11,
+    "nvlink_tx_total": 900000000000, "nvlink_rx_total": 900000000000,
+    "procs": 1, "proc_mem": 71000000000, "xid_total": 0, "last_xid": None,
+}
+
+VALID = {
+    "hello": {
+        "v": 1, "t": "hello", "node": "gpu001", "agent_version": "0.1.0",
+        "boot_id": "0b6f2bd6-6d3c-4b34-9c5a-1f0c6d1f6a11", "interval": 1.0,
+        "ts": 1796000000.5, "families": ["gpu", "host", "events"],
+        "inventory": {
+            "gpus": [{"index": 0, "uuid": "GPU-5f2a1c3e-0000-4000-8000-000000000000",
+                      "name": "NVIDIA H100 80GB HBM3", "mem_total": 85899345920,
+                      "power_limit": 700.0, "pci_bus_id": "00000000:18:00.0",
+                      "max_sm_clock": 1980000000.0, "max_mem_clock": 2619000000.0}],
+            "driver_version": "550.90.07", "gpu_status": None,
+        },
+        "host": {"hostname": "gpu001"},
+    },
+    "hello_no_driver": {
+        "v": 1, "t": "hello", "node": "login01", "agent_version": "0.1.0", "boot_id": None,
+        "interval": 1.0, "ts": 1796000000.0, "families": ["gpu", "host", "events"],
+        "inventory": {"gpus": [], "driver_version": None,
+                      "gpu_status": "no NVIDIA driver or GPU: NVML init failed "
+                                    "(NVML Shared Library Not Found)"},
+        "host": {"hostname": "login01"},
+    },
+    "sample": {
+        "v": 1, "t": "sample", "seq": 42, "ts": 1796000041.5, "interval": 1.0,
+        "gpus": [GPU, {"failed": "GPU is lost", "xid_total": 1, "last_xid": 79}],
+        "host": {"cpu_util": 0.21, "cpus": 128, "load1": 22.5, "load5": 21.0,
+                 "load15": 20.0, "mem_total": 2199023255552, "mem_available": 1209956446208,
+                 "mem_used": 989066809344, "uptime": 1140041.75},
+        "dropped": 3,
+    },
+    "sample_unreadable_fields": {
+        "v": 1, "t": "sample", "seq": 7, "ts": 1796000007.0, "interval": 1.0,
+        "gpus": [{"util": None, "temp": 41.0, "power": None,
+                  "errors": {"power": "Insufficient Permissions"}}],
+        "host": {"cpu_util": None, "errors": {"cpu_util": "proc/stat: permission denied"}},
+    },
+    "event_xid": {
+        "v": 1, "t": "event", "ts": 1796000050.25, "kind": "xid", "severity": "critical",
+        "message": "XID 79 on GPU 3: GPU has fallen off the bus", "gpu": 3, "code": 79,
+        "source": "gpu",
+    },
+    "event_collector_failed": {
+        "v": 1, "t": "event", "ts": 1796000051.0, "kind": "collector_failed",
+        "severity": "warning", "message": "host collector failed: proc/stat: missing",
+        "gpu": None, "code": None, "source": "host",
+    },
+    "subscribe": {"v": 1, "t": "subscribe", "interval": 5.0, "families": ["gpu", "events"]},
+    "future_type_ignored": {"v": 1, "t": "relay_batch_v9", "payload": [1, 2, 3]},
+    "future_fields_ignored": {
+        "v": 1, "t": "sample", "seq": 1, "ts": 1796000000.0, "interval": 1.0,
+        "gpus": [{"util": 0.5, "tensor_core_util": 0.4}], "host": {}, "fabric": {"ports": []},
+    },
+}
+
+INVALID = {
+    "not_a_map": ([1, 2, 3], "message must be a map"),
+    "no_version": ({"t": "sample"}, "protocol version"),
+    "no_type": ({"v": 1}, "message type"),
+    "sample_bad_seq": ({"v": 1, "t": "sample", "seq": -1, "ts": 1.0, "interval": 1.0},
+                       "sample.seq"),
+    "sample_string_temp": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                            "gpus": [{"temp": "hot"}]}, "sample.gpus[0].temp"),
+    "sample_zero_interval": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 0},
+                             "sample.interval"),
+    "hello_no_node": ({"v": 1, "t": "hello", "agent_version": "x", "interval": 1.0,
+                       "ts": 1.0}, "hello.node"),
+    "event_bad_gpu": ({"v": 1, "t": "event", "ts": 1.0, "kind": "xid", "severity": "warning",
+                       "gpu": "three"}, "event.gpu"),
+    "subscribe_bad_interval": ({"v": 1, "t": "subscribe", "interval": -5}, "subscribe.interval"),
+}
+
+
+def main() -> None:
+    for name, wire in VALID.items():
+        (HERE / f"{name}.msgpack").write_bytes(msgpack.packb(wire, use_bin_type=True))
+        (HERE / f"{name}.json").write_text(json.dumps(wire, indent=2) + "\n")
+    invalid = HERE / "invalid"
+    invalid.mkdir(exist_ok=True)
+    reasons = {}
+    for name, (wire, reason) in INVALID.items():
+        (invalid / f"{name}.msgpack").write_bytes(msgpack.packb(wire, use_bin_type=True))
+        reasons[name] = reason
+    (invalid / "truncated.msgpack").write_bytes(
+        msgpack.packb(VALID["sample"], use_bin_type=True)[:40])
+    reasons["truncated"] = "not a valid msgpack message"
+    (invalid / "reasons.json").write_text(json.dumps(reasons, indent=2, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Cluster state, efficiency, SLO and alert logic: plain Python, no textual."""
