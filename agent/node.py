@@ -8,6 +8,7 @@ binding and the file tree under it differ.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import time
@@ -44,8 +45,8 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if not self.node_name:
             self.node_name = socket.gethostname()
-        if not 0.05 <= self.interval <= 3600:
-            raise ValueError(f"interval must be between 0.05 and 3600 s, got {self.interval}")
+        if not 0.01 <= self.interval <= 3600:
+            raise ValueError(f"interval must be between 0.01 and 3600 s, got {self.interval}")
 
 
 @dataclass(slots=True)
@@ -107,10 +108,8 @@ class NodeAgent:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
             self._task = None
         loop = asyncio.get_running_loop()
         if self._xid is not None:
@@ -169,9 +168,7 @@ class NodeAgent:
             self._family_failed("gpu", f"GPU collector error: {exc}", wall, events)
         try:
             host = self.host.collect(now)
-            if host.get("errors") and all(
-                host.get(k) is None for k in ("cpu_util", "load1", "mem_total", "uptime")
-            ):
+            if self.host.reads and self.host.failed_reads == self.host.reads:
                 self._family_failed("host", "; ".join(sorted(set(host["errors"].values()))),
                                     wall, events)
             else:

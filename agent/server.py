@@ -8,6 +8,7 @@ every open stream on shutdown, as aiohttp's own examples do.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import weakref
 from collections.abc import AsyncIterator
@@ -36,13 +37,13 @@ PROTECTED = ("/v1/", "/metrics")
 @web.middleware
 async def _auth(request: web.Request, handler):  # type: ignore[no-untyped-def]
     token = request.app.get(TOKEN)
-    if token and request.path.startswith(PROTECTED):
-        if not token_matches(request.headers.get("Authorization"), token):
-            log.warning("rejected %s %s from %s: missing or wrong token", request.method,
-                        request.path, request.remote)
-            raise web.HTTPUnauthorized(
-                text="401: missing or wrong bearer token\n",
-                headers={"WWW-Authenticate": 'Bearer realm="tuimon"'})
+    if (token and request.path.startswith(PROTECTED)
+            and not token_matches(request.headers.get("Authorization"), token)):
+        log.warning("rejected %s %s from %s: missing or wrong token", request.method,
+                    request.path, request.remote)
+        raise web.HTTPUnauthorized(
+            text="401: missing or wrong bearer token\n",
+            headers={"WWW-Authenticate": 'Bearer realm="tuimon"'})
     return await handler(request)
 
 
@@ -106,10 +107,8 @@ async def stream(request: web.Request) -> web.StreamResponse:
                 break
     finally:
         writer.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError, ConnectionError, RuntimeError):
             await writer
-        except (asyncio.CancelledError, ConnectionError, RuntimeError):
-            pass
         agent.hub.disconnect(client)
     return ws
 

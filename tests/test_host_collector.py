@@ -67,3 +67,13 @@ def test_counter_going_backwards_gives_no_cpu_rate(proc_root: Path) -> None:
     c.collect(0.0)
     (proc_root / "proc/stat").write_text("cpu  10 0 5 80 5 0 0 0 0 0\n")
     assert c.collect(1.0)["cpu_util"] is None
+
+
+def test_load_average_is_reread_on_the_kernels_5_s_period(proc_root: Path) -> None:
+    c = HostCollector(FileTree(proc_root))
+    assert c.collect(0.0)["load1"] == 1.5
+    (proc_root / "proc/loadavg").write_text("9.00 8.00 7.00 1/1 1\n")
+    assert c.collect(1.0)["load1"] == 1.5  # the kernel has not recomputed it yet either
+    assert c.collect(5.0)["load1"] == 9.0
+    # Uptime moves with the monotonic clock between reads of /proc/uptime.
+    assert c.collect(7.5)["uptime"] == 3600.5 + 7.5

@@ -9,6 +9,7 @@ runs them in a worker thread, never on the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import logging
@@ -37,6 +38,10 @@ GPU_NOT_FOUND = 28
 # Errors after which nothing on this GPU can be trusted.
 FATAL_CODES = frozenset({GPU_IS_LOST, RESET_REQUIRED, GPU_NOT_FOUND})
 QUIET_CODES = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND})
+# Values that change rarely (power limit, row remapping) are read every SLOW_EVERY samples.
+SLOW_EVERY = 10
+MEMORY_HEALTH_KEYS = ("remapped_rows", "remap_pending", "remap_failed", "retired_pages",
+                      "retired_pending")
 
 
 class GpuFailed(Exception):
@@ -112,6 +117,9 @@ class GpuCollector:
         self._last_ecc: dict[int, int] = {}
         self.xid_total: dict[int, int] = {}
         self.last_xid: dict[int, int] = {}
+        self._slow: dict[tuple[int, str], Any] = {}
+        self._reads: dict[int, int] = {}
+        self._reasons_fn: Callable[[Any], int] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -132,6 +140,8 @@ class GpuCollector:
             return
         self.nvml = nvml
         self.status = None
+        self._reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+            getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
         try:
             self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
         except nvml.NVMLError:
@@ -140,10 +150,8 @@ class GpuCollector:
 
     def close(self) -> None:
         if self.nvml is not None:
-            try:
+            with contextlib.suppress(self.nvml.NVMLError):
                 self.nvml.nvmlShutdown()
-            except self.nvml.NVMLError:
-                pass
             self.nvml = None
 
     def refresh_inventory(self) -> bool:
@@ -230,6 +238,7 @@ class GpuCollector:
                     values = {"failed": reason}
                     self._failed[i] = reason
                     self._rates.forget(i)
+                    self._reads.pop(i, None)  # read everything again once it is back
             values["xid_total"] = self.xid_total.get(i, 0)
             values["last_xid"] = self.last_xid.get(i)
             failed_now = values.get("failed")
@@ -268,8 +277,11 @@ class GpuCollector:
 
         power = r("power", nvml.nvmlDeviceGetPowerUsage, h)  # mW
         v["power"] = power / 1000.0 if power is not None else None
-        limit = r("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
-        v["power_limit"] = limit / 1000.0 if limit is not None else None
+        slow = self._slow_due(i)
+        if slow:
+            limit = r("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+            self._slow[(i, "power_limit")] = limit / 1000.0 if limit is not None else None
+        v["power_limit"] = self._slow.get((i, "power_limit"))
         energy = r("energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)  # mJ
         v["energy"] = energy / 1000.0 if energy is not None else None
 
@@ -278,8 +290,7 @@ class GpuCollector:
         memclk = r("mem_clock", nvml.nvmlDeviceGetClockInfo, h, 2)  # NVML_CLOCK_MEM
         v["mem_clock"] = memclk * MHZ if memclk is not None else None
 
-        reasons_fn = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        reasons_fn = self._reasons_fn
         mask = r("clock_events", reasons_fn, h) if reasons_fn else None
         v["clock_events"] = decode_clock_events(int(mask)) if mask is not None else None
 
@@ -292,24 +303,10 @@ class GpuCollector:
         v["ecc_corrected"] = int(corr) if corr is not None else None
         v["ecc_uncorrected"] = int(unc) if unc is not None else None
 
-        rows = r("remapped_rows", nvml.nvmlDeviceGetRemappedRows, h)
-        if rows is not None:
-            corr_rows, unc_rows, pending, failure = rows
-            v["remapped_rows"] = int(corr_rows) + int(unc_rows)
-            v["remap_pending"] = 1 if pending else 0
-            v["remap_failed"] = 1 if failure else 0
-            v["retired_pages"] = v["retired_pending"] = None
-        else:
-            # Pre-Ampere GPUs retire pages instead of remapping rows.
-            v["remapped_rows"] = v["remap_pending"] = v["remap_failed"] = None
-            single = r("retired_pages", nvml.nvmlDeviceGetRetiredPages, h, 0)
-            double = r("retired_pages", nvml.nvmlDeviceGetRetiredPages, h, 1)
-            if single is None and double is None:
-                v["retired_pages"] = None
-            else:
-                v["retired_pages"] = len(single or ()) + len(double or ())
-            pend = r("retired_pending", nvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
-            v["retired_pending"] = (1 if pend else 0) if pend is not None else None
+        if slow:
+            self._read_memory_health(i, h, r)
+        for key in MEMORY_HEALTH_KEYS:
+            v[key] = self._slow.get((i, key))
 
         tx = r("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, 0)  # KB/s
         rx = r("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, 1)
@@ -334,6 +331,38 @@ class GpuCollector:
             v["errors"] = r.errors
         return v
 
+    def _read_memory_health(self, i: int, h: Any, r: _Reader) -> None:
+        """Remapped rows (Ampere and later) or retired pages (before): these change
+        rarely and cost several calls, so they are read every SLOW_EVERY samples."""
+        nvml = self.nvml
+        mh: dict[str, Any] = {}
+        rows = r("remapped_rows", nvml.nvmlDeviceGetRemappedRows, h)
+        if rows is not None:
+            corr_rows, unc_rows, pending, failure = rows
+            mh["remapped_rows"] = int(corr_rows) + int(unc_rows)
+            mh["remap_pending"] = 1 if pending else 0
+            mh["remap_failed"] = 1 if failure else 0
+            mh["retired_pages"] = mh["retired_pending"] = None
+        else:
+            # Pre-Ampere GPUs retire pages instead of remapping rows.
+            mh["remapped_rows"] = mh["remap_pending"] = mh["remap_failed"] = None
+            single = r("retired_pages", nvml.nvmlDeviceGetRetiredPages, h, 0)
+            double = r("retired_pages", nvml.nvmlDeviceGetRetiredPages, h, 1)
+            if single is None and double is None:
+                mh["retired_pages"] = None
+            else:
+                mh["retired_pages"] = len(single or ()) + len(double or ())
+            pend = r("retired_pending", nvml.nvmlDeviceGetRetiredPagesPendingStatus, h)
+            mh["retired_pending"] = (1 if pend else 0) if pend is not None else None
+
+        for key, value in mh.items():
+            self._slow[(i, key)] = value
+
+    def _slow_due(self, i: int) -> bool:
+        n = self._reads.get(i, 0)
+        self._reads[i] = n + 1
+        return n % SLOW_EVERY == 0
+
     def _nvlink_counters(self, r: _Reader, h: Any) -> tuple[int | None, int | None]:
         values = r("nvlink", self.nvml.nvmlDeviceGetFieldValues, h,
                    [(FI_NVLINK_DATA_TX, UINT_MAX), (FI_NVLINK_DATA_RX, UINT_MAX)])
@@ -352,6 +381,9 @@ class GpuCollector:
     def note_xid(self, index: int, code: int) -> None:
         self.xid_total[index] = self.xid_total.get(index, 0) + 1
         self.last_xid[index] = code
+        # Any XID may come with remapped rows or a changed power state: re-read the
+        # slow fields at the next sample instead of up to SLOW_EVERY samples later.
+        self._reads.pop(index, None)
 
     def handle_index(self, handle: Any) -> int | None:
         """Map an NVML handle from an event back to the GPU index."""

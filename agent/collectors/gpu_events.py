@@ -7,6 +7,7 @@ sampler and every stream stay free. Each event is handed to the loop with
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -95,10 +96,8 @@ class XidWatcher:
             self._thread.join(timeout=2 * WAIT_MS / 1000 + 1)
         nvml = self.collector.nvml
         if self._set is not None and nvml is not None:
-            try:
+            with contextlib.suppress(nvml.NVMLError):
                 nvml.nvmlEventSetFree(self._set)
-            except nvml.NVMLError:
-                pass
             self._set = None
 
     def _run(self) -> None:

@@ -8,6 +8,10 @@ from agent.files import FileTree, ReadError
 from agent.rates import RateTracker
 
 
+LOAD_PERIOD = 5.0  # the kernel's LOAD_FREQ
+UPTIME_PERIOD = 60.0
+
+
 class ParseError(ValueError):
     """A file's contents are not in the format the kernel writes."""
 
@@ -44,11 +48,16 @@ def parse_loadavg(text: str) -> tuple[float, float, float]:
         raise ParseError(f"unexpected loadavg {text[:60]!r}") from None
 
 
-def parse_meminfo(text: str) -> dict[str, int]:
-    """Return meminfo values in bytes (the kernel writes kB = KiB)."""
+MEMINFO_KEYS = frozenset({"MemTotal", "MemFree", "MemAvailable", "Buffers", "Cached"})
+
+
+def parse_meminfo(text: str, keys: frozenset[str] = MEMINFO_KEYS) -> dict[str, int]:
+    """Return the wanted meminfo values in bytes (the kernel writes kB = KiB)."""
     out: dict[str, int] = {}
     for line in text.splitlines():
         name, _, rest = line.partition(":")
+        if name not in keys:
+            continue
         fields = rest.split()
         if not fields:
             continue
@@ -77,6 +86,11 @@ class HostCollector:
     def __init__(self, files: FileTree) -> None:
         self.files = files
         self._rates = RateTracker()
+        self._load: tuple[float, float, float, float] | None = None
+        self._uptime: tuple[float, float] | None = None
+        # Files read, and how many failed, in the last collect().
+        self.reads = 0
+        self.failed_reads = 0
 
     def boot_id(self) -> str | None:
         try:
@@ -88,11 +102,14 @@ class HostCollector:
         """One reading; a field that fails is nil and its reason is in `errors`."""
         values: dict[str, Any] = {}
         errors: dict[str, str] = {}
+        self.reads = self.failed_reads = 0
 
         def attempt(fields: tuple[str, ...], path: str, fn: Any) -> None:
+            self.reads += 1
             try:
                 fn(self.files.read_text(path))
             except (ReadError, ParseError) as exc:
+                self.failed_reads += 1
                 reason = f"{path}: {exc.reason if isinstance(exc, ReadError) else exc}"
                 for f in fields:
                     values[f] = None
@@ -125,9 +142,22 @@ class HostCollector:
             values["uptime"] = parse_uptime(text)
 
         attempt(("cpu_util", "cpus"), "proc/stat", stat)
-        attempt(("load1", "load5", "load15"), "proc/loadavg", load)
         attempt(("mem_total", "mem_available", "mem_used"), "proc/meminfo", mem)
-        attempt(("uptime",), "proc/uptime", uptime)
+        # The kernel recomputes load averages every 5 s, and uptime only moves with the
+        # clock: re-reading them every sample would cost two file reads for nothing.
+        if self._load is None or now - self._load[0] >= LOAD_PERIOD:
+            attempt(("load1", "load5", "load15"), "proc/loadavg", load)
+            if values.get("load1") is not None:
+                self._load = (now, values["load1"], values["load5"], values["load15"])
+            else:
+                self._load = None
+        else:
+            _, values["load1"], values["load5"], values["load15"] = self._load
+        if self._uptime is None or now - self._uptime[0] >= UPTIME_PERIOD:
+            attempt(("uptime",), "proc/uptime", uptime)
+            self._uptime = (now, values["uptime"]) if values.get("uptime") is not None else None
+        else:
+            values["uptime"] = self._uptime[1] + (now - self._uptime[0])
         if errors:
             values["errors"] = errors
         return values

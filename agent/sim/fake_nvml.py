@@ -62,27 +62,27 @@ class _Util:
 
 @dataclass
 class _Pci:
-    busId: str  # noqa: N815 - NVML's name
+    busId: str
 
 
 @dataclass
 class _Proc:
     pid: int
-    usedGpuMemory: int  # noqa: N815
+    usedGpuMemory: int
 
 
 @dataclass
 class _FieldValue:
-    fieldId: int  # noqa: N815
-    nvmlReturn: int  # noqa: N815
+    fieldId: int
+    nvmlReturn: int
     value: Any
 
 
 @dataclass
 class _EventData:
     device: Any
-    eventType: int  # noqa: N815
-    eventData: int  # noqa: N815
+    eventType: int
+    eventData: int
 
 
 @dataclass
@@ -178,23 +178,23 @@ class FakeNvml(types.ModuleType):
 
     # -- system -----------------------------------------------------------------------
 
-    def nvmlInit(self) -> None:  # noqa: N802 - NVML's names throughout
+    def nvmlInit(self) -> None:
         if not self.driver:
             raise NVMLError(NVML_ERROR_LIBRARY_NOT_FOUND)
         self.initialised = True
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self.initialised = False
 
-    def nvmlSystemGetDriverVersion(self) -> str:  # noqa: N802
+    def nvmlSystemGetDriverVersion(self) -> str:
         return self.driver_version
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802
+    def nvmlDeviceGetCount(self) -> int:
         if not self.initialised:
             raise NVMLError(NVML_ERROR_UNINITIALIZED)
         return len(self.gpus)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         if not 0 <= index < len(self.gpus):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         if self.gpus[index].lost:
@@ -203,72 +203,72 @@ class FakeNvml(types.ModuleType):
 
     # -- device -----------------------------------------------------------------------
 
-    def nvmlDeviceGetUUID(self, h: int) -> str:  # noqa: N802
+    def nvmlDeviceGetUUID(self, h: int) -> str:
         return self._gpu(h, "nvmlDeviceGetUUID").uuid
 
-    def nvmlDeviceGetName(self, h: int) -> str:  # noqa: N802
+    def nvmlDeviceGetName(self, h: int) -> str:
         return self._gpu(h, "nvmlDeviceGetName").name
 
-    def nvmlDeviceGetPciInfo(self, h: int) -> _Pci:  # noqa: N802
+    def nvmlDeviceGetPciInfo(self, h: int) -> _Pci:
         g = self._gpu(h, "nvmlDeviceGetPciInfo")
         return _Pci(f"00000000:{0x18 + 0x10 * g.index:02X}:00.0")
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> _Memory:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> _Memory:
         g = self._gpu(h, "nvmlDeviceGetMemoryInfo")
         return _Memory(g.mem_total, g.mem_used, g.mem_total - g.mem_used)
 
-    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: int) -> int:
         return self._gpu(h, "nvmlDeviceGetEnforcedPowerLimit").power_limit_mw
 
-    def nvmlDeviceGetMaxClockInfo(self, h: int, kind: int) -> int:  # noqa: N802
+    def nvmlDeviceGetMaxClockInfo(self, h: int, kind: int) -> int:
         g = self._gpu(h, "nvmlDeviceGetMaxClockInfo")
         return g.max_sm_mhz if kind == 1 else g.max_mem_mhz
 
-    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
         g = self._gpu(h, "nvmlDeviceGetClockInfo")
         return g.sm_mhz if kind == 1 else g.mem_mhz
 
-    def nvmlDeviceGetUtilizationRates(self, h: int) -> _Util:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, h: int) -> _Util:
         g = self._gpu(h, "nvmlDeviceGetUtilizationRates")
         return _Util(g.util_gpu, g.util_mem)
 
-    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
         return self._gpu(h, "nvmlDeviceGetTemperature").temp
 
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         return self._gpu(h, "nvmlDeviceGetPowerUsage").power_mw
 
-    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
         return self._gpu(h, "nvmlDeviceGetTotalEnergyConsumption").energy_mj
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: int) -> int:
         return self._gpu(h, "nvmlDeviceGetCurrentClocksEventReasons").clock_events
 
-    def nvmlDeviceGetPerformanceState(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetPerformanceState(self, h: int) -> int:
         return self._gpu(h, "nvmlDeviceGetPerformanceState").pstate
 
-    def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:  # noqa: N802
+    def nvmlDeviceGetTotalEccErrors(self, h: int, kind: int, counter: int) -> int:
         g = self._gpu(h, "nvmlDeviceGetTotalEccErrors")
         return g.ecc_corrected if kind == 0 else g.ecc_uncorrected
 
-    def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:  # noqa: N802
+    def nvmlDeviceGetRemappedRows(self, h: int) -> tuple[int, int, int, int]:
         g = self._gpu(h, "nvmlDeviceGetRemappedRows")
         if g.remapped is None:
             raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
         return g.remapped
 
-    def nvmlDeviceGetRetiredPages(self, h: int, cause: int) -> list[int]:  # noqa: N802
+    def nvmlDeviceGetRetiredPages(self, h: int, cause: int) -> list[int]:
         return list(self._gpu(h, "nvmlDeviceGetRetiredPages").retired_pages[cause])
 
-    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: int) -> int:  # noqa: N802
+    def nvmlDeviceGetRetiredPagesPendingStatus(self, h: int) -> int:
         self._gpu(h, "nvmlDeviceGetRetiredPagesPendingStatus")
         return 0
 
-    def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:  # noqa: N802
+    def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:
         g = self._gpu(h, "nvmlDeviceGetPcieThroughput")
         return g.pcie_tx_kbs if counter == 0 else g.pcie_rx_kbs
 
-    def nvmlDeviceGetFieldValues(self, h: int, ids: list[Any]) -> list[_FieldValue]:  # noqa: N802
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[Any]) -> list[_FieldValue]:
         g = self._gpu(h, "nvmlDeviceGetFieldValues")
         out = []
         for fid in ids:
@@ -278,24 +278,24 @@ class FakeNvml(types.ModuleType):
             out.append(_FieldValue(fid, ret, types.SimpleNamespace(ullVal=v or 0)))
         return out
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[_Proc]:  # noqa: N802
+    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[_Proc]:
         g = self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")
         return [_Proc(pid, mem) for pid, mem in g.procs]
 
     # -- events -----------------------------------------------------------------------
 
-    def nvmlEventSetCreate(self) -> str:  # noqa: N802
+    def nvmlEventSetCreate(self) -> str:
         return "event-set"
 
-    def nvmlDeviceRegisterEvents(self, h: int, mask: int, event_set: Any) -> None:  # noqa: N802
+    def nvmlDeviceRegisterEvents(self, h: int, mask: int, event_set: Any) -> None:
         g = self._gpu(h, "nvmlDeviceRegisterEvents")
         self._registered[g.index] = self._registered.get(g.index, 0) | mask
 
-    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> _EventData:  # noqa: N802
+    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> _EventData:
         try:
             return self._events.get(timeout=timeout_ms / 1000)
         except queue.Empty:
             raise NVMLError(NVML_ERROR_TIMEOUT) from None
 
-    def nvmlEventSetFree(self, event_set: Any) -> None:  # noqa: N802
+    def nvmlEventSetFree(self, event_set: Any) -> None:
         pass

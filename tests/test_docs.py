@@ -1,0 +1,45 @@
+"""The documents list what the code sends: every wire field and every metric."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.metrics import make_registry, render
+from agent.protocol import Event
+from agent.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS
+from agent.sim.fake_nvml import FakeNvml
+from tests.conftest import make_agent
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def test_protocol_doc_lists_every_field() -> None:
+    text = (DOCS / "protocol.md").read_text()
+    for f in (*GPU_FIELDS, *HOST_FIELDS, *GPU_INFO_FIELDS):
+        assert f"`{f.key}`" in text, f.key
+
+
+def test_metrics_doc_lists_every_exported_metric(proc_root: Path) -> None:
+    fake = FakeNvml(2)
+    fake.gpus[0].clock_events = 0x40
+    agent = make_agent(proc_root, fake)
+
+    async def scrape() -> str:
+        await agent.start(sampling=False)
+        await agent.sample_once()
+        await agent.sample_once()
+        agent.emit_event(Event(0.0, "xid", "warning", "an event, so its counter shows"))
+        await agent.stop()
+        return render(make_registry(agent)).decode()
+
+    exposed = set()
+    for family in text_string_to_metric_families(asyncio.run(scrape())):
+        for sample in family.samples:
+            exposed.add(sample.name)
+    documented = set(re.findall(r"`(tuimon_[a-z0-9_]+)`", (DOCS / "metrics.md").read_text()))
+    assert len(exposed) > 40
+    assert exposed - documented == set()
