@@ -41,6 +41,7 @@ class AgentConfig:
     max_clients: int = 256
     queue_frames: int = 32
     watch_xid: bool = True
+    xid_wait: float = 2.0  # seconds one NVML event wait blocks (bounds stop() time)
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -99,7 +100,7 @@ class NodeAgent:
         if self.gpu.status:
             log.info("%s: %s", self.config.node_name, self.gpu.status)
         if self.config.watch_xid and self.gpu.nvml is not None:
-            self._xid = XidWatcher(self.gpu, self.emit_event_threadsafe)
+            self._xid = XidWatcher(self.gpu, self.emit_event_threadsafe, self.config.xid_wait)
             if not self._xid.start():
                 log.info("%s: XID events off: %s", self.config.node_name, self._xid.status)
         if sampling:

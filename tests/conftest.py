@@ -66,6 +66,7 @@ def fake_nvml() -> Iterator[FakeNvml]:
 def make_agent(proc_root: Path, nvml: FakeNvml | None, **config: object) -> NodeAgent:
     cfg = AgentConfig(node_name=str(config.pop("node_name", "node-a")),
                       interval=float(config.pop("interval", 0.2)), root=str(proc_root),
+                      xid_wait=float(config.pop("xid_wait", 0.2)),
                       **config)  # type: ignore[arg-type]
     if nvml is None:
         nvml = FakeNvml(0, driver=False)

@@ -1,4 +1,4 @@
-"""The headless halves never import textual (DESIGN.md: agent/ and tuimon/model/)."""
+"""The headless halves never import textual: agent/, tuimon/model/, tuimon/sources/."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 import agent
 import tuimon.model
+import tuimon.sources
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -22,7 +23,7 @@ def _modules(package) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def test_headless_packages_do_not_import_textual() -> None:
-    modules = _modules(agent) + _modules(tuimon.model)
+    modules = _modules(agent) + _modules(tuimon.model) + _modules(tuimon.sources)
     assert "agent.node" in modules and "agent.server" in modules
     code = (
         "import importlib, sys\n"
@@ -38,7 +39,7 @@ def test_headless_packages_do_not_import_textual() -> None:
 
 def test_no_textual_import_statement_in_headless_sources() -> None:
     offenders = []
-    for folder in (ROOT / "agent", ROOT / "tuimon" / "model"):
+    for folder in (ROOT / "agent", ROOT / "tuimon" / "model", ROOT / "tuimon" / "sources"):
         for path in folder.rglob("*.py"):
             for line in path.read_text().splitlines():
                 stripped = line.strip()

@@ -23,7 +23,9 @@ EV_SINGLE_BIT_ECC = 0x1
 EV_DOUBLE_BIT_ECC = 0x2
 EV_XID = 0x8
 TIMEOUT_CODE = 10  # NVML_ERROR_TIMEOUT
-WAIT_MS = 250
+# How long one wait blocks. Events return at once; the timeout only bounds how long
+# stop() takes. Each timeout wakes a thread, which costs CPU on a node: keep it long.
+DEFAULT_WAIT_S = 2.0
 
 # XIDs that mean the GPU or its job is in real trouble (NVIDIA's XID catalogue).
 CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 140})
@@ -54,8 +56,10 @@ def describe_xid(code: int) -> str:
 class XidWatcher:
     """Owns the NVML event set and the thread that waits on it."""
 
-    def __init__(self, collector: GpuCollector, deliver: Callable[[Event], None]) -> None:
+    def __init__(self, collector: GpuCollector, deliver: Callable[[Event], None],
+                 wait_s: float = DEFAULT_WAIT_S) -> None:
         self.collector = collector
+        self.wait_ms = max(10, int(wait_s * 1000))
         self.deliver = deliver
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -93,7 +97,11 @@ class XidWatcher:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=2 * WAIT_MS / 1000 + 1)
+            self._thread.join(timeout=self.wait_ms / 1000 + 1)
+            if self._thread.is_alive():
+                # Still inside nvmlEventSetWait: freeing the set under it is not safe.
+                log.warning("XID thread did not stop; leaving its event set to NVML shutdown")
+                return
         nvml = self.collector.nvml
         if self._set is not None and nvml is not None:
             with contextlib.suppress(nvml.NVMLError):
@@ -106,7 +114,7 @@ class XidWatcher:
         failures = 0
         while not self._stop.is_set():
             try:
-                data = wait(self._set, WAIT_MS)
+                data = wait(self._set, self.wait_ms)
             except nvml.NVMLError as exc:
                 if getattr(exc, "value", None) == TIMEOUT_CODE:
                     failures = 0

@@ -7,7 +7,6 @@ from typing import Any
 from agent.files import FileTree, ReadError
 from agent.rates import RateTracker
 
-
 LOAD_PERIOD = 5.0  # the kernel's LOAD_FREQ
 UPTIME_PERIOD = 60.0
 

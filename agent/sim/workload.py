@@ -82,10 +82,10 @@ class SimNodeModel:
         g.util_mem = round(min(100, util * 62 + self.rng.gauss(0, 3)))
         g.mem_used = int(g.mem_total * (0.86 + 0.01 * math.sin(elapsed / 30 + g.index)))
         limit = g.power_limit_mw * (0.78 if self.trouble.power_capped else 1.0)
-        power = 90_000 + util * (limit - 90_000) * (0.92 + 0.06 * self.rng.random())
-        g.power_mw = int(min(limit, power))
+        power = 90_000 + util * (g.power_limit_mw - 90_000) * (0.92 + 0.06 * self.rng.random())
+        g.power_mw = int(min(limit * (0.985 + 0.015 * self.rng.random()), power))
         g.energy_mj += int(g.power_mw * dt)
-        target_temp = 42 + 30 * util + (16 if hot else 0) + g.index * 0.5
+        target_temp = 42 + 30 * util + (22 if hot else 0) + g.index * 0.5
         g.temp = round(target_temp + self.rng.gauss(0, 0.6))
         reasons = 0
         sm = g.max_sm_mhz

@@ -1,0 +1,112 @@
+"""The viewer's side of the wire: targets, streams to real simulated agents, the model."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agent.sim.cluster import SimCluster
+from tuimon.model.cluster import ClusterState
+from tuimon.sources.agent_stream import AgentStream, StreamOptions
+from tuimon.sources.targets import TargetError, parse_targets, read_targets_file
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_slurm_host_lists_expand_with_padding_and_ports() -> None:
+    assert parse_targets(["gpu[001-003,010]:9000"]) == [
+        "gpu001:9000", "gpu002:9000", "gpu003:9000", "gpu010:9000"]
+    assert parse_targets(["node7"]) == ["node7:9477"]
+    assert parse_targets(["rack[1-2]-gpu[1-2]"]) == [
+        "rack1-gpu1:9477", "rack1-gpu2:9477", "rack2-gpu1:9477", "rack2-gpu2:9477"]
+    assert parse_targets(["[::1]:9000", "a:1", "a:1"]) == ["[::1]:9000", "a:1"]
+
+
+@pytest.mark.parametrize("bad", ["gpu[3-1]", "gpu[a-b]", "host:notaport", "host:0"])
+def test_bad_targets_are_named_in_the_error(bad: str) -> None:
+    with pytest.raises(TargetError, match="bad"):
+        parse_targets([bad])
+
+
+def test_targets_file_skips_comments(tmp_path: Path) -> None:
+    f = tmp_path / "targets"
+    f.write_text("# cluster A\ngpu001:1\n\ngpu002:2  # spare\n")
+    assert read_targets_file(f) == ["gpu001:1", "gpu002:2"]
+    with pytest.raises(TargetError, match="No such file"):
+        read_targets_file(tmp_path / "none")
+
+
+async def _until(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not met in time")
+        await asyncio.sleep(0.05)
+
+
+async def test_a_stopped_node_goes_stale_and_comes_back(unused_tcp_port_factory) -> None:
+    base = unused_tcp_port_factory()
+    sim = SimCluster(nodes=3, gpus=4, base_port=base, interval=0.2, seed=3)
+    cluster = ClusterState("test")
+    async with sim, aiohttp.ClientSession() as session:
+        options = StreamOptions(min_backoff=0.1, max_backoff=0.3)
+        tasks = [asyncio.create_task(AgentStream(t, cluster, session, options).run())
+                 for t in sim.targets]
+        try:
+            await _until(lambda: cluster.counts()["up"] == 3)
+            victim = cluster.nodes[sim.targets[1]]
+            assert victim.name == sim.members[1].name and victim.gpu_count == 4
+            await sim.stop_node(1)
+            await _until(lambda: victim.status in ("stale", "down"))
+            assert "connect" in (victim.reason or "") or "closed" in (victim.reason or "")
+            # The others keep updating meanwhile.
+            other = cluster.nodes[sim.targets[0]]
+            seq = other.sample.seq
+            await _until(lambda: other.sample.seq > seq + 2)
+            assert any(e.kind == "node_lost" for e in cluster.events)
+            await sim.start_node(1)
+            await _until(lambda: victim.status == "up")
+            assert any(e.kind == "node_back" for e in cluster.events)
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+
+
+async def test_wrong_token_is_a_visible_reason(unused_tcp_port_factory) -> None:
+    base = unused_tcp_port_factory()
+    sim = SimCluster(nodes=1, gpus=1, base_port=base, interval=0.2,
+                     token="right-token-0123456789")
+    cluster = ClusterState()
+    async with sim, aiohttp.ClientSession() as session:
+        stream = AgentStream(sim.targets[0], cluster, session,
+                             StreamOptions(token="wrong-token-0123456789", min_backoff=0.1))
+        task = asyncio.create_task(stream.run())
+        try:
+            await _until(lambda: cluster.nodes[sim.targets[0]].reason is not None)
+            assert "401" in cluster.nodes[sim.targets[0]].reason
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def test_demo_once_prints_the_simulated_cluster(unused_tcp_port: int) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "tuimon.cli", "demo", "--nodes", "4", "--once",
+         "--base-port", str(unused_tcp_port)],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert "nodes up 4 / stale 0 / down 0" in out.stdout
+    assert "GPUs 32" in out.stdout
+    assert "no step telemetry" in out.stdout

@@ -1,0 +1,112 @@
+"""`tuimon`: watch a cluster (`connect`) or a simulated one (`demo`)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+
+import aiohttp
+
+from agent.security import ConfigError, client_ssl_context, load_token
+from agent.version import __version__
+from tuimon.model.cluster import ClusterState
+from tuimon.readout import render
+from tuimon.sources.agent_stream import AgentStream, StreamOptions
+from tuimon.sources.targets import TargetError, parse_targets, read_targets_file
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tuimon", description="Live monitor for GPU "
+                                     "training clusters.")
+    parser.add_argument("--version", action="version", version=f"tuimon {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    connect = sub.add_parser("connect", help="watch agents: host[:port], gpu[001-128]:PORT")
+    connect.add_argument("targets", nargs="*", metavar="TARGET")
+    connect.add_argument("--targets-file", metavar="F", help="one target per line")
+    connect.add_argument("--token-file", metavar="F", help="bearer token for the agents")
+    connect.add_argument("--tls", action="store_true", help="connect with TLS (wss://)")
+    connect.add_argument("--tls-ca", metavar="F", help="CA bundle that signed the agents' "
+                         "certificates")
+    connect.add_argument("--tls-insecure", action="store_true",
+                         help="do not verify the agents' certificates")
+    connect.add_argument("--name", default="cluster", help="cluster name shown in the header")
+    connect.add_argument("--once", action="store_true",
+                         help="print one readout after the first samples and exit")
+    demo = sub.add_parser("demo", help="simulate a cluster on loopback and watch it")
+    demo.add_argument("--nodes", type=int, default=32)
+    demo.add_argument("--gpus", type=int, default=8)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--base-port", type=int, default=19400)
+    demo.add_argument("--once", action="store_true",
+                      help="print one readout after the first samples and exit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "demo":
+            return asyncio.run(_demo(args))
+        return asyncio.run(_connect(args))
+    except (ConfigError, TargetError, ValueError, OSError) as exc:
+        print(f"tuimon: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _watch(cluster: ClusterState, targets: list[str], options: StreamOptions,
+                 once: bool) -> int:
+    for t in targets:
+        cluster.add_target(t)
+    async with aiohttp.ClientSession() as session:
+        tasks = [asyncio.create_task(AgentStream(t, cluster, session, options).run())
+                 for t in targets]
+        try:
+            if once:
+                await asyncio.sleep(2.5)
+                print(render(cluster, max_rows=10_000))
+                return 0
+            while True:
+                cluster.refresh_ages()
+                screen = render(cluster)
+                sys.stdout.write("\x1b[H\x1b[2J" + screen + "\n" if sys.stdout.isatty()
+                                 else screen + "\n\n")
+                sys.stdout.flush()
+                await asyncio.sleep(1.0)
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await t
+
+
+async def _connect(args: argparse.Namespace) -> int:
+    items = list(args.targets)
+    if args.targets_file:
+        items += read_targets_file(args.targets_file)
+    targets = parse_targets(items)
+    if not targets:
+        raise TargetError("no targets: give host[:port] arguments or --targets-file")
+    token = load_token(args.token_file) if args.token_file else None
+    ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
+               if args.tls or args.tls_ca or args.tls_insecure else None)
+    return await _watch(ClusterState(args.name), targets,
+                        StreamOptions(token=token, ssl_context=ssl_ctx), args.once)
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    from agent.sim.cluster import SimCluster
+
+    cluster = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port,
+                         seed=args.seed)
+    async with cluster:
+        return await _watch(ClusterState(f"demo ({args.nodes} simulated nodes)"),
+                            cluster.targets, StreamOptions(), args.once)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,201 @@
+"""The cluster as the viewer knows it: one `NodeState` per target, and recent events.
+
+Sources call `apply_hello`, `apply_sample`, `apply_event` and `mark_stale`; views read.
+Every change bumps the node's `version` so a view redraws only what changed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.protocol import Event, Hello, Sample
+
+HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
+DOWN_AFTER = 60.0  # seconds without a frame before a stale node counts as down
+MAX_EVENTS = 2000
+
+
+class Ring:
+    """A fixed-size ring of small numbers (0..255), a byte per sample: cheap at 4096 nodes."""
+
+    __slots__ = ("_data", "_n", "_pos")
+
+    def __init__(self, size: int = HISTORY) -> None:
+        self._data = bytearray(size)
+        self._n = 0
+        self._pos = 0
+
+    def push(self, value: int) -> None:
+        self._data[self._pos] = max(0, min(255, value))
+        self._pos = (self._pos + 1) % len(self._data)
+        self._n = min(self._n + 1, len(self._data))
+
+    def values(self) -> list[int]:
+        if self._n < len(self._data):
+            return list(self._data[:self._n])
+        return list(self._data[self._pos:] + self._data[:self._pos])
+
+    def __len__(self) -> int:
+        return self._n
+
+
+@dataclass(slots=True)
+class ClusterEvent:
+    """An event as the viewer lists it: which node, when, what."""
+
+    node: str
+    ts: float
+    kind: str
+    severity: str
+    message: str
+    gpu: int | None = None
+
+
+@dataclass
+class NodeState:
+    target: str
+    name: str
+    hello: Hello | None = None
+    sample: Sample | None = None
+    status: str = "connecting"  # connecting | up | stale | down
+    reason: str | None = None
+    last_seen: float | None = None  # monotonic
+    version: int = 0
+    # Per-GPU history: utilization in %, temperature in °C, power in % of the limit.
+    util_hist: list[Ring] = field(default_factory=list)
+    temp_hist: list[Ring] = field(default_factory=list)
+    power_hist: list[Ring] = field(default_factory=list)
+    xids: int = 0
+    dropped: int = 0
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self.hello.gpus) if self.hello else 0
+
+    def age(self, now: float | None = None) -> float | None:
+        if self.last_seen is None:
+            return None
+        return (now if now is not None else time.monotonic()) - self.last_seen
+
+    def gpu_values(self) -> list[dict[str, Any]]:
+        return (self.sample.gpus or []) if self.sample is not None else []
+
+
+class ClusterState:
+    """All nodes and events; the one object views draw from."""
+
+    def __init__(self, name: str = "cluster", clock: Callable[[], float] = time.monotonic) -> None:
+        self.name = name
+        self.clock = clock
+        self.nodes: dict[str, NodeState] = {}
+        self.events: deque[ClusterEvent] = deque(maxlen=MAX_EVENTS)
+        self.version = 0
+        self.protocol_errors = 0
+
+    def add_target(self, target: str) -> NodeState:
+        node = self.nodes.get(target)
+        if node is None:
+            node = self.nodes[target] = NodeState(target, target.rsplit(":", 1)[0])
+            self.version += 1
+        return node
+
+    # -- sources call these -------------------------------------------------------
+
+    def apply_hello(self, target: str, hello: Hello) -> None:
+        node = self.add_target(target)
+        rebooted = node.hello is not None and hello.boot_id and node.hello.boot_id not in (
+            None, hello.boot_id)
+        node.hello = hello
+        node.name = hello.node
+        n = len(hello.gpus)
+        if len(node.util_hist) != n:
+            node.util_hist = [Ring() for _ in range(n)]
+            node.temp_hist = [Ring() for _ in range(n)]
+            node.power_hist = [Ring() for _ in range(n)]
+        self._seen(node)
+        if rebooted:
+            self._event(node, ClusterEvent(node.name, time.time(), "node_rebooted", "warning",
+                                           f"{node.name} rebooted (boot id changed)"))
+
+    def apply_sample(self, target: str, sample: Sample) -> None:
+        node = self.add_target(target)
+        node.sample = sample
+        if sample.dropped:
+            node.dropped = sample.dropped
+        for i, g in enumerate(sample.gpus or ()):
+            if i >= len(node.util_hist):
+                break
+            util, temp, power, limit = g.get("util"), g.get("temp"), g.get("power"), g.get(
+                "power_limit")
+            node.util_hist[i].push(round(util * 100) if util is not None else 0)
+            node.temp_hist[i].push(round(temp) if temp is not None else 0)
+            node.power_hist[i].push(round(100 * power / limit) if power is not None and limit
+                                    else 0)
+        self._seen(node)
+
+    def apply_event(self, target: str, event: Event) -> None:
+        node = self.add_target(target)
+        if event.kind == "xid":
+            node.xids += 1
+        self._event(node, ClusterEvent(node.name, event.ts, event.kind, event.severity,
+                                       event.message, event.gpu))
+        self._seen(node)
+
+    def mark_stale(self, target: str, reason: str) -> None:
+        node = self.add_target(target)
+        was = node.status
+        node.reason = reason
+        age = node.age(self.clock())
+        node.status = "down" if age is None or age > DOWN_AFTER else "stale"
+        node.version += 1
+        self.version += 1
+        if was == "up":
+            self._event(node, ClusterEvent(node.name, time.time(), "node_lost", "critical",
+                                           f"{node.name}: lost contact: {reason}"))
+
+    def note_protocol_error(self, target: str, reason: str) -> None:
+        self.protocol_errors += 1
+        self.mark_stale(target, f"bad frame: {reason}")
+
+    # -- housekeeping ---------------------------------------------------------------
+
+    def refresh_ages(self) -> None:
+        """Stale nodes become down after DOWN_AFTER; call about once a second."""
+        now = self.clock()
+        for node in self.nodes.values():
+            if node.status == "stale" and (node.age(now) or 0) > DOWN_AFTER:
+                node.status = "down"
+                node.version += 1
+                self.version += 1
+
+    def counts(self) -> dict[str, int]:
+        out = {"up": 0, "stale": 0, "down": 0, "connecting": 0}
+        for node in self.nodes.values():
+            out[node.status] += 1
+        return out
+
+    def gpu_total(self) -> int:
+        return sum(n.gpu_count for n in self.nodes.values())
+
+    def interval(self) -> float | None:
+        intervals = [n.hello.interval for n in self.nodes.values() if n.hello]
+        return min(intervals) if intervals else None
+
+    def _seen(self, node: NodeState) -> None:
+        if node.status != "up":
+            if node.status in ("stale", "down") and node.last_seen is not None:
+                self._event(node, ClusterEvent(node.name, time.time(), "node_back", "info",
+                                               f"{node.name}: back"))
+            node.status = "up"
+            node.reason = None
+        node.last_seen = self.clock()
+        node.version += 1
+        self.version += 1
+
+    def _event(self, node: NodeState, event: ClusterEvent) -> None:
+        self.events.appendleft(event)
+        self.version += 1

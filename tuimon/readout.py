@@ -1,0 +1,67 @@
+"""A plain-text readout of the cluster model, one table per refresh.
+
+What `tuimon demo` and `tuimon connect` print until the full-screen app replaces it,
+and what `--plain` keeps for logs and dumb terminals.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tuimon.model.cluster import ClusterState, NodeState
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def node_row(node: NodeState, now: float) -> str:
+    gpus = node.gpu_values()
+    utils = [g["util"] for g in gpus if g.get("util") is not None]
+    temps = [g["temp"] for g in gpus if g.get("temp") is not None]
+    power = [g["power"] for g in gpus if g.get("power") is not None]
+    throttled = sum(1 for g in gpus if set(g.get("clock_events") or ()) - {"gpu_idle"})
+    failed = sum(1 for g in gpus if g.get("failed"))
+    host = (node.sample.host or {}) if node.sample else {}
+    mean = _mean(utils)
+    status = node.status
+    if status != "up":
+        age = node.age(now)
+        status += f" {age:.0f}s" if age is not None else ""
+    cpu = host.get("cpu_util")
+    row = (f"{node.name[:20]:<20} {status:<10} {node.gpu_count:>4} "
+           f"{(f'{mean * 100:.0f}%' if mean is not None else '-'):>5} "
+           f"{(f'{max(temps):.0f}C' if temps else '-'):>5} "
+           f"{(f'{sum(power) / 1000:.1f}kW' if power else '-'):>7} "
+           f"{throttled:>4} {failed:>4} {node.xids:>4} "
+           f"{(f'{cpu * 100:.0f}%' if cpu is not None else '-'):>5}")
+    if node.reason and node.status != "up":
+        row += f"  {node.reason}"
+    return row
+
+
+def render(cluster: ClusterState, max_rows: int = 40) -> str:
+    now = cluster.clock()
+    counts = cluster.counts()
+    interval = cluster.interval()
+    lines = [
+        f"tuimon  {cluster.name}  nodes up {counts['up']} / stale {counts['stale']} / down "
+        f"{counts['down']}  GPUs {cluster.gpu_total()}  interval "
+        f"{f'{interval:g}s' if interval else '-'}  {time.strftime('%H:%M:%S')}",
+        "",
+        f"{'node':<20} {'status':<10} {'GPUs':>4} {'util':>5} {'temp':>5} {'power':>7} "
+        f"{'thr':>4} {'fail':>4} {'xid':>4} {'cpu':>5}",
+    ]
+    nodes = sorted(cluster.nodes.values(), key=lambda n: n.name)
+    lines += [node_row(n, now) for n in nodes[:max_rows]]
+    if len(nodes) > max_rows:
+        lines.append(f"... and {len(nodes) - max_rows} more nodes")
+    if cluster.events:
+        lines.append("")
+        lines.append("recent events:")
+        for ev in list(cluster.events)[:5]:
+            lines.append(f"  {time.strftime('%H:%M:%S', time.localtime(ev.ts))} "
+                         f"{ev.severity:<8} {ev.message}")
+    lines.append("")
+    lines.append("efficiency / SLO: no step telemetry available yet")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Where frames come from (agents, later relays, Prometheus, recordings); no textual."""

@@ -1,0 +1,74 @@
+"""Target lists: `host[:port]`, Slurm-style host lists, and targets files."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from agent.node import DEFAULT_PORT
+
+_RANGE = re.compile(r"\[([^\]]+)\]")
+
+
+class TargetError(ValueError):
+    """A target that cannot be parsed; the message names it."""
+
+
+def expand_hostlist(text: str) -> list[str]:
+    """`gpu[001-003,007]` -> gpu001 gpu002 gpu003 gpu007 (zero padding kept)."""
+    m = _RANGE.search(text)
+    if not m:
+        return [text]
+    head, tail = text[:m.start()], text[m.end():]
+    out: list[str] = []
+    for part in m.group(1).split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
+                raise TargetError(f"bad range {part!r} in {text!r}")
+            if int(hi) - int(lo) > 100_000:
+                raise TargetError(f"range {part!r} in {text!r} is too large")
+            width = len(lo)
+            out.extend(f"{head}{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(f"{head}{part}")
+    return [h for name in out for h in expand_hostlist(name + tail)]
+
+
+def parse_targets(items: list[str], default_port: int = DEFAULT_PORT) -> list[str]:
+    """Expand host lists and give every target a port: `host:port` strings."""
+    out: list[str] = []
+    for item in items:
+        item = item.strip()
+        if not item or item.startswith("#"):
+            continue
+        host, port = item, default_port
+        if item.startswith("["):
+            end = item.index("]")
+            host, rest = item[1:end], item[end + 1:]
+            if rest.startswith(":"):
+                port = _port(rest[1:], item)
+            out.append(f"[{host}]:{port}")  # an IPv6 literal, not a host list
+            continue
+        elif ":" in item and "]" not in item.rsplit(":", 1)[1]:
+            host, p = item.rsplit(":", 1)
+            port = _port(p, item)
+        for name in expand_hostlist(host):
+            out.append(f"{name}:{port}")
+    seen: set[str] = set()
+    return [t for t in out if not (t in seen or seen.add(t))]
+
+
+def read_targets_file(path: str | Path) -> list[str]:
+    try:
+        lines = Path(path).read_text().splitlines()
+    except OSError as exc:
+        raise TargetError(f"targets file {path}: {exc.strerror or exc}") from None
+    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()]
+
+
+def _port(text: str, item: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise TargetError(f"bad port {text!r} in target {item!r}")
+    return int(text)
