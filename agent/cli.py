@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -71,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--interval", type=float, default=1.0, metavar="S")
     sim.add_argument("--targets-file", metavar="F", help="write one host:port per line here")
+    sim.add_argument("--topology-file", metavar="F",
+                     help="write the simulated fabric as a Slurm topology.conf here")
     sim.add_argument("--log-level", default="info",
                      choices=["debug", "info", "warning", "error"])
     return parser
@@ -207,6 +210,8 @@ def _sim(args: argparse.Namespace) -> int:
                          seed=args.seed, interval=args.interval)
     if args.targets_file:
         cluster.write_targets(args.targets_file)
+    if args.topology_file:
+        Path(args.topology_file).write_text(cluster.topology_conf())
     try:
         asyncio.run(serve_forever(cluster))
     except OSError as exc:

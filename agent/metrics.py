@@ -71,6 +71,38 @@ HOST_METRICS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 GPU_LABELS = ["node", "gpu", "uuid"]
+PORT_LABELS = ["node", "device", "port"]
+
+# Port counter (wire total name) -> metric name without `_total`. Data in bytes (x4).
+PORT_COUNTER_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("tx_bytes", "tuimon_ib_port_transmit_bytes", "Data transmitted, bytes"),
+    ("rx_bytes", "tuimon_ib_port_receive_bytes", "Data received, bytes"),
+    ("tx_packets", "tuimon_ib_port_transmit_packets", "Packets transmitted"),
+    ("rx_packets", "tuimon_ib_port_receive_packets", "Packets received"),
+    ("xmit_wait", "tuimon_ib_port_transmit_wait", "Ticks with data to send but no credits"),
+    ("symbol_errors", "tuimon_ib_port_symbol_errors", "Symbol errors"),
+    ("link_downed", "tuimon_ib_port_link_downed", "Times the link went down"),
+    ("rcv_errors", "tuimon_ib_port_receive_errors", "Packets received with errors"),
+    ("link_error_recovery", "tuimon_ib_port_link_error_recovery",
+     "Successful link error recoveries"),
+    ("remote_physical_errors", "tuimon_ib_port_receive_remote_physical_errors",
+     "Packets received marked bad by the sender"),
+    ("xmit_discards", "tuimon_ib_port_transmit_discards", "Outbound packets discarded"),
+    ("buffer_overruns", "tuimon_ib_port_excessive_buffer_overrun_errors",
+     "Excessive buffer overruns"),
+    ("local_link_integrity_errors", "tuimon_ib_port_local_link_integrity_errors",
+     "Local link integrity errors"),
+)
+NIC_COUNTER_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("rx_bytes", "tuimon_net_receive_bytes", "Bytes received"),
+    ("tx_bytes", "tuimon_net_transmit_bytes", "Bytes transmitted"),
+    ("rx_packets", "tuimon_net_receive_packets", "Packets received"),
+    ("tx_packets", "tuimon_net_transmit_packets", "Packets transmitted"),
+    ("rx_errors", "tuimon_net_receive_errors", "Receive errors"),
+    ("tx_errors", "tuimon_net_transmit_errors", "Transmit errors"),
+    ("rx_dropped", "tuimon_net_receive_dropped", "Received packets dropped"),
+    ("tx_dropped", "tuimon_net_transmit_dropped", "Transmitted packets dropped"),
+)
 
 
 def _family(name: str, kind: str, doc: str, labels: list[str]) -> Metric:
@@ -103,6 +135,8 @@ class AgentCollector(Collector):
             return
         yield from self._gpus(node, sample.gpus or [], hello.gpus)
         yield from self._host(node, sample.host or {})
+        yield from _fabric_metrics(node, sample.extra.get("fabric") or {}, hello, agent.fabric)
+        yield from _storage_metrics(node, sample.extra.get("storage") or {}, agent.storage)
 
     def _agent_counters(self, node: str) -> Iterator[Metric]:
         agent = self.agent
@@ -171,6 +205,93 @@ class AgentCollector(Collector):
             if v is not None:
                 fam.add_metric([node], v)
             yield fam
+
+
+def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
+                    collector: Any) -> Iterator[Metric]:
+    info = {p["id"]: p for p in hello.extra.get("ports", [])}
+    ports = fabric.get("ports") or []
+
+    def labels(p: dict[str, Any]) -> list[str]:
+        device, _, port = p["id"].rpartition(":")
+        return [node, device, port]
+
+    for key, name, doc in PORT_COUNTER_METRICS:
+        fam = CounterMetricFamily(name, doc, labels=PORT_LABELS)
+        for p in ports:
+            value = collector.totals.get(p["id"], {}).get(key)
+            # A saturated legacy counter is stuck, not counting: absent, like unreadable.
+            if value is not None and key not in (p.get("saturated") or ()):
+                fam.add_metric(labels(p), value)
+        yield fam
+    rate = GaugeMetricFamily("tuimon_ib_port_rate_bytes_per_second", "Link rate",
+                             labels=PORT_LABELS)
+    state = GaugeMetricFamily("tuimon_ib_port_state_id",
+                              "Port state (1 down, 2 init, 3 armed, 4 active)", labels=PORT_LABELS)
+    phys = GaugeMetricFamily("tuimon_ib_port_physical_state_id",
+                             "Physical state (2 polling, 3 disabled, 5 link up, ...)",
+                             labels=PORT_LABELS)
+    saturated = GaugeMetricFamily("tuimon_ib_port_counter_saturated",
+                                  "1 for each legacy counter stuck at its maximum",
+                                  labels=[*PORT_LABELS, "counter"])
+    hw = CounterMetricFamily("tuimon_ib_port_hw_counter", "mlx5 hw_counters (RoCE congestion "
+                             "and retransmission)", labels=[*PORT_LABELS, "counter"])
+    for p in ports:
+        lab = labels(p)
+        r = info.get(p["id"], {}).get("rate")
+        if r is not None:
+            rate.add_metric(lab, r)
+        if p.get("state") is not None:
+            state.add_metric(lab, p["state"])
+        if p.get("phys_state") is not None:
+            phys.add_metric(lab, p["phys_state"])
+        for counter in p.get("saturated") or ():
+            saturated.add_metric([*lab, counter], 1)
+        for counter, value in collector.hw_totals.get(p["id"], {}).items():
+            if value is not None:
+                hw.add_metric([*lab, counter], value)
+    yield from (rate, state, phys, saturated, hw)
+    nics = fabric.get("nics") or []
+    for key, name, doc in NIC_COUNTER_METRICS:
+        fam = CounterMetricFamily(name, doc, labels=["node", "device"])
+        for n in nics:
+            value = collector.nic_totals.get(n["id"], {}).get(key)
+            if value is not None:
+                fam.add_metric([node, n["id"]], value)
+        yield fam
+
+
+def _storage_metrics(node: str, storage: dict[str, Any], collector: Any) -> Iterator[Metric]:
+    disks = storage.get("disks") or []
+    for key, name, doc in (("read_bytes", "tuimon_disk_read_bytes", "Bytes read"),
+                           ("written_bytes", "tuimon_disk_written_bytes", "Bytes written")):
+        fam = CounterMetricFamily(name, doc, labels=["node", "device"])
+        for d in disks:
+            value = collector.disk_totals.get(d["id"], {}).get(key)
+            if value is not None:
+                fam.add_metric([node, d["id"]], value)
+        yield fam
+    fs_labels = ["node", "mount", "fstype"]
+    filesystems = storage.get("filesystems") or []
+    for key, name, doc in (("read_bytes", "tuimon_fs_read_bytes", "Bytes read by this client"),
+                           ("write_bytes", "tuimon_fs_write_bytes",
+                            "Bytes written by this client")):
+        fam = CounterMetricFamily(name, doc, labels=fs_labels)
+        for f in filesystems:
+            value = collector.fs_totals.get(f["id"], {}).get(key)
+            if value is not None:
+                fam.add_metric([node, f["id"], f["fstype"]], value)
+        yield fam
+    for key, name, doc in (("size", "tuimon_fs_size_bytes", "File system size"),
+                           ("free", "tuimon_fs_free_bytes", "Free bytes"),
+                           ("avail", "tuimon_fs_avail_bytes", "Bytes available to users"),
+                           ("inodes", "tuimon_fs_inodes", "Inodes in all"),
+                           ("inodes_free", "tuimon_fs_inodes_free", "Free inodes")):
+        fam = GaugeMetricFamily(name, doc, labels=fs_labels)
+        for f in filesystems:
+            if f.get(key) is not None:
+                fam.add_metric([node, f["id"], f["fstype"]], f[key])
+        yield fam
 
 
 def make_registry(agent: NodeAgent) -> CollectorRegistry:

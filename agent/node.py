@@ -17,9 +17,11 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from agent.collectors.fabric import FabricCollector
 from agent.collectors.gpu import GpuCollector, load_nvml
 from agent.collectors.gpu_events import XidWatcher
 from agent.collectors.host import HostCollector
+from agent.collectors.storage import StorageCollector, StorageConfig
 from agent.files import FileTree
 from agent.hub import FrameHub
 from agent.protocol.fields import FAMILIES
@@ -42,6 +44,7 @@ class AgentConfig:
     queue_frames: int = 32
     watch_xid: bool = True
     xid_wait: float = 2.0  # seconds one NVML event wait blocks (bounds stop() time)
+    storage: StorageConfig | None = None
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -73,6 +76,8 @@ class NodeAgent:
         self.files = files or FileTree(config.root)
         self.gpu = GpuCollector(nvml_loader)
         self.host = HostCollector(self.files)
+        self.fabric = FabricCollector(self.files)
+        self.storage = StorageCollector(self.files, config.storage)
         self.hub = FrameHub(config.max_clients, config.queue_frames)
         self.stats = AgentStats()
         self.latest: Sample | None = None
@@ -96,6 +101,8 @@ class NodeAgent:
         await self._loop.run_in_executor(self._executor, self.gpu.start)
         boot_id = await self._loop.run_in_executor(self._executor, self.host.boot_id)
         self._boot_id = boot_id
+        # A first read of fabric and storage so that `hello` lists their inventory.
+        await self._loop.run_in_executor(self._executor, self._first_inventory)
         self.hello = self._make_hello()
         if self.gpu.status:
             log.info("%s: %s", self.config.node_name, self.gpu.status)
@@ -116,6 +123,8 @@ class NodeAgent:
         if self._xid is not None:
             await loop.run_in_executor(self._executor, self._xid.stop)
         await loop.run_in_executor(self._executor, self.gpu.close)
+        self.storage.close()
+        self.files.close()
         if self._own_executor:
             self._executor.shutdown(wait=False)
 
@@ -133,7 +142,14 @@ class NodeAgent:
             gpu_status=self.gpu.status,
             families=list(FAMILIES),
             host={"hostname": socket.gethostname() if self.config.root == "/" else None},
+            extra={**self.fabric.inventory(), **self.storage.inventory(),
+                   "fabric_status": self.fabric.status},
         )
+
+    def _first_inventory(self) -> None:
+        now = time.monotonic()
+        self.fabric.collect(now)
+        self.storage.collect(now)
 
     def emit_event_threadsafe(self, event: Event) -> None:
         """For the XID thread: hand an event to the loop."""
@@ -178,9 +194,20 @@ class NodeAgent:
             log.exception("host collector failed")
             host = None
             self._family_failed("host", f"host collector error: {exc}", wall, events)
+        extra: dict[str, Any] = {}
+        for family, collector in (("fabric", self.fabric), ("storage", self.storage)):
+            try:
+                values, changed = collector.collect(now)
+                extra[family] = values
+                inventory_changed = inventory_changed or changed
+                self._family_ok(family, wall, events)
+            except Exception as exc:
+                log.exception("%s collector failed", family)
+                self._family_failed(family, f"{family} collector error: {exc}", wall, events)
         self._seq += 1
         sample = Sample(seq=self._seq, ts=wall, interval=self.config.interval,
-                        gpus=gpus if self.gpu.nvml is not None else [], host=host)
+                        gpus=gpus if self.gpu.nvml is not None else [], host=host,
+                        extra=extra)
         self.stats.last_sample_cpu = time.thread_time() - cpu0
         self.stats.last_sample_seconds = time.monotonic() - now
         return sample, events, inventory_changed
@@ -205,9 +232,12 @@ class NodeAgent:
             self._executor, self._collect)
         if inventory_changed:
             self.hello = self._make_hello()
+            hello = self.hello
             self.emit_event(Event(sample.ts, "inventory_changed", "warning",
-                                  f"GPU inventory changed: {len(self.gpu.inventory)} GPU(s) "
-                                  "now", source="gpu"))
+                                  f"inventory changed: {len(hello.gpus)} GPU(s), "
+                                  f"{len(hello.extra.get('ports', []))} fabric port(s), "
+                                  f"{len(hello.extra.get('filesystems', []))} file "
+                                  "system(s) now", source="agent"))
             self.hub.publish(self.hello)
         for event in events:
             self.emit_event(event)

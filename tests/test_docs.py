@@ -13,6 +13,7 @@ from agent.protocol import Event
 from agent.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS
 from agent.sim.fake_nvml import FakeNvml
 from tests.conftest import make_agent
+from tests.trees import HW, diskstats_line, ib_port, nic, write
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -24,6 +25,11 @@ def test_protocol_doc_lists_every_field() -> None:
 
 
 def test_metrics_doc_lists_every_exported_metric(proc_root: Path) -> None:
+    ib_port(proc_root, "mlx5_0", counters={"port_xmit_wait": 2**32 - 1}, hw=HW)
+    nic(proc_root, "eth0")
+    write(proc_root / "proc/diskstats", diskstats_line(259, 0, "nvme0n1", reads=5, rsect=8))
+    (proc_root / "data").mkdir()
+    write(proc_root / "proc/self/mounts", "/dev/nvme0n1 /data xfs rw 0 0\n")
     fake = FakeNvml(2)
     fake.gpus[0].clock_events = 0x40
     agent = make_agent(proc_root, fake)

@@ -29,15 +29,35 @@ def node_row(node: NodeState, now: float) -> str:
         age = node.age(now)
         status += f" {age:.0f}s" if age is not None else ""
     cpu = host.get("cpu_util")
+    ports = ((node.sample.extra.get("fabric") or {}).get("ports") or []) if node.sample else []
+    ib = [p["tx_util"] for p in ports if p.get("tx_util") is not None]
+    ib_mean = _mean(ib)
+    ib_bad = sum(1 for p in ports if p.get("state") not in (None, 4) or p.get("errors_inc"))
     row = (f"{node.name[:20]:<20} {status:<10} {node.gpu_count:>4} "
            f"{(f'{mean * 100:.0f}%' if mean is not None else '-'):>5} "
            f"{(f'{max(temps):.0f}C' if temps else '-'):>5} "
            f"{(f'{sum(power) / 1000:.1f}kW' if power else '-'):>7} "
            f"{throttled:>4} {failed:>4} {node.xids:>4} "
-           f"{(f'{cpu * 100:.0f}%' if cpu is not None else '-'):>5}")
+           f"{(f'{cpu * 100:.0f}%' if cpu is not None else '-'):>5} "
+           f"{(f'{ib_mean * 100:.0f}%' if ib_mean is not None else '-'):>5} {ib_bad:>5}")
     if node.reason and node.status != "up":
         row += f"  {node.reason}"
     return row
+
+
+def storage_totals(cluster: ClusterState) -> dict[str, tuple[str, float, float, int]]:
+    """Aggregate read and write throughput per shared file system, across nodes."""
+    out: dict[str, tuple[str, float, float, int]] = {}
+    for node in cluster.nodes.values():
+        if node.sample is None or node.status != "up":
+            continue
+        for fs in (node.sample.extra.get("storage") or {}).get("filesystems") or []:
+            if fs.get("fstype") not in ("lustre", "gpfs", "nfs", "nfs4", "beegfs", "wekafs"):
+                continue
+            fstype, read, write, n = out.get(fs["id"], (fs["fstype"], 0.0, 0.0, 0))
+            out[fs["id"]] = (fstype, read + (fs.get("read_bytes_s") or 0.0),
+                             write + (fs.get("write_bytes_s") or 0.0), n + 1)
+    return out
 
 
 def render(cluster: ClusterState, max_rows: int = 40) -> str:
@@ -50,12 +70,19 @@ def render(cluster: ClusterState, max_rows: int = 40) -> str:
         f"{f'{interval:g}s' if interval else '-'}  {time.strftime('%H:%M:%S')}",
         "",
         f"{'node':<20} {'status':<10} {'GPUs':>4} {'util':>5} {'temp':>5} {'power':>7} "
-        f"{'thr':>4} {'fail':>4} {'xid':>4} {'cpu':>5}",
+        f"{'thr':>4} {'fail':>4} {'xid':>4} {'cpu':>5} {'IB tx':>5} {'IBbad':>5}",
     ]
     nodes = sorted(cluster.nodes.values(), key=lambda n: n.name)
     lines += [node_row(n, now) for n in nodes[:max_rows]]
     if len(nodes) > max_rows:
         lines.append(f"... and {len(nodes) - max_rows} more nodes")
+    storage = storage_totals(cluster)
+    if storage:
+        lines.append("")
+        lines.append(f"{'file system':<24} {'type':<7} {'read':>10} {'write':>10} {'nodes':>5}")
+        for mount, (fstype, read, write, nodes) in sorted(storage.items()):
+            lines.append(f"{mount[:24]:<24} {fstype:<7} {read / 1e9:>8.1f}GB/s "
+                         f"{write / 1e9:>8.1f}GB/s {nodes:>5}")
     if cluster.events:
         lines.append("")
         lines.append("recent events:")

@@ -154,6 +154,9 @@ def _sample(m: dict[str, Any]) -> Sample:
         raise ProtocolError(f"sample.dropped: expected a non-negative integer, got "
                             f"{_show(dropped)}")
     extra = {k: v for k, v in m.items() if k not in _SAMPLE_KEYS}
+    for family, lists in _ENTITY_FAMILIES.items():
+        if family in extra:
+            _check_entity_family(extra[family], lists, f"sample.{family}")
     return Sample(
         seq=seq,
         ts=_req_num(m, "ts", "sample"),
@@ -197,6 +200,43 @@ def _subscribe(m: dict[str, Any]) -> Subscribe:
         raise ProtocolError("subscribe.families: expected a list of family names or nil")
     return Subscribe(interval=float(interval) if interval is not None else None,
                      families=families)
+
+
+# Families whose sample section is a map of entity lists (ports, file systems, ...).
+_ENTITY_FAMILIES = {"fabric": ("ports", "nics"), "storage": ("filesystems", "disks")}
+MAX_ENTITIES = 4096
+
+
+def _check_entity_family(value: Any, lists: tuple[str, ...], where: str) -> None:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{where}: expected a map, got {_show(value)}")
+    for key in lists:
+        items = value.get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list) or len(items) > MAX_ENTITIES:
+            raise ProtocolError(f"{where}.{key}: expected a list of at most {MAX_ENTITIES} maps")
+        for i, item in enumerate(items):
+            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+                raise ProtocolError(f"{where}.{key}[{i}]: expected a map with a string 'id'")
+            _check_values(item, f"{where}.{key}[{i}]", depth=0)
+
+
+def _check_values(m: dict[str, Any], where: str, depth: int) -> None:
+    """Entity values: numbers finite, strings bounded, nested maps at most two deep."""
+    for key, v in m.items():
+        if v is None or isinstance(v, bool):
+            continue
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ProtocolError(f"{where}.{key}: expected a finite number, got {_show(v)}")
+        if isinstance(v, str) and len(v) > MAX_STR:
+            raise ProtocolError(f"{where}.{key}: string longer than {MAX_STR}")
+        if isinstance(v, dict):
+            if depth >= 2:
+                raise ProtocolError(f"{where}.{key}: nested too deep")
+            _check_values(v, f"{where}.{key}", depth + 1)
+        elif isinstance(v, list) and not all(isinstance(x, (str, int, float)) for x in v):
+            raise ProtocolError(f"{where}.{key}: expected a list of scalars")
 
 
 _BUILDERS = {"hello": _hello, "sample": _sample, "event": _event, "subscribe": _subscribe}

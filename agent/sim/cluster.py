@@ -14,6 +14,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from agent.collectors.storage import StorageConfig
 from agent.files import GeneratedTree
 from agent.node import AgentConfig, NodeAgent
 from agent.server import build_app
@@ -48,6 +49,10 @@ class SimCluster:
     host: str = "127.0.0.1"
     name_prefix: str = "sim-node"
     token: str | None = None
+    nodes_per_leaf: int = 8
+    spines: int = 2
+    # Provisioned throughput of the shared Lustre file system, bytes/s (both directions).
+    lustre_provisioned: float = 400e9
     members: list[SimNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -60,19 +65,36 @@ class SimCluster:
                              "fit below 65536: lower --base-port")
         # Reads of simulated nodes are cheap; two threads serve all of them.
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="tuimon-sim")
-        troubles = troubles_for(self.nodes, self.seed)
+        troubles = troubles_for(self.nodes, self.seed, self.nodes_per_leaf)
         width = max(3, len(str(self.nodes - 1)))
         for i in range(self.nodes):
             name = f"{self.name_prefix}{i:0{width}d}"
             model = SimNodeModel(name, self.gpus, seed=self.seed * 100003 + i,
                                  trouble=troubles.get(i) or NodeTrouble())
             agent = NodeAgent(
-                AgentConfig(node_name=name, interval=self.interval),
+                AgentConfig(node_name=name, interval=self.interval,
+                            storage=StorageConfig(mmpmon=None, statvfs=model.io.statvfs,
+                                                  statvfs_inline=True)),
                 files=GeneratedTree(model.files()),
                 nvml_loader=lambda m=model: m.nvml,
                 executor=self._executor,
             )
             self.members.append(SimNode(i, name, self.base_port + i, model, agent))
+
+    def leaf_of(self, index: int) -> str:
+        return f"leaf{index // self.nodes_per_leaf:02d}"
+
+    def topology_conf(self) -> str:
+        """The simulated fabric as Slurm's topology.conf describes a two-level tree."""
+        leaves: dict[str, list[str]] = {}
+        for m in self.members:
+            leaves.setdefault(self.leaf_of(m.index), []).append(m.name)
+        lines = [f"# tuimon simulator: {self.nodes} nodes, {len(leaves)} leaves, "
+                 f"{self.spines} spines"]
+        leaf_names = ",".join(leaves)
+        lines += [f"SwitchName=spine{s} Switches={leaf_names}" for s in range(self.spines)]
+        lines += [f"SwitchName={leaf} Nodes={','.join(names)}" for leaf, names in leaves.items()]
+        return "\n".join(lines) + "\n"
 
     @property
     def targets(self) -> list[str]:
@@ -108,7 +130,7 @@ class SimCluster:
             await m.runner.cleanup()
             m.runner = None
             # A restarted agent starts from scratch, as a real one would.
-            m.agent = NodeAgent(m.agent.config, files=m.agent.files,
+            m.agent = NodeAgent(m.agent.config, files=m.agent.files,  # same simulated machine
                                 nvml_loader=lambda mm=m.model: mm.nvml,
                                 executor=self._executor)
 

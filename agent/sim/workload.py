@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.sim.fake_nvml import FakeGpu, FakeNvml
+from agent.sim.io_model import IoTrouble, SimIo
 
 GPU_MODELS = (
     ("NVIDIA H100 80GB HBM3", 80 * 1024**3, 700_000, 1980, 2619),
@@ -32,6 +33,7 @@ class NodeTrouble:
     power_capped: bool = False
     slow: float = 1.0  # compute takes this many times longer (straggler)
     xid_every: float | None = None  # seconds between XIDs on GPU 0
+    io: IoTrouble = field(default_factory=IoTrouble)
 
 
 @dataclass
@@ -64,6 +66,14 @@ class SimNodeModel:
         self.uptime0 = 86400.0 * (3 + self.rng.random() * 20)
         self.next_xid = (self.t0 + self.trouble.xid_every) if self.trouble.xid_every else None
         self._pids = [40000 + self.rng.randrange(20000) + i for i in range(self.gpus)]
+        # One HCA port per GPU (rail-optimised), traffic following the GPUs' activity.
+        self.io = SimIo(ports=self.gpus, seed=self.seed, clock=self.clock,
+                        step_seconds=STEP_SECONDS, util=self._mean_util,
+                        trouble=self.trouble.io)
+
+    def _mean_util(self) -> float:
+        gpus = self.nvml.gpus
+        return sum(g.util_gpu for g in gpus) / 100 / len(gpus) if gpus else 0.5
 
     # -- GPUs -----------------------------------------------------------------------
 
@@ -116,6 +126,7 @@ class SimNodeModel:
 
     def files(self) -> dict[str, Callable[[], str]]:
         return {
+            **self.io.files(),
             "proc/stat": self._stat,
             "proc/loadavg": self._loadavg,
             "proc/meminfo": self._meminfo,
@@ -166,7 +177,7 @@ class _SimNvml(FakeNvml):
             self._model.update_gpu(gpu)
 
 
-def troubles_for(nodes: int, seed: int) -> dict[int, NodeTrouble]:
+def troubles_for(nodes: int, seed: int, nodes_per_leaf: int = 8) -> dict[int, NodeTrouble]:
     """Which nodes get which trouble, the same for a seed."""
     rng = random.Random(seed * 7919 + nodes)
     picks = list(range(nodes))
@@ -179,4 +190,12 @@ def troubles_for(nodes: int, seed: int) -> dict[int, NodeTrouble]:
         out[picks[2]] = NodeTrouble(slow=1.18)
     if nodes >= 8:
         out[picks[3]] = NodeTrouble(xid_every=300.0)
+        out[picks[4]] = NodeTrouble(io=IoTrouble(flapping_port=rng.randrange(8)))
+        out[picks[5]] = NodeTrouble(io=IoTrouble(symbol_errors_port=rng.randrange(8)))
+    if nodes >= 2 * nodes_per_leaf:
+        # A badly cabled uplink: every node under one leaf is starved of credits.
+        leaf = rng.randrange(nodes // nodes_per_leaf)
+        for i in range(leaf * nodes_per_leaf, min(nodes, (leaf + 1) * nodes_per_leaf)):
+            trouble = out.setdefault(i, NodeTrouble())
+            trouble.io.congested = True
     return out

@@ -1,0 +1,358 @@
+"""Fabric collector: InfiniBand and RoCE ports from /sys/class/infiniband, NICs from
+/sys/class/net.
+
+Counters are hard (DESIGN.md): legacy PMA counters are narrow and *saturate* at their
+width (they stop, they do not wrap), mlx5 `hw_counters` are 32-bit and *wrap*, drivers
+reset counters, and a port with no PMA prints `N/A (no PMA)`. A saturated counter gives
+no rate and flags the port; a counter that went down restarts its baseline; a counter
+that cannot be read is nil with its reason. A rate is never negative and never a false 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from agent.files import FileTree, ReadError
+from agent.rates import RateTracker
+
+IB = "sys/class/infiniband"
+NET = "sys/class/net"
+RATE_EVERY = 10  # samples between re-reads of link rate, firmware, board id
+
+# (wire name, counter file, legacy width in bits, 64-bit counters_ext file, scale)
+PORT_COUNTERS: tuple[tuple[str, str, int, str | None, int], ...] = (
+    ("tx_bytes", "port_xmit_data", 32, "port_xmit_data_64", 4),  # octets / 4
+    ("rx_bytes", "port_rcv_data", 32, "port_rcv_data_64", 4),
+    ("tx_packets", "port_xmit_packets", 32, "port_xmit_packets_64", 1),
+    ("rx_packets", "port_rcv_packets", 32, "port_rcv_packets_64", 1),
+    ("xmit_wait", "port_xmit_wait", 32, None, 1),
+    ("symbol_errors", "symbol_error", 16, None, 1),
+    ("rcv_errors", "port_rcv_errors", 16, None, 1),
+    ("remote_physical_errors", "port_rcv_remote_physical_errors", 16, None, 1),
+    ("xmit_discards", "port_xmit_discards", 16, None, 1),
+    ("link_downed", "link_downed", 8, None, 1),
+    ("link_error_recovery", "link_error_recovery", 8, None, 1),
+    ("buffer_overruns", "excessive_buffer_overrun_errors", 4, None, 1),
+    ("local_link_integrity_errors", "local_link_integrity_errors", 4, None, 1),
+)
+RATE_COUNTERS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "xmit_wait")
+ERROR_COUNTERS = tuple(c[0] for c in PORT_COUNTERS if c[0] not in RATE_COUNTERS)
+_ERROR_SET = frozenset(ERROR_COUNTERS)
+
+# mlx5 RoCE congestion and retransmission counters worth a rate (32-bit, wrapping).
+HW_COUNTERS = (
+    "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets",
+    "out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err",
+    "out_of_buffer", "implied_nak_seq_err", "duplicate_request", "roce_adp_retrans",
+)
+NIC_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", "tx_errors",
+                "rx_dropped", "tx_dropped")
+
+_RATE_RE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+
+
+class CounterError(ValueError):
+    """A counter file whose contents are not a counter."""
+
+
+def parse_state(text: str) -> tuple[int | None, str]:
+    """`4: ACTIVE` -> (4, "ACTIVE"); a bare name keeps a nil id."""
+    head, sep, tail = text.strip().partition(":")
+    if sep and head.strip().isdigit():
+        return int(head), tail.strip()
+    return None, text.strip()
+
+
+def parse_rate(text: str) -> float | None:
+    """`100 Gb/sec (4X EDR)` -> bytes per second (12.5e9); None when unreadable."""
+    m = _RATE_RE.match(text)
+    if not m:
+        return None
+    return float(m.group(1)) * 1e9 / 8
+
+
+def parse_counter(raw: bytes | str) -> int:
+    """A sysfs counter: a non-negative integer. `N/A (no PMA)` and garbage raise."""
+    try:
+        n = int(raw)  # the common case, bytes or str, surrounding white space allowed
+    except ValueError:
+        pass
+    else:
+        if n < 0:
+            raise CounterError(f"negative counter: {n}")
+        return n
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    value = text.strip()
+    if value.startswith("N/A"):
+        raise CounterError(value or "N/A")
+    try:
+        n = int(value, 0) if value.startswith("0x") else int(value)
+    except ValueError:
+        raise CounterError(f"not a counter: {value[:40]!r}") from None
+    if n < 0:
+        raise CounterError(f"negative counter: {n}")
+    return n
+
+
+@dataclass
+class _Port:
+    device: str
+    port: str
+    base: str
+    # wire name -> (path, legacy width or None for 64-bit, scale)
+    counters: dict[str, tuple[str, int | None, int]] = field(default_factory=dict)
+    hw: list[str] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+    prev: dict[str, int] = field(default_factory=dict)
+    prev_t: float | None = None
+
+    @property
+    def id(self) -> str:
+        return f"{self.device}:{self.port}"
+
+
+class FabricCollector:
+    """Discovers ports each sample (cheap) and reads their counters."""
+
+    def __init__(self, files: FileTree) -> None:
+        self.files = files
+        self._rates = RateTracker()
+        self._ports: dict[str, _Port] = {}
+        self._nics: dict[str, dict[str, Any]] = {}
+        self._reads = 0
+        self.status: str | None = None
+        # Cumulative counters by port or NIC id, for /metrics. Kept off the wire: viewers
+        # need rates, and a node's frame stays small.
+        self.totals: dict[str, dict[str, int | None]] = {}
+        self.hw_totals: dict[str, dict[str, int | None]] = {}
+        self.nic_totals: dict[str, dict[str, int | None]] = {}
+
+    # -- inventory ---------------------------------------------------------------------
+
+    def inventory(self) -> dict[str, list[dict[str, Any]]]:
+        return {"ports": [dict(p.info) for p in self._ports.values()],
+                "nics": [dict(n) for n in self._nics.values()]}
+
+    def _discover(self) -> bool:
+        """Refresh the port and NIC lists; True when they changed."""
+        found: dict[str, _Port] = {}
+        try:
+            devices = self.files.listdir(IB)
+            self.status = None
+        except ReadError as exc:
+            devices = []
+            self.status = f"no InfiniBand/RoCE devices ({IB}: {exc.reason})"
+        for dev in devices:
+            try:
+                ports = self.files.listdir(f"{IB}/{dev}/ports")
+            except ReadError:
+                continue
+            for port in ports:
+                key = f"{dev}:{port}"
+                found[key] = self._ports.get(key) or self._new_port(dev, port)
+        nics = self._discover_nics()
+        changed = found.keys() != self._ports.keys() or nics.keys() != self._nics.keys()
+        for gone in self._ports.keys() - found.keys():
+            self.files.forget(self._ports[gone].base)
+            self._rates.forget(gone)
+        self._ports = found
+        self._nics = nics
+        return changed
+
+    def _new_port(self, dev: str, port: str) -> _Port:
+        base = f"{IB}/{dev}/ports/{port}"
+        p = _Port(dev, port, base)
+        try:
+            ext = set(self.files.listdir(f"{base}/counters_ext"))
+        except ReadError:
+            ext = set()
+        for name, fname, width, ext_name, scale in PORT_COUNTERS:
+            if ext_name and ext_name in ext:
+                p.counters[name] = (f"{base}/counters_ext/{ext_name}", None, scale)
+            else:
+                p.counters[name] = (f"{base}/counters/{fname}", width, scale)
+        try:
+            present = set(self.files.listdir(f"{base}/hw_counters"))
+        except ReadError:
+            present = set()
+        p.hw = [h for h in HW_COUNTERS if h in present]
+        netdevs: list[str] = []
+        with contextlib.suppress(ReadError):
+            netdevs = self.files.listdir(f"{IB}/{dev}/device/net")
+        p.info = {"id": p.id, "device": dev, "port": int(port) if port.isdigit() else port,
+                  "netdev": netdevs[0] if netdevs else None}
+        self._read_port_info(p)
+        return p
+
+    def _read_port_info(self, p: _Port) -> None:
+        def text(rel: str) -> str | None:
+            try:
+                return self.files.read_text(rel).strip() or None
+            except ReadError:
+                return None
+
+        dev_base = f"{IB}/{p.device}"
+        rate_text = text(f"{p.base}/rate")
+        p.info.update({
+            "link_layer": text(f"{p.base}/link_layer"),
+            "rate": parse_rate(rate_text) if rate_text else None,
+            "rate_text": rate_text,
+            "hca_type": text(f"{dev_base}/hca_type"),
+            "board_id": text(f"{dev_base}/board_id"),
+            "fw_ver": text(f"{dev_base}/fw_ver"),
+        })
+
+    def _discover_nics(self) -> dict[str, dict[str, Any]]:
+        try:
+            names = self.files.listdir(NET)
+        except ReadError:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for name in names:
+            if name == "lo" or not self.files.exists(f"{NET}/{name}/device"):
+                continue  # loopback and virtual devices (bridges, veths, bonds' slaves' views)
+            out[name] = self._nics.get(name) or {"id": name}
+        return out
+
+    # -- sampling ------------------------------------------------------------------------
+
+    def collect(self, now: float) -> tuple[dict[str, Any], bool]:
+        """One reading of every port and NIC; also says whether the inventory changed."""
+        changed = self._discover()
+        refresh = self._reads % RATE_EVERY == 0
+        self._reads += 1
+        ports = [self._read_port(p, now, refresh) for p in self._ports.values()]
+        nics = [self._read_nic(name, info, now, refresh) for name, info in self._nics.items()]
+        if changed:
+            for table, live in ((self.totals, self._ports), (self.hw_totals, self._ports),
+                                (self.nic_totals, self._nics)):
+                for key in list(table.keys() - live.keys()):
+                    del table[key]
+        return {"ports": ports, "nics": nics}, changed
+
+    def _read_raw(self, path: str) -> tuple[int | None, str | None]:
+        """A counter's value, or None and the reason (fast path: one pread, one int())."""
+        try:
+            data = self.files.read_counter(path)
+        except ReadError as exc:
+            return None, exc.reason
+        try:
+            n = int(data)
+            if n >= 0:
+                return n, None
+        except ValueError:
+            pass
+        try:
+            return parse_counter(data), None
+        except CounterError as exc:
+            return None, str(exc)
+
+    def _read_port(self, p: _Port, now: float, refresh: bool) -> dict[str, Any]:
+        if refresh:
+            self._read_port_info(p)
+        v: dict[str, Any] = {"id": p.id}
+        errors: dict[str, str] = {}
+        for name in ("state", "phys_state"):
+            try:
+                num, label = parse_state(_text(self.files.read_counter(f"{p.base}/{name}")))
+            except ReadError as exc:
+                num, label = None, None
+                errors[name] = exc.reason
+            v[name] = num
+            v[f"{name}_name"] = label
+        # Every counter of a port is read at the same moment: one elapsed time for all.
+        dt = now - p.prev_t if p.prev_t is not None else 0.0
+        prev, cur = p.prev, {}
+        totals: dict[str, int | None] = {}
+        increments: dict[str, int | None] = {}
+        saturated: list[str] = []
+        for name, (path, width, scale) in p.counters.items():
+            raw, reason = self._read_raw(path)
+            is_error = name in _ERROR_SET
+            if raw is None:
+                totals[name] = None
+                errors[name] = reason or "unreadable"
+                if is_error:
+                    increments[name] = None
+                else:
+                    v[f"{name}_s"] = None
+                continue
+            cur[name] = raw
+            totals[name] = raw * scale
+            if width is not None and raw >= 1 << width:
+                # Wider than the legacy PMA counter: the kernel shows the extended
+                # 64-bit counter in this file, which does not saturate.
+                p.counters[name] = (path, None, scale)
+                width = None
+            is_saturated = width is not None and raw == (1 << width) - 1
+            if is_saturated:
+                saturated.append(name)
+            before = prev.get(name)
+            unknown = is_saturated or before is None or raw < before  # saturated, first, reset
+            if is_error:
+                increments[name] = None if unknown else raw - before
+            else:
+                v[f"{name}_s"] = None if unknown or dt <= 0 else (raw - before) * scale / dt
+        p.prev, p.prev_t = cur, now
+        rate = p.info.get("rate")
+        tx, rx = v.get("tx_bytes_s"), v.get("rx_bytes_s")
+        v["tx_util"] = min(1.0, tx / rate) if rate and tx is not None else None
+        v["rx_util"] = min(1.0, rx / rate) if rate and rx is not None else None
+        # Only counters that moved or could not be counted: most ports, most seconds, none.
+        moved = {k: n for k, n in increments.items() if n != 0}
+        if moved:
+            v["errors_inc"] = moved
+        self.totals[p.id] = totals
+        if saturated:
+            v["saturated"] = saturated
+        if p.hw:
+            hw: dict[str, float | None] = {}
+            hw_totals: dict[str, int | None] = {}
+            for name in p.hw:
+                raw, reason = self._read_raw(f"{p.base}/hw_counters/{name}")
+                hw_totals[name] = raw
+                hw[name] = self._rates.rate((p.id, "hw", name), raw, now, wrap_bits=32)
+                if reason:
+                    errors[name] = reason
+            v["hw"] = hw
+            self.hw_totals[p.id] = hw_totals
+        if errors:
+            v["counter_errors"] = errors
+        return v
+
+    def _read_nic(self, name: str, info: dict[str, Any], now: float,
+                  refresh: bool) -> dict[str, Any]:
+        base = f"{NET}/{name}"
+        if refresh:
+            try:
+                speed = int(self.files.read_text(f"{base}/speed").strip())
+                info["speed"] = speed * 1e6 / 8 if speed > 0 else None  # Mb/s to bytes/s
+            except (ReadError, ValueError):
+                info["speed"] = None  # down links print -1 or fail with EINVAL
+        v: dict[str, Any] = {"id": name}
+        try:
+            v["operstate"] = _text(self.files.read_counter(f"{base}/operstate")).strip()
+        except ReadError:
+            v["operstate"] = None
+        totals: dict[str, int | None] = {}
+        for counter in NIC_COUNTERS:
+            raw, reason = self._read_raw(f"{base}/statistics/{counter}")
+            totals[counter] = raw
+            r = self._rates.rate(("nic", name, counter), raw, now)
+            v[f"{counter}_s"] = r
+            if reason:
+                v.setdefault("counter_errors", {})[counter] = reason
+        self.nic_totals[name] = totals
+        speed = info.get("speed")
+        v["rx_util"] = min(1.0, v["rx_bytes_s"] / speed) if speed and v["rx_bytes_s"] is not None \
+            else None
+        v["tx_util"] = min(1.0, v["tx_bytes_s"] / speed) if speed and v["tx_bytes_s"] is not None \
+            else None
+        return v

@@ -1,0 +1,192 @@
+"""Fabric collector on temporary /sys trees: every way a counter can lie."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from agent.collectors.fabric import FabricCollector, parse_counter, parse_rate, parse_state
+from agent.files import FileTree
+from tests.trees import HW, ib_port, nic, write
+
+
+def port(values: dict, pid: str = "mlx5_0:1") -> dict:
+    return next(p for p in values["ports"] if p["id"] == pid)
+
+
+def test_state_rate_and_inventory(tmp_path: Path) -> None:
+    ib_port(tmp_path, "mlx5_0", link_layer="Ethernet", netdev="eth2",
+            rate="200 Gb/sec (4X HDR)", state="1: DOWN", phys_state="3: Disabled")
+    c = FabricCollector(FileTree(tmp_path))
+    values, changed = c.collect(0.0)
+    assert changed
+    inv = c.inventory()["ports"][0]
+    assert inv["id"] == "mlx5_0:1" and inv["port"] == 1
+    assert inv["link_layer"] == "Ethernet" and inv["netdev"] == "eth2"
+    assert inv["rate"] == 25e9 and inv["rate_text"] == "200 Gb/sec (4X HDR)"
+    assert (inv["hca_type"], inv["fw_ver"]) == ("MT4129", "28.39.1002")
+    p = port(values)
+    assert (p["state"], p["state_name"], p["phys_state"], p["phys_state_name"]) == (
+        1, "DOWN", 3, "Disabled")
+    assert c.collect(1.0)[1] is False
+
+
+def test_rates_bytes_are_four_octets_per_count_and_utilization(tmp_path: Path) -> None:
+    base = ib_port(tmp_path, "mlx5_0", rate="400 Gb/sec (4X NDR)")
+    c = FabricCollector(FileTree(tmp_path))
+    first = port(c.collect(0.0)[0])
+    assert first["tx_bytes_s"] is None  # one read is not a rate
+    assert c.totals["mlx5_0:1"]["tx_bytes"] == 4000 and c.totals["mlx5_0:1"]["rx_bytes"] == 8000
+    write(base / "counters/port_xmit_data", f"{1000 + 25 * 10**8}\n")  # 10 GB more over 2 s
+    write(base / "counters/port_rcv_data", "2000\n")
+    write(base / "counters/port_xmit_packets", "1010\n")
+    write(base / "counters/port_xmit_wait", "2005\n")
+    p = port(c.collect(2.0)[0])
+    assert p["tx_bytes_s"] == 5e9
+    assert p["rx_bytes_s"] == 0.0  # a real zero: read twice, no traffic
+    assert p["tx_util"] == pytest.approx(0.1)  # of 50 GB/s
+    assert p["tx_packets_s"] == 500.0
+    assert p["xmit_wait_s"] == 1000.0
+
+
+def test_error_counters_are_increments(tmp_path: Path) -> None:
+    base = ib_port(tmp_path, "mlx5_0", counters={"symbol_error": 10, "link_downed": 1})
+    c = FabricCollector(FileTree(tmp_path))
+    assert port(c.collect(0.0)[0])["errors_inc"]["symbol_errors"] is None
+    write(base / "counters/symbol_error", "17\n")
+    p = port(c.collect(1.0)[0])
+    assert p["errors_inc"] == {"symbol_errors": 7}  # counters that did not move are left out
+    assert c.totals["mlx5_0:1"]["symbol_errors"] == 17
+
+
+def test_saturated_legacy_counters_give_no_rate_and_flag_the_port(tmp_path: Path) -> None:
+    base = ib_port(tmp_path, "mlx5_0", counters={"port_xmit_wait": 2**32 - 1,
+                                                 "symbol_error": 2**16 - 1,
+                                                 "excessive_buffer_overrun_errors": 15})
+    c = FabricCollector(FileTree(tmp_path))
+    c.collect(0.0)
+    p = port(c.collect(1.0)[0])
+    assert p["xmit_wait_s"] is None  # stuck at 2^32-1: unknown, never a false 0
+    assert p["errors_inc"]["symbol_errors"] is None
+    assert p["errors_inc"]["buffer_overruns"] is None
+    assert set(p["saturated"]) == {"xmit_wait", "symbol_errors", "buffer_overruns"}
+    # A narrow counter below its maximum still counts.
+    write(base / "counters/link_downed", "3\n")
+    assert port(c.collect(2.0)[0])["errors_inc"]["link_downed"] == 3
+    assert port(c.collect(3.0)[0])["errors_inc"] == {"symbol_errors": None,
+                                                     "buffer_overruns": None}
+
+
+def test_extended_counters_are_preferred_and_never_saturate(tmp_path: Path) -> None:
+    base = ib_port(tmp_path, "mlx4_0", counters={"port_xmit_data": 2**32 - 1},
+                   ext={"port_xmit_data_64": 2**40, "port_rcv_data_64": 10})
+    c = FabricCollector(FileTree(tmp_path))
+    c.collect(0.0)
+    write(base / "counters_ext/port_xmit_data_64", f"{2**40 + 100}\n")
+    p = port(c.collect(1.0)[0], "mlx4_0:1")
+    assert c.totals["mlx4_0:1"]["tx_bytes"] == (2**40 + 100) * 4
+    assert p["tx_bytes_s"] == 400.0
+    assert "saturated" not in p
+
+
+def test_64_bit_values_in_the_plain_counters_file_are_not_saturation(tmp_path: Path) -> None:
+    base = ib_port(tmp_path, "mlx5_0", counters={"port_xmit_data": 2**33})
+    c = FabricCollector(FileTree(tmp_path))
+    c.collect(0.0)
+    write(base / "counters/port_xmit_data", f"{2**33 + 10}\n")
+    p = port(c.collect(1.0)[0])
+    assert p["tx_bytes_s"] == 40.0 and "saturated" not in p
+
+
+def test_hw_counters_wrap_at_2_32(tmp_path: Path) -> None:
+    base = ib_port(tmp_path, "mlx5_0", link_layer="Ethernet",
+                   hw={**HW, "np_cnp_sent": 2**32 - 100})
+    c = FabricCollector(FileTree(tmp_path))
+    c.collect(0.0)
+    write(base / "hw_counters/np_cnp_sent", "400\n")
+    write(base / "hw_counters/rp_cnp_handled", "150\n")
+    p = port(c.collect(2.0)[0])
+    assert p["hw"]["np_cnp_sent"] == 250.0  # 500 counted across the wrap, over 2 s
+    assert p["hw"]["rp_cnp_handled"] == 50.0
+    assert c.hw_totals["mlx5_0:1"]["np_cnp_sent"] == 400
+
+
+def test_counter_reset_restarts_the_baseline(tmp_path: Path) -> None:
+    base = ib_port(tmp_path, "mlx5_0", counters={"port_rcv_data": 10**9, "port_rcv_errors": 50})
+    c = FabricCollector(FileTree(tmp_path))
+    c.collect(0.0)
+    write(base / "counters/port_rcv_data", "100\n")
+    write(base / "counters/port_rcv_errors", "0\n")
+    p = port(c.collect(1.0)[0])
+    assert p["rx_bytes_s"] is None and p["errors_inc"]["rcv_errors"] is None  # reset: unknown
+    write(base / "counters/port_rcv_data", "350\n")
+    assert port(c.collect(2.0)[0])["rx_bytes_s"] == 1000.0
+
+
+def test_no_pma_missing_and_garbage_counters_have_reasons(tmp_path: Path) -> None:
+    ib_port(tmp_path, "i40iw0", counters={"port_xmit_data": "N/A (no PMA)",
+                                          "port_rcv_data": "\x00\xffgarbage",
+                                          "symbol_error": None})
+    c = FabricCollector(FileTree(tmp_path))
+    c.collect(0.0)
+    p = port(c.collect(1.0)[0], "i40iw0:1")
+    assert p["counter_errors"]["tx_bytes"] == "N/A (no PMA)"
+    assert p["counter_errors"]["rx_bytes"].startswith("not a counter")
+    assert p["counter_errors"]["symbol_errors"] == "missing"
+    assert p["tx_bytes_s"] is None and c.totals["i40iw0:1"]["tx_bytes"] is None
+    assert c.totals["i40iw0:1"]["tx_packets"] == 10  # the rest of the port still reads
+
+
+def test_a_device_appearing_and_disappearing_between_samples(tmp_path: Path) -> None:
+    ib_port(tmp_path, "mlx5_0")
+    c = FabricCollector(FileTree(tmp_path))
+    c.collect(0.0)
+    ib_port(tmp_path, "mlx5_1")
+    values, changed = c.collect(1.0)
+    assert changed and [p["id"] for p in values["ports"]] == ["mlx5_0:1", "mlx5_1:1"]
+    shutil.rmtree(tmp_path / "sys/class/infiniband/mlx5_0")
+    values, changed = c.collect(2.0)
+    assert changed and [p["id"] for p in values["ports"]] == ["mlx5_1:1"]
+    assert [p["id"] for p in c.inventory()["ports"]] == ["mlx5_1:1"]
+
+
+def test_no_infiniband_at_all_says_so(tmp_path: Path) -> None:
+    c = FabricCollector(FileTree(tmp_path))
+    values, _ = c.collect(0.0)
+    assert values == {"ports": [], "nics": []}
+    assert "no InfiniBand/RoCE devices" in (c.status or "")
+
+
+def test_nics_skip_loopback_and_virtual_and_rate_their_counters(tmp_path: Path) -> None:
+    nic(tmp_path, "eth0", speed=100000, rx_bytes=1000)
+    write(tmp_path / "sys/class/net/lo/statistics/rx_bytes", "5\n")
+    write(tmp_path / "sys/class/net/veth1/statistics/rx_bytes", "5\n")  # no device link
+    c = FabricCollector(FileTree(tmp_path))
+    c.collect(0.0)
+    write(tmp_path / "sys/class/net/eth0/statistics/rx_bytes", f"{1000 + 125 * 10**7}\n")
+    write(tmp_path / "sys/class/net/eth0/statistics/rx_errors", "garbage\n")
+    values, _ = c.collect(1.0)
+    assert [n["id"] for n in values["nics"]] == ["eth0"]
+    eth0 = values["nics"][0]
+    assert eth0["rx_bytes_s"] == 1.25e9 and eth0["rx_util"] == pytest.approx(0.1)
+    assert eth0["rx_errors_s"] is None and "rx_errors" in eth0["counter_errors"]
+    assert eth0["operstate"] == "up"
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("4: ACTIVE", (4, "ACTIVE")), ("5: LinkUp\n", (5, "LinkUp")), ("ACTIVE", (None, "ACTIVE")),
+])
+def test_parse_state(text: str, expected: tuple) -> None:
+    assert parse_state(text) == expected
+
+
+def test_parse_rate_and_counter() -> None:
+    assert parse_rate("100 Gb/sec (4X EDR)") == 12.5e9
+    assert parse_rate("2.5 Gb/sec (1X SDR)") == 2.5e9 / 8
+    assert parse_rate("garbage") is None
+    assert parse_counter("42\n") == 42
+    for bad in ("N/A (no PMA)", "-1", "", "12abc"):
+        with pytest.raises(ValueError):
+            parse_counter(bad)
