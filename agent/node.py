@@ -71,8 +71,13 @@ class NodeAgent:
         files: FileTree | None = None,
         nvml_loader: Callable[[], Any] = load_nvml,
         executor: Executor | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
+        # Clocks are injectable so a seeded simulation can be replayed exactly (snapshots).
+        self._monotonic = monotonic
+        self._wall = wall
         self.files = files or FileTree(config.root)
         self.gpu = GpuCollector(nvml_loader)
         self.host = HostCollector(self.files)
@@ -121,7 +126,9 @@ class NodeAgent:
             self._task = None
         loop = asyncio.get_running_loop()
         if self._xid is not None:
-            await loop.run_in_executor(self._executor, self._xid.stop)
+            # Not in the read worker: joining the XID thread can take one wait timeout,
+            # and many agents in one process (the simulator) stop side by side.
+            await asyncio.to_thread(self._xid.stop)
         await loop.run_in_executor(self._executor, self.gpu.close)
         self.storage.close()
         self.files.close()
@@ -136,7 +143,7 @@ class NodeAgent:
             agent_version=__version__,
             boot_id=self._boot_id,
             interval=self.config.interval,
-            ts=time.time(),
+            ts=self._wall(),
             gpus=list(self.gpu.inventory),
             driver_version=self.gpu.driver_version,
             gpu_status=self.gpu.status,
@@ -147,7 +154,7 @@ class NodeAgent:
         )
 
     def _first_inventory(self) -> None:
-        now = time.monotonic()
+        now = self._monotonic()
         self.fabric.collect(now)
         self.storage.collect(now)
 
@@ -168,8 +175,9 @@ class NodeAgent:
     def _collect(self) -> tuple[Sample, list[Event], bool]:
         """One read of every collector; runs in the worker thread."""
         cpu0 = time.thread_time()
-        now = time.monotonic()
-        wall = time.time()
+        t0 = time.monotonic()
+        now = self._monotonic()
+        wall = self._wall()
         events: list[Event] = []
         inventory_changed = False
         if self.gpu.device_count_changed():
@@ -209,7 +217,7 @@ class NodeAgent:
                         gpus=gpus if self.gpu.nvml is not None else [], host=host,
                         extra=extra)
         self.stats.last_sample_cpu = time.thread_time() - cpu0
-        self.stats.last_sample_seconds = time.monotonic() - now
+        self.stats.last_sample_seconds = time.monotonic() - t0
         return sample, events, inventory_changed
 
     def _family_failed(self, family: str, reason: str, wall: float,

@@ -6,6 +6,8 @@ import argparse
 import asyncio
 import contextlib
 import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
 
@@ -34,6 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument("--name", default="cluster", help="cluster name shown in the header")
     connect.add_argument("--once", action="store_true",
                          help="print one readout after the first samples and exit")
+    connect.add_argument("--plain", action="store_true",
+                         help="print a text readout every second instead of the full-screen app")
+    connect.add_argument("--theme", help="theme name (t cycles them in the app)")
+    connect.add_argument("--topology", metavar="F",
+                         help="Slurm topology.conf: group the fabric map by leaf switch")
+    connect.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s",
+                         help="provisioned throughput of a shared file system, e.g. "
+                              "/lustre/scratch=400")
     demo = sub.add_parser("demo", help="simulate a cluster on loopback and watch it")
     demo.add_argument("--nodes", type=int, default=32)
     demo.add_argument("--gpus", type=int, default=8)
@@ -41,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--base-port", type=int, default=19400)
     demo.add_argument("--once", action="store_true",
                       help="print one readout after the first samples and exit")
+    demo.add_argument("--plain", action="store_true",
+                      help="print a text readout every second instead of the full-screen app")
+    demo.add_argument("--theme", help="theme name (t cycles them in the app)")
     return parser
 
 
@@ -48,13 +61,59 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "demo":
-            return asyncio.run(_demo(args))
-        return asyncio.run(_connect(args))
+            if args.once or args.plain:
+                return asyncio.run(_demo(args))
+            return _demo_app(args)
+        if args.once or args.plain:
+            return asyncio.run(_connect(args))
+        return _connect_app(args)
     except (ConfigError, TargetError, ValueError, OSError) as exc:
         print(f"tuimon: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
+             theme: str | None, topology: dict[str, str], provisioned: dict[str, float],
+             before: Callable[[], Awaitable[None]] | None = None,
+             after: Callable[[], Awaitable[None]] | None = None) -> int:
+    from tuimon.ui.app import TuimonApp
+
+    holder: dict[str, aiohttp.ClientSession] = {}
+
+    def sources(state: ClusterState) -> list[Awaitable[None]]:
+        async def run_all() -> None:
+            if before is not None:
+                await before()
+            async with aiohttp.ClientSession() as session:
+                holder["session"] = session
+                try:
+                    await asyncio.gather(*(AgentStream(t, state, session, options).run()
+                                           for t in targets))
+                finally:
+                    if after is not None:
+                        await after()
+        return [run_all()]
+
+    for t in targets:
+        cluster.add_target(t)
+    TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
+              provisioned=provisioned).run()
+    return 0
+
+
+def _provisioned(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        mount, sep, value = item.rpartition("=")
+        try:
+            out[mount] = float(value) * 1e9
+        except ValueError:
+            raise TargetError(f"--provisioned {item!r}: expected MOUNT=GB/s") from None
+        if not sep or not mount:
+            raise TargetError(f"--provisioned {item!r}: expected MOUNT=GB/s")
+    return out
 
 
 async def _watch(cluster: ClusterState, targets: list[str], options: StreamOptions,
@@ -82,6 +141,44 @@ async def _watch(cluster: ClusterState, targets: list[str], options: StreamOptio
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError):
                     await t
+
+
+def _connect_options(args: argparse.Namespace) -> tuple[list[str], StreamOptions]:
+    items = list(args.targets)
+    if args.targets_file:
+        items += read_targets_file(args.targets_file)
+    targets = parse_targets(items)
+    if not targets:
+        raise TargetError("no targets: give host[:port] arguments or --targets-file")
+    token = load_token(args.token_file) if args.token_file else None
+    ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
+               if args.tls or args.tls_ca or args.tls_insecure else None)
+    return targets, StreamOptions(token=token, ssl_context=ssl_ctx)
+
+
+def _connect_app(args: argparse.Namespace) -> int:
+    from tuimon.model.view_state import parse_topology_conf
+
+    targets, options = _connect_options(args)
+    topology: dict[str, str] = {}
+    if args.topology:
+        try:
+            topology = parse_topology_conf(Path(args.topology).read_text())
+        except OSError as exc:
+            raise TargetError(f"--topology {args.topology}: {exc.strerror or exc}") from None
+    return _run_app(ClusterState(args.name), targets, options, args.theme, topology,
+                    _provisioned(args.provisioned))
+
+
+def _demo_app(args: argparse.Namespace) -> int:
+    from agent.sim.cluster import SimCluster
+    from agent.sim.io_model import LUSTRE_MOUNT
+
+    sim = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port, seed=args.seed)
+    topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+    return _run_app(ClusterState(f"demo: {args.nodes} simulated nodes"), sim.targets,
+                    StreamOptions(), args.theme, topology,
+                    {LUSTRE_MOUNT: sim.lustre_provisioned}, before=sim.start, after=sim.stop)
 
 
 async def _connect(args: argparse.Namespace) -> int:

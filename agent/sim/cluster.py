@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +55,9 @@ class SimCluster:
     spines: int = 2
     # Provisioned throughput of the shared Lustre file system, bytes/s (both directions).
     lustre_provisioned: float = 400e9
+    # Monotonic and wall clocks; tests give fixed ones to replay a seeded cluster exactly.
+    clock: Callable[[], float] = time.monotonic
+    wall: Callable[[], float] = time.time
     members: list[SimNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -70,14 +75,16 @@ class SimCluster:
         for i in range(self.nodes):
             name = f"{self.name_prefix}{i:0{width}d}"
             model = SimNodeModel(name, self.gpus, seed=self.seed * 100003 + i,
-                                 trouble=troubles.get(i) or NodeTrouble())
+                                 trouble=troubles.get(i) or NodeTrouble(), clock=self.clock)
             agent = NodeAgent(
-                AgentConfig(node_name=name, interval=self.interval,
+                AgentConfig(node_name=name, interval=self.interval, xid_wait=0.5,
                             storage=StorageConfig(mmpmon=None, statvfs=model.io.statvfs,
                                                   statvfs_inline=True)),
                 files=GeneratedTree(model.files()),
                 nvml_loader=lambda m=model: m.nvml,
                 executor=self._executor,
+                monotonic=self.clock,
+                wall=self.wall,
             )
             self.members.append(SimNode(i, name, self.base_port + i, model, agent))
 
@@ -135,8 +142,7 @@ class SimCluster:
                                 executor=self._executor)
 
     async def stop(self) -> None:
-        for m in self.members:
-            await self.stop_node(m.index)
+        await asyncio.gather(*(self.stop_node(m.index) for m in self.members))
         self._executor.shutdown(wait=False)
 
     async def __aenter__(self) -> SimCluster:

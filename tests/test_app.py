@@ -1,0 +1,220 @@
+"""The terminal app, driven headless with Pilot, on a seeded simulated cluster."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+
+from agent.sim.cluster import SimCluster
+from tests.seeded import seeded_cluster
+from tuimon.model.cluster import ClusterState
+from tuimon.sources.agent_stream import AgentStream, StreamOptions
+from tuimon.ui.app import HelpScreen, TuimonApp
+from tuimon.ui.heatmap import HeatmapView
+from tuimon.ui.node_screen import NodeScreen
+
+
+async def make_app(nodes: int = 16) -> TuimonApp:
+    cluster, sim = await seeded_cluster(nodes)
+    topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+    return TuimonApp(cluster, topology=topology, refresh=3600, clock_text=lambda: "12:00:00",
+                     provisioned={"/lustre/scratch": sim.lustre_provisioned})
+
+
+def line_text(view: HeatmapView, y: int) -> str:
+    return view.render_line(y).text
+
+
+async def test_cursor_moves_with_arrows_and_hjkl_and_enter_opens_the_node() -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(120, 40)) as pilot:
+        heat = app.active_map
+        assert heat.current.name == "sim-node000"
+        await pilot.press("right")
+        assert heat.current.name == "sim-node001"
+        await pilot.press("l", "l")
+        assert heat.current.name == "sim-node003"
+        await pilot.press("h")
+        assert heat.current.name == "sim-node002"
+        per_row = len(heat._hm_lines[0].nodes)
+        await pilot.press("down")
+        assert heat.current.name == f"sim-node{2 + per_row:03d}"
+        await pilot.press("k")
+        assert heat.current.name == "sim-node002"
+        await pilot.press("enter")
+        assert isinstance(app.screen, NodeScreen)
+        assert app.screen.node.name == "sim-node002"
+        title = str(app.screen.query_one("#node-title").render())
+        assert "sim-node002" in title and "up" in title
+        gpus = str(app.screen.query_one("#node-gpus").render())
+        assert "NVIDIA H" in gpus and "MHz" in gpus
+        fabric = str(app.screen.query_one("#node-fabric").render())
+        assert "mlx5_0:1" in fabric and "ACTIVE" in fabric
+        await pilot.press("escape")
+        assert not isinstance(app.screen, NodeScreen)
+
+
+async def test_mouse_click_selects_and_double_click_opens() -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(120, 40)) as pilot:
+        heat = app.active_map
+        tile = heat._tile_width()
+        await pilot.click(HeatmapView, offset=(tile + 2, 0))
+        assert heat.current.name == "sim-node001"
+        await pilot.click(HeatmapView, offset=(2 * tile + 2, 0), times=2)
+        await pilot.pause()
+        assert isinstance(app.screen, NodeScreen) and app.screen.node.name == "sim-node002"
+
+
+async def test_filter_by_regex_and_clear() -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("slash")
+        await pilot.press(*"node00[1-3]")
+        await pilot.press("enter")
+        heat = app.active_map
+        assert [n.name for n in heat._hm_order] == ["sim-node001", "sim-node002", "sim-node003"]
+        assert "filter /node00[1-3]/" in str(app.query_one("#legend").render())
+        await pilot.press("escape")
+        assert len(heat._hm_order) == 16
+
+
+async def test_bad_filter_is_refused_with_the_reason() -> None:
+    app = await make_app(4)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("slash", *"gpu[", "enter")
+        error = str(app.screen.query_one("#filter-error").render())
+        assert "bad filter" in error
+        await pilot.press("escape")
+        assert len(app.active_map._hm_order) == 4
+
+
+async def test_sort_by_metric_puts_the_worst_first() -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3")  # temperature
+        await pilot.press("s")
+        heat = app.active_map
+        hottest = max(app.cluster.nodes.values(),
+                      key=lambda n: max(g["temp"] for g in n.gpu_values()))
+        assert heat._hm_order[0] is hottest
+        assert "sorted by temp" in str(app.query_one("#legend").render())
+        await pilot.press("s")
+        assert heat._hm_order[0].name == "sim-node000"
+
+
+async def test_metric_keys_switch_the_map_and_the_legend() -> None:
+    app = await make_app(8)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("6")
+        assert app.active_map.metric.key == "health"
+        assert "health" in str(app.query_one("#legend").render())
+        await pilot.press("tab")
+        assert app.active_map.kind == "fabric"
+        await pilot.press("2")
+        assert app.active_map.metric.key == "congestion"
+        # Grouped by leaf switch: the first line is a leaf label.
+        assert line_text(app.active_map, 0).strip().startswith("leaf00")
+
+
+async def test_theme_cycles_and_heatmap_colours_follow() -> None:
+    app = await make_app(4)
+    async with app.run_test(size=(120, 40)) as pilot:
+        heat = app.active_map
+        before_theme = app.theme
+        before = heat.render_line(0)
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.theme != before_theme and app.theme in app.theme_names
+        after = heat.render_line(0)
+        assert after.text == before.text
+        assert [s.style for s in after] != [s.style for s in before]
+
+
+async def test_help_screen_opens_and_closes() -> None:
+    app = await make_app(4)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_large_cluster_folds_to_one_cell_per_node() -> None:
+    cluster, _ = await seeded_cluster(nodes=300, gpus=2, samples=1)
+    app = TuimonApp(cluster, refresh=3600)
+    async with app.run_test(size=(80, 24)) as pilot:
+        heat = app.active_map
+        assert heat.folded
+        assert len(heat._hm_lines[0].nodes) == 40  # 2 columns a node
+        assert "folded" in str(app.query_one("#header").render())
+        await pilot.press("down")
+        assert heat.current.name == "sim-node040"
+
+
+async def test_a_stopped_node_goes_stale_and_comes_back_in_the_app(
+        unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=3, gpus=2, base_port=unused_tcp_port_factory(), interval=0.2)
+    cluster = ClusterState("live")
+    options = StreamOptions(min_backoff=0.1, max_backoff=0.3)
+    session_box: list[aiohttp.ClientSession] = []
+
+    def sources(state: ClusterState):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            async with aiohttp.ClientSession() as session:
+                session_box.append(session)
+                await asyncio.gather(*(AgentStream(t, state, session, options).run()
+                                       for t in sim.targets))
+        return [run()]
+
+    async with sim:
+        app = TuimonApp(cluster, sources=sources, refresh=0.2)
+        async with app.run_test(size=(120, 30)) as pilot:
+            async def until(predicate) -> None:  # type: ignore[no-untyped-def]
+                for _ in range(100):
+                    if predicate():
+                        return
+                    await pilot.pause(0.1)
+                raise AssertionError("timed out")
+
+            await until(lambda: cluster.counts()["up"] == 3)
+            await sim.stop_node(1)
+            victim = cluster.nodes[sim.targets[1]]
+            await until(lambda: victim.status == "stale")
+            await pilot.pause(0.3)
+            header = str(app.query_one("#header").render())
+            assert "1 stale" in header
+            row = line_text(app.active_map, 0)
+            assert "\u2591" in row  # the stale node's cells
+            assert "node_lost" in [e.kind for e in cluster.events]
+            await sim.start_node(1)
+            await until(lambda: victim.status == "up")
+            await pilot.pause(0.3)
+            assert "0 stale" in str(app.query_one("#header").render())
+
+
+@pytest.mark.parametrize("size", [(200, 50), (80, 24)])
+def test_snapshot_main_screen(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+    app = asyncio.run(make_app(32))
+    assert snap_compare(app, terminal_size=size)
+
+
+def test_snapshot_fabric_map(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    app = asyncio.run(make_app(32))
+    assert snap_compare(app, terminal_size=(160, 40), press=["tab", "2"])
+
+
+def test_snapshot_node_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+    app = asyncio.run(make_app(8))
+    assert snap_compare(app, terminal_size=(160, 50), press=["right", "enter"])
+
+
+def test_control_characters_in_names_are_escaped() -> None:
+    from tuimon.ui.text import safe
+
+    shown = safe("evil\x1b[2Jnode\x07")
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert shown.startswith("evil\\x1b") and shown.endswith("\\x07")
+    assert safe("[b]bold[/b]") == "\\[b]bold\\[/b]"  # no markup injection either

@@ -1,0 +1,96 @@
+"""Which nodes a view shows, in which order: filter, sort, topology groups.
+
+Plain Python, so the app's behaviour (filter by regex, sort by metric, group by leaf)
+is tested without a screen.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.heat import NO_DATA, HeatMetric, node_level
+
+SORTS = ("name", "metric")
+
+
+class FilterError(ValueError):
+    """A filter that is not a valid regular expression."""
+
+
+@dataclass
+class ViewState:
+    filter_text: str = ""
+    sort: str = "name"
+    topology: dict[str, str] = field(default_factory=dict)  # node name -> leaf switch
+    _pattern: re.Pattern[str] | None = None
+
+    def set_filter(self, text: str) -> None:
+        """Plain text matches as a substring; anything else as a regular expression."""
+        text = text.strip()
+        if not text:
+            self.filter_text, self._pattern = "", None
+            return
+        try:
+            pattern = re.compile(text, re.IGNORECASE)
+        except re.error as exc:
+            raise FilterError(f"bad filter {text!r}: {exc}") from None
+        self.filter_text, self._pattern = text, pattern
+
+    def visible(self, cluster: ClusterState, metric: HeatMetric | None = None) -> list[NodeState]:
+        nodes = [n for n in cluster.nodes.values()
+                 if self._pattern is None or self._pattern.search(n.name)]
+        if self.sort == "metric" and metric is not None:
+            def key(n: NodeState) -> tuple[int, str]:
+                infos = n.hello.gpus if n.hello else []
+                level = node_level(metric, n.gpu_values(), infos)
+                return (-(level if level != NO_DATA else -3), n.name)
+            return sorted(nodes, key=key)
+        return sorted(nodes, key=lambda n: n.name)
+
+    def groups(self, nodes: list[NodeState]) -> list[tuple[str, list[NodeState]]]:
+        """Nodes grouped by leaf switch when the topology is known, in leaf order."""
+        if not self.topology:
+            return [("", nodes)]
+        out: dict[str, list[NodeState]] = {}
+        for n in nodes:
+            out.setdefault(self.topology.get(n.name, "unknown leaf"), []).append(n)
+        return sorted(out.items())
+
+
+def parse_topology_conf(text: str) -> dict[str, str]:
+    """Slurm topology.conf: `SwitchName=leaf1 Nodes=gpu[001-016]` lines -> node -> leaf."""
+    from tuimon.sources.targets import expand_hostlist
+
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
+        switch, nodes = fields.get("SwitchName"), fields.get("Nodes")
+        if not switch or not nodes:
+            continue
+        for item in _split_hostlist(nodes):
+            for name in expand_hostlist(item):
+                out[name] = switch
+    return out
+
+
+def _split_hostlist(text: str) -> list[str]:
+    """Split `a[1-3],b,c[5,7]` at the commas outside brackets."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    if current:
+        parts.append(current)
+    return parts

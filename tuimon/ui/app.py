@@ -1,0 +1,290 @@
+"""TuimonApp: the main screen (heatmaps, storage, events) over a ClusterState.
+
+Sources run as asyncio tasks on the app's loop and only update the model; a timer
+redraws what changed once a second. Key bindings have ids (`tuimon.<id>`) so users can
+remap them in Textual's keymap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Input, Static
+
+from tuimon.model.cluster import ClusterState
+from tuimon.model.heat import FABRIC_METRICS, GPU_METRICS
+from tuimon.model.storage import StorageView
+from tuimon.model.view_state import FilterError, ViewState
+from tuimon.ui.heatmap import HeatmapView
+from tuimon.ui.node_screen import NodeScreen
+from tuimon.ui.panels import EventsPane, HeaderBar, Legend, SloStrip, StoragePanel
+from tuimon.ui.text import safe
+from tuimon.ui.theme_files import DEFAULT_THEME, load_themes
+
+HELP = """\
+[b]tuimon[/b]: the whole cluster, live
+
+[b]Moving[/b]
+  arrows / h j k l   move between nodes        enter / double click  open the node
+  tab                switch GPU / fabric map   esc                   back, clear filter
+[b]What the map shows[/b]
+  1..6               GPU metric: utilization, memory, temperature, power, SM clock, health
+  1..3 (fabric)      port metric: utilization, congestion (xmit_wait), errors
+  s                  sort by name / by the metric (worst first)
+  /                  filter nodes by name (text or regular expression)
+[b]Other[/b]
+  t                  next theme              ?   this help              q   quit
+
+Cells: a block's height and colour follow the metric. [$error]\u2717[/] a failed GPU or
+port, \u2591 a stale or lost node (old data), \u00b7 no data. When the cluster is larger than
+the screen the map folds to one cell per node; move the cursor to see which node.
+A stale node keeps its last values and its reason; tuimon reconnects on its own.
+
+Press esc or ? to close."""
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close", id="close_help")]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Static { width: 96; height: auto; border: round $primary; padding: 1 2;
+                          background: $surface; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP)
+
+
+class FilterScreen(ModalScreen[str | None]):
+    BINDINGS = [Binding("escape", "cancel", "cancel", id="cancel_filter")]
+    DEFAULT_CSS = """
+    FilterScreen { align: center top; }
+    FilterScreen > Vertical { width: 70; height: auto; margin-top: 3; background: $surface;
+                              border: round $primary; padding: 0 1; }
+    """
+
+    def __init__(self, current: str) -> None:
+        super().__init__()
+        self.current = current
+
+    def compose(self) -> ComposeResult:
+        with Vertical():
+            yield Static("filter nodes: text or regular expression (empty: all)")
+            yield Input(value=self.current, id="filter-input")
+            yield Static("", id="filter-error")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        try:
+            ViewState().set_filter(event.value)
+        except FilterError as exc:
+            self.query_one("#filter-error", Static).update(f"[$error]{safe(str(exc))}[/]")
+            return
+        self.dismiss(event.value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class TuimonApp(App[None]):
+    TITLE = "tuimon"
+    CSS = """
+    Screen { layout: vertical; }
+    #maps { height: 1fr; }
+    #gpu-map, #fabric-map { height: 1fr; }
+    .hidden { display: none; }
+    """
+    BINDINGS = [
+        Binding("q", "quit", "quit", id="quit"),
+        Binding("question_mark", "help", "help", id="help"),
+        Binding("slash", "filter", "filter", id="filter"),
+        Binding("s", "sort", "sort", id="sort"),
+        Binding("t", "next_theme", "theme", id="theme"),
+        Binding("tab", "switch_map", "GPU/fabric", id="switch_map", priority=True),
+        Binding("enter", "open_node", "open node", id="open_node"),
+        Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
+        Binding("left,h", "move(-1,0)", "left", show=False, id="left"),
+        Binding("right,l", "move(1,0)", "right", show=False, id="right"),
+        Binding("up,k", "move(0,-1)", "up", show=False, id="up"),
+        Binding("down,j", "move(0,1)", "down", show=False, id="down"),
+        *[Binding(str(i + 1), f"metric({i})", "metric", show=i == 0, id=f"metric_{i + 1}",
+                  key_display="1-6") for i in range(6)],
+    ]
+
+    def __init__(self, cluster: ClusterState, *,
+                 sources: Callable[[ClusterState], list[Awaitable[None]]] | None = None,
+                 theme: str | None = None, topology: dict[str, str] | None = None,
+                 provisioned: dict[str, float] | None = None, refresh: float = 1.0,
+                 clock_text: Callable[[], str] | None = None) -> None:
+        super().__init__()
+        self.clock_text = clock_text
+        self.cluster = cluster
+        self._make_sources = sources
+        self._tasks: list[asyncio.Task[None]] = []
+        self.view = ViewState(topology=dict(topology or {}))
+        self.storage = StorageView(provisioned)
+        self.refresh_every = refresh
+        self._wanted_theme = theme or DEFAULT_THEME
+        themes, self.theme_problems = load_themes()
+        self.theme_names = [t.name for t in themes]
+        for t in themes:
+            self.register_theme(t)
+
+    # -- layout --------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        yield SloStrip(id="slo")
+        yield Legend(id="legend")
+        with Vertical(id="maps"):
+            yield HeatmapView(self.cluster, self.view, GPU_METRICS, kind="gpu", id="gpu-map")
+            yield HeatmapView(self.cluster, self.view, FABRIC_METRICS, kind="fabric",
+                              id="fabric-map", classes="hidden")
+        yield StoragePanel(id="storage")
+        yield EventsPane(id="events")
+        yield Footer()
+
+    @property
+    def active_map(self) -> HeatmapView:
+        gpu = self.query_one("#gpu-map", HeatmapView)
+        return self.query_one("#fabric-map", HeatmapView) if gpu.has_class("hidden") else gpu
+
+    async def on_mount(self) -> None:
+        if self._wanted_theme in self.theme_names:
+            self.theme = self._wanted_theme
+        else:
+            self.notify(f"unknown theme {self._wanted_theme!r}; themes: "
+                        f"{', '.join(self.theme_names)}", severity="warning")
+            self.theme = DEFAULT_THEME
+        for problem in self.theme_problems:
+            self.notify(problem, severity="warning", timeout=10)
+        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+        if self._make_sources is not None:
+            self._tasks = [asyncio.create_task(s) for s in self._make_sources(self.cluster)]
+        self.active_map.focus()
+        self._known_nodes = -1
+        self.tick()
+        self.set_interval(self.refresh_every, self.tick)
+
+    async def on_unmount(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    def _on_theme_changed(self, _theme: object) -> None:
+        for view in self.query(HeatmapView):
+            view.theme_changed()
+
+    # -- refresh -------------------------------------------------------------------------
+
+    def tick(self) -> None:
+        """Once a second: ages, aggregates, and redraw of what changed."""
+        self.cluster.refresh_ages()
+        self.storage.update(self.cluster)
+        heat = self.active_map
+        if len(self.cluster.nodes) != self._known_nodes or self.view.sort == "metric":
+            self._known_nodes = len(self.cluster.nodes)
+            for view in self.query(HeatmapView):
+                view.relayout()
+        else:
+            heat.refresh_changed()
+        width, compact = self.size.width, self.size.height < 32
+        self.query_one(HeaderBar).update_from(self.cluster, heat.folded, width,
+                                              self.clock_text() if self.clock_text else None)
+        self.query_one(SloStrip).update_from(width)
+        self._update_legend()
+        self.query_one(StoragePanel).update_from(self.storage, width, compact)
+        self.query_one(EventsPane).update_from(self.cluster, 2 if compact else 5, width)
+
+    def _update_legend(self) -> None:
+        heat = self.active_map
+        node = heat.current
+        cursor = "no node selected"
+        if node is not None:
+            cursor = f"[b]{safe(node.name, 30)}[/b] {node.status}"
+            if node.status != "up" and node.reason:
+                age = node.age()
+                cursor += f" {age:.0f}s: {safe(node.reason, 60)}" if age else \
+                    f": {safe(node.reason, 60)}"
+        title = "GPUs" if heat.kind == "gpu" else "fabric"
+        extra = []
+        if self.view.filter_text:
+            extra.append(f"filter /{safe(self.view.filter_text, 30)}/")
+        if self.view.sort != "name":
+            extra.append(f"sorted by {heat.metric.key}")
+        if extra:
+            cursor += "  \u2502 " + ", ".join(extra)
+        self.query_one(Legend).update_from(title, heat.metric, heat.metrics, cursor,
+                                           self.size.width)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def action_move(self, dx: int, dy: int) -> None:
+        self.active_map.move(dx, dy)
+        self._update_legend()
+
+    def action_metric(self, index: int) -> None:
+        heat = self.active_map
+        if index < len(heat.metrics):
+            heat.set_metric(index)
+            self._update_legend()
+
+    def action_switch_map(self) -> None:
+        for view in self.query(HeatmapView):
+            view.toggle_class("hidden")
+        heat = self.active_map
+        heat.relayout()
+        heat.focus()
+        self._update_legend()
+
+    def action_sort(self) -> None:
+        self.view.sort = "metric" if self.view.sort == "name" else "name"
+        for view in self.query(HeatmapView):
+            view.relayout()
+        self._update_legend()
+
+    def action_filter(self) -> None:
+        def apply(value: str | None) -> None:
+            if value is None:
+                return
+            self.view.set_filter(value)
+            for view in self.query(HeatmapView):
+                view.cursor = 0
+                view.relayout()
+            self._update_legend()
+
+        self.push_screen(FilterScreen(self.view.filter_text), apply)
+
+    def action_clear_filter(self) -> None:
+        if self.view.filter_text:
+            self.view.set_filter("")
+            for view in self.query(HeatmapView):
+                view.relayout()
+            self._update_legend()
+
+    def action_next_theme(self) -> None:
+        names = self.theme_names
+        i = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(i + 1) % len(names)]
+        self.notify(f"theme: {self.theme}", timeout=2)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_open_node(self) -> None:
+        node = self.active_map.current
+        if node is not None:
+            self.push_screen(NodeScreen(self.cluster, node))
+
+    def on_heatmap_view_opened(self, message: HeatmapView.Opened) -> None:
+        self.push_screen(NodeScreen(self.cluster, message.node))
+
+    def on_heatmap_view_cursor_moved(self, message: HeatmapView.CursorMoved) -> None:
+        self._update_legend()

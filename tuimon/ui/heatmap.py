@@ -1,0 +1,309 @@
+"""The cluster heatmaps: Line API widgets with cached strips.
+
+Each line of the map is a row of node tiles (name, then one cell per GPU or port), or a
+group label (a leaf switch). `render_line` builds a line's `Strip` once and caches it
+under a key of everything it shows (the nodes' versions, the metric, the cursor, the
+theme); the refresh timer asks for a redraw only of lines whose key changed. When the
+cluster is larger than the screen, the map folds to one cell per node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.events import Click, Resize
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.heat import FAILED, GLYPHS, NO_DATA, HeatMetric
+from tuimon.model.view_state import ViewState
+
+NAME_W = 12
+GAP = 2
+
+
+@dataclass(slots=True)
+class _Line:
+    label: str | None  # a group header line, or None for a line of tiles
+    nodes: list[NodeState]
+
+
+class HeatmapView(ScrollView, can_focus=True):
+    """A heatmap of the cluster: one tile per node, one cell per GPU (or port)."""
+
+    DEFAULT_CSS = """
+    HeatmapView { height: 1fr; background: $surface; }
+    HeatmapView:focus { background: $surface; }
+    """
+
+    class CursorMoved(Message):
+        def __init__(self, node: NodeState | None) -> None:
+            super().__init__()
+            self.node = node
+
+    class Opened(Message):
+        def __init__(self, node: NodeState) -> None:
+            super().__init__()
+            self.node = node
+
+    def __init__(self, cluster: ClusterState, view: ViewState, metrics: tuple[HeatMetric, ...],
+                 *, kind: str = "gpu", id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
+        self.cluster = cluster
+        self.view = view
+        self.metrics = metrics
+        self.metric_index = 0
+        self.kind = kind  # "gpu" or "fabric"
+        self.cursor = 0
+        self.folded = False
+        self._hm_order: list[NodeState] = []
+        self._hm_lines: list[_Line] = []
+        self._hm_where: dict[str, tuple[int, int]] = {}  # target -> (line, x)
+        self._hm_cells = 8
+        self._hm_strips: dict[int, tuple[tuple[Any, ...], Strip]] = {}
+        self._hm_styles: dict[str, Style] = {}
+        self._hm_theme_gen = 0
+
+    # -- public --------------------------------------------------------------------------
+
+    @property
+    def metric(self) -> HeatMetric:
+        return self.metrics[self.metric_index]
+
+    @property
+    def current(self) -> NodeState | None:
+        return self._hm_order[self.cursor] if 0 <= self.cursor < len(self._hm_order) else None
+
+    def set_metric(self, index: int) -> None:
+        self.metric_index = index % len(self.metrics)
+        self.relayout()
+
+    def theme_changed(self) -> None:
+        self._hm_styles.clear()
+        self._hm_theme_gen += 1
+        self.refresh()
+
+    def relayout(self) -> None:
+        """Recompute which node goes where (nodes, filter, sort or size changed)."""
+        current = self.current
+        self._hm_order = self.view.visible(self.cluster, self.metric)
+        if current is not None and current in self._hm_order:
+            self.cursor = self._hm_order.index(current)
+        self.cursor = min(self.cursor, max(0, len(self._hm_order) - 1))
+        self._hm_cells = max([self._cell_count(n) for n in self._hm_order] or [8]) or 1
+        width = max(1, self.scrollable_content_region.width or self.size.width or 80)
+        height = max(1, self.scrollable_content_region.height or self.size.height or 20)
+        order = self._hm_order
+        groups = self.view.groups(order) if self.kind == "fabric" else [("", order)]
+        lines = self._layout(groups, width, folded=False)
+        self.folded = len(lines) > height and len(self._hm_order) > 1
+        if self.folded:
+            lines = self._layout(groups, width, folded=True)
+        self._hm_lines = lines
+        self._hm_where = {}
+        for li, line in enumerate(lines):
+            x = 0
+            for node in line.nodes:
+                self._hm_where[node.target] = (li, x)
+                x += self._tile_width()
+        self._hm_strips.clear()
+        self.virtual_size = Size(width, len(lines))
+        self.refresh()
+
+    def refresh_changed(self) -> None:
+        """Redraw only the visible lines whose content changed since they were drawn."""
+        top = self.scroll_offset.y
+        for y in range(self.size.height):
+            li = top + y
+            if li >= len(self._hm_lines):
+                break
+            cached = self._hm_strips.get(li)
+            if cached is None or cached[0] != self._key(li):
+                self.refresh_line(y)
+
+    def refresh_line(self, y: int) -> None:
+        self.refresh_lines(y + self.scroll_offset.y, 1)
+
+    # -- layout --------------------------------------------------------------------------
+
+    def _cell_count(self, node: NodeState) -> int:
+        if self.kind == "fabric":
+            return len(node.hello.extra.get("ports", [])) if node.hello else 0
+        return node.gpu_count
+
+    def _tile_width(self) -> int:
+        return 2 if self.folded else NAME_W + 1 + self._hm_cells + GAP
+
+    def _layout(self, groups: list[tuple[str, list[NodeState]]], width: int,
+                folded: bool) -> list[_Line]:
+        tile = 2 if folded else NAME_W + 1 + self._hm_cells + GAP
+        per_line = max(1, width // tile)
+        lines: list[_Line] = []
+        for label, nodes in groups:
+            if label:
+                lines.append(_Line(label, []))
+            for i in range(0, len(nodes), per_line):
+                lines.append(_Line(None, nodes[i:i + per_line]))
+        return lines
+
+    # -- drawing ------------------------------------------------------------------------
+
+    def _style(self, name: str) -> Style:
+        style = self._hm_styles.get(name)
+        if style is None:
+            v = self.app.theme_variables
+            fg = v.get("foreground", "#d0d0d0")
+            if name.startswith("heat-"):
+                style = Style(color=v.get(name, fg))
+            elif name == "name":
+                style = Style(color=fg)
+            elif name == "cursor":
+                style = Style(color=v.get("background", "#000000"), bgcolor=v.get("primary"),
+                              bold=True)
+            elif name == "stale":
+                style = Style(color=v.get("heat-stale", "#808080"), italic=True)
+            elif name == "down":
+                style = Style(color=v.get("error", "#ff0000"), strike=True)
+            elif name == "failed":
+                style = Style(color=v.get("error", "#ff0000"), bold=True)
+            elif name == "label":
+                style = Style(color=v.get("accent", fg), bold=True)
+            else:
+                style = Style(color=fg)
+            self._hm_styles[name] = style
+        return style
+
+    def _key(self, li: int) -> tuple[Any, ...]:
+        line = self._hm_lines[li]
+        cur = self.current
+        return (self._hm_theme_gen, self.metric_index, self.folded, line.label,
+                tuple((n.target, n.version, n.status, n is cur) for n in line.nodes))
+
+    def render_line(self, y: int) -> Strip:
+        li = y + self.scroll_offset.y
+        if li >= len(self._hm_lines):
+            return Strip.blank(self.size.width)
+        key = self._key(li)
+        cached = self._hm_strips.get(li)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        strip = self._draw(self._hm_lines[li]).adjust_cell_length(self.size.width)
+        self._hm_strips[li] = (key, strip)
+        return strip
+
+    def _draw(self, line: _Line) -> Strip:
+        if line.label is not None:
+            return Strip([Segment(f" {line.label} ", self._style("label")),
+                          Segment("\u2500" * 40, self._style("heat-stale"))])
+        segments: list[Segment] = []
+        cur = self.current
+        for node in line.nodes:
+            levels = self._levels(node)
+            if self.folded:
+                level = max(levels) if FAILED not in levels else FAILED
+                if self.metric.key not in ("health", "temp", "errors", "congestion"):
+                    known = [lv for lv in levels if lv >= 0]
+                    level = FAILED if FAILED in levels else (
+                        round(sum(known) / len(known)) if known else NO_DATA)
+                style = self._cell_style(node, level)
+                if node is cur:
+                    style = style + Style(reverse=True)
+                segments.append(Segment(self._glyph(node, level) * 2, style))
+                continue
+            name_style = (self._style("cursor") if node is cur else
+                          self._style(node.status if node.status in ("stale", "down")
+                                      else "name"))
+            segments.append(Segment(node.name[:NAME_W].ljust(NAME_W), name_style))
+            segments.append(Segment(" "))
+            for level in levels:
+                segments.append(Segment(self._glyph(node, level), self._cell_style(node, level)))
+            pad = self._hm_cells - len(levels) + GAP
+            segments.append(Segment(" " * pad))
+        return Strip(segments)
+
+    def _levels(self, node: NodeState) -> list[int]:
+        metric = self.metric
+        if node.sample is None:
+            return [NO_DATA] * self._cell_count(node)
+        if self.kind == "fabric":
+            info = {p["id"]: p for p in node.hello.extra.get("ports", [])} if node.hello else {}
+            ports = (node.sample.extra.get("fabric") or {}).get("ports") or []
+            return [metric.level(p, info.get(p["id"])) for p in ports]
+        infos = node.hello.gpus if node.hello else []
+        return [metric.level(g, infos[i] if i < len(infos) else None)
+                for i, g in enumerate(node.gpu_values())]
+
+    def _glyph(self, node: NodeState, level: int) -> str:
+        if node.status in ("stale", "down"):
+            return "\u2591"  # light shade: old data
+        if level == FAILED:
+            return "\u2717"
+        if level == NO_DATA:
+            return "\u00b7"
+        return GLYPHS[max(1, level)]
+
+    def _cell_style(self, node: NodeState, level: int) -> Style:
+        if node.status in ("stale", "down"):
+            return self._style("stale" if node.status == "stale" else "down")
+        if level == FAILED:
+            return self._style("failed")
+        if level == NO_DATA:
+            return self._style("heat-nodata")
+        return self._style(f"heat-{level}")
+
+    # -- interaction ----------------------------------------------------------------------
+
+    def on_resize(self, event: Resize) -> None:
+        self.relayout()
+
+    def move(self, dx: int, dy: int) -> None:
+        if not self._hm_order:
+            return
+        node = self.current
+        if node is None:
+            self.cursor = 0
+        elif dy == 0:
+            self.cursor = max(0, min(len(self._hm_order) - 1, self.cursor + dx))
+        else:
+            li, x = self._hm_where.get(node.target, (0, 0))
+            target_line = li + dy
+            while 0 <= target_line < len(self._hm_lines) and not self._hm_lines[target_line].nodes:
+                target_line += dy
+            if 0 <= target_line < len(self._hm_lines):
+                row = self._hm_lines[target_line].nodes
+                col = min(len(row) - 1, x // self._tile_width())
+                self.cursor = self._hm_order.index(row[col])
+        self._after_move()
+
+    def _after_move(self) -> None:
+        node = self.current
+        if node is not None:
+            li, _ = self._hm_where.get(node.target, (0, 0))
+            if li < self.scroll_offset.y:
+                self.scroll_to(y=li, animate=False)
+            elif li >= self.scroll_offset.y + self.size.height:
+                self.scroll_to(y=li - self.size.height + 1, animate=False)
+        self.refresh()
+        self.post_message(self.CursorMoved(node))
+
+    def on_click(self, event: Click) -> None:
+        li = event.y + self.scroll_offset.y
+        if 0 <= li < len(self._hm_lines):
+            row = self._hm_lines[li].nodes
+            col = event.x // self._tile_width()
+            if 0 <= col < len(row):
+                self.cursor = self._hm_order.index(row[col])
+                self._after_move()
+                if event.chain >= 2:
+                    self.post_message(self.Opened(row[col]))
+
+    def open_current(self) -> None:
+        node = self.current
+        if node is not None:
+            self.post_message(self.Opened(node))

@@ -1,0 +1,158 @@
+"""The node screen: everything about one node, with 5-minute sparklines."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Static
+
+from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.heat import gpu_health
+from tuimon.ui.text import rate, safe, size, sparkline
+
+
+def _f(v: object, fmt: str = "{:.0f}", scale: float = 1.0) -> str:
+    return "-" if v is None else fmt.format(v / scale)  # type: ignore[operator]
+
+
+class NodeScreen(Screen[None]):
+    BINDINGS = [Binding("escape", "app.pop_screen", "back", id="back"),
+                Binding("q", "app.pop_screen", "back", show=False, id="back_q")]
+    DEFAULT_CSS = """
+    NodeScreen Static { padding: 0 1; }
+    #node-title { background: $panel; height: 1; padding: 0 1; }
+    """
+
+    def __init__(self, cluster: ClusterState, node: NodeState) -> None:
+        super().__init__()
+        self.cluster = cluster
+        self.node = node
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="node-title")
+        with VerticalScroll():
+            yield Static(id="node-gpus")
+            yield Static(id="node-fabric")
+            yield Static(id="node-storage")
+            yield Static(id="node-events")
+            yield Static(id="node-agent")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.refresh_view()
+        self.set_interval(1.0, self.refresh_view)
+
+    def refresh_view(self) -> None:
+        n = self.node
+        status = {"up": "$success", "stale": "$warning", "down": "$error"}.get(
+            n.status, "$foreground")
+        age = n.age()
+        title = (f"[b]{safe(n.name, 40)}[/b]  [{status}]{n.status}[/]"
+                 + (f" for {age:.0f}s: {safe(n.reason or '', 80)}" if n.status != "up" and age
+                    else "") + f"  {safe(n.target, 40)}")
+        self.query_one("#node-title", Static).update(title)
+        self.query_one("#node-gpus", Static).update(self._gpus())
+        self.query_one("#node-fabric", Static).update(self._fabric())
+        self.query_one("#node-storage", Static).update(self._storage())
+        self.query_one("#node-events", Static).update(self._events())
+        self.query_one("#node-agent", Static).update(self._agent())
+
+    def _gpus(self) -> str:
+        n = self.node
+        if n.hello is None:
+            return "[b]GPUs[/b]  waiting for the agent's hello"
+        if not n.hello.gpus:
+            return f"[b]GPUs[/b]  none: {safe(n.hello.gpu_status or 'no GPUs', 120)}"
+        lines = ["[b]GPUs[/b]  util (5 min)                          temp   power        "
+                 "mem        SM clock  P  ECC c/u  XID  procs  clock events"]
+        values = n.gpu_values()
+        for i in range(len(n.hello.gpus)):
+            g = values[i] if i < len(values) else {}
+            hist = n.util_hist[i].values() if i < len(n.util_hist) else []
+            if g.get("failed"):
+                lines.append(f" {i:>2} [$error]FAILED: {safe(g['failed'], 100)}[/]")
+                continue
+            health = gpu_health(g)
+            mark = "[$error]!![/]" if health == 1.0 else "[$warning]! [/]" if health else "  "
+            events = ", ".join(e.replace("_", " ") for e in (g.get("clock_events") or [])) or "-"
+            lines.append(
+                f"{mark}{i:>1} [$heat-4]{sparkline([float(x) for x in hist], 30, 100.0):<30}[/] "
+                f"{_f(g.get('util'), '{:>4.0f}%', 0.01)}  {_f(g.get('temp'), '{:>3.0f}C')}  "
+                f"{_f(g.get('power'), '{:>4.0f}')}/{_f(g.get('power_limit'), '{:.0f}W')}  "
+                f"{_f(g.get('mem_used'), '{:>4.0f}', 2**30)}/"
+                f"{_f(g.get('mem_total'), '{:.0f}G', 2**30)}"
+                f"  {_f(g.get('sm_clock'), '{:>5.0f}', 1e6)}MHz  {_f(g.get('pstate'))}  "
+                f"{_f(g.get('ecc_corrected'))}/{_f(g.get('ecc_uncorrected'))}  "
+                f"{g.get('xid_total') or 0:>3}  {_f(g.get('procs')):>5}  {safe(events, 60)}")
+        lines.append(f"     {safe(n.hello.gpus[0].name or '', 40)}  driver "
+                     f"{safe(n.hello.driver_version or '-', 20)}")
+        return "\n".join(lines)
+
+    def _fabric(self) -> str:
+        n = self.node
+        if n.sample is None or n.hello is None:
+            return ""
+        info = {p["id"]: p for p in n.hello.extra.get("ports", [])}
+        ports = (n.sample.extra.get("fabric") or {}).get("ports") or []
+        if not ports:
+            return f"[b]fabric[/b]  no ports: {safe(n.hello.extra.get('fabric_status') or '-', 80)}"
+        lines = ["[b]fabric[/b]  port        state     rate       tx          rx        "
+                 "xmit_wait/s  errors"]
+        for p in ports:
+            i = info.get(p["id"], {})
+            errs = ", ".join(f"{k} +{v}" if v is not None else f"{k} ?" for k, v in
+                             (p.get("errors_inc") or {}).items())
+            if p.get("saturated"):
+                errs += f" [$warning]saturated: {', '.join(p['saturated'])}[/]"
+            state_color = "$success" if p.get("state") == 4 else "$error"
+            lines.append(
+                f"        {safe(p['id'], 12):<12} "
+                f"[{state_color}]{safe(p.get('state_name') or '-', 8):<8}[/]"
+                f"  {rate(i.get('rate')):>9}  {rate(p.get('tx_bytes_s')):>10}  "
+                f"{rate(p.get('rx_bytes_s')):>10}  {_f(p.get('xmit_wait_s')):>10}  {errs or '-'}")
+        return "\n".join(lines)
+
+    def _storage(self) -> str:
+        n = self.node
+        if n.sample is None:
+            return ""
+        st = n.sample.extra.get("storage") or {}
+        lines = ["[b]file systems[/b]  mount                 type    read        write       "
+                 "used / size"]
+        for fs in st.get("filesystems") or []:
+            used = (f"{size(fs['size'] - fs['free'])} / {size(fs['size'])}"
+                    if fs.get("size") and fs.get("free") is not None else
+                    safe(fs.get("capacity_error") or "-", 40))
+            lines.append(f"              {safe(fs['id'], 20):<20} {fs['fstype']:<6} "
+                         f"{rate(fs.get('read_bytes_s')):>10}  {rate(fs.get('write_bytes_s')):>10}"
+                         f"  {used}" + (f"  [$error]{safe(fs['error'], 60)}[/]"
+                                        if fs.get("error") else ""))
+        for d in st.get("disks") or []:
+            lines.append(f"              {safe(d['id'], 20):<20} {d['kind']:<6} "
+                         f"{rate(d.get('read_bytes_s')):>10}  {rate(d.get('write_bytes_s')):>10}"
+                         f"  busy {_f(d.get('busy'), '{:.0f}%', 0.01)}")
+        return "\n".join(lines)
+
+    def _events(self) -> str:
+        mine = [e for e in self.cluster.events if e.node == self.node.name][:8]
+        if not mine:
+            return "[b]events[/b]  none for this node"
+        return "\n".join(["[b]events[/b]"] + [f"  {safe(e.kind, 20):<20} {safe(e.message, 120)}"
+                                              for e in mine])
+
+    def _agent(self) -> str:
+        n = self.node
+        if n.hello is None:
+            return ""
+        h = n.hello
+        host = (n.sample.host or {}) if n.sample else {}
+        return (f"[b]agent[/b]  version {safe(h.agent_version, 20)}  interval {h.interval:g}s  "
+                f"boot id {safe(h.boot_id or '-', 40)}  families {', '.join(h.families)}\n"
+                f"[b]host[/b]   cpu {_f(host.get('cpu_util'), '{:.0f}%', 0.01)} of "
+                f"{_f(host.get('cpus'))} CPUs  load {_f(host.get('load1'), '{:.1f}')}  mem "
+                f"{_f(host.get('mem_used'), '{:.0f}', 2**30)}/"
+                f"{_f(host.get('mem_total'), '{:.0f} GiB', 2**30)}"
+                f"  up {_f(host.get('uptime'), '{:.1f} h', 3600)}"
+                + (f"  [$warning]{n.dropped} frames dropped (slow link)[/]" if n.dropped else ""))

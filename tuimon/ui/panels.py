@@ -1,0 +1,134 @@
+"""The small panels around the heatmaps: header, efficiency strip, storage, events."""
+
+from __future__ import annotations
+
+import time
+
+from textual.widgets import Static
+
+from tuimon.model.cluster import ClusterState
+from tuimon.model.heat import HeatMetric
+from tuimon.model.storage import StorageView
+from tuimon.ui.text import rate, safe, size, sparkline
+
+SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$success"}
+
+
+class HeaderBar(Static):
+    DEFAULT_CSS = "HeaderBar { height: 1; background: $panel; color: $foreground; }"
+
+    def update_from(self, cluster: ClusterState, folded: bool, width: int = 200,
+                    now_text: str | None = None) -> None:
+        c = cluster.counts()
+        interval = cluster.interval()
+        down = f"[$error]{c['down']} down[/]" if c["down"] else "0 down"
+        stale = f"[$warning]{c['stale']} stale[/]" if c["stale"] else "0 stale"
+        parts = [
+            f"[b]tuimon[/b] [$accent]{safe(cluster.name, 40)}[/]",
+            f"nodes [$success]{c['up']} up[/] / {stale} / {down}"
+            + (f" / {c['connecting']} connecting" if c["connecting"] else ""),
+            f"{cluster.gpu_total()} GPUs",
+            f"every {interval:g}s" if interval else "interval -",
+            now_text or time.strftime("%H:%M:%S"),
+        ]
+        if folded:
+            parts.insert(3, "[$warning]folded: 1 cell per node[/]")
+        if width < 120:
+            parts = [p for p in parts if not p.startswith("every")]
+            self.update(" \u2502 ".join(parts))
+            return
+        self.update("  \u2502  ".join(parts))
+
+
+class SloStrip(Static):
+    DEFAULT_CSS = "SloStrip { height: 1; background: $panel; color: $foreground; }"
+
+    def update_from(self, width: int) -> None:
+        if width < 120:
+            self.update(" [b]efficiency / SLO[/b]  [$warning]no step telemetry available[/]")
+            return
+        self.update(" [b]efficiency / SLO[/b]  [$warning]no step telemetry available[/]: "
+                    "training ranks are not reporting steps yet, so scaling efficiency and "
+                    "error budget cannot be computed")
+
+
+class Legend(Static):
+    DEFAULT_CSS = "Legend { height: 1; color: $foreground; }"
+
+    def update_from(self, title: str, metric: HeatMetric, metrics: tuple[HeatMetric, ...],
+                    cursor_text: str, width: int = 200) -> None:
+        scale = "".join(f"[$heat-{i}]\u2588[/]" for i in range(9))
+        if width < 120:
+            self.update(f" [b]{title}[/b] {metric.key} {metric.legend[0]} {scale} "
+                        f"{metric.legend[1]} \u2502 {cursor_text}")
+            return
+        keys = " ".join(f"[b]{i + 1}[/b]:{m.key}" if m is not metric else
+                        f"[reverse][b]{i + 1}[/b]:{m.key}[/]" for i, m in enumerate(metrics))
+        self.update(f" [b]{title}[/b] {metric.label}  {metric.legend[0]} {scale} "
+                    f"{metric.legend[1]}  [$error]\u2717[/] failed  \u2591 stale  \u00b7 n/a  "
+                    f"\u2502 {keys}  \u2502 {cursor_text}")
+
+
+class StoragePanel(Static):
+    DEFAULT_CSS = """
+    StoragePanel { height: auto; max-height: 8; border-top: solid $panel; color: $foreground; }
+    """
+
+    def update_from(self, storage: StorageView, width: int, compact: bool = False) -> None:
+        if not storage.filesystems:
+            self.update(" [b]storage[/b]  no shared file system reported by any node")
+            return
+        if compact or width < 120:
+            self.update("\n".join(self._compact_line(storage, mount, fs, width)
+                                  for mount, fs in sorted(storage.filesystems.items())))
+            return
+        spark_w = max(8, min(40, width - 110))
+        lines = [" [b]storage[/b]  aggregate over nodes"]
+        for mount, fs in sorted(storage.filesystems.items()):
+            prov = storage.provisioned.get(mount)
+            total = fs.read + fs.write
+            share = (f"  [{'$error' if total > 0.9 * prov else '$foreground'}]"
+                     f"{100 * total / prov:.0f}% of {rate(prov)} provisioned[/]" if prov else "")
+            cap = (f"  {size(fs.size - fs.free)} / {size(fs.size)} used"
+                   if fs.size and fs.free is not None else "")
+            top = ", ".join(f"{safe(n, 16)} {rate(v)}" for n, v in fs.top_readers if v)
+            lines.append(
+                f"  [$accent]{safe(mount, 24):<24}[/] {fs.fstype:<6} "
+                f"read [b]{rate(fs.read):>10}[/] "
+                f"[$heat-4]{sparkline(fs.read_hist, spark_w, prov)}[/]"
+                f"  write [b]{rate(fs.write):>10}[/] "
+                f"[$heat-7]{sparkline(fs.write_hist, spark_w // 2, prov)}[/]{share}{cap}"
+                + (f"\n      top readers: {top}" if top else ""))
+        self.update("\n".join(lines))
+
+
+    @staticmethod
+    def _compact_line(storage: StorageView, mount: str, fs: object, width: int) -> str:
+        prov = storage.provisioned.get(mount)
+        share = f" {100 * (fs.read + fs.write) / prov:.0f}% prov" if prov else ""  # type: ignore[attr-defined]
+        spark = max(0, width - 64)
+        return (f" [$accent]{safe(mount, 18):<18}[/] R [b]{rate(fs.read):>9}[/] "  # type: ignore[attr-defined]
+                f"W [b]{rate(fs.write):>9}[/]{share} "  # type: ignore[attr-defined]
+                f"[$heat-4]{sparkline(fs.read_hist, spark, prov)}[/]")  # type: ignore[attr-defined]
+
+
+class EventsPane(Static):
+    DEFAULT_CSS = """
+    EventsPane { height: auto; max-height: 7; border-top: solid $panel; color: $foreground; }
+    """
+
+    def update_from(self, cluster: ClusterState, rows: int, width: int = 200) -> None:
+        if not cluster.events:
+            self.update(" [b]events[/b]  none yet")
+            return
+        lines = [f" [b]events[/b]  newest first ({len(cluster.events)} kept)"]
+        for ev in list(cluster.events)[:rows]:
+            color = SEVERITY.get(ev.severity, "$foreground")
+            when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
+            if width < 120:
+                lines.append(f" {when} [{color}]{ev.severity[:4]}[/] "
+                             f"{safe(ev.message, max(20, width - 16))}")
+            else:
+                lines.append(f"  {when} [{color}]{ev.severity:<8}[/] {safe(ev.node, 20):<20} "
+                             f"{safe(ev.message, 140)}")
+        self.update("\n".join(lines))
