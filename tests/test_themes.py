@@ -42,5 +42,5 @@ def test_user_themes_from_the_config_directory(tmp_path: Path,
 def test_missing_heat_variables_are_named(tmp_path: Path) -> None:
     f = tmp_path / "half.toml"
     f.write_text('name = "half"\nprimary = "#ffffff"\n[variables]\nheat-0 = "#000000"\n')
-    with pytest.raises(ThemeFileError, match="half.toml.*heat-1"):
+    with pytest.raises(ThemeFileError, match=r"half\.toml.*heat-1"):
         load_theme_file(f)
