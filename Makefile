@@ -27,6 +27,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent.py
+	$(BIN)/python bench/tui.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -70,27 +70,7 @@ def parse_topology_conf(text: str) -> dict[str, str]:
             continue
         fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
         switch, nodes = fields.get("SwitchName"), fields.get("Nodes")
-        if not switch or not nodes:
-            continue
-        for item in _split_hostlist(nodes):
-            for name in expand_hostlist(item):
+        if switch and nodes:
+            for name in expand_hostlist(nodes):
                 out[name] = switch
     return out
-
-
-def _split_hostlist(text: str) -> list[str]:
-    """Split `a[1-3],b,c[5,7]` at the commas outside brackets."""
-    parts, depth, current = [], 0, ""
-    for ch in text:
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-    if current:
-        parts.append(current)
-    return parts

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
+
+import hostlist
 
 from agent.node import DEFAULT_PORT
 
-_RANGE = re.compile(r"\[([^\]]+)\]")
+MAX_TARGETS = 100_000
 
 
 class TargetError(ValueError):
@@ -15,25 +16,15 @@ class TargetError(ValueError):
 
 
 def expand_hostlist(text: str) -> list[str]:
-    """`gpu[001-003,007]` -> gpu001 gpu002 gpu003 gpu007 (zero padding kept)."""
-    m = _RANGE.search(text)
-    if not m:
-        return [text]
-    head, tail = text[:m.start()], text[m.end():]
-    out: list[str] = []
-    for part in m.group(1).split(","):
-        part = part.strip()
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            if not (lo.isdigit() and hi.isdigit()) or int(lo) > int(hi):
-                raise TargetError(f"bad range {part!r} in {text!r}")
-            if int(hi) - int(lo) > 100_000:
-                raise TargetError(f"range {part!r} in {text!r} is too large")
-            width = len(lo)
-            out.extend(f"{head}{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
-        elif part:
-            out.append(f"{head}{part}")
-    return [h for name in out for h in expand_hostlist(name + tail)]
+    """`gpu[001-003,007]` -> gpu001 gpu002 gpu003 gpu007, by Slurm's rules (python-hostlist)."""
+    try:
+        names = hostlist.expand_hostlist(text)
+    except hostlist.BadHostlist as exc:
+        raise TargetError(f"bad host list {text!r}: {exc}") from None
+    if len(names) > MAX_TARGETS:
+        raise TargetError(f"host list {text!r} expands to {len(names)} hosts (limit "
+                          f"{MAX_TARGETS})")
+    return names
 
 
 def parse_targets(items: list[str], default_port: int = DEFAULT_PORT) -> list[str]:

@@ -1,0 +1,257 @@
+"""The terminal app under load: CPU share, sample-to-screen latency, terminal bytes.
+
+Three processes, so each cost is measured alone:
+  - a replay server: N node endpoints on loopback speaking the real protocol over real
+    websockets at 1 Hz. Its frames are the seeded simulator's (real agent code, real
+    collectors) read once and replayed with fresh `seq` and `ts`, so that a 2-core
+    machine can stand in for 1024 nodes;
+  - the app, `TuimonApp` on a pseudo-terminal of 200x50 with its real driver, connected
+    to every endpoint (`tuimon connect`'s code path), recording for each sample how long
+    after its `ts` the screen that shows it was drawn;
+  - this process, reading the terminal (counting bytes) and the app's CPU time from
+    /proc/PID/stat over the measured window.
+
+    .venv/bin/python bench/tui.py [--nodes 256 1024] [--seconds 30]
+
+Targets (issue #4): at 1024 nodes of 8 GPUs, at most 25 % of one core, p95 latency at
+most 1.5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import fcntl
+import json
+import os
+import pty
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+# -- replay server -------------------------------------------------------------------------
+
+
+async def _serve(nodes: int, base_port: int, ready: Path) -> None:
+    import msgpack
+    from aiohttp import web
+
+    from tests.seeded import seeded_cluster
+
+    cluster, _ = await seeded_cluster(nodes=min(nodes, 16), gpus=8, samples=2)
+    templates = [(n.hello.to_wire(), n.sample.to_wire()) for n in cluster.nodes.values()]
+    clients: dict[int, set[web.WebSocketResponse]] = {i: set() for i in range(nodes)}
+
+    async def stream(request: web.Request) -> web.WebSocketResponse:
+        port = request.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
+        i = port - base_port
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        hello = copy.deepcopy(templates[i % len(templates)][0])
+        hello["node"] = f"bench{i:04d}"
+        await ws.send_bytes(msgpack.packb(hello))
+        clients[i].add(ws)
+        try:
+            async for _ in ws:
+                pass
+        finally:
+            clients[i].discard(ws)
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/stream", stream)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    for i in range(nodes):
+        await web.TCPSite(runner, "127.0.0.1", base_port + i, backlog=16).start()
+    ready.write_text("ok")
+    seq = 0
+    next_at = time.monotonic()
+    while True:
+        seq += 1
+        for i in range(nodes):
+            if not clients[i]:
+                continue
+            sample = templates[i % len(templates)][1]
+            sample["seq"] = seq
+            sample["ts"] = time.time()
+            data = msgpack.packb(sample)
+            for ws in list(clients[i]):
+                await ws.send_bytes(data)
+        next_at += 1.0
+        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+
+
+# -- the app under test -----------------------------------------------------------------
+
+
+def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path) -> None:
+    from tuimon.model.cluster import ClusterState
+    from tuimon.sources.agent_stream import StreamOptions
+    from tuimon.ui.app import TuimonApp
+
+    targets = [f"127.0.0.1:{base_port + i}" for i in range(nodes)]
+    latencies: list[float] = []
+    seen: dict[str, int] = {}
+
+    class MeasuredApp(TuimonApp):
+        async def on_mount(self) -> None:
+            await super().on_mount()
+            self.set_timer(warmup + seconds, self.exit)
+
+        def tick(self) -> None:
+            super().tick()
+            now = time.time()
+            if now < self._t0 + warmup:
+                return
+            for node in self.cluster.nodes.values():
+                s = node.sample
+                if s is not None and seen.get(node.target) != s.seq:
+                    seen[node.target] = s.seq
+                    latencies.append(now - s.ts)
+
+    import aiohttp
+
+    from tuimon.sources.agent_stream import AgentStream
+
+    def sources(state: ClusterState):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            conn = aiohttp.TCPConnector(limit=0)
+            async with aiohttp.ClientSession(connector=conn) as session:
+                await asyncio.gather(*(AgentStream(t, state, session, StreamOptions()).run()
+                                       for t in targets))
+        return [run()]
+
+    app = MeasuredApp(ClusterState(f"bench {nodes}"), sources=sources, refresh=1.0)
+    app._t0 = time.time()  # type: ignore[attr-defined]
+    if os.environ.get("TUIMON_BENCH_PROFILE"):
+        import cProfile
+
+        cProfile.runctx("app.run()", globals(), {"app": app},
+                        os.environ["TUIMON_BENCH_PROFILE"])
+    else:
+        app.run()
+    out.write_text(json.dumps({"latencies": latencies, "nodes_up": app.cluster.counts()}))
+
+
+# -- the measuring parent --------------------------------------------------------------------
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
+             cols: int, rows: int) -> dict[str, float]:
+    tmp = Path(tempfile.mkdtemp(prefix="tuimon-tui-bench-"))
+    ready, out = tmp / "ready", tmp / "out.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(nodes), "--base-port",
+                               str(base_port), "--ready", str(ready)], env=env, cwd=ROOT)
+    try:
+        while not ready.exists():
+            if server.poll() is not None:
+                raise RuntimeError("replay server failed")
+            time.sleep(0.1)
+        pid, fd = pty.fork()
+        if pid == 0:
+            os.environ.update(env, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
+            os.execv(sys.executable, [sys.executable, __file__, "--app", str(nodes),
+                                      "--base-port", str(base_port), "--seconds", str(seconds),
+                                      "--warmup", str(warmup), "--out", str(out)])
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        t_start = time.monotonic()
+        cpu0 = bytes0 = None
+        total = 0
+        while True:
+            if cpu0 is None and time.monotonic() - t_start >= warmup:
+                cpu0, bytes0, t0 = _cpu_s(pid), total, time.monotonic()
+                try:
+                    cpu_before_end = _cpu_s(pid)
+                except OSError:
+                    cpu_before_end = cpu0
+            r, _, _ = select.select([fd], [], [], 0.2)
+            if r:
+                try:
+                    chunk = os.read(fd, 1 << 16)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                total += len(chunk)
+            if cpu0 is not None:
+                try:
+                    cpu_before_end = _cpu_s(pid)
+                    t_end = time.monotonic()
+                    bytes_end = total
+                except OSError:
+                    pass
+        os.waitpid(pid, 0)
+        result = json.loads(out.read_text())
+        lat = sorted(result["latencies"])
+        window = t_end - t0
+        return {
+            "nodes": nodes,
+            "cpu_share": (cpu_before_end - cpu0) / window,
+            "latency_p50": lat[len(lat) // 2] if lat else float("nan"),
+            "latency_p95": lat[int(len(lat) * 0.95)] if lat else float("nan"),
+            "samples_drawn": len(lat),
+            "terminal_bytes_per_s": (bytes_end - bytes0) / window,
+            "nodes_up": result["nodes_up"]["up"],
+        }
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(10)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[256, 1024])
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--warmup", type=float, default=15.0)
+    ap.add_argument("--base-port", type=int, default=21000)
+    ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--app", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--ready", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve:
+        asyncio.run(_serve(args.serve, args.base_port, Path(args.ready)))
+        return
+    if args.app:
+        _app(args.app, args.base_port, args.seconds, args.warmup, Path(args.out))
+        return
+    rows = []
+    for n in args.nodes:
+        r = _measure(n, args.seconds, args.warmup, args.base_port, 200, 50)
+        rows.append(r)
+        print(f"{n} nodes: app CPU {100 * r['cpu_share']:.1f} % of a core, latency p50 "
+              f"{r['latency_p50']:.2f} s p95 {r['latency_p95']:.2f} s, terminal "
+              f"{r['terminal_bytes_per_s'] / 1024:.1f} KiB/s, {r['nodes_up']} up", flush=True)
+    print()
+    print("| nodes x 8 GPUs | app CPU (one core) | p50 latency | p95 latency | terminal bytes/s |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['nodes']} | {100 * r['cpu_share']:.1f} % | {r['latency_p50']:.2f} s | "
+              f"{r['latency_p95']:.2f} s | {r['terminal_bytes_per_s'] / 1024:.1f} KiB/s |")
+    print("targets at 1024 nodes: <= 25 % of one core, p95 <= 1.5 s")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
