@@ -175,6 +175,7 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
         t_start = time.monotonic()
         cpu0 = bytes0 = None
         total = 0
+        tail = b""
         while True:
             if cpu0 is None and time.monotonic() - t_start >= warmup:
                 cpu0, bytes0, t0 = _cpu_s(pid), total, time.monotonic()
@@ -191,6 +192,7 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
                 if not chunk:
                     break
                 total += len(chunk)
+                tail = (tail + chunk)[-4000:]
             if cpu0 is not None:
                 try:
                     cpu_before_end = _cpu_s(pid)
@@ -199,6 +201,9 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
                 except OSError:
                     pass
         os.waitpid(pid, 0)
+        if cpu0 is None or not out.exists():
+            raise RuntimeError("the app ended early; its terminal said: "
+                               + tail.decode(errors="replace")[-2000:])
         result = json.loads(out.read_text())
         lat = sorted(result["latencies"])
         window = t_end - t0

@@ -144,14 +144,17 @@ async def test_help_screen_opens_and_closes() -> None:
 
 async def test_large_cluster_folds_to_one_cell_per_node() -> None:
     cluster, _ = await seeded_cluster(nodes=300, gpus=2, samples=1)
+    for i in range(40):  # agents not connected yet: no hello, no cells
+        cluster.add_target(f"10.0.0.{i}:9477")
     app = TuimonApp(cluster, refresh=3600)
     async with app.run_test(size=(80, 24)) as pilot:
         heat = app.active_map
         assert heat.folded
         assert len(heat._hm_lines[0].nodes) == 40  # 2 columns a node
         assert "folded" in str(app.query_one("#header").render())
+        assert "\u00b7\u00b7" in line_text(heat, 0)  # the unconnected ones: no data
         await pilot.press("down")
-        assert heat.current.name == "sim-node040"
+        assert heat.current.name == "sim-node000"  # row 2, after the 40 unconnected
 
 
 async def test_a_stopped_node_goes_stale_and_comes_back_in_the_app(

@@ -30,9 +30,11 @@ class Ring:
         self._pos = 0
 
     def push(self, value: int) -> None:
-        self._data[self._pos] = max(0, min(255, value))
-        self._pos = (self._pos + 1) % len(self._data)
-        self._n = min(self._n + 1, len(self._data))
+        data = self._data
+        data[self._pos] = value if 0 <= value <= 255 else (0 if value < 0 else 255)
+        self._pos = (self._pos + 1) % len(data)
+        if self._n < len(data):
+            self._n += 1
 
     def values(self) -> list[int]:
         if self._n < len(self._data):
@@ -65,10 +67,8 @@ class NodeState:
     reason: str | None = None
     last_seen: float | None = None  # monotonic
     version: int = 0
-    # Per-GPU history: utilization in %, temperature in °C, power in % of the limit.
+    # Per-GPU utilization history in %, for the node screen's sparklines.
     util_hist: list[Ring] = field(default_factory=list)
-    temp_hist: list[Ring] = field(default_factory=list)
-    power_hist: list[Ring] = field(default_factory=list)
     xids: int = 0
     dropped: int = 0
 
@@ -114,8 +114,6 @@ class ClusterState:
         n = len(hello.gpus)
         if len(node.util_hist) != n:
             node.util_hist = [Ring() for _ in range(n)]
-            node.temp_hist = [Ring() for _ in range(n)]
-            node.power_hist = [Ring() for _ in range(n)]
         self._seen(node)
         if rebooted:
             self._event(node, ClusterEvent(node.name, time.time(), "node_rebooted", "warning",
@@ -126,15 +124,9 @@ class ClusterState:
         node.sample = sample
         if sample.dropped:
             node.dropped = sample.dropped
-        for i, g in enumerate(sample.gpus or ()):
-            if i >= len(node.util_hist):
-                break
-            util, temp, power, limit = g.get("util"), g.get("temp"), g.get("power"), g.get(
-                "power_limit")
-            node.util_hist[i].push(round(util * 100) if util is not None else 0)
-            node.temp_hist[i].push(round(temp) if temp is not None else 0)
-            node.power_hist[i].push(round(100 * power / limit) if power is not None and limit
-                                    else 0)
+        for ring, g in zip(node.util_hist, sample.gpus or ()):
+            util = g.get("util")
+            ring.push(int(util * 100 + 0.5) if util is not None else 0)
         self._seen(node)
 
     def apply_event(self, target: str, event: Event) -> None:

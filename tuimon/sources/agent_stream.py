@@ -83,7 +83,7 @@ class AgentStream:
             while True:
                 timeout = max(5.0, interval * self.options.stale_after_intervals)
                 try:
-                    msg = await asyncio.wait_for(ws.receive(), timeout)
+                    msg = await ws.receive(timeout=timeout)
                 except asyncio.TimeoutError:
                     self.cluster.mark_stale(self.target, f"no frame for {timeout:.0f} s")
                     continue

@@ -206,11 +206,15 @@ class HeatmapView(ScrollView, can_focus=True):
         for node in line.nodes:
             levels = self._levels(node)
             if self.folded:
-                level = max(levels) if FAILED not in levels else FAILED
-                if self.metric.key not in ("health", "temp", "errors", "congestion"):
-                    known = [lv for lv in levels if lv >= 0]
-                    level = FAILED if FAILED in levels else (
-                        round(sum(known) / len(known)) if known else NO_DATA)
+                known = [lv for lv in levels if lv >= 0]
+                if FAILED in levels:
+                    level = FAILED
+                elif not known:
+                    level = NO_DATA  # not connected yet, or nothing readable
+                elif self.metric.key in ("health", "temp", "errors", "congestion"):
+                    level = max(known)  # the worst cell speaks for the node
+                else:
+                    level = round(sum(known) / len(known))
                 style = self._cell_style(node, level)
                 if node is cur:
                     style = style + Style(reverse=True)
