@@ -9,7 +9,7 @@ import pytest
 
 from agent.collectors.fabric import FabricCollector, parse_counter, parse_rate, parse_state
 from agent.files import FileTree
-from tests.trees import HW, ib_port, nic, write
+from tests.trees import HW, ib_port, nic, read_as_unprivileged, write
 
 
 def port(values: dict, pid: str = "mlx5_0:1") -> dict:
@@ -190,3 +190,18 @@ def test_parse_rate_and_counter() -> None:
     for bad in ("N/A (no PMA)", "-1", "", "12abc"):
         with pytest.raises(ValueError):
             parse_counter(bad)
+
+
+def test_permission_denied_counters_have_the_reason(tmp_path: Path) -> None:
+    import json
+
+    base = ib_port(tmp_path, "mlx5_0")
+    (base / "counters/symbol_error").chmod(0)
+    p = json.loads(read_as_unprivileged(
+        "import json\nfrom agent.collectors.fabric import FabricCollector\n"
+        "from agent.files import FileTree\n"
+        f"v, _ = FabricCollector(FileTree({str(tmp_path)!r})).collect(0.0)\n"
+        "print(json.dumps(v['ports'][0]))"))
+    assert p["counter_errors"]["symbol_errors"] == "permission denied"
+    assert p["errors_inc"]["symbol_errors"] is None
+    assert p["state"] == 4  # the rest of the port still reads

@@ -91,3 +91,29 @@ def mountstats_nfs(mountpoint: str, normal_read: int, normal_write: int, direct_
             "\t        NULL: 0 0 0 0 0 0 0 0\n"
             f"\t        READ: {read_ops} {read_ops} 0 100 200 1 {read_ms} {read_ms} 0\n"
             "\t       WRITE: 0 0 0 0 0 0 0 0 0\n")
+
+
+def read_as_unprivileged(code: str) -> str:
+    """Run Python `code` in a child that file permissions apply to, and return its stdout.
+
+    Root reads any file, so as root the child runs without CAP_DAC_OVERRIDE and
+    CAP_DAC_READ_SEARCH (util-linux's setpriv); otherwise it runs as it is.
+    """
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    import pytest
+
+    cmd = [sys.executable, "-c", code]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("running as root without setpriv (util-linux) to drop the override")
+        cmd = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--", *cmd]
+    repo = str(Path(__file__).resolve().parent.parent)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PYTHONPATH": repo})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
