@@ -42,10 +42,13 @@ def build(root: Path) -> Path:
 
 
 def disks(root: Path, tick: int) -> None:
-    write(root / "proc/diskstats", "".join(
+    # Written aside and renamed into place: a reader never sees a half-written file.
+    tmp = root / "proc/.diskstats.tmp"
+    write(tmp, "".join(
         diskstats_line(259, d, f"nvme{d}n1", reads=1000 + tick * 10, rsect=10**6 + tick * 80,
                        writes=50 + tick, wsect=4000 + tick * 8, io_ms=tick * 3)
         for d in range(DISKS)))
+    tmp.replace(root / "proc/diskstats")
 
 
 class Mover:
