@@ -110,3 +110,18 @@ def test_demo_once_prints_the_simulated_cluster(unused_tcp_port: int) -> None:
     assert "nodes up 4 / stale 0 / down 0" in out.stdout
     assert "GPUs 32" in out.stdout
     assert "no step telemetry" in out.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["connect"], "no targets"),
+    (["connect", "gpu[3-1]"], "bad host list"),
+    (["connect", "a:1", "--provisioned", "oops"], "expected MOUNT=GB/s"),
+    (["connect", "a:1", "--topology", "/nonexistent/topology.conf"], "No such file"),
+])
+def test_connect_refuses_bad_arguments_with_a_clear_message(args: list[str],
+                                                            message: str) -> None:
+    out = subprocess.run([sys.executable, "-m", "tuimon.cli", *args], capture_output=True,
+                         text=True, timeout=60, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2
+    assert message in out.stderr

@@ -182,17 +182,8 @@ def _demo_app(args: argparse.Namespace) -> int:
 
 
 async def _connect(args: argparse.Namespace) -> int:
-    items = list(args.targets)
-    if args.targets_file:
-        items += read_targets_file(args.targets_file)
-    targets = parse_targets(items)
-    if not targets:
-        raise TargetError("no targets: give host[:port] arguments or --targets-file")
-    token = load_token(args.token_file) if args.token_file else None
-    ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
-               if args.tls or args.tls_ca or args.tls_insecure else None)
-    return await _watch(ClusterState(args.name), targets,
-                        StreamOptions(token=token, ssl_context=ssl_ctx), args.once)
+    targets, options = _connect_options(args)
+    return await _watch(ClusterState(args.name), targets, options, args.once)
 
 
 async def _demo(args: argparse.Namespace) -> int:
