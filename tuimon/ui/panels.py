@@ -92,13 +92,15 @@ class StoragePanel(Static):
             cap = (f"  {size(fs.size - fs.free)} / {size(fs.size)} used"
                    if fs.size and fs.free is not None else "")
             top = ", ".join(f"{safe(n, 16)} {rate(v)}" for n, v in fs.top_readers if v)
+            writers = ", ".join(f"{safe(n, 16)} {rate(v)}" for n, v in fs.top_writers if v)
             lines.append(
                 f"  [$accent]{safe(mount, 24):<24}[/] {fs.fstype:<6} "
                 f"read [b]{rate(fs.read):>10}[/] "
                 f"[$heat-4]{sparkline(fs.read_hist, spark_w, prov)}[/]"
                 f"  write [b]{rate(fs.write):>10}[/] "
                 f"[$heat-7]{sparkline(fs.write_hist, spark_w // 2, prov)}[/]{share}{cap}"
-                + (f"\n      top readers: {top}" if top else ""))
+                + (f"\n      top readers: {top}" if top else "")
+                + (f"   top writers: {writers}" if writers else ""))
         self.update("\n".join(lines))
 
 
