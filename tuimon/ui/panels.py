@@ -44,7 +44,7 @@ class SloStrip(Static):
     DEFAULT_CSS = "SloStrip { height: 1; background: $panel; color: $foreground; }"
 
     def update_from(self, width: int) -> None:
-        if width < 120:
+        if width < 150:
             self.update(" [b]efficiency / SLO[/b]  [$warning]no step telemetry available[/]")
             return
         self.update(" [b]efficiency / SLO[/b]  [$warning]no step telemetry available[/]: "
@@ -58,7 +58,7 @@ class Legend(Static):
     def update_from(self, title: str, metric: HeatMetric, metrics: tuple[HeatMetric, ...],
                     cursor_text: str, width: int = 200) -> None:
         scale = "".join(f"[$heat-{i}]\u2588[/]" for i in range(9))
-        if width < 120:
+        if width < 160:  # the key list goes; the footer and `?` have the keys
             self.update(f" [b]{title}[/b] {metric.key} {metric.legend[0]} {scale} "
                         f"{metric.legend[1]} \u2502 {cursor_text}")
             return
