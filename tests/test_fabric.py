@@ -19,7 +19,7 @@ def port(values: dict, pid: str = "mlx5_0:1") -> dict:
 def test_state_rate_and_inventory(tmp_path: Path) -> None:
     ib_port(tmp_path, "mlx5_0", link_layer="Ethernet", netdev="eth2",
             rate="200 Gb/sec (4X HDR)", state="1: DOWN", phys_state="3: Disabled")
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     values, changed = c.collect(0.0)
     assert changed
     inv = c.inventory()["ports"][0]
@@ -35,7 +35,7 @@ def test_state_rate_and_inventory(tmp_path: Path) -> None:
 
 def test_rates_bytes_are_four_octets_per_count_and_utilization(tmp_path: Path) -> None:
     base = ib_port(tmp_path, "mlx5_0", rate="400 Gb/sec (4X NDR)")
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     first = port(c.collect(0.0)[0])
     assert first["tx_bytes_s"] is None  # one read is not a rate
     assert c.totals["mlx5_0:1"]["tx_bytes"] == 4000 and c.totals["mlx5_0:1"]["rx_bytes"] == 8000
@@ -53,7 +53,7 @@ def test_rates_bytes_are_four_octets_per_count_and_utilization(tmp_path: Path) -
 
 def test_error_counters_are_increments(tmp_path: Path) -> None:
     base = ib_port(tmp_path, "mlx5_0", counters={"symbol_error": 10, "link_downed": 1})
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     assert port(c.collect(0.0)[0])["errors_inc"]["symbol_errors"] is None
     write(base / "counters/symbol_error", "17\n")
     p = port(c.collect(1.0)[0])
@@ -65,7 +65,7 @@ def test_saturated_legacy_counters_give_no_rate_and_flag_the_port(tmp_path: Path
     base = ib_port(tmp_path, "mlx5_0", counters={"port_xmit_wait": 2**32 - 1,
                                                  "symbol_error": 2**16 - 1,
                                                  "excessive_buffer_overrun_errors": 15})
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     c.collect(0.0)
     p = port(c.collect(1.0)[0])
     assert p["xmit_wait_s"] is None  # stuck at 2^32-1: unknown, never a false 0
@@ -82,7 +82,7 @@ def test_saturated_legacy_counters_give_no_rate_and_flag_the_port(tmp_path: Path
 def test_extended_counters_are_preferred_and_never_saturate(tmp_path: Path) -> None:
     base = ib_port(tmp_path, "mlx4_0", counters={"port_xmit_data": 2**32 - 1},
                    ext={"port_xmit_data_64": 2**40, "port_rcv_data_64": 10})
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     c.collect(0.0)
     write(base / "counters_ext/port_xmit_data_64", f"{2**40 + 100}\n")
     p = port(c.collect(1.0)[0], "mlx4_0:1")
@@ -93,7 +93,7 @@ def test_extended_counters_are_preferred_and_never_saturate(tmp_path: Path) -> N
 
 def test_64_bit_values_in_the_plain_counters_file_are_not_saturation(tmp_path: Path) -> None:
     base = ib_port(tmp_path, "mlx5_0", counters={"port_xmit_data": 2**33})
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     c.collect(0.0)
     write(base / "counters/port_xmit_data", f"{2**33 + 10}\n")
     p = port(c.collect(1.0)[0])
@@ -103,7 +103,7 @@ def test_64_bit_values_in_the_plain_counters_file_are_not_saturation(tmp_path: P
 def test_hw_counters_wrap_at_2_32(tmp_path: Path) -> None:
     base = ib_port(tmp_path, "mlx5_0", link_layer="Ethernet",
                    hw={**HW, "np_cnp_sent": 2**32 - 100})
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     c.collect(0.0)
     write(base / "hw_counters/np_cnp_sent", "400\n")
     write(base / "hw_counters/rp_cnp_handled", "150\n")
@@ -115,7 +115,7 @@ def test_hw_counters_wrap_at_2_32(tmp_path: Path) -> None:
 
 def test_counter_reset_restarts_the_baseline(tmp_path: Path) -> None:
     base = ib_port(tmp_path, "mlx5_0", counters={"port_rcv_data": 10**9, "port_rcv_errors": 50})
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     c.collect(0.0)
     write(base / "counters/port_rcv_data", "100\n")
     write(base / "counters/port_rcv_errors", "0\n")
@@ -129,7 +129,7 @@ def test_no_pma_missing_and_garbage_counters_have_reasons(tmp_path: Path) -> Non
     ib_port(tmp_path, "i40iw0", counters={"port_xmit_data": "N/A (no PMA)",
                                           "port_rcv_data": "\x00\xffgarbage",
                                           "symbol_error": None})
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     c.collect(0.0)
     p = port(c.collect(1.0)[0], "i40iw0:1")
     assert p["counter_errors"]["tx_bytes"] == "N/A (no PMA)"
@@ -141,7 +141,7 @@ def test_no_pma_missing_and_garbage_counters_have_reasons(tmp_path: Path) -> Non
 
 def test_a_device_appearing_and_disappearing_between_samples(tmp_path: Path) -> None:
     ib_port(tmp_path, "mlx5_0")
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     c.collect(0.0)
     ib_port(tmp_path, "mlx5_1")
     values, changed = c.collect(1.0)
@@ -153,7 +153,7 @@ def test_a_device_appearing_and_disappearing_between_samples(tmp_path: Path) -> 
 
 
 def test_no_infiniband_at_all_says_so(tmp_path: Path) -> None:
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     values, _ = c.collect(0.0)
     assert values == {"ports": [], "nics": []}
     assert "no InfiniBand/RoCE devices" in (c.status or "")
@@ -163,7 +163,7 @@ def test_nics_skip_loopback_and_virtual_and_rate_their_counters(tmp_path: Path) 
     nic(tmp_path, "eth0", speed=100000, rx_bytes=1000)
     write(tmp_path / "sys/class/net/lo/statistics/rx_bytes", "5\n")
     write(tmp_path / "sys/class/net/veth1/statistics/rx_bytes", "5\n")  # no device link
-    c = FabricCollector(FileTree(tmp_path))
+    c = FabricCollector(FileTree(tmp_path), errors_every=1)
     c.collect(0.0)
     write(tmp_path / "sys/class/net/eth0/statistics/rx_bytes", f"{1000 + 125 * 10**7}\n")
     write(tmp_path / "sys/class/net/eth0/statistics/rx_errors", "garbage\n")
@@ -205,3 +205,33 @@ def test_permission_denied_counters_have_the_reason(tmp_path: Path) -> None:
     assert p["counter_errors"]["symbol_errors"] == "permission denied"
     assert p["errors_inc"]["symbol_errors"] is None
     assert p["state"] == 4  # the rest of the port still reads
+
+
+def test_error_counters_are_read_every_few_samples_and_at_once_on_link_down(
+        tmp_path: Path) -> None:
+    base = ib_port(tmp_path, "mlx5_0", counters={"symbol_error": 1})
+    c = FabricCollector(FileTree(tmp_path), errors_every=5)
+    c.collect(0.0)
+    write(base / "counters/symbol_error", "4\n")
+    write(base / "counters/port_xmit_data", "5000\n")
+    p = port(c.collect(1.0)[0])
+    assert "errors_inc" not in p  # not read this second
+    assert p["tx_bytes_s"] == 16000.0  # data counters are
+    for t in (2.0, 3.0, 4.0):
+        c.collect(t)
+    p = port(c.collect(5.0)[0])
+    assert p["errors_inc"] == {"symbol_errors": 3}  # the increment over the 5 s
+    write(base / "counters/link_downed", "1\n")
+    write(base / "state", "1: DOWN\n")
+    p = port(c.collect(6.0)[0])
+    assert p["state"] == 1 and p["errors_inc"] == {"link_downed": 1}
+
+
+def test_saturation_and_reasons_persist_between_reads_of_error_counters(
+        tmp_path: Path) -> None:
+    ib_port(tmp_path, "mlx5_0", counters={"symbol_error": 2**16 - 1, "link_downed": None})
+    c = FabricCollector(FileTree(tmp_path), errors_every=5)
+    for t in range(4):
+        p = port(c.collect(float(t))[0])
+        assert p["saturated"] == ["symbol_errors"], t
+        assert p["counter_errors"]["link_downed"] == "missing", t

@@ -21,6 +21,10 @@ from agent.rates import RateTracker
 IB = "sys/class/infiniband"
 NET = "sys/class/net"
 RATE_EVERY = 10  # samples between re-reads of link rate, firmware, board id
+# Error counters are read every ERRORS_EVERY samples (and at once when a link leaves
+# ACTIVE): they move rarely, there are 8 a port, and their increments lose nothing by
+# covering a few seconds. Data, packet and xmit_wait counters are read every sample.
+ERRORS_EVERY = 5
 
 # (wire name, counter file, legacy width in bits, 64-bit counters_ext file, scale)
 PORT_COUNTERS: tuple[tuple[str, str, int, str | None, int], ...] = (
@@ -112,6 +116,8 @@ class _Port:
     info: dict[str, Any] = field(default_factory=dict)
     prev: dict[str, int] = field(default_factory=dict)
     prev_t: float | None = None
+    reasons: dict[str, str] = field(default_factory=dict)  # why a counter could not be read
+    stuck: set[str] = field(default_factory=set)  # counters saturated when last read
 
     @property
     def id(self) -> str:
@@ -121,8 +127,9 @@ class _Port:
 class FabricCollector:
     """Discovers ports each sample (cheap) and reads their counters."""
 
-    def __init__(self, files: FileTree) -> None:
+    def __init__(self, files: FileTree, errors_every: int = ERRORS_EVERY) -> None:
         self.files = files
+        self.errors_every = max(1, errors_every)
         self._rates = RateTracker()
         self._ports: dict[str, _Port] = {}
         self._nics: dict[str, dict[str, Any]] = {}
@@ -227,8 +234,9 @@ class FabricCollector:
         """One reading of every port and NIC; also says whether the inventory changed."""
         changed = self._discover()
         refresh = self._reads % RATE_EVERY == 0
+        errors_due = self._reads % self.errors_every == 0
         self._reads += 1
-        ports = [self._read_port(p, now, refresh) for p in self._ports.values()]
+        ports = [self._read_port(p, now, refresh, errors_due) for p in self._ports.values()]
         nics = [self._read_nic(name, info, now, refresh) for name, info in self._nics.items()]
         if changed:
             for table, live in ((self.totals, self._ports), (self.hw_totals, self._ports),
@@ -254,7 +262,8 @@ class FabricCollector:
         except CounterError as exc:
             return None, str(exc)
 
-    def _read_port(self, p: _Port, now: float, refresh: bool) -> dict[str, Any]:
+    def _read_port(self, p: _Port, now: float, refresh: bool,
+                   errors_due: bool = True) -> dict[str, Any]:
         if refresh:
             self._read_port_info(p)
         v: dict[str, Any] = {"id": p.id}
@@ -270,15 +279,27 @@ class FabricCollector:
         # Every counter of a port is read at the same moment: one elapsed time for all.
         dt = now - p.prev_t if p.prev_t is not None else 0.0
         prev, cur = p.prev, {}
+        old_totals = self.totals.get(p.id, {})
+        read_errors = errors_due or p.prev_t is None or v["state"] != 4
         totals: dict[str, int | None] = {}
         increments: dict[str, int | None] = {}
         saturated: list[str] = []
         for name, (path, width, scale) in p.counters.items():
-            raw, reason = self._read_raw(path)
             is_error = name in _ERROR_SET
+            if is_error and not read_errors:
+                if name in prev:
+                    cur[name] = prev[name]
+                totals[name] = old_totals.get(name)
+                if name in p.reasons:
+                    errors[name] = p.reasons[name]  # still unreadable, as last read
+                if name in p.stuck:
+                    saturated.append(name)
+                continue
+            raw, reason = self._read_raw(path)
+            p.reasons.pop(name, None)
             if raw is None:
                 totals[name] = None
-                errors[name] = reason or "unreadable"
+                errors[name] = p.reasons[name] = reason or "unreadable"
                 if is_error:
                     increments[name] = None
                 else:
@@ -294,6 +315,9 @@ class FabricCollector:
             is_saturated = width is not None and raw == (1 << width) - 1
             if is_saturated:
                 saturated.append(name)
+                p.stuck.add(name)
+            else:
+                p.stuck.discard(name)
             before = prev.get(name)
             unknown = is_saturated or before is None or raw < before  # saturated, first, reset
             if is_error:
