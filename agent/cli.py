@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tls-key", metavar="FILE", help="the certificate's private key")
     run.add_argument("--max-clients", type=int, default=256,
                      help="stream clients served at once (default 256)")
+    run.add_argument("--steps-socket", metavar="PATH",
+                     help="Unix datagram socket training ranks report steps to (default "
+                          "$TUIMON_STEPS_SOCKET, /run/tuimon/steps.sock, "
+                          "$XDG_RUNTIME_DIR/tuimon-steps.sock or /tmp/tuimon-steps.sock)")
+    run.add_argument("--no-steps", action="store_true", help="do not listen for step reports")
     run.add_argument("--queue-frames", type=int, default=32,
                      help="frames queued per stream client before the oldest drop (default 32)")
 
@@ -109,8 +114,12 @@ def _run(args: argparse.Namespace) -> int:
     token = load_token(args.token_file) if args.token_file else None
     check_bind_rule(listen, token, args.insecure)
     ssl_ctx = server_ssl_context(args.tls_cert, args.tls_key)
+    from agent.reporter import default_socket_path
+
+    steps = None if args.no_steps else (args.steps_socket or default_socket_path())
     config = AgentConfig(node_name=args.node_name, interval=args.interval, root=args.root,
-                         max_clients=args.max_clients, queue_frames=args.queue_frames)
+                         max_clients=args.max_clients, queue_frames=args.queue_frames,
+                         steps_socket=steps)
     agent = NodeAgent(config)
     scheme = "https" if ssl_ctx else "http"
     log.info("tuimon-agent %s on %s://%s (node %s, interval %.3g s)", __version__, scheme,

@@ -137,6 +137,7 @@ class AgentCollector(Collector):
         yield from self._host(node, sample.host or {})
         yield from _fabric_metrics(node, sample.extra.get("fabric") or {}, hello, agent.fabric)
         yield from _storage_metrics(node, sample.extra.get("storage") or {}, agent.storage)
+        yield from _step_metrics(node, agent.steps)
 
     def _agent_counters(self, node: str) -> Iterator[Metric]:
         agent = self.agent
@@ -292,6 +293,27 @@ def _storage_metrics(node: str, storage: dict[str, Any], collector: Any) -> Iter
             if f.get(key) is not None:
                 fam.add_metric([node, f["id"], f["fstype"]], f[key])
         yield fam
+
+
+def _step_metrics(node: str, steps: Any) -> Iterator[Metric]:
+    labels = ["job", "rank", "node"]
+    families = (
+        ("wall", "tuimon_job_wall_seconds", "Step wall time reported by training ranks"),
+        ("compute", "tuimon_job_compute_seconds",
+         "Step compute time (wall minus waiting) reported by training ranks"),
+        ("samples", "tuimon_job_samples", "Samples processed, reported by training ranks"),
+        ("tokens", "tuimon_job_tokens", "Tokens processed, reported by training ranks"),
+        ("steps", "tuimon_job_steps", "Steps reported by training ranks"),
+    )
+    for attr, name, doc in families:
+        fam = CounterMetricFamily(name, doc, labels=labels)
+        for (job, rank), t in sorted(steps.totals.items()):
+            fam.add_metric([job, str(rank), node], getattr(t, attr))
+        yield fam
+    rejected = CounterMetricFamily("tuimon_agent_step_reports_rejected",
+                                   "Step datagrams rejected as invalid", labels=["node"])
+    rejected.add_metric([node], steps.rejected)
+    yield rejected
 
 
 def make_registry(agent: NodeAgent) -> CollectorRegistry:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from agent.files import FileTree
 from agent.hub import FrameHub
 from agent.protocol.fields import FAMILIES
 from agent.protocol.messages import Event, Hello, Sample
+from agent.steps import StepAggregator, open_step_socket
 from agent.version import __version__
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ class AgentConfig:
     watch_xid: bool = True
     xid_wait: float = 2.0  # seconds one NVML event wait blocks (bounds stop() time)
     storage: StorageConfig | None = None
+    # Unix datagram socket training ranks report steps to (agent.reporter); None: off.
+    steps_socket: str | None = None
 
     def __post_init__(self) -> None:
         if not self.node_name:
@@ -83,6 +87,9 @@ class NodeAgent:
         self.host = HostCollector(self.files)
         self.fabric = FabricCollector(self.files)
         self.storage = StorageCollector(self.files, config.storage)
+        self.steps = StepAggregator()
+        self._steps_transport: asyncio.BaseTransport | None = None
+        self.steps_status: str | None = "off"
         self.hub = FrameHub(config.max_clients, config.queue_frames)
         self.stats = AgentStats()
         self.latest: Sample | None = None
@@ -108,6 +115,15 @@ class NodeAgent:
         self._boot_id = boot_id
         # A first read of fabric and storage so that `hello` lists their inventory.
         await self._loop.run_in_executor(self._executor, self._first_inventory)
+        if self.config.steps_socket:
+            try:
+                self._steps_transport = await open_step_socket(self.config.steps_socket,
+                                                               self.steps)
+                self.steps_status = None
+            except OSError as exc:
+                self.steps_status = (f"cannot listen for step reports on "
+                                     f"{self.config.steps_socket}: {exc.strerror or exc}")
+                log.warning("%s: %s", self.config.node_name, self.steps_status)
         self.hello = self._make_hello()
         if self.gpu.status:
             log.info("%s: %s", self.config.node_name, self.gpu.status)
@@ -125,6 +141,11 @@ class NodeAgent:
                 await self._task
             self._task = None
         loop = asyncio.get_running_loop()
+        if self._steps_transport is not None:
+            self._steps_transport.close()
+            self._steps_transport = None
+            with contextlib.suppress(OSError):
+                os.unlink(self.config.steps_socket or "")
         if self._xid is not None:
             # Not in the read worker: joining the XID thread can take one wait timeout,
             # and many agents in one process (the simulator) stop side by side.
@@ -150,7 +171,7 @@ class NodeAgent:
             families=list(FAMILIES),
             host={"hostname": socket.gethostname() if self.config.root == "/" else None},
             extra={**self.fabric.inventory(), **self.storage.inventory(),
-                   "fabric_status": self.fabric.status},
+                   "fabric_status": self.fabric.status, "steps_status": self.steps_status},
         )
 
     def _first_inventory(self) -> None:
@@ -249,6 +270,9 @@ class NodeAgent:
             self.hub.publish(self.hello)
         for event in events:
             self.emit_event(event)
+        steps = self.steps.take()  # on the loop: datagrams arrive here too
+        if steps is not None:
+            sample.extra["steps"] = steps
         self.latest = sample
         self.stats.samples += 1
         self.hub.publish_sample(sample)

@@ -32,10 +32,14 @@ def test_metrics_doc_lists_every_exported_metric(proc_root: Path) -> None:
     write(proc_root / "proc/self/mounts", "/dev/nvme0n1 /data xfs rw 0 0\n")
     fake = FakeNvml(2)
     fake.gpus[0].clock_events = 0x40
-    agent = make_agent(proc_root, fake)
+    agent = make_agent(proc_root, fake, steps_socket=str(proc_root / "steps.sock"))
 
     async def scrape() -> str:
         await agent.start(sampling=False)
+        from agent.reporter import StepReporter
+
+        StepReporter("job", 0, 1, socket_path=str(proc_root / "steps.sock")).report(1.0, 0.9)
+        await asyncio.sleep(0.05)
         await agent.sample_once()
         await agent.sample_once()
         agent.emit_event(Event(0.0, "xid", "warning", "an event, so its counter shows"))

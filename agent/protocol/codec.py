@@ -157,6 +157,8 @@ def _sample(m: dict[str, Any]) -> Sample:
     for family, lists in _ENTITY_FAMILIES.items():
         if family in extra:
             _check_entity_family(extra[family], lists, f"sample.{family}")
+    if "steps" in extra:
+        _check_steps(extra["steps"])
     return Sample(
         seq=seq,
         ts=_req_num(m, "ts", "sample"),
@@ -248,6 +250,25 @@ def _check_values(m: dict[str, Any], where: str, depth: int) -> None:
                     raise ProtocolError(f"{where}.{key}: expected a list of finite scalars")
         else:
             raise ProtocolError(f"{where}.{key}: unexpected {t.__name__}")
+
+
+def _check_steps(steps: Any) -> None:
+    if not isinstance(steps, dict):
+        raise ProtocolError(f"sample.steps: expected a map, got {_show(steps)}")
+    jobs = steps.get("jobs") or []
+    if not isinstance(jobs, list) or len(jobs) > MAX_ENTITIES:
+        raise ProtocolError("sample.steps.jobs: expected a list of jobs")
+    for i, job in enumerate(jobs):
+        where = f"sample.steps.jobs[{i}]"
+        if not isinstance(job, dict) or not isinstance(job.get("id"), str):
+            raise ProtocolError(f"{where}: expected a map with a string 'id'")
+        ranks = job.get("ranks") or []
+        if not isinstance(ranks, list) or len(ranks) > MAX_ENTITIES:
+            raise ProtocolError(f"{where}.ranks: expected a list")
+        for j, rank in enumerate(ranks):
+            if not isinstance(rank, dict) or not _is_int(rank.get("rank")):
+                raise ProtocolError(f"{where}.ranks[{j}]: expected a map with an int 'rank'")
+            _check_values(rank, f"{where}.ranks[{j}]", depth=1)
 
 
 _BUILDERS = {"hello": _hello, "sample": _sample, "event": _event, "subscribe": _subscribe}

@@ -98,4 +98,4 @@ THROTTLE_REASONS = frozenset(
      "hw_power_brake_slowdown"}
 )
 
-FAMILIES: tuple[str, ...] = ("gpu", "host", "fabric", "storage", "events")
+FAMILIES: tuple[str, ...] = ("gpu", "host", "fabric", "storage", "steps", "events")
