@@ -1,0 +1,61 @@
+"""SLO arithmetic, with DESIGN.md's example reproduced exactly."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuimon.model.slo import BurnTracker, Slo, consumed_hours
+
+
+def test_the_design_example_exactly() -> None:
+    slo = Slo(target=0.90, window_hours=720)
+    assert slo.budget_hours == pytest.approx(72.0)
+    assert slo.remaining_hours(60.0) == pytest.approx(12.0)
+
+
+def test_consumed_hours_is_the_sum_of_one_minus_sli_times_dt() -> None:
+    # 10 h at SLI 0.95 and 20 h at SLI 0.80: 0.5 h + 4 h.
+    assert consumed_hours([(0.95, 10.0), (0.80, 20.0)]) == pytest.approx(4.5)
+
+
+def test_burn_rate_and_its_ceiling_follow_the_target() -> None:
+    slo = Slo(0.90, 720)
+    assert slo.burn_rate(0.2) == pytest.approx(2.0)
+    assert slo.max_burn_rate == pytest.approx(10.0)
+    # The classic 14.4x page (2 % of a 30-day budget in an hour) cannot fire at 0.90:
+    # the derived threshold stays below 10x.
+    assert slo.alert_threshold("1h", 0.02) < slo.max_burn_rate
+    strict = Slo(0.999, 720)
+    assert strict.alert_threshold("1h", 0.02) == pytest.approx(14.4)
+
+
+def test_hours_to_exhaustion_at_the_current_burn() -> None:
+    slo = Slo(0.90, 720)
+    # 12 h left, burning at 2x: 0.2 budget hours an hour, so 60 h.
+    assert slo.hours_to_exhaustion(60.0, 2.0) == pytest.approx(60.0)
+    assert slo.hours_to_exhaustion(60.0, 0.0) is None
+
+
+def test_burn_tracker_windows_and_multiwindow_alerts() -> None:
+    slo = Slo(0.90, 720)
+    tracker = BurnTracker(slo)
+    t0 = 1_800_000_000.0
+    for minute in range(120):  # two healthy hours
+        tracker.add(t0 + 60 * minute, 60.0, 57.0)
+    assert tracker.burn_rates(t0 + 7200)["1h"] == pytest.approx(0.5)
+    assert tracker.firing(t0 + 7200) == []
+    for minute in range(120, 180):  # an hour waiting on a broken fabric: SLI 0.05
+        tracker.add(t0 + 60 * minute, 60.0, 3.0)
+    now = t0 + 180 * 60
+    rates = tracker.burn_rates(now)
+    assert rates["5m"] == pytest.approx(9.5)
+    assert rates["1h"] == pytest.approx(9.5)
+    assert ("page", "1h", "5m", pytest.approx(9.0)) in tracker.firing(now)
+    assert tracker.consumed_hours == pytest.approx(120 * 3 / 3600 + 60 * 57 / 3600)
+
+
+def test_bad_slo_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="target"):
+        Slo(1.5, 720)
+    with pytest.raises(ValueError, match="window"):
+        Slo(0.9, 0)

@@ -1,0 +1,125 @@
+"""SLO arithmetic for training runs, exactly as DESIGN.md defines it.
+
+- SLI = effective compute time / total time, over a window.
+- Error budget hours = (1 - target) x window hours; consumed = sum of (1 - SLI) x dt;
+  remaining = budget - consumed. Target 0.90 over a 720 h run: 72 h of budget; with
+  60 h consumed, 12 h are left.
+- Burn rate = error ratio / (1 - target). The error ratio cannot exceed 1, so the
+  highest possible burn rate is 1 / (1 - target): 10x at 0.90. Alert thresholds are
+  derived from the target so that they can fire (the classic 14.4x page cannot at 0.90).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+BURN_WINDOWS_S = {"5m": 300, "30m": 1800, "1h": 3600, "6h": 21600, "1d": 86400,
+                  "3d": 259200}
+
+# Multi-window alerts (long window, short window, share of the budget the long window
+# may spend): the SRE workbook's page and ticket conditions for a 30-day window.
+ALERTS = (
+    ("page", "1h", "5m", 0.02),
+    ("page", "6h", "30m", 0.05),
+    ("ticket", "1d", "6h", 0.10),
+    ("ticket", "3d", "6h", 0.10),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    target: float  # e.g. 0.90
+    window_hours: float  # rolling days x 24, or the run's planned hours
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target < 1:
+            raise ValueError(f"SLO target must be between 0 and 1, got {self.target}")
+        if self.window_hours <= 0:
+            raise ValueError(f"SLO window must be positive, got {self.window_hours} h")
+
+    @property
+    def budget_hours(self) -> float:
+        return (1 - self.target) * self.window_hours
+
+    def remaining_hours(self, consumed_hours: float) -> float:
+        return self.budget_hours - consumed_hours
+
+    @property
+    def max_burn_rate(self) -> float:
+        return 1 / (1 - self.target)
+
+    def burn_rate(self, error_ratio: float) -> float:
+        return error_ratio / (1 - self.target)
+
+    def alert_threshold(self, long_window: str, budget_share: float) -> float:
+        """Burn rate at which `budget_share` of the budget goes in `long_window`, capped
+        below the highest possible burn rate so that the alert can fire at all."""
+        hours = BURN_WINDOWS_S[long_window] / 3600
+        classic = budget_share * self.window_hours / hours
+        return min(classic, 0.9 * self.max_burn_rate)
+
+    def hours_to_exhaustion(self, consumed_hours: float, burn_rate: float) -> float | None:
+        """At the current burn, hours until the budget is gone (None: not burning)."""
+        spend_per_hour = burn_rate * (1 - self.target)  # budget hours per hour
+        if spend_per_hour <= 0:
+            return None
+        return max(0.0, self.remaining_hours(consumed_hours)) / spend_per_hour
+
+
+def consumed_hours(intervals: list[tuple[float, float]]) -> float:
+    """Sum of (1 - SLI) x dt over (SLI, hours) intervals."""
+    return sum((1 - min(1.0, max(0.0, sli))) * hours for sli, hours in intervals)
+
+
+class BurnTracker:
+    """Per-minute buckets of (total, effective) seconds, for burn rates over windows."""
+
+    def __init__(self, slo: Slo, keep_s: int = max(BURN_WINDOWS_S.values())) -> None:
+        self.slo = slo
+        self.keep = keep_s // 60 + 1
+        self._buckets: deque[list[float]] = deque()  # [minute, total_s, effective_s]
+        self.consumed_hours = 0.0
+
+    def add(self, ts: float, total_s: float, effective_s: float) -> None:
+        minute = int(ts // 60)
+        if self._buckets and self._buckets[-1][0] == minute:
+            bucket = self._buckets[-1]
+        else:
+            bucket = [minute, 0.0, 0.0]
+            self._buckets.append(bucket)
+            while len(self._buckets) > self.keep:
+                self._buckets.popleft()
+        effective_s = min(effective_s, total_s)
+        bucket[1] += total_s
+        bucket[2] += effective_s
+        self.consumed_hours += (total_s - effective_s) / 3600
+
+    def error_ratio(self, window: str, now: float) -> float | None:
+        first = int(now // 60) - BURN_WINDOWS_S[window] // 60
+        total = effective = 0.0
+        for minute, t, e in reversed(self._buckets):
+            if minute <= first:
+                break
+            total += t
+            effective += e
+        return None if total <= 0 else 1 - effective / total
+
+    def burn_rates(self, now: float) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for window in BURN_WINDOWS_S:
+            ratio = self.error_ratio(window, now)
+            out[window] = None if ratio is None else self.slo.burn_rate(ratio)
+        return out
+
+    def firing(self, now: float) -> list[tuple[str, str, str, float]]:
+        """Alerts whose long and short windows both burn above the threshold."""
+        rates = self.burn_rates(now)
+        out = []
+        for severity, long_w, short_w, share in ALERTS:
+            threshold = self.slo.alert_threshold(long_w, share)
+            long_r, short_r = rates[long_w], rates[short_w]
+            if long_r is not None and short_r is not None and long_r >= threshold \
+                    and short_r >= threshold:
+                out.append((severity, long_w, short_w, threshold))
+        return out
