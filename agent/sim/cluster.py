@@ -7,6 +7,7 @@ a real node runs; only the NVML module and the /proc files under it are simulate
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from agent.collectors.storage import StorageConfig
 from agent.files import GeneratedTree
 from agent.node import AgentConfig, NodeAgent
 from agent.server import build_app
+from agent.sim.steps_model import RankPlan, SimJob
 from agent.sim.workload import NodeTrouble, SimNodeModel, troubles_for
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,11 @@ class SimCluster:
                 wall=self.wall,
             )
             self.members.append(SimNode(i, name, self.base_port + i, model, agent))
+        plans = [RankPlan(m.index, g, m.index * self.gpus + g, m.model.trouble.slow)
+                 for m in self.members for g in range(self.gpus)]
+        self.job = SimJob("llm-pretrain", plans, any(
+            m.model.trouble.io.congested for m in self.members), self.seed)
+        self._job_task: asyncio.Task[None] | None = None
 
     def leaf_of(self, index: int) -> str:
         return f"leaf{index // self.nodes_per_leaf:02d}"
@@ -113,6 +120,21 @@ class SimCluster:
     async def start(self) -> None:
         for m in self.members:
             await self.start_node(m.index)
+        if self.gpus:
+            self._job_task = asyncio.create_task(self._report_steps())
+
+    async def _report_steps(self) -> None:
+        """The ranks' step datagrams, handed to each node's agent as they would arrive."""
+        last = self.clock()
+        while True:
+            await asyncio.sleep(self.interval / 2)
+            now = self.clock()
+            for index, datagrams in self.job.datagrams(now - last, self.wall()).items():
+                member = self.members[index]
+                if member.runner is not None:  # a stopped node's ranks report to no one
+                    for data in datagrams:
+                        member.agent.steps.add(data)
+            last = now
 
     async def start_node(self, index: int) -> None:
         m = self.members[index]
@@ -142,6 +164,11 @@ class SimCluster:
                                 executor=self._executor)
 
     async def stop(self) -> None:
+        if self._job_task is not None:
+            self._job_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._job_task
+            self._job_task = None
         await asyncio.gather(*(self.stop_node(m.index) for m in self.members))
         self._executor.shutdown(wait=False)
 

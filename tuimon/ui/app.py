@@ -18,7 +18,9 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
 from tuimon.model.cluster import ClusterState
+from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.heat import FABRIC_METRICS, GPU_METRICS
+from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.model.view_state import FilterError, ViewState
 from tuimon.ui.heatmap import HeatmapView
@@ -120,7 +122,7 @@ class TuimonApp(App[None]):
                  sources: Callable[[ClusterState], list[Awaitable[None]]] | None = None,
                  theme: str | None = None, topology: dict[str, str] | None = None,
                  provisioned: dict[str, float] | None = None, refresh: float = 1.0,
-                 clock_text: Callable[[], str] | None = None) -> None:
+                 clock_text: Callable[[], str] | None = None, slo: Slo | None = None) -> None:
         super().__init__()
         self.clock_text = clock_text
         self.cluster = cluster
@@ -128,6 +130,7 @@ class TuimonApp(App[None]):
         self._tasks: list[asyncio.Task[None]] = []
         self.view = ViewState(topology=dict(topology or {}))
         self.storage = StorageView(provisioned)
+        self.efficiency = EfficiencyView(slo)
         self.refresh_every = refresh
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()
@@ -188,6 +191,7 @@ class TuimonApp(App[None]):
         """Once a second: ages, aggregates, and redraw of what changed."""
         self.cluster.refresh_ages()
         self.storage.update(self.cluster)
+        self.efficiency.update(self.cluster)
         heat = self.active_map
         if len(self.cluster.nodes) != self._known_nodes or self.view.sort == "metric":
             self._known_nodes = len(self.cluster.nodes)
@@ -198,7 +202,7 @@ class TuimonApp(App[None]):
         width, compact = self.size.width, self.size.height < 32
         self.query_one(HeaderBar).update_from(self.cluster, heat.folded, width,
                                               self.clock_text() if self.clock_text else None)
-        self.query_one(SloStrip).update_from(width)
+        self.query_one(SloStrip).update_from(width, self.efficiency)
         self._update_legend()
         self.query_one(StoragePanel).update_from(self.storage, width, compact)
         self.query_one(EventsPane).update_from(self.cluster, 2 if compact else 5, width)

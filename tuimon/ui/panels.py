@@ -7,6 +7,7 @@ import time
 from textual.widgets import Static
 
 from tuimon.model.cluster import ClusterState
+from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.heat import HeatMetric
 from tuimon.model.storage import StorageView
 from tuimon.ui.text import rate, safe, size, sparkline
@@ -41,15 +42,56 @@ class HeaderBar(Static):
 
 
 class SloStrip(Static):
-    DEFAULT_CSS = "SloStrip { height: 1; background: $panel; color: $foreground; }"
+    DEFAULT_CSS = """
+    SloStrip { height: auto; max-height: 3; background: $panel; color: $foreground; }
+    """
 
-    def update_from(self, width: int) -> None:
-        if width < 150:
-            self.update(" [b]efficiency / SLO[/b]  [$warning]no step telemetry available[/]")
+    def update_from(self, width: int, eff: EfficiencyView | None = None) -> None:
+        if eff is None or not eff.jobs:
+            proxy = (f" proxy from GPU utilization: [b]{eff.proxy:.2f}[/b] (proxy)"
+                     if eff is not None and eff.proxy is not None else "")
+            if width < 150:
+                self.update(f" [b]efficiency[/b] [$warning]no step telemetry[/]{proxy}")
+                return
+            self.update(" [b]efficiency / SLO[/b]  [$warning]no step telemetry available[/]: "
+                        "training ranks are not reporting steps (agent.reporter), so SLI and "
+                        f"error budget cannot be computed.{proxy}")
             return
-        self.update(" [b]efficiency / SLO[/b]  [$warning]no step telemetry available[/]: "
-                    "training ranks are not reporting steps yet, so scaling efficiency and "
-                    "error budget cannot be computed")
+        now = time.time()
+        lines = []
+        for state in sorted(eff.jobs.values(), key=lambda s: s.job)[:2]:
+            slis = {w: state.window(sec, now) for w, sec in WINDOWS.items()}
+            sli_text = " ".join(
+                f"{w} [b]{v[0]:.2f}[/b]" if v[0] is not None else f"{w} -"
+                for w, v in slis.items())
+            throughput = slis["1m"][1]
+            scaling = eff.scaling_efficiency(state, throughput)
+            sli_now = slis["1m"][0]
+            ok = sli_now is not None and sli_now >= eff.slo.target
+            sli_color = "$success" if ok else "$error"
+            effic = (f"scaling efficiency [b]{scaling:.2f}[/b]" if scaling is not None else
+                     (f"compute fraction [b]{sli_now:.2f}[/b] (no baseline)"
+                      if sli_now is not None else "compute fraction -"))
+            burn = state.burn.burn_rates(now) if state.burn else {}
+            used = state.burn.consumed_hours if state.burn else 0.0
+            left = eff.slo.remaining_hours(used)
+            burn_text = " ".join(f"{w} {burn[w]:.1f}x" for w in ("5m", "1h")
+                                 if burn.get(w) is not None)
+            line = (f" [b]{safe(state.job, 24)}[/b] ({state.world} ranks)  "
+                    f"[{sli_color}]SLI[/] {sli_text}  {effic}  {throughput or 0:,.0f} samples/s"
+                    f"  budget {left:.1f}/{eff.slo.budget_hours:.0f} h left (session)"
+                    f"  burn {burn_text or '-'}")
+            if state.stragglers:
+                s = state.stragglers[0]
+                line += (f"  [$warning]straggler[/] {safe(s.node, 20)} x{s.ratio:.2f}"
+                         + (f" +{len(state.stragglers) - 1} ranks"
+                            if len(state.stragglers) > 1 else f" GPU {s.gpu}"))
+            if width < 150:  # one short line: the numbers an on-call engineer needs first
+                line = (f" [b]{safe(state.job, 16)}[/b] [{sli_color}]SLI[/] "
+                        f"{sli_text.split('  ')[0]}  {left:.1f} h left  burn "
+                        f"{burn_text.split(' ')[-1] if burn_text else '-'}")
+            lines.append(line)
+        self.update("\n".join(lines))
 
 
 class Legend(Static):

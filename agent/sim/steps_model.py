@@ -1,0 +1,60 @@
+"""Simulated training ranks: one rank per GPU reporting steps as real datagrams.
+
+A synchronous data-parallel job: every rank computes, then all wait for the all-reduce.
+The step takes as long as the slowest rank's compute plus the all-reduce, so a slow
+node (straggler) or a congested leaf switch costs every rank, and the efficiency the
+viewer computes drops, as it did in the incident that started this project.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import msgpack
+
+BASE_COMPUTE_S = 1.40
+BASE_ALLREDUCE_S = 0.12
+SAMPLES_PER_STEP = 32  # per rank
+
+
+@dataclass
+class RankPlan:
+    node_index: int
+    gpu: int
+    rank: int
+    slow: float  # compute multiplier (a straggler node > 1)
+
+
+class SimJob:
+    def __init__(self, name: str, ranks: list[RankPlan], congested: bool, seed: int) -> None:
+        self.name = name
+        self.ranks = ranks
+        self.world = len(ranks)
+        self.congested = congested
+        self.rng = random.Random(seed)
+        self._carry = 0.0
+        self.seq = 0
+
+    def step_times(self) -> tuple[float, list[float]]:
+        """(wall of one step, compute of each rank)."""
+        compute = [BASE_COMPUTE_S * r.slow * (0.98 + 0.04 * self.rng.random())
+                   for r in self.ranks]
+        allreduce = BASE_ALLREDUCE_S * (2.8 if self.congested else 1.0)
+        return max(compute) + allreduce, compute
+
+    def datagrams(self, seconds: float, ts: float) -> dict[int, list[bytes]]:
+        """The step reports `seconds` of training produce, by node index."""
+        out: dict[int, list[bytes]] = {}
+        wall, compute = self.step_times()
+        self._carry += seconds / wall
+        steps = int(self._carry)
+        self._carry -= steps
+        for _ in range(steps):
+            self.seq += 1
+            for plan, c in zip(self.ranks, compute):
+                out.setdefault(plan.node_index, []).append(msgpack.packb({
+                    "v": 1, "t": "step", "job": self.name, "rank": plan.rank,
+                    "world": self.world, "local_rank": plan.gpu, "seq": self.seq, "ts": ts,
+                    "wall": wall, "compute": c, "samples": SAMPLES_PER_STEP, "tokens": 0}))
+        return out

@@ -1,0 +1,137 @@
+"""Per-job efficiency from step telemetry: SLI over rolling windows, throughput, scaling
+efficiency, error budget and burn, stragglers. Definitions as in DESIGN.md.
+
+Without any step telemetry the view falls back to a proxy (mean GPU utilization of the
+nodes that are up), always labelled proxy, so the numbers are never blank.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from tuimon.model.cluster import ClusterState
+from tuimon.model.slo import BurnTracker, Slo
+
+WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
+STRAGGLER_RATIO = 1.10
+STRAGGLER_SECONDS = 30.0
+
+
+@dataclass
+class Straggler:
+    job: str
+    rank: int
+    node: str
+    gpu: int | None
+    ratio: float  # compute time over the median of its peers
+
+
+@dataclass
+class JobState:
+    job: str
+    slo: Slo
+    world: int = 0
+    # (ts, wall rank-seconds, compute rank-seconds, samples) per viewer tick
+    history: deque[tuple[float, float, float, int]] = field(default_factory=deque)
+    burn: BurnTracker | None = None
+    # rank -> deque of (ts, compute per step); rank -> (node, local gpu)
+    rank_compute: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)
+    rank_where: dict[int, tuple[str, int | None]] = field(default_factory=dict)
+    stragglers: list[Straggler] = field(default_factory=list)
+
+    def window(self, seconds: float, now: float) -> tuple[float | None, float | None]:
+        """(SLI, samples/s) over the last `seconds`."""
+        wall = compute = 0.0
+        samples = 0
+        for ts, w, c, s in reversed(self.history):
+            if ts < now - seconds:
+                break
+            wall += w
+            compute += c
+            samples += s
+        if wall <= 0:
+            return None, None
+        span = min(seconds, max(1.0, now - self.history[0][0])) if self.history else seconds
+        return compute / wall, samples / span
+
+
+class EfficiencyView:
+    def __init__(self, slo: Slo | None = None, baselines: dict[str, float] | None = None,
+                 wall: callable = time.time) -> None:  # type: ignore[valid-type]
+        self.slo = slo or Slo(0.90, 720)
+        self.baselines = dict(baselines or {})  # job -> samples/s of one GPU alone
+        self.jobs: dict[str, JobState] = {}
+        self.proxy: float | None = None
+        self._seen: dict[str, int] = {}
+        self._wall = wall
+
+    def update(self, cluster: ClusterState) -> None:
+        now = self._wall()
+        sums: dict[str, list[float]] = {}
+        utils: list[float] = []
+        for node in cluster.nodes.values():
+            sample = node.sample
+            if sample is None or node.status != "up":
+                continue
+            utils.extend(g["util"] for g in sample.gpus or () if g.get("util") is not None)
+            if self._seen.get(node.target) == sample.seq:
+                continue
+            self._seen[node.target] = sample.seq
+            for job in (sample.extra.get("steps") or {}).get("jobs") or []:
+                state = self._job(job["id"])
+                state.world = max(state.world, int(job.get("world") or 0))
+                acc = sums.setdefault(job["id"], [0.0, 0.0, 0])
+                for r in job.get("ranks") or []:
+                    acc[0] += r.get("wall") or 0.0
+                    acc[1] += r.get("compute") or 0.0
+                    acc[2] += r.get("samples") or 0
+                    if r.get("steps"):
+                        rank = r["rank"]
+                        q = state.rank_compute.setdefault(rank, deque())
+                        q.append((now, (r.get("compute") or 0.0) / r["steps"]))
+                        state.rank_where[rank] = (node.name, rank % max(1, node.gpu_count)
+                                                  if node.gpu_count else None)
+        self.proxy = sum(utils) / len(utils) if utils else None
+        for job, (w, c, s) in sums.items():
+            state = self.jobs[job]
+            state.history.append((now, w, c, int(s)))
+            if state.burn is not None and state.world:
+                state.burn.add(now, w / state.world, c / state.world)
+        for state in self.jobs.values():
+            while state.history and state.history[0][0] < now - max(WINDOWS.values()):
+                state.history.popleft()
+            state.stragglers = self._stragglers(state, now)
+
+    def _job(self, name: str) -> JobState:
+        state = self.jobs.get(name)
+        if state is None:
+            state = self.jobs[name] = JobState(name, self.slo)
+            state.burn = BurnTracker(self.slo)
+        return state
+
+    def _stragglers(self, state: JobState, now: float) -> list[Straggler]:
+        means: dict[int, float] = {}
+        for rank, q in state.rank_compute.items():
+            while q and q[0][0] < now - STRAGGLER_SECONDS:
+                q.popleft()
+            # Only ranks seen over (almost) the whole window: "for 30 s", not a blip.
+            if q and now - q[0][0] >= STRAGGLER_SECONDS * 0.8:
+                means[rank] = sum(v for _, v in q) / len(q)
+        if len(means) < 2:
+            return []
+        median = statistics.median(means.values())
+        out = []
+        for rank, mean in means.items():
+            if median > 0 and mean / median >= STRAGGLER_RATIO:
+                node, gpu = state.rank_where.get(rank, ("?", None))
+                out.append(Straggler(state.job, rank, node, gpu, mean / median))
+        return sorted(out, key=lambda s: -s.ratio)
+
+    def scaling_efficiency(self, state: JobState, throughput: float | None) -> float | None:
+        base = self.baselines.get(state.job)
+        if base is None or throughput is None or not state.world:
+            return None
+        return throughput / (state.world * base)
