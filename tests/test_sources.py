@@ -117,6 +117,8 @@ def test_demo_once_prints_the_simulated_cluster(unused_tcp_port: int) -> None:
     (["connect", "gpu[3-1]"], "bad host list"),
     (["connect", "a:1", "--provisioned", "oops"], "expected MOUNT=GB/s"),
     (["connect", "a:1", "--topology", "/nonexistent/topology.conf"], "No such file"),
+    (["connect", "a:1", "--slo-target", "1.5"], "SLO target must be between 0 and 1"),
+    (["connect", "a:1", "--baseline", "job=fast"], "expected JOB=SAMPLES/S"),
 ])
 def test_connect_refuses_bad_arguments_with_a_clear_message(args: list[str],
                                                             message: str) -> None:

@@ -14,9 +14,33 @@ import aiohttp
 from agent.security import ConfigError, client_ssl_context, load_token
 from agent.version import __version__
 from tuimon.model.cluster import ClusterState
+from tuimon.model.slo import Slo
 from tuimon.readout import render
 from tuimon.sources.agent_stream import AgentStream, StreamOptions
 from tuimon.sources.targets import TargetError, parse_targets, read_targets_file
+
+
+def _slo_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--slo-target", type=float, default=0.90,
+                   help="SLO target for the effective training time ratio (default 0.90)")
+    p.add_argument("--slo-hours", type=float, default=720.0,
+                   help="SLO window: the run's planned hours or rolling days x 24 (720)")
+    p.add_argument("--baseline", action="append", default=[], metavar="JOB=SAMPLES/S",
+                   help="single-GPU throughput of a job, for scaling efficiency")
+
+
+def _slo(args: argparse.Namespace) -> tuple[Slo, dict[str, float]]:
+    slo = Slo(args.slo_target, args.slo_hours)
+    baselines = {}
+    for item in args.baseline:
+        job, sep, value = item.rpartition("=")
+        try:
+            baselines[job] = float(value)
+        except ValueError:
+            raise TargetError(f"--baseline {item!r}: expected JOB=SAMPLES/S") from None
+        if not sep or not job or baselines[job] <= 0:
+            raise TargetError(f"--baseline {item!r}: expected JOB=SAMPLES/S")
+    return slo, baselines
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s",
                          help="provisioned throughput of a shared file system, e.g. "
                               "/lustre/scratch=400")
+    _slo_options(connect)
     demo = sub.add_parser("demo", help="simulate a cluster on loopback and watch it")
     demo.add_argument("--nodes", type=int, default=32)
     demo.add_argument("--gpus", type=int, default=8)
@@ -54,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--plain", action="store_true",
                       help="print a text readout every second instead of the full-screen app")
     demo.add_argument("--theme", help="theme name (t cycles them in the app)")
+    _slo_options(demo)
     return parser
 
 
@@ -76,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
              theme: str | None, topology: dict[str, str], provisioned: dict[str, float],
+             slo: tuple[Slo, dict[str, float]],
              before: Callable[[], Awaitable[None]] | None = None,
              after: Callable[[], Awaitable[None]] | None = None) -> int:
     from tuimon.ui.app import TuimonApp
@@ -99,7 +126,7 @@ def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
     for t in targets:
         cluster.add_target(t)
     TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
-              provisioned=provisioned).run()
+              provisioned=provisioned, slo=slo[0], baselines=slo[1]).run()
     return 0
 
 
@@ -167,7 +194,7 @@ def _connect_app(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise TargetError(f"--topology {args.topology}: {exc.strerror or exc}") from None
     return _run_app(ClusterState(args.name), targets, options, args.theme, topology,
-                    _provisioned(args.provisioned))
+                    _provisioned(args.provisioned), _slo(args))
 
 
 def _demo_app(args: argparse.Namespace) -> int:
@@ -176,9 +203,11 @@ def _demo_app(args: argparse.Namespace) -> int:
 
     sim = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port, seed=args.seed)
     topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+    slo = _slo(args)
     return _run_app(ClusterState(f"demo: {args.nodes} simulated nodes"), sim.targets,
                     StreamOptions(), args.theme, topology,
-                    {LUSTRE_MOUNT: sim.lustre_provisioned}, before=sim.start, after=sim.stop)
+                    {LUSTRE_MOUNT: sim.lustre_provisioned}, slo, before=sim.start,
+                    after=sim.stop)
 
 
 async def _connect(args: argparse.Namespace) -> int:

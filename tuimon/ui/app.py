@@ -122,7 +122,8 @@ class TuimonApp(App[None]):
                  sources: Callable[[ClusterState], list[Awaitable[None]]] | None = None,
                  theme: str | None = None, topology: dict[str, str] | None = None,
                  provisioned: dict[str, float] | None = None, refresh: float = 1.0,
-                 clock_text: Callable[[], str] | None = None, slo: Slo | None = None) -> None:
+                 clock_text: Callable[[], str] | None = None, slo: Slo | None = None,
+                 baselines: dict[str, float] | None = None) -> None:
         super().__init__()
         self.clock_text = clock_text
         self.cluster = cluster
@@ -130,7 +131,7 @@ class TuimonApp(App[None]):
         self._tasks: list[asyncio.Task[None]] = []
         self.view = ViewState(topology=dict(topology or {}))
         self.storage = StorageView(provisioned)
-        self.efficiency = EfficiencyView(slo)
+        self.efficiency = EfficiencyView(slo, baselines)
         self.refresh_every = refresh
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()
