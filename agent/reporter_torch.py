@@ -1,0 +1,102 @@
+"""Step timing for PyTorch training loops: CUDA events when torch and a GPU are there,
+the wall clock otherwise. Importable without torch.
+
+CUDA work is asynchronous: a step's Python code returns before its kernels finish, so the
+wall clock around it measures launch time, not GPU time. This helper records CUDA events
+around the step and around each wait, and reports a step once its events have completed
+(polled with `query()`, never synchronised): reports lag a step or two, and the training
+loop is never stalled.
+
+    reporter = StepReporter("llm-pretrain", rank, world_size)
+    timer = TorchStepTimer(reporter)
+    for batch in loader:
+        with timer.step(samples=len(batch)):
+            loss = model(batch); loss.backward()
+            with timer.waiting():
+                all_reduce_gradients()
+            optimizer.step()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections import deque
+from collections.abc import Iterator
+from typing import Any
+
+from agent.reporter import StepReporter
+
+MAX_PENDING = 64  # steps whose events have not completed yet; older ones are dropped
+
+
+def _cuda() -> Any | None:
+    try:
+        torch = importlib.import_module("torch")
+    except ImportError:
+        return None
+    try:
+        return torch.cuda if torch.cuda.is_available() else None
+    except Exception:
+        return None
+
+
+class TorchStepTimer:
+    def __init__(self, reporter: StepReporter, cuda: Any | None = None,
+                 use_cuda: bool = True) -> None:
+        self.reporter = reporter
+        self.cuda = (cuda if cuda is not None else _cuda()) if use_cuda else None
+        self._pending: deque[tuple[Any, Any, list[tuple[Any, Any]], int, int]] = deque()
+        self._waits: list[tuple[Any, Any]] = []
+        self._wall_wait = 0.0
+
+    @property
+    def mode(self) -> str:
+        return "cuda-events" if self.cuda is not None else "wall-clock"
+
+    @contextlib.contextmanager
+    def step(self, samples: int = 0, tokens: int = 0) -> Iterator[TorchStepTimer]:
+        if self.cuda is None:
+            with self.reporter.step(samples, tokens):
+                yield self
+            return
+        start = self.cuda.Event(enable_timing=True)
+        end = self.cuda.Event(enable_timing=True)
+        self._waits = []
+        start.record()
+        try:
+            yield self
+        finally:
+            end.record()
+            self._pending.append((start, end, self._waits, samples, tokens))
+            while len(self._pending) > MAX_PENDING:
+                self._pending.popleft()
+                self.reporter.dropped += 1
+            self.flush()
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        if self.cuda is None:
+            with self.reporter.waiting():
+                yield
+            return
+        a = self.cuda.Event(enable_timing=True)
+        b = self.cuda.Event(enable_timing=True)
+        a.record()
+        try:
+            yield
+        finally:
+            b.record()
+            self._waits.append((a, b))
+
+    def flush(self) -> None:
+        """Report every step whose events have completed, oldest first, without waiting."""
+        try:
+            while self._pending and self._pending[0][1].query():
+                start, end, waits, samples, tokens = self._pending.popleft()
+                wall = start.elapsed_time(end) / 1000.0  # milliseconds to seconds
+                waited = sum(a.elapsed_time(b) for a, b in waits) / 1000.0
+                self.reporter.report(wall, max(0.0, wall - waited), samples, tokens)
+        except Exception:  # never into the training loop
+            self._pending.clear()
+            self.reporter.dropped += 1
