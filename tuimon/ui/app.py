@@ -18,6 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
 from tuimon.model.cluster import ClusterState
+from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.heat import FABRIC_METRICS, GPU_METRICS
 from tuimon.model.slo import Slo
@@ -132,6 +133,7 @@ class TuimonApp(App[None]):
         self.view = ViewState(topology=dict(topology or {}))
         self.storage = StorageView(provisioned)
         self.efficiency = EfficiencyView(slo, baselines)
+        self.diagnosis = Diagnosis(topology)
         self.refresh_every = refresh
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()
@@ -193,6 +195,7 @@ class TuimonApp(App[None]):
         self.cluster.refresh_ages()
         self.storage.update(self.cluster)
         self.efficiency.update(self.cluster)
+        self.diagnosis.update(self.cluster, self.efficiency, self.storage)
         heat = self.active_map
         if len(self.cluster.nodes) != self._known_nodes or self.view.sort == "metric":
             self._known_nodes = len(self.cluster.nodes)
@@ -206,7 +209,8 @@ class TuimonApp(App[None]):
         self.query_one(SloStrip).update_from(width, self.efficiency)
         self._update_legend()
         self.query_one(StoragePanel).update_from(self.storage, width, compact)
-        self.query_one(EventsPane).update_from(self.cluster, 2 if compact else 5, width)
+        self.query_one(EventsPane).update_from(self.cluster, 2 if compact else 5, width,
+                                               self.diagnosis.findings)
 
     def _update_legend(self) -> None:
         heat = self.active_map

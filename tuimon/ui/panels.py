@@ -7,6 +7,7 @@ import time
 from textual.widgets import Static
 
 from tuimon.model.cluster import ClusterState
+from tuimon.model.diagnosis import Finding
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.heat import HeatMetric
 from tuimon.model.storage import StorageView
@@ -158,14 +159,27 @@ class StoragePanel(Static):
 
 class EventsPane(Static):
     DEFAULT_CSS = """
-    EventsPane { height: auto; max-height: 7; border-top: solid $panel; color: $foreground; }
+    EventsPane { height: auto; max-height: 9; border-top: solid $panel; color: $foreground; }
     """
 
-    def update_from(self, cluster: ClusterState, rows: int, width: int = 200) -> None:
+    def update_from(self, cluster: ClusterState, rows: int, width: int = 200,
+                    findings: list[Finding] | None = None) -> None:
+        lines = []
+        findings = findings or []
+        if findings:
+            shown = findings[: max(1, rows // 2 + 1)]
+            more = f" (+{len(findings) - len(shown)} more)" if len(findings) > len(shown) else ""
+            lines.append(f" [b]diagnosis[/b]  {len(findings)} finding(s), worst first{more}")
+            for f in shown:
+                color = SEVERITY.get(f.severity, "$foreground")
+                text = safe(f.message, max(40, width - 14))
+                lines.append(f"  [{color}]{f.severity:<8}[/] {text}")
+            rows = max(1, rows - len(shown))
         if not cluster.events:
-            self.update(" [b]events[/b]  none yet")
+            lines.append(" [b]events[/b]  none yet")
+            self.update("\n".join(lines))
             return
-        lines = [f" [b]events[/b]  newest first ({len(cluster.events)} kept)"]
+        lines.append(f" [b]events[/b]  newest first ({len(cluster.events)} kept)")
         for ev in list(cluster.events)[:rows]:
             color = SEVERITY.get(ev.severity, "$foreground")
             when = time.strftime("%H:%M:%S", time.localtime(ev.ts))

@@ -1,0 +1,74 @@
+"""Diagnosis rules on a seeded simulated cluster and on hand-made states."""
+
+from __future__ import annotations
+
+from agent.protocol import GpuInfo, Hello, Sample
+from tests.seeded import seeded_cluster
+from tuimon.model.cluster import ClusterState
+from tuimon.model.diagnosis import Diagnosis
+from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.storage import StorageView
+
+
+async def test_the_seeded_clusters_trouble_is_found_and_located() -> None:
+    cluster, sim = await seeded_cluster(16)
+    topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+    storage = StorageView({"/lustre/scratch": 1e9})  # a tiny provisioned throughput
+    storage.update(cluster)
+    findings = Diagnosis(topology).update(cluster, EfficiencyView(), storage)
+    kinds = {(f.kind, f.where) for f in findings}
+    congested = {sim.leaf_of(m.index) for m in sim.members if m.model.trouble.io.congested}
+    assert congested and {("congestion", leaf) for leaf in congested} <= kinds
+    hot = [m for m in sim.members if m.model.trouble.hot_gpu is not None]
+    assert ("thermal", f"{hot[0].name} GPU {hot[0].model.trouble.hot_gpu}") in kinds
+    assert ("storage", "/lustre/scratch") in kinds
+    assert findings == sorted(findings, key=lambda f: ({"critical": 0, "warning": 1}.get(
+        f.severity, 2), -f.score, f.where))
+
+
+def _node(cluster: ClusterState, target: str, name: str, ports: list[dict],
+          gpus: list[dict] | None = None, seq: int = 1) -> None:
+    cluster.apply_hello(target, Hello(name, "0", None, 1.0, 0.0, gpus=[
+        GpuInfo(i, None, None, None, None, None, None, None) for i in range(len(gpus or []))]))
+    cluster.apply_sample(target, Sample(seq, 0.0, 1.0, gpus=gpus or [],
+                                        extra={"fabric": {"ports": ports}}))
+
+
+def test_link_down_flapping_symbol_errors_gpu_faults_and_lost_nodes() -> None:
+    cluster = ClusterState()
+    diag = Diagnosis(wall=lambda: 1000.0)
+    _node(cluster, "a:1", "gpu001", [{"id": "mlx5_0:1", "state": 1, "state_name": "DOWN"}])
+    _node(cluster, "b:1", "gpu002", [{"id": "mlx5_1:1", "state": 4,
+                                      "errors_inc": {"link_downed": 2, "symbol_errors": 40}}],
+          gpus=[{"util": 0.9, "last_xid": 79, "xid_total": 1},
+                {"util": 0.9, "ecc_uncorrected": 3, "remap_failed": 1},
+                {"failed": "GPU is lost"}])
+    cluster.mark_stale("c:1", "cannot connect: Connection refused")
+    found = {(f.kind, f.where, f.severity) for f in diag.update(cluster, EfficiencyView(),
+                                                                 StorageView())}
+    assert ("link_down", "gpu001 mlx5_0:1", "critical") in found
+    assert ("flapping", "gpu002 mlx5_1:1", "warning") in found
+    assert ("symbol_errors", "gpu002 mlx5_1:1", "warning") in found
+    assert ("xid", "gpu002 GPU 0", "critical") in found  # 79: fallen off the bus
+    assert ("ecc", "gpu002 GPU 1", "critical") in found
+    assert ("remap", "gpu002 GPU 1", "critical") in found
+    assert ("gpu_failed", "gpu002 GPU 2", "critical") in found
+    assert ("node_lost", "c", "critical") in found
+
+
+def test_an_efficiency_drop_names_the_likely_causes_in_order() -> None:
+    clock = [5000.0]
+    eff = EfficiencyView(wall=lambda: clock[0])
+    job = eff._job("train")
+    job.world = 8
+    for t in range(3600):
+        sli = 0.9 if t < 3540 else 0.6  # the last minute far below the hour
+        job.history.append((clock[0] - 3600 + t, 8.0, 8.0 * sli, 80))
+    cluster = ClusterState()
+    _node(cluster, "a:1", "gpu001", [{"id": "mlx5_0:1", "state": 4, "xmit_wait_s": 5e5}])
+    _node(cluster, "b:1", "gpu009", [{"id": "mlx5_0:1", "state": 4, "xmit_wait_s": 100.0}])
+    diag = Diagnosis({"gpu001": "leaf01", "gpu009": "leaf02"}, wall=lambda: clock[0])
+    findings = diag.update(cluster, eff, StorageView())
+    drop = next(f for f in findings if f.kind == "efficiency_drop")
+    assert drop.severity == "critical" and "SLI 0.60 vs 0.9" in drop.message
+    assert "likely: congestion leaf01" in drop.message
