@@ -14,8 +14,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@touch $(STAMP)
 
+# The seed incident: a leaf loses spine capacity a minute in; watch tuimon catch it.
+SCENARIO ?= spine-imbalance
 demo: $(STAMP)
-	$(BIN)/tuimon demo --nodes $(NODES)
+	$(BIN)/tuimon demo --nodes $(NODES) --scenario $(SCENARIO) --fault-at 60
 
 test: $(STAMP)
 	$(BIN)/ruff check agent tuimon tests bench

@@ -37,6 +37,18 @@ def _common(p: argparse.ArgumentParser, log_level: str = "info") -> None:
                    choices=["debug", "info", "warning", "error"])
 
 
+def _scenario_options(p: argparse.ArgumentParser) -> None:
+    from agent.sim.scenarios import SCENARIOS
+
+    p.add_argument("--scenario", default="mixed", choices=SCENARIOS,
+                   help="fault to simulate (default: mixed, a bit of everything from the "
+                        "start)")
+    p.add_argument("--fault-at", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds after start when the scenario's fault begins (default 60)")
+    p.add_argument("--truth", metavar="FILE",
+                   help="write the ground truth (scenario, onset, components) as JSON")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tuimon-agent",
@@ -79,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--targets-file", metavar="F", help="write one host:port per line here")
     sim.add_argument("--topology-file", metavar="F",
                      help="write the simulated fabric as a Slurm topology.conf here")
+    _scenario_options(sim)
     sim.add_argument("--log-level", default="info",
                      choices=["debug", "info", "warning", "error"])
     return parser
@@ -216,7 +229,10 @@ def _sim(args: argparse.Namespace) -> int:
     from agent.sim.cluster import SimCluster, serve_forever
 
     cluster = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port,
-                         seed=args.seed, interval=args.interval)
+                         seed=args.seed, interval=args.interval, scenario=args.scenario,
+                         fault_at=args.fault_at)
+    if args.truth:
+        Path(args.truth).write_text(json.dumps(cluster.truth(), indent=2) + "\n")
     if args.targets_file:
         cluster.write_targets(args.targets_file)
     if args.topology_file:

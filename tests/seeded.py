@@ -38,3 +38,46 @@ async def seeded_cluster(nodes: int = 16, gpus: int = 8, seed: int = 7,
         cluster.apply_sample(m.target, m.agent.latest)
         await m.agent.stop()
     return cluster, sim
+
+
+async def run_scenario(name: str, *, nodes: int = 32, gpus: int = 8, fault_at: float = 30.0,
+                       seconds: float = 90.0, step: float = 1.0, seed: int = 3):
+    """Run a scenario on fixed clocks through the real agents, model and diagnosis.
+
+    Yields (seconds since onset, findings, sim) once per step.
+    """
+    from tuimon.model.diagnosis import Diagnosis
+    from tuimon.model.efficiency import EfficiencyView
+    from tuimon.model.storage import StorageView
+
+    mono = FixedClock(1_000.0)
+    wall = FixedClock(1_796_000_000.0)
+    sim = SimCluster(nodes=nodes, gpus=gpus, seed=seed, base_port=1, clock=mono, wall=wall,
+                     scenario=name, fault_at=fault_at)
+    topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+    cluster = ClusterState(name, clock=mono)
+    eff = EfficiencyView(wall=wall)
+    storage = StorageView({"/lustre/scratch": sim.lustre_provisioned})
+    diagnosis = Diagnosis(topology, wall=wall)
+    for m in sim.members:
+        m.agent.config.watch_xid = False
+        await m.agent.start(sampling=False)
+    try:
+        t = 0.0
+        while t < seconds:
+            t += step
+            mono.now += step
+            wall.now += step
+            sim.report_steps(step)
+            for m in sim.members:
+                sample = await m.agent.sample_once()
+                if cluster.nodes.get(m.target) is None or \
+                        cluster.nodes[m.target].hello is not m.agent.hello:
+                    cluster.apply_hello(m.target, m.agent.hello)
+                cluster.apply_sample(m.target, sample)
+            storage.update(cluster)
+            eff.update(cluster)
+            yield t - fault_at, diagnosis.update(cluster, eff, storage), sim, eff
+    finally:
+        for m in sim.members:
+            await m.agent.stop()

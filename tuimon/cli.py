@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -69,6 +70,21 @@ def build_parser() -> argparse.ArgumentParser:
                          help="provisioned throughput of a shared file system, e.g. "
                               "/lustre/scratch=400")
     _slo_options(connect)
+    status = sub.add_parser("status", help="no screen: one snapshot (or --watch), exit code "
+                                           "0 ok / 1 warning / 2 critical")
+    status.add_argument("targets", nargs="*", metavar="TARGET")
+    status.add_argument("--targets-file", metavar="F")
+    status.add_argument("--token-file", metavar="F")
+    status.add_argument("--tls", action="store_true")
+    status.add_argument("--tls-ca", metavar="F")
+    status.add_argument("--tls-insecure", action="store_true")
+    status.add_argument("--topology", metavar="F")
+    status.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s")
+    status.add_argument("--name", default="cluster")
+    status.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
+                        help="keep watching this long; the exit code is the worst seen")
+    status.add_argument("--json", action="store_true")
+    _slo_options(status)
     demo = sub.add_parser("demo", help="simulate a cluster on loopback and watch it")
     demo.add_argument("--nodes", type=int, default=32)
     demo.add_argument("--gpus", type=int, default=8)
@@ -80,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="print a text readout every second instead of the full-screen app")
     demo.add_argument("--theme", help="theme name (t cycles them in the app)")
     _slo_options(demo)
+    from agent.cli import _scenario_options
+
+    _scenario_options(demo)
     return parser
 
 
@@ -90,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.once or args.plain:
                 return asyncio.run(_demo(args))
             return _demo_app(args)
+        if args.command == "status":
+            return _status(args)
         if args.once or args.plain:
             return asyncio.run(_connect(args))
         return _connect_app(args)
@@ -183,16 +204,31 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], StreamOptions
     return targets, StreamOptions(token=token, ssl_context=ssl_ctx)
 
 
-def _connect_app(args: argparse.Namespace) -> int:
+def _topology(path: str | None) -> dict[str, str]:
     from tuimon.model.view_state import parse_topology_conf
 
+    if not path:
+        return {}
+    try:
+        return parse_topology_conf(Path(path).read_text())
+    except OSError as exc:
+        raise TargetError(f"--topology {path}: {exc.strerror or exc}") from None
+
+
+def _status(args: argparse.Namespace) -> int:
+    from tuimon.status import run_status
+
     targets, options = _connect_options(args)
-    topology: dict[str, str] = {}
-    if args.topology:
-        try:
-            topology = parse_topology_conf(Path(args.topology).read_text())
-        except OSError as exc:
-            raise TargetError(f"--topology {args.topology}: {exc.strerror or exc}") from None
+    slo, baselines = _slo(args)
+    return asyncio.run(run_status(targets, options, watch=args.watch,
+                                  topology=_topology(args.topology),
+                                  provisioned=_provisioned(args.provisioned), slo=slo,
+                                  baselines=baselines, as_json=args.json, name=args.name))
+
+
+def _connect_app(args: argparse.Namespace) -> int:
+    targets, options = _connect_options(args)
+    topology = _topology(args.topology)
     return _run_app(ClusterState(args.name), targets, options, args.theme, topology,
                     _provisioned(args.provisioned), _slo(args))
 
@@ -201,7 +237,10 @@ def _demo_app(args: argparse.Namespace) -> int:
     from agent.sim.cluster import SimCluster
     from agent.sim.io_model import LUSTRE_MOUNT
 
-    sim = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port, seed=args.seed)
+    sim = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port, seed=args.seed,
+                     scenario=args.scenario, fault_at=args.fault_at)
+    if args.truth:
+        Path(args.truth).write_text(json.dumps(sim.truth(), indent=2) + "\n")
     topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
     slo = _slo(args)
     return _run_app(ClusterState(f"demo: {args.nodes} simulated nodes"), sim.targets,
@@ -219,7 +258,7 @@ async def _demo(args: argparse.Namespace) -> int:
     from agent.sim.cluster import SimCluster
 
     cluster = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port,
-                         seed=args.seed)
+                         seed=args.seed, scenario=args.scenario, fault_at=args.fault_at)
     async with cluster:
         return await _watch(ClusterState(f"demo ({args.nodes} simulated nodes)"),
                             cluster.targets, StreamOptions(), args.once)

@@ -21,8 +21,9 @@ from agent.collectors.storage import StorageConfig
 from agent.files import GeneratedTree
 from agent.node import AgentConfig, NodeAgent
 from agent.server import build_app
-from agent.sim.steps_model import RankPlan, SimJob
-from agent.sim.workload import NodeTrouble, SimNodeModel, troubles_for
+from agent.sim import scenarios
+from agent.sim.steps_model import FabricState, RankPlan, SimJob
+from agent.sim.workload import NodeTrouble, SimNodeModel
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,8 @@ class SimCluster:
     # Monotonic and wall clocks; tests give fixed ones to replay a seeded cluster exactly.
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
+    scenario: str = "mixed"
+    fault_at: float = 0.0  # seconds after the cluster is made
     members: list[SimNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -72,8 +75,15 @@ class SimCluster:
                              "fit below 65536: lower --base-port")
         # Reads of simulated nodes are cheap; two threads serve all of them.
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="tuimon-sim")
-        troubles = troubles_for(self.nodes, self.seed, self.nodes_per_leaf)
         width = max(3, len(str(self.nodes - 1)))
+        self.t0, self.wall0 = self.clock(), self.wall()
+        self.plan = scenarios.build(
+            self.scenario, self.nodes, self.gpus, self.seed, self.nodes_per_leaf,
+            lambda i: f"{self.name_prefix}{i:0{width}d}", self.leaf_of)
+        troubles = self.plan.troubles
+        onset = self.t0 + (self.fault_at if self.scenario != "mixed" else 0.0)
+        for trouble in troubles.values():
+            trouble.since = onset
         for i in range(self.nodes):
             name = f"{self.name_prefix}{i:0{width}d}"
             model = SimNodeModel(name, self.gpus, seed=self.seed * 100003 + i,
@@ -89,10 +99,15 @@ class SimCluster:
                 wall=self.wall,
             )
             self.members.append(SimNode(i, name, self.base_port + i, model, agent))
-        plans = [RankPlan(m.index, g, m.index * self.gpus + g, m.model.trouble.slow)
+        plans = [RankPlan(m.index, g, m.index * self.gpus + g,
+                          lambda m=m, g=g: m.model.rank_slowdown(g))
                  for m in self.members for g in range(self.gpus)]
-        self.job = SimJob("llm-pretrain", plans, any(
-            m.model.trouble.io.congested for m in self.members), self.seed)
+        faulty = lambda: self.clock() >= onset  # noqa: E731
+        fabric = FabricState(
+            allreduce_factor=lambda: self.plan.allreduce_factor if faulty() else 1.0,
+            io_stall_s=lambda: self.plan.io_stall_s if faulty() else 0.0)
+        self.job = SimJob("llm-pretrain", plans, fabric, self.seed)
+        self.onset = onset
         self._job_task: asyncio.Task[None] | None = None
 
     def leaf_of(self, index: int) -> str:
@@ -124,17 +139,28 @@ class SimCluster:
             self._job_task = asyncio.create_task(self._report_steps())
 
     async def _report_steps(self) -> None:
-        """The ranks' step datagrams, handed to each node's agent as they would arrive."""
         last = self.clock()
         while True:
             await asyncio.sleep(self.interval / 2)
             now = self.clock()
-            for index, datagrams in self.job.datagrams(now - last, self.wall()).items():
-                member = self.members[index]
-                if member.runner is not None:  # a stopped node's ranks report to no one
-                    for data in datagrams:
-                        member.agent.steps.add(data)
+            self.report_steps(now - last, only_running=True)
             last = now
+
+    def report_steps(self, seconds: float, only_running: bool = False) -> None:
+        """The ranks' step datagrams for `seconds` of training, handed to each node's
+        agent as they would arrive on its socket."""
+        for index, datagrams in self.job.datagrams(seconds, self.wall()).items():
+            member = self.members[index]
+            if only_running and member.runner is None:
+                continue  # a stopped node's ranks report to no one
+            for data in datagrams:
+                member.agent.steps.add(data)
+
+    def truth(self) -> dict[str, object]:
+        """Ground truth for scoring a diagnosis: scenario, onset, components at fault."""
+        return {"scenario": self.scenario, "onset": self.wall0 + (self.onset - self.t0),
+                "fault_at": self.fault_at, "components": list(self.plan.components),
+                "kinds": list(self.plan.kinds)}
 
     async def start_node(self, index: int) -> None:
         m = self.members[index]

@@ -12,10 +12,11 @@ import math
 import os
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 NDR_BYTES_S = 400e9 / 8  # 400 Gb/s per HCA port
 CHECKPOINT_EVERY = 180.0  # seconds between checkpoints
+FLAP_RATE = 0.02  # link drops a second on a flapping port
 CHECKPOINT_SECONDS = 20.0
 LUSTRE_FS = "scratch"
 LUSTRE_MOUNT = "/lustre/scratch"
@@ -29,6 +30,7 @@ class IoTrouble:
     congested: bool = False  # under a badly cabled leaf: credits starve, xmit_wait climbs
     flapping_port: int | None = None  # a port whose link keeps dropping
     symbol_errors_port: int | None = None
+    checkpoint_storm: bool = False  # checkpoint writes without pause, saturating Lustre
 
 
 @dataclass
@@ -40,7 +42,7 @@ class SimIo:
     clock: Callable[[], float]
     step_seconds: float
     util: Callable[[], float]  # the job's current GPU utilization on this node, 0..1
-    trouble: IoTrouble = field(default_factory=IoTrouble)
+    trouble_now: Callable[[], IoTrouble] = IoTrouble  # the trouble in force right now
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed ^ 0x5EED)
@@ -83,13 +85,16 @@ class SimIo:
             return
         self.last = now
         util = self.util()
-        ckpt = self.checkpointing(now)
+        trouble = self.trouble_now()
+        ckpt = self.checkpointing(now) or trouble.checkpoint_storm
         # All-reduce over every port: about 60 % of line rate while the job computes.
-        congestion = 0.72 if self.trouble.congested else 1.0
+        congestion = 0.72 if trouble.congested else 1.0
         for p in range(self.ports):
-            if self.trouble.flapping_port == p and self.rng.random() < 0.02 * dt:
+            if trouble.flapping_port == p and self.rng.random() < FLAP_RATE * dt:
                 self.link_downed[p] += 1
                 self.port_state[p] = 1 if self.port_state[p] == 4 else 4
+            elif trouble.flapping_port != p and self.port_state[p] != 4:
+                self.port_state[p] = 4
             if self.port_state[p] != 4:
                 continue
             rate = NDR_BYTES_S * 0.6 * util * congestion * (0.95 + 0.1 * self.rng.random())
@@ -101,13 +106,13 @@ class SimIo:
             pkts = int(rate * dt / 4096)
             self.tx_pkts[p] += pkts
             self.rx_pkts[p] += pkts
-            wait = 2e5 if self.trouble.congested else 2e3
+            wait = 2e5 if trouble.congested else 2e3
             self.xmit_wait[p] += int(wait * dt * (0.5 + self.rng.random()))
-            cnps = 5e4 if self.trouble.congested else 50
+            cnps = 5e4 if trouble.congested else 50
             self.cnp_sent[p] = (self.cnp_sent[p] + int(cnps * dt)) % 2**32
             self.cnp_handled[p] = (self.cnp_handled[p] + int(cnps * dt * 0.97)) % 2**32
             self.ecn_marked[p] = (self.ecn_marked[p] + int(cnps * dt * 1.1)) % 2**32
-            if self.trouble.symbol_errors_port == p:
+            if trouble.symbol_errors_port == p:
                 self.symbol_errors[p] = min(65535, self.symbol_errors[p] +
                                             int(self.rng.random() * 30 * dt))
         # Data loading: ~1.5 GB/s per node of reads; checkpoints: 4 GB/s of writes.
@@ -117,7 +122,8 @@ class SimIo:
         self.lustre["open"] += int(40 * dt)
         self.lustre["getattr"] += int(200 * dt)
         if ckpt:
-            write_rate = 4e9 * (0.9 + 0.2 * self.rng.random())
+            per_node = 15e9 if trouble.checkpoint_storm else 4e9
+            write_rate = per_node * (0.9 + 0.2 * self.rng.random())
             self.lustre["write_bytes"] += int(write_rate * dt)
             self.lustre["writes"] += int(write_rate * dt / 16 / 2**20)
             self.lustre["setattr"] += int(20 * dt)

@@ -9,6 +9,7 @@ viewer computes drops, as it did in the incident that started this project.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgpack
@@ -23,25 +24,34 @@ class RankPlan:
     node_index: int
     gpu: int
     rank: int
-    slow: float  # compute multiplier (a straggler node > 1)
+    slow: Callable[[], float]  # compute multiplier now (> 1: a straggler)
+
+
+@dataclass
+class FabricState:
+    """How the fabric and storage slow the all-reduce and the step right now."""
+
+    allreduce_factor: Callable[[], float] = lambda: 1.0
+    io_stall_s: Callable[[], float] = lambda: 0.0
 
 
 class SimJob:
-    def __init__(self, name: str, ranks: list[RankPlan], congested: bool, seed: int) -> None:
+    def __init__(self, name: str, ranks: list[RankPlan], fabric: FabricState,
+                 seed: int) -> None:
         self.name = name
         self.ranks = ranks
         self.world = len(ranks)
-        self.congested = congested
+        self.fabric = fabric
         self.rng = random.Random(seed)
         self._carry = 0.0
         self.seq = 0
 
     def step_times(self) -> tuple[float, list[float]]:
         """(wall of one step, compute of each rank)."""
-        compute = [BASE_COMPUTE_S * r.slow * (0.98 + 0.04 * self.rng.random())
+        compute = [BASE_COMPUTE_S * r.slow() * (0.98 + 0.04 * self.rng.random())
                    for r in self.ranks]
-        allreduce = BASE_ALLREDUCE_S * (2.8 if self.congested else 1.0)
-        return max(compute) + allreduce, compute
+        allreduce = BASE_ALLREDUCE_S * self.fabric.allreduce_factor()
+        return max(compute) + allreduce + self.fabric.io_stall_s(), compute
 
     def datagrams(self, seconds: float, ts: float) -> dict[int, list[bytes]]:
         """The step reports `seconds` of training produce, by node index."""

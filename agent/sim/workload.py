@@ -34,6 +34,12 @@ class NodeTrouble:
     slow: float = 1.0  # compute takes this many times longer (straggler)
     xid_every: float | None = None  # seconds between XIDs on GPU 0
     io: IoTrouble = field(default_factory=IoTrouble)
+    slow_gpu: int | None = None  # only this GPU's rank computes `slow` times longer
+    lost_gpu: int | None = None  # this GPU falls off the bus (XID 79)
+    since: float = float("-inf")  # simulated monotonic time the trouble starts
+
+
+_NO_TROUBLE = NodeTrouble()
 
 
 @dataclass
@@ -69,7 +75,18 @@ class SimNodeModel:
         # One HCA port per GPU (rail-optimised), traffic following the GPUs' activity.
         self.io = SimIo(ports=self.gpus, seed=self.seed, clock=self.clock,
                         step_seconds=STEP_SECONDS, util=self._mean_util,
-                        trouble=self.trouble.io)
+                        trouble_now=lambda: self.active().io)
+        self._lost_done = False
+
+    def active(self) -> NodeTrouble:
+        """The node's trouble once its onset has passed; none before."""
+        return self.trouble if self.clock() >= self.trouble.since else _NO_TROUBLE
+
+    def rank_slowdown(self, gpu: int) -> float:
+        tr = self.active()
+        if tr.slow_gpu is not None:
+            return tr.slow if tr.slow_gpu == gpu else 1.0
+        return tr.slow
 
     def _mean_util(self) -> float:
         gpus = self.nvml.gpus
@@ -82,16 +99,23 @@ class SimNodeModel:
         dt = max(0.0, now - getattr(g, "_t", now))
         g._t = now  # type: ignore[attr-defined]
         elapsed = now - self.t0
+        tr = self.active()
+        if tr.lost_gpu == g.index and not self._lost_done:
+            self._lost_done = True
+            g.lost = True  # every NVML call on it fails from now on
+            self.nvml.inject_xid(g.index, 79)
+            return
         # Within a step, compute then all-reduce; at 1 s sampling the utilization
         # NVML reports is an average with visible jitter.
         wave = 0.5 + 0.5 * math.sin(2 * math.pi * (elapsed + self.phase) / STEP_SECONDS)
-        base = 0.93 / self.trouble.slow if self.trouble.slow > 1 else 0.93
+        slow = self.rank_slowdown(g.index)
+        base = 0.93 / slow if slow > 1 else 0.93
         util = min(1.0, max(0.0, base - 0.08 * wave + self.rng.gauss(0, 0.02)))
-        hot = self.trouble.hot_gpu == g.index
+        hot = tr.hot_gpu == g.index
         g.util_gpu = round(util * 100)
         g.util_mem = round(min(100, util * 62 + self.rng.gauss(0, 3)))
         g.mem_used = int(g.mem_total * (0.86 + 0.01 * math.sin(elapsed / 30 + g.index)))
-        limit = g.power_limit_mw * (0.78 if self.trouble.power_capped else 1.0)
+        limit = g.power_limit_mw * (0.78 if tr.power_capped else 1.0)
         power = 90_000 + util * (g.power_limit_mw - 90_000) * (0.92 + 0.06 * self.rng.random())
         g.power_mw = int(min(limit * (0.985 + 0.015 * self.rng.random()), power))
         g.energy_mj += int(g.power_mw * dt)
@@ -102,7 +126,7 @@ class SimNodeModel:
         if hot and g.temp >= 85:
             reasons |= 0x20 | 0x40  # software and hardware thermal slowdown
             sm = int(g.max_sm_mhz * 0.72)
-        if self.trouble.power_capped and g.power_mw >= limit * 0.98:
+        if tr.power_capped and g.power_mw >= limit * 0.98:
             reasons |= 0x4
             sm = min(sm, int(g.max_sm_mhz * 0.86))
         if util < 0.05:
@@ -118,7 +142,8 @@ class SimNodeModel:
             g.nvlink_rx_kib = (g.nvlink_rx_kib or 0) + int(300e9 / 1024 * util * dt *
                                                            (0.9 + 0.2 * wave))
         g.procs = [(self._pids[g.index], int(g.mem_used * 0.97))] if util > 0.05 else []
-        if g.index == 0 and self.next_xid is not None and now >= self.next_xid:
+        if g.index == 0 and self.next_xid is not None and now >= self.next_xid \
+                and tr.xid_every is not None:
             self.next_xid = now + (self.trouble.xid_every or 3600)
             self.nvml.inject_xid(0, self.rng.choice((13, 31, 43, 63, 94)))
 

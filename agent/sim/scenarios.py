@@ -1,0 +1,70 @@
+"""Named fault scenarios for the simulator, with their ground truth.
+
+Each scenario says which nodes get which trouble from the onset (`--fault-at` seconds
+after start), how the job's all-reduce and I/O suffer, and which components a correct
+diagnosis names (`--truth FILE` writes them as JSON).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from agent.sim.io_model import LUSTRE_MOUNT, IoTrouble
+from agent.sim.workload import NodeTrouble, troubles_for
+
+SCENARIOS = ("mixed", "healthy", "spine-imbalance", "thermal-straggler", "checkpoint-storm",
+             "xid-79", "link-flap")
+# The seed incident: a badly cabled spine took the job from 92 % to 68 % efficiency.
+SPINE_ALLREDUCE_FACTOR = 5.5
+
+
+@dataclass
+class Scenario:
+    name: str
+    troubles: dict[int, NodeTrouble] = field(default_factory=dict)
+    allreduce_factor: float = 1.0  # once the fault is on
+    io_stall_s: float = 0.0
+    components: list[str] = field(default_factory=list)  # what a diagnosis must name
+    kinds: list[str] = field(default_factory=list)  # which findings name them
+
+
+def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
+          node_name: callable, leaf_of: callable) -> Scenario:  # type: ignore[valid-type]
+    if name not in SCENARIOS:
+        raise ValueError(f"unknown scenario {name!r}; scenarios: {', '.join(SCENARIOS)}")
+    rng = random.Random(seed * 31 + nodes)
+    victim = rng.randrange(nodes)
+    gpu = rng.randrange(max(1, gpus))
+    if name == "mixed":  # something of everything, from the start: the feature tour
+        troubles = troubles_for(nodes, seed, nodes_per_leaf)
+        congested = any(t.io.congested for t in troubles.values())
+        return Scenario(name, troubles, 2.8 if congested else 1.0)
+    if name == "healthy":
+        return Scenario(name)
+    if name == "spine-imbalance":
+        leaf_index = rng.randrange(max(1, nodes // nodes_per_leaf))
+        members = range(leaf_index * nodes_per_leaf, min(nodes, (leaf_index + 1) *
+                                                        nodes_per_leaf))
+        troubles = {i: NodeTrouble(io=IoTrouble(congested=True)) for i in members}
+        return Scenario(name, troubles, SPINE_ALLREDUCE_FACTOR,
+                        components=[leaf_of(leaf_index * nodes_per_leaf)],
+                        kinds=["congestion"])
+    if name == "thermal-straggler":
+        return Scenario(name, {victim: NodeTrouble(hot_gpu=gpu, slow_gpu=gpu, slow=1.15)},
+                        components=[f"{node_name(victim)} GPU {gpu}"],
+                        kinds=["thermal", "straggler"])
+    if name == "checkpoint-storm":
+        troubles = {i: NodeTrouble(io=IoTrouble(checkpoint_storm=True)) for i in range(nodes)}
+        return Scenario(name, troubles, io_stall_s=0.45, components=[LUSTRE_MOUNT],
+                        kinds=["storage"])
+    if name == "xid-79":
+        return Scenario(name, {victim: NodeTrouble(lost_gpu=gpu)},
+                        components=[f"{node_name(victim)} GPU {gpu}"],
+                        kinds=["gpu_failed", "xid"])
+    # link-flap
+    port = rng.randrange(max(1, gpus))
+    return Scenario(name, {victim: NodeTrouble(io=IoTrouble(flapping_port=port,
+                                                            symbol_errors_port=port))},
+                    components=[f"{node_name(victim)} mlx5_{port}:1"],
+                    kinds=["link_down", "flapping", "symbol_errors"])
