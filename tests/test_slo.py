@@ -59,3 +59,37 @@ def test_bad_slo_settings_are_refused() -> None:
         Slo(1.5, 720)
     with pytest.raises(ValueError, match="window"):
         Slo(0.9, 0)
+
+
+def test_an_overspent_budget_is_negative_and_already_exhausted() -> None:
+    slo = Slo(0.90, 720)
+    assert slo.remaining_hours(80.0) == pytest.approx(-8.0)
+    assert slo.hours_to_exhaustion(80.0, 3.0) == 0.0
+
+
+def test_a_window_not_yet_full_uses_the_time_there_is() -> None:
+    slo = Slo(0.95, 24)
+    tracker = BurnTracker(slo)
+    t0 = 1_800_000_000.0
+    for minute in range(10):  # ten minutes into a run: the 1 h and 1 d windows are short
+        tracker.add(t0 + 60 * minute, 60.0, 54.0)
+    rates = tracker.burn_rates(t0 + 600)
+    assert rates["1h"] == pytest.approx(0.1 / 0.05)
+    assert rates["1d"] == pytest.approx(rates["1h"])
+    assert slo.budget_hours == pytest.approx(1.2)
+    assert tracker.consumed_hours == pytest.approx(10 * 6 / 3600)
+
+
+def test_a_job_that_restarts_is_charged_for_reported_time_only() -> None:
+    slo = Slo(0.90, 720)
+    tracker = BurnTracker(slo)
+    t0 = 1_800_000_000.0
+    for minute in range(30):
+        tracker.add(t0 + 60 * minute, 60.0, 54.0)
+    # The job restarts: 20 minutes with no step reports, then it reports again.
+    for minute in range(50, 80):
+        tracker.add(t0 + 60 * minute, 60.0, 54.0)
+    assert tracker.consumed_hours == pytest.approx(60 * 6 / 3600)
+    assert tracker.burn_rates(t0 + 80 * 60)["30m"] == pytest.approx(1.0)
+    # Nothing reported in the last 5 minutes of a gap: no rate, not a zero.
+    assert tracker.burn_rates(t0 + 100 * 60)["5m"] is None

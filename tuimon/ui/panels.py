@@ -78,10 +78,17 @@ class SloStrip(Static):
             left = eff.slo.remaining_hours(used)
             burn_text = " ".join(f"{w} {burn[w]:.1f}x" for w in ("5m", "1h")
                                  if burn.get(w) is not None)
+            firing = state.burn.firing(now) if state.burn else []
+            status = ("[$error]PAGE[/]" if any(f[0] == "page" for f in firing) else
+                      "[$warning]TICKET[/]" if firing else "[$success]ok[/]")
+            share = max(0.0, min(1.0, left / eff.slo.budget_hours))
+            bar = "\u2588" * round(share * 10) + "\u2591" * (10 - round(share * 10))
+            to_empty = eff.slo.hours_to_exhaustion(used, burn.get("1h") or 0.0)
+            empty = f", empty in {to_empty:.0f} h" if to_empty is not None else ""
             line = (f" [b]{safe(state.job, 24)}[/b] ({state.world} ranks)  "
                     f"[{sli_color}]SLI[/] {sli_text}  {effic}  {throughput or 0:,.0f} samples/s"
-                    f"  budget {left:.1f}/{eff.slo.budget_hours:.0f} h left (session)"
-                    f"  burn {burn_text or '-'}")
+                    f"  budget [$heat-4]{bar}[/] {left:.1f}/{eff.slo.budget_hours:.0f} h"
+                    f"{empty}  burn {burn_text or '-'} {status}")
             if state.stragglers:
                 s = state.stragglers[0]
                 line += (f"  [$warning]straggler[/] {safe(s.node, 20)} x{s.ratio:.2f}"
