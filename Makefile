@@ -30,6 +30,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/agent.py
 	$(BIN)/python bench/tui.py
+	$(BIN)/python bench/reporter.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
