@@ -47,6 +47,8 @@ def _scenario_options(p: argparse.ArgumentParser) -> None:
                    help="seconds after start when the scenario's fault begins (default 60)")
     p.add_argument("--truth", metavar="FILE",
                    help="write the ground truth (scenario, onset, components) as JSON")
+    p.add_argument("--speed", type=float, default=1.0, metavar="X",
+                   help="simulated seconds per real second (e.g. 60: an hour a minute)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -230,7 +232,7 @@ def _sim(args: argparse.Namespace) -> int:
 
     cluster = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port,
                          seed=args.seed, interval=args.interval, scenario=args.scenario,
-                         fault_at=args.fault_at)
+                         fault_at=args.fault_at, speed=args.speed)
     if args.truth:
         Path(args.truth).write_text(json.dumps(cluster.truth(), indent=2) + "\n")
     if args.targets_file:

@@ -18,14 +18,15 @@ class Clock:
         return self.now
 
 
-def _feed(cluster: ClusterState, seq: int, slow_node: int | None = None) -> None:
+def _feed(cluster: ClusterState, seq: int, slow_node: int | None = None,
+          ts: float = 0.0) -> None:
     for n in range(4):
         ranks = []
         for g in range(2):
             compute = 0.9 * (1.2 if n == slow_node else 1.0)
             ranks.append({"rank": n * 2 + g, "steps": 1, "wall": 1.2, "compute": compute,
                           "samples": 10, "tokens": 0})
-        sample = Sample(seq, 0.0, 1.0, gpus=[{"util": 0.9}, {"util": 0.7}],
+        sample = Sample(seq, ts, 1.0, gpus=[{"util": 0.9}, {"util": 0.7}],
                         extra={"steps": {"jobs": [{"id": "j", "world": 8, "ranks": ranks}],
                                          "received": seq, "rejected": 0}})
         cluster.apply_sample(f"n{n}:1", sample)
@@ -54,10 +55,11 @@ def test_sli_throughput_budget_and_a_straggler() -> None:
     cluster = _cluster()
     view = EfficiencyView(Slo(0.90, 720), baselines={"j": 5.0}, wall=clock)
     for seq in range(1, 41):
-        _feed(cluster, seq, slow_node=2)
+        _feed(cluster, seq, slow_node=2, ts=clock.now)
         view.update(cluster)
         clock.now += 1.0
     job = view.jobs["j"]
+    clock.now -= 1.0  # the last update's time
     sli, throughput = job.window(60, clock.now)
     # 6 ranks at 0.9 s and 2 at 1.08 s of compute in 1.2 s steps.
     assert sli == pytest.approx((6 * 0.9 + 2 * 1.08) / (8 * 1.2))
@@ -74,7 +76,7 @@ def test_a_repeated_sample_is_not_counted_twice() -> None:
     clock = Clock()
     cluster = _cluster()
     view = EfficiencyView(wall=clock)
-    _feed(cluster, 1)
+    _feed(cluster, 1, ts=clock.now)
     view.update(cluster)
     view.update(cluster)  # the same samples still in the model a tick later
     assert len(view.jobs["j"].history) == 1

@@ -238,7 +238,7 @@ def _demo_app(args: argparse.Namespace) -> int:
     from agent.sim.io_model import LUSTRE_MOUNT
 
     sim = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port, seed=args.seed,
-                     scenario=args.scenario, fault_at=args.fault_at)
+                     scenario=args.scenario, fault_at=args.fault_at, speed=args.speed)
     if args.truth:
         Path(args.truth).write_text(json.dumps(sim.truth(), indent=2) + "\n")
     topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
@@ -258,7 +258,8 @@ async def _demo(args: argparse.Namespace) -> int:
     from agent.sim.cluster import SimCluster
 
     cluster = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port,
-                         seed=args.seed, scenario=args.scenario, fault_at=args.fault_at)
+                         seed=args.seed, scenario=args.scenario, fault_at=args.fault_at,
+                         speed=args.speed)
     async with cluster:
         return await _watch(ClusterState(f"demo ({args.nodes} simulated nodes)"),
                             cluster.targets, StreamOptions(), args.once)

@@ -31,7 +31,7 @@ def level(findings: list[Finding]) -> str:
 
 def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
            worst_seen: str) -> dict[str, Any]:
-    now = time.time()
+    now = eff.now
     counts = cluster.counts()
     hottest = []
     for n in cluster.nodes.values():

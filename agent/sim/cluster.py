@@ -62,7 +62,9 @@ class SimCluster:
     clock: Callable[[], float] = time.monotonic
     wall: Callable[[], float] = time.time
     scenario: str = "mixed"
-    fault_at: float = 0.0  # seconds after the cluster is made
+    fault_at: float = 0.0  # seconds after the cluster is made (simulated seconds)
+    # Simulated seconds per real second: hours of error budget in minutes.
+    speed: float = 1.0
     members: list[SimNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -76,6 +78,13 @@ class SimCluster:
         # Reads of simulated nodes are cheap; two threads serve all of them.
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="tuimon-sim")
         width = max(3, len(str(self.nodes - 1)))
+        if self.speed != 1.0:
+            if not 0 < self.speed <= 3600:
+                raise ValueError(f"--speed must be in (0, 3600], got {self.speed}")
+            real_mono, real_wall, speed = self.clock, self.wall, self.speed
+            m0, w0 = real_mono(), real_wall()
+            self.clock = lambda: m0 + (real_mono() - m0) * speed
+            self.wall = lambda: w0 + (real_mono() - m0) * speed
         self.t0, self.wall0 = self.clock(), self.wall()
         self.plan = scenarios.build(
             self.scenario, self.nodes, self.gpus, self.seed, self.nodes_per_leaf,

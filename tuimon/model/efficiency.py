@@ -45,16 +45,20 @@ class JobState:
     def window(self, seconds: float, now: float) -> tuple[float | None, float | None]:
         """(SLI, samples/s) over the last `seconds`."""
         wall = compute = 0.0
-        samples = 0
+        samples = n = 0
+        first = now
         for ts, w, c, s in reversed(self.history):
             if ts < now - seconds:
                 break
             wall += w
             compute += c
             samples += s
+            n += 1
+            first = ts
         if wall <= 0:
             return None, None
-        span = min(seconds, max(1.0, now - self.history[0][0])) if self.history else seconds
+        # n updates stand for n intervals of training: spread the span accordingly.
+        span = (now - first) * n / (n - 1) if n > 1 and now > first else 1.0
         return compute / wall, samples / span
 
 
@@ -67,9 +71,15 @@ class EfficiencyView:
         self.proxy: float | None = None
         self._seen: dict[str, int] = {}
         self._wall = wall
+        self.now = wall()  # the time of the latest update, on the agents' clock
 
     def update(self, cluster: ClusterState) -> None:
-        now = self._wall()
+        # The agents' clock is the time base: windows stay right when the viewer's clock
+        # differs, and a simulation can run faster than real time (--speed).
+        stamps = [n.sample.ts for n in cluster.nodes.values()
+                  if n.sample is not None and n.status == "up"]
+        now = max(stamps) if stamps else self._wall()
+        self.now = now
         sums: dict[str, list[float]] = {}
         utils: list[float] = []
         for node in cluster.nodes.values():

@@ -58,7 +58,7 @@ class SloStrip(Static):
                         "training ranks are not reporting steps (agent.reporter), so SLI and "
                         f"error budget cannot be computed.{proxy}")
             return
-        now = time.time()
+        now = eff.now
         lines = []
         for state in sorted(eff.jobs.values(), key=lambda s: s.job)[:2]:
             slis = {w: state.window(sec, now) for w, sec in WINDOWS.items()}
