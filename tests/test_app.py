@@ -221,3 +221,21 @@ def test_control_characters_in_names_are_escaped() -> None:
     assert "\x1b" not in shown and "\x07" not in shown
     assert shown.startswith("evil\\x1b") and shown.endswith("\\x07")
     assert safe("[b]bold[/b]") == "\\[b]bold\\[/b]"  # no markup injection either
+
+
+async def test_nodes_named_by_the_diagnosis_are_highlighted_on_the_map() -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause()
+        heat = app.active_map
+        assert heat.faults, "the seeded cluster's congested leaf and hot GPU are named"
+        leaf_nodes = {n for n, leaf in app.view.topology.items()
+                      if any(f.kind == "congestion" and f.where == leaf
+                             for f in app.diagnosis.findings)}
+        assert leaf_nodes and leaf_nodes <= set(heat.faults)
+        name = next(n for n in sorted(heat.faults) if n != heat.current.name)
+        line = next(i for i, ln in enumerate(heat._hm_lines)
+                    if any(n.name == name for n in ln.nodes))
+        strip = heat.render_line(line)
+        styled = [s for s in strip if s.text.strip() == name]
+        assert styled and styled[0].style.underline

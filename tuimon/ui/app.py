@@ -195,7 +195,10 @@ class TuimonApp(App[None]):
         self.cluster.refresh_ages()
         self.storage.update(self.cluster)
         self.efficiency.update(self.cluster)
-        self.diagnosis.update(self.cluster, self.efficiency, self.storage)
+        findings = self.diagnosis.update(self.cluster, self.efficiency, self.storage)
+        faults = self._faults(findings)
+        for view in self.query(HeatmapView):
+            view.faults = faults
         heat = self.active_map
         if len(self.cluster.nodes) != self._known_nodes or self.view.sort == "metric":
             self._known_nodes = len(self.cluster.nodes)
@@ -211,6 +214,23 @@ class TuimonApp(App[None]):
         self.query_one(StoragePanel).update_from(self.storage, width, compact)
         self.query_one(EventsPane).update_from(self.cluster, 2 if compact else 5, width,
                                                self.diagnosis.findings)
+
+    def _faults(self, findings: list) -> dict[str, str]:  # type: ignore[type-arg]
+        """Nodes the diagnosis names (a leaf names all its nodes), worst severity each."""
+        by_leaf: dict[str, list[str]] = {}
+        for node, leaf in self.view.topology.items():
+            by_leaf.setdefault(leaf, []).append(node)
+        names = {n.name for n in self.cluster.nodes.values()}
+        out: dict[str, str] = {}
+        for f in findings:
+            if f.severity == "info":
+                continue
+            head = f.where.split(" ", 1)[0]
+            targets = by_leaf.get(f.where) or ([head] if head in names else [])
+            for name in targets:
+                if out.get(name) != "critical":
+                    out[name] = f.severity
+        return out
 
     def _update_legend(self) -> None:
         heat = self.active_map

@@ -69,6 +69,8 @@ class HeatmapView(ScrollView, can_focus=True):
         self._hm_strips: dict[int, tuple[tuple[Any, ...], Strip]] = {}
         self._hm_styles: dict[str, Style] = {}
         self._hm_theme_gen = 0
+        # Node name -> "critical" | "warning": named by the diagnosis, drawn highlighted.
+        self.faults: dict[str, str] = {}
 
     # -- public --------------------------------------------------------------------------
 
@@ -172,6 +174,9 @@ class HeatmapView(ScrollView, can_focus=True):
                 style = Style(color=v.get("error", "#ff0000"), strike=True)
             elif name == "failed":
                 style = Style(color=v.get("error", "#ff0000"), bold=True)
+            elif name.startswith("fault-"):
+                color = v.get("error" if name == "fault-critical" else "warning", fg)
+                style = Style(color=color, bold=True, underline=True)
             elif name == "label":
                 style = Style(color=v.get("accent", fg), bold=True)
             else:
@@ -183,7 +188,8 @@ class HeatmapView(ScrollView, can_focus=True):
         line = self._hm_lines[li]
         cur = self.current
         return (self._hm_theme_gen, self.metric_index, self.folded, line.label,
-                tuple((n.target, n.version, n.status, n is cur) for n in line.nodes))
+                tuple((n.target, n.version, n.status, n is cur, self.faults.get(n.name))
+                      for n in line.nodes))
 
     def render_line(self, y: int) -> Strip:
         li = y + self.scroll_offset.y
@@ -220,9 +226,10 @@ class HeatmapView(ScrollView, can_focus=True):
                     style = style + Style(reverse=True)
                 segments.append(Segment(self._glyph(node, level) * 2, style))
                 continue
+            fault = self.faults.get(node.name)
             name_style = (self._style("cursor") if node is cur else
                           self._style(node.status if node.status in ("stale", "down")
-                                      else "name"))
+                                      else f"fault-{fault}" if fault else "name"))
             segments.append(Segment(node.name[:NAME_W].ljust(NAME_W), name_style))
             segments.append(Segment(" "))
             for level in levels:
