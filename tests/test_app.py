@@ -239,3 +239,19 @@ async def test_nodes_named_by_the_diagnosis_are_highlighted_on_the_map() -> None
         strip = heat.render_line(line)
         styled = [s for s in strip if s.text.strip() == name]
         assert styled and styled[0].style.underline
+
+
+async def test_job_selector_cycles_the_efficiency_strip() -> None:
+    app = await make_app(4)
+    async with app.run_test(size=(200, 40)) as pilot:
+        now = app.efficiency.now
+        for name in ("alpha", "beta"):
+            job = app.efficiency._job(name)
+            job.world = 8
+            job.history.extend((now - 10 + i, 8.0, 7.0, 80) for i in range(10))
+        app.tick()
+        strip = str(app.query_one("#slo").render())
+        assert "alpha" in strip and "[1/2, J: next]" in strip
+        await pilot.press("J")
+        strip = str(app.query_one("#slo").render())
+        assert "beta" in strip and "[2/2, J: next]" in strip

@@ -80,3 +80,22 @@ def test_a_repeated_sample_is_not_counted_twice() -> None:
     view.update(cluster)
     view.update(cluster)  # the same samples still in the model a tick later
     assert len(view.jobs["j"].history) == 1
+
+
+def test_mfu_from_flops_per_sample_and_the_gpus_peak() -> None:
+    clock = Clock()
+    cluster = _cluster()
+    for n in range(4):
+        node = cluster.nodes[f"n{n}:1"]
+        node.hello.gpus = [GpuInfo(i, None, "NVIDIA H100 80GB HBM3", None, None, None, None,
+                                   None) for i in range(2)]
+    view = EfficiencyView(flops_per_sample={"j": 6e12}, wall=clock)
+    for seq in range(1, 11):
+        _feed(cluster, seq, ts=clock.now)
+        view.update(cluster)
+        clock.now += 1.0
+    job = view.jobs["j"]
+    _, throughput = job.window(60, view.now)
+    assert throughput == pytest.approx(80.0)
+    assert view.mfu(job, throughput) == pytest.approx(80 * 6e12 / (8 * 989e12))
+    assert len(view.sli_series(job, 5)) == 5

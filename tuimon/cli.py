@@ -28,20 +28,27 @@ def _slo_options(p: argparse.ArgumentParser) -> None:
                    help="SLO window: the run's planned hours or rolling days x 24 (720)")
     p.add_argument("--baseline", action="append", default=[], metavar="JOB=SAMPLES/S",
                    help="single-GPU throughput of a job, for scaling efficiency")
+    p.add_argument("--flops-per-sample", action="append", default=[], metavar="JOB=FLOPS",
+                   help="model FLOPs per sample of a job, for MFU against the GPUs' peak")
 
 
-def _slo(args: argparse.Namespace) -> tuple[Slo, dict[str, float]]:
-    slo = Slo(args.slo_target, args.slo_hours)
-    baselines = {}
-    for item in args.baseline:
+def _job_values(items: list[str], option: str, unit: str) -> dict[str, float]:
+    out = {}
+    for item in items:
         job, sep, value = item.rpartition("=")
         try:
-            baselines[job] = float(value)
+            out[job] = float(value)
         except ValueError:
-            raise TargetError(f"--baseline {item!r}: expected JOB=SAMPLES/S") from None
-        if not sep or not job or baselines[job] <= 0:
-            raise TargetError(f"--baseline {item!r}: expected JOB=SAMPLES/S")
-    return slo, baselines
+            raise TargetError(f"{option} {item!r}: expected JOB={unit}") from None
+        if not sep or not job or out[job] <= 0:
+            raise TargetError(f"{option} {item!r}: expected JOB={unit}")
+    return out
+
+
+def _slo(args: argparse.Namespace) -> tuple[Slo, dict[str, float], dict[str, float]]:
+    return (Slo(args.slo_target, args.slo_hours),
+            _job_values(args.baseline, "--baseline", "SAMPLES/S"),
+            _job_values(args.flops_per_sample, "--flops-per-sample", "FLOPS"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
              theme: str | None, topology: dict[str, str], provisioned: dict[str, float],
-             slo: tuple[Slo, dict[str, float]],
+             slo: tuple[Slo, dict[str, float], dict[str, float]],
              before: Callable[[], Awaitable[None]] | None = None,
              after: Callable[[], Awaitable[None]] | None = None) -> int:
     from tuimon.ui.app import TuimonApp
@@ -147,7 +154,8 @@ def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
     for t in targets:
         cluster.add_target(t)
     TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
-              provisioned=provisioned, slo=slo[0], baselines=slo[1]).run()
+              provisioned=provisioned, slo=slo[0], baselines=slo[1],
+              flops_per_sample=slo[2]).run()
     return 0
 
 
@@ -219,7 +227,7 @@ def _status(args: argparse.Namespace) -> int:
     from tuimon.status import run_status
 
     targets, options = _connect_options(args)
-    slo, baselines = _slo(args)
+    slo, baselines, _ = _slo(args)
     return asyncio.run(run_status(targets, options, watch=args.watch,
                                   topology=_topology(args.topology),
                                   provisioned=_provisioned(args.provisioned), slo=slo,

@@ -16,6 +16,9 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import BurnTracker, Slo
 
 WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
+# Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
+PEAK_FLOPS = (("NVIDIA H200", 989e12), ("NVIDIA H100", 989e12), ("NVIDIA A100", 312e12),
+              ("NVIDIA B200", 2250e12), ("NVIDIA GB200", 2500e12))
 STRAGGLER_RATIO = 1.10
 STRAGGLER_SECONDS = 30.0
 
@@ -64,9 +67,14 @@ class JobState:
 
 class EfficiencyView:
     def __init__(self, slo: Slo | None = None, baselines: dict[str, float] | None = None,
-                 wall: callable = time.time) -> None:  # type: ignore[valid-type]
+                 wall: callable = time.time,  # type: ignore[valid-type]
+                 flops_per_sample: dict[str, float] | None = None,
+                 peak_flops: float | None = None) -> None:
         self.slo = slo or Slo(0.90, 720)
         self.baselines = dict(baselines or {})  # job -> samples/s of one GPU alone
+        self.flops_per_sample = dict(flops_per_sample or {})
+        self.peak_flops = peak_flops  # per GPU; else from the GPUs' product names
+        self.gpu_peak: float | None = None
         self.jobs: dict[str, JobState] = {}
         self.proxy: float | None = None
         self._seen: dict[str, int] = {}
@@ -105,6 +113,13 @@ class EfficiencyView:
                         state.rank_where[rank] = (node.name, rank % max(1, node.gpu_count)
                                                   if node.gpu_count else None)
         self.proxy = sum(utils) / len(utils) if utils else None
+        if self.gpu_peak is None:
+            for node in cluster.nodes.values():
+                if node.hello and node.hello.gpus and node.hello.gpus[0].name:
+                    name = node.hello.gpus[0].name
+                    self.gpu_peak = next((p for prefix, p in PEAK_FLOPS
+                                          if name.startswith(prefix)), None)
+                    break
         for job, (w, c, s) in sums.items():
             state = self.jobs[job]
             state.history.append((now, w, c, int(s)))
@@ -139,6 +154,19 @@ class EfficiencyView:
                 node, gpu = state.rank_where.get(rank, ("?", None))
                 out.append(Straggler(state.job, rank, node, gpu, mean / median))
         return sorted(out, key=lambda s: -s.ratio)
+
+    def mfu(self, state: JobState, throughput: float | None) -> float | None:
+        """Model FLOPs utilization: achieved FLOP/s over the GPUs' peak."""
+        flops = self.flops_per_sample.get(state.job)
+        peak = self.peak_flops or self.gpu_peak
+        if not flops or not peak or throughput is None or not state.world:
+            return None
+        return throughput * flops / (state.world * peak)
+
+    def sli_series(self, state: JobState, points: int) -> list[float]:
+        """The SLI of each recent update, oldest first, for a sparkline."""
+        out = [c / w for _, w, c, _ in list(state.history)[-points:] if w > 0]
+        return out
 
     def scaling_efficiency(self, state: JobState, throughput: float | None) -> float | None:
         base = self.baselines.get(state.job)

@@ -109,6 +109,7 @@ class TuimonApp(App[None]):
         Binding("s", "sort", "sort", id="sort"),
         Binding("t", "next_theme", "theme", id="theme"),
         Binding("tab", "switch_map", "GPU/fabric", id="switch_map", priority=True),
+        Binding("J", "next_job", "next job", show=False, id="next_job"),
         Binding("enter", "open_node", "open node", id="open_node"),
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
         Binding("left,h", "move(-1,0)", "left", show=False, id="left"),
@@ -124,7 +125,8 @@ class TuimonApp(App[None]):
                  theme: str | None = None, topology: dict[str, str] | None = None,
                  provisioned: dict[str, float] | None = None, refresh: float = 1.0,
                  clock_text: Callable[[], str] | None = None, slo: Slo | None = None,
-                 baselines: dict[str, float] | None = None) -> None:
+                 baselines: dict[str, float] | None = None,
+                 flops_per_sample: dict[str, float] | None = None) -> None:
         super().__init__()
         self.clock_text = clock_text
         self.cluster = cluster
@@ -132,7 +134,8 @@ class TuimonApp(App[None]):
         self._tasks: list[asyncio.Task[None]] = []
         self.view = ViewState(topology=dict(topology or {}))
         self.storage = StorageView(provisioned)
-        self.efficiency = EfficiencyView(slo, baselines)
+        self.efficiency = EfficiencyView(slo, baselines, flops_per_sample=flops_per_sample)
+        self.job_index = 0
         self.diagnosis = Diagnosis(topology)
         self.refresh_every = refresh
         self._wanted_theme = theme or DEFAULT_THEME
@@ -209,7 +212,7 @@ class TuimonApp(App[None]):
         width, compact = self.size.width, self.size.height < 32
         self.query_one(HeaderBar).update_from(self.cluster, heat.folded, width,
                                               self.clock_text() if self.clock_text else None)
-        self.query_one(SloStrip).update_from(width, self.efficiency)
+        self.query_one(SloStrip).update_from(width, self.efficiency, self.job_index)
         self._update_legend()
         self.query_one(StoragePanel).update_from(self.storage, width, compact)
         self.query_one(EventsPane).update_from(self.cluster, 2 if compact else 5, width,
@@ -272,6 +275,10 @@ class TuimonApp(App[None]):
         heat.relayout()
         heat.focus()
         self._update_legend()
+
+    def action_next_job(self) -> None:
+        self.job_index += 1
+        self.query_one(SloStrip).update_from(self.size.width, self.efficiency, self.job_index)
 
     def action_sort(self) -> None:
         self.view.sort = "metric" if self.view.sort == "name" else "name"

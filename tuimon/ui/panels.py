@@ -47,7 +47,8 @@ class SloStrip(Static):
     SloStrip { height: auto; max-height: 3; background: $panel; color: $foreground; }
     """
 
-    def update_from(self, width: int, eff: EfficiencyView | None = None) -> None:
+    def update_from(self, width: int, eff: EfficiencyView | None = None,
+                    selected: int = 0) -> None:
         if eff is None or not eff.jobs:
             proxy = (f" proxy from GPU utilization: [b]{eff.proxy:.2f}[/b] (proxy)"
                      if eff is not None and eff.proxy is not None else "")
@@ -60,7 +61,9 @@ class SloStrip(Static):
             return
         now = eff.now
         lines = []
-        for state in sorted(eff.jobs.values(), key=lambda s: s.job)[:2]:
+        jobs = sorted(eff.jobs.values(), key=lambda s: s.job)
+        selected %= len(jobs)
+        for state in (jobs[selected:] + jobs[:selected])[:1]:
             slis = {w: state.window(sec, now) for w, sec in WINDOWS.items()}
             sli_text = " ".join(
                 f"{w} [b]{v[0]:.2f}[/b]" if v[0] is not None else f"{w} -"
@@ -85,8 +88,13 @@ class SloStrip(Static):
             bar = "\u2588" * round(share * 10) + "\u2591" * (10 - round(share * 10))
             to_empty = eff.slo.hours_to_exhaustion(used, burn.get("1h") or 0.0)
             empty = f", empty in {to_empty:.0f} h" if to_empty is not None else ""
-            line = (f" [b]{safe(state.job, 24)}[/b] ({state.world} ranks)  "
-                    f"[{sli_color}]SLI[/] {sli_text}  {effic}  {throughput or 0:,.0f} samples/s"
+            mfu = eff.mfu(state, throughput)
+            spark = sparkline(eff.sli_series(state, 30), 30, 1.0)
+            which = f" [{selected + 1}/{len(jobs)}, J: next]" if len(jobs) > 1 else ""
+            line = (f" [b]{safe(state.job, 24)}[/b]{which} ({state.world} ranks)  "
+                    f"[{sli_color}]SLI[/] [$heat-4]{spark}[/] {sli_text}  {effic}"
+                    + (f"  MFU [b]{mfu:.2f}[/b]" if mfu is not None else "")
+                    + f"  {throughput or 0:,.0f} samples/s"
                     f"  budget [$heat-4]{bar}[/] {left:.1f}/{eff.slo.budget_hours:.0f} h"
                     f"{empty}  burn {burn_text or '-'} {status}")
             if state.stragglers:
