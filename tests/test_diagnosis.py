@@ -72,3 +72,15 @@ def test_an_efficiency_drop_names_the_likely_causes_in_order() -> None:
     drop = next(f for f in findings if f.kind == "efficiency_drop")
     assert drop.severity == "critical" and "SLI 0.60 vs 0.9" in drop.message
     assert "likely: congestion leaf01" in drop.message
+
+
+def test_multi_window_burn_alerts_become_findings() -> None:
+    eff = EfficiencyView(wall=lambda: 10_000.0)
+    eff.now = 10_000.0
+    job = eff._job("train")
+    for minute in range(120):  # two hours at SLI 0.05: burning 9.5x
+        job.burn.add(10_000.0 - 7200 + 60 * minute, 60.0, 3.0)
+    findings = Diagnosis().update(ClusterState(), eff, StorageView())
+    burn = [f for f in findings if f.kind.startswith("burn_")]
+    assert [(f.kind, f.severity, f.where) for f in burn] == [("burn_page", "critical", "train")]
+    assert "9.5x" in burn[0].message

@@ -190,7 +190,17 @@ class Diagnosis:
     def _efficiency(self, eff: EfficiencyView, signals: list[Finding],
                     now: float) -> list[Finding]:
         out = []
+        now = eff.now  # the agents' clock, as the efficiency windows use
         for job in eff.jobs.values():
+            for severity, long_w, short_w, threshold in (job.burn.firing(now)
+                                                         if job.burn else []):
+                rate = job.burn.burn_rates(now)[long_w] or 0.0
+                out.append(Finding("critical" if severity == "page" else "warning",
+                                   f"burn_{severity}", job.job,
+                                   f"{job.job} burns its error budget at {rate:.1f}x over "
+                                   f"{long_w} and {short_w} (threshold {threshold:.1f}x, "
+                                   f"{severity})", 0.0))
+                break  # the most urgent condition is enough
             short, _ = job.window(60, now)
             long, _ = job.window(3600, now)
             if short is None or long is None or long - short < DROP_POINTS:
