@@ -71,12 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument("--plain", action="store_true",
                          help="print a text readout every second instead of the full-screen app")
     connect.add_argument("--theme", help="theme name (t cycles them in the app)")
+    connect.add_argument("--record", metavar="FILE",
+                         help="write every frame as received (gzip, msgpack) for replay")
     connect.add_argument("--topology", metavar="F",
                          help="Slurm topology.conf: group the fabric map by leaf switch")
     connect.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s",
                          help="provisioned throughput of a shared file system, e.g. "
                               "/lustre/scratch=400")
     _slo_options(connect)
+    rep = sub.add_parser("replay", help="play a recording back in the app: space pauses, "
+                                        ". steps, [ ] seek a minute, + - speed")
+    rep.add_argument("file")
+    rep.add_argument("--speed", type=float, default=1.0)
+    rep.add_argument("--theme")
+    rep.add_argument("--topology", metavar="F")
     status = sub.add_parser("status", help="no screen: one snapshot (or --watch), exit code "
                                            "0 ok / 1 warning / 2 critical")
     status.add_argument("targets", nargs="*", metavar="TARGET")
@@ -102,6 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--plain", action="store_true",
                       help="print a text readout every second instead of the full-screen app")
     demo.add_argument("--theme", help="theme name (t cycles them in the app)")
+    demo.add_argument("--record", metavar="FILE",
+                      help="write every frame as received (gzip, msgpack) for replay")
     _slo_options(demo)
     from agent.cli import _scenario_options
 
@@ -118,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             return _demo_app(args)
         if args.command == "status":
             return _status(args)
+        if args.command == "replay":
+            return _replay(args)
         if args.once or args.plain:
             return asyncio.run(_connect(args))
         return _connect_app(args)
@@ -128,12 +140,34 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _replay(args: argparse.Namespace) -> int:
+    from tuimon.sources.recording import ReplayControl, read_recording, replay
+    from tuimon.ui.app import ReplayApp
+
+    rec = read_recording(args.file)
+    if not 0 < args.speed <= 10000:
+        raise TargetError(f"--speed must be in (0, 10000], got {args.speed}")
+    control = ReplayControl(speed=args.speed)
+    cluster = ClusterState(f"replay of {rec.name or args.file}")
+    ReplayApp(cluster, control, rec.duration,
+              sources=lambda state: [replay(rec, state, control)], theme=args.theme,
+              topology=_topology(args.topology)).run()
+    return 0
+
+
 def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
              theme: str | None, topology: dict[str, str], provisioned: dict[str, float],
              slo: tuple[Slo, dict[str, float], dict[str, float]],
              before: Callable[[], Awaitable[None]] | None = None,
-             after: Callable[[], Awaitable[None]] | None = None) -> int:
+             after: Callable[[], Awaitable[None]] | None = None,
+             record: str | None = None) -> int:
+    from tuimon.sources.recording import RecordingWriter
     from tuimon.ui.app import TuimonApp
+
+    writer = RecordingWriter(record, cluster.name) if record else None
+    if writer is not None:
+        options = StreamOptions(token=options.token, ssl_context=options.ssl_context,
+                                subscribe=options.subscribe, recorder=writer.write)
 
     holder: dict[str, aiohttp.ClientSession] = {}
 
@@ -153,9 +187,14 @@ def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
 
     for t in targets:
         cluster.add_target(t)
-    TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
-              provisioned=provisioned, slo=slo[0], baselines=slo[1],
-              flops_per_sample=slo[2]).run()
+    try:
+        TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
+                  provisioned=provisioned, slo=slo[0], baselines=slo[1],
+                  flops_per_sample=slo[2]).run()
+    finally:
+        if writer is not None:
+            writer.close()
+            print(f"tuimon: recorded {writer.frames} frames to {writer.path}")
     return 0
 
 
@@ -238,7 +277,7 @@ def _connect_app(args: argparse.Namespace) -> int:
     targets, options = _connect_options(args)
     topology = _topology(args.topology)
     return _run_app(ClusterState(args.name), targets, options, args.theme, topology,
-                    _provisioned(args.provisioned), _slo(args))
+                    _provisioned(args.provisioned), _slo(args), record=args.record)
 
 
 def _demo_app(args: argparse.Namespace) -> int:
@@ -254,7 +293,7 @@ def _demo_app(args: argparse.Namespace) -> int:
     return _run_app(ClusterState(f"demo: {args.nodes} simulated nodes"), sim.targets,
                     StreamOptions(), args.theme, topology,
                     {LUSTRE_MOUNT: sim.lustre_provisioned}, slo, before=sim.start,
-                    after=sim.stop)
+                    after=sim.stop, record=args.record)
 
 
 async def _connect(args: argparse.Namespace) -> int:

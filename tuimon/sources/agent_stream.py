@@ -11,6 +11,7 @@ import asyncio
 import logging
 import random
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -26,6 +27,8 @@ class StreamOptions:
     token: str | None = None
     ssl_context: ssl.SSLContext | None = None
     subscribe: Subscribe | None = None
+    # Called with (target, frame bytes) for every frame, before decoding (--record).
+    recorder: Callable[[str, bytes], None] | None = None
     min_backoff: float = 0.5
     max_backoff: float = 30.0
     # No frame for this many sample intervals: the node is stale.
@@ -88,6 +91,8 @@ class AgentStream:
                     self.cluster.mark_stale(self.target, f"no frame for {timeout:.0f} s")
                     continue
                 if msg.type == aiohttp.WSMsgType.BINARY:
+                    if self.options.recorder is not None:
+                        self.options.recorder(self.target, msg.data)
                     message = decode(msg.data)
                     got = True
                     if isinstance(message, Hello):

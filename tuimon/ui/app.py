@@ -24,6 +24,7 @@ from tuimon.model.heat import FABRIC_METRICS, GPU_METRICS
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.model.view_state import FilterError, ViewState
+from tuimon.sources.recording import ReplayControl
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.node_screen import NodeScreen
 from tuimon.ui.panels import EventsPane, HeaderBar, Legend, SloStrip, StoragePanel
@@ -324,3 +325,42 @@ class TuimonApp(App[None]):
 
     def on_heatmap_view_cursor_moved(self, message: HeatmapView.CursorMoved) -> None:
         self._update_legend()
+
+
+class ReplayApp(TuimonApp):
+    """The app over a recording, with the keys of a player."""
+
+    BINDINGS = [
+        Binding("space", "toggle_pause", "pause", id="replay_pause"),
+        Binding("full_stop", "step", "step 1 s", id="replay_step"),
+        Binding("left_square_bracket", "seek(-60)", "-1 min", id="replay_back"),
+        Binding("right_square_bracket", "seek(60)", "+1 min", id="replay_forward"),
+        Binding("plus", "speed(2)", "faster", show=False, id="replay_faster"),
+        Binding("minus", "speed(0.5)", "slower", show=False, id="replay_slower"),
+    ]
+
+    def __init__(self, cluster: ClusterState, control: ReplayControl, duration: float,
+                 **kwargs: object) -> None:
+        self.control = control
+        self.duration = duration
+        super().__init__(cluster, clock_text=self._position, **kwargs)  # type: ignore[arg-type]
+
+    def _position(self) -> str:
+        c = self.control
+        state = "paused" if c.paused else f"x{c.speed:g}"
+        return f"replay {c.position:6.0f}/{self.duration:.0f} s {state}"
+
+    def action_toggle_pause(self) -> None:
+        self.control.paused = not self.control.paused
+        self.tick()
+
+    def action_step(self) -> None:
+        self.control.paused = True
+        self.control.step_once = True
+
+    def action_seek(self, seconds: float) -> None:
+        self.control.seek_to = self.control.position + seconds
+
+    def action_speed(self, factor: float) -> None:
+        self.control.speed = max(0.125, min(1000.0, self.control.speed * factor))
+        self.tick()

@@ -1,0 +1,135 @@
+"""Recordings: what a viewer received, written as received and replayed the same."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agent.sim.cluster import SimCluster
+from tuimon.model.cluster import ClusterState
+from tuimon.sources.agent_stream import AgentStream, StreamOptions
+from tuimon.sources.recording import (
+    RecordingError,
+    RecordingWriter,
+    ReplayControl,
+    read_recording,
+    replay,
+)
+
+
+async def _record(path: Path, port: int, seconds: float = 2.5) -> ClusterState:
+    sim = SimCluster(nodes=3, gpus=2, base_port=port, interval=0.25, scenario="xid-79",
+                     fault_at=0.5)
+    writer = RecordingWriter(path, "rec-test")
+    live = ClusterState("live")
+    async with sim, aiohttp.ClientSession() as session:
+        options = StreamOptions(recorder=writer.write)
+        tasks = [asyncio.create_task(AgentStream(t, live, session, options).run())
+                 for t in sim.targets]
+        await asyncio.sleep(seconds)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+    writer.close()
+    return live
+
+
+async def test_replay_shows_what_was_recorded(tmp_path: Path, unused_tcp_port_factory) -> None:
+    path = tmp_path / "incident.tuimon"
+    live = await _record(path, unused_tcp_port_factory())
+    rec = read_recording(path)
+    assert rec.name == "rec-test" and len(rec.frames) > 10 and rec.duration > 1.5
+    replayed = ClusterState("replay")
+    control = ReplayControl(speed=50.0)
+    task = asyncio.create_task(replay(rec, replayed, control))
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        if control.paused:  # reached the end
+            break
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert set(replayed.nodes) == set(live.nodes)
+    for target, node in live.nodes.items():
+        again = replayed.nodes[target]
+        assert again.sample.seq == node.sample.seq
+        assert again.sample.gpus == node.sample.gpus  # the lost GPU included
+    assert any(g.get("failed") for n in replayed.nodes.values() for g in n.gpu_values())
+
+
+async def test_seek_back_rebuilds_and_step_moves_one_second(
+        tmp_path: Path, unused_tcp_port_factory) -> None:
+    path = tmp_path / "r.tuimon"
+    await _record(path, unused_tcp_port_factory(), seconds=2.0)
+    rec = read_recording(path)
+    cluster = ClusterState()
+    control = ReplayControl(speed=1.0, paused=True)
+    task = asyncio.create_task(replay(rec, cluster, control))
+    try:
+        control.seek_to = rec.duration
+        await asyncio.sleep(0.2)
+        last = {t: n.sample.seq for t, n in cluster.nodes.items() if n.sample}
+        control.seek_to = 0.6
+        await asyncio.sleep(0.2)
+        early = {t: n.sample.seq for t, n in cluster.nodes.items() if n.sample}
+        assert all(early[t] < last[t] for t in early)
+        control.step_once = True
+        await asyncio.sleep(0.2)
+        assert control.position == pytest.approx(1.6)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def test_damaged_and_foreign_files_are_refused_or_kept_to_the_damage(tmp_path: Path) -> None:
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    with pytest.raises(RecordingError, match="not a tuimon recording"):
+        read_recording(other)
+    good = tmp_path / "ok.tuimon"
+    writer = RecordingWriter(good)
+    for i in range(50):
+        writer.write("a:1", bytes([i]) * 100)
+    writer.close()
+    data = gzip.decompress(good.read_bytes())
+    cut = tmp_path / "cut.tuimon"
+    cut.write_bytes(gzip.compress(data[: len(data) - 150]))  # killed mid-write
+    rec = read_recording(cut)
+    assert 0 < len(rec.frames) < 50
+    with pytest.raises(RecordingError, match="cannot write"):
+        RecordingWriter(tmp_path / "no" / "such" / "dir.tuimon")
+
+
+async def test_the_replay_app_plays_pauses_and_seeks(tmp_path: Path,
+                                                     unused_tcp_port_factory) -> None:
+    from tuimon.ui.app import ReplayApp
+
+    path = tmp_path / "r.tuimon"
+    await _record(path, unused_tcp_port_factory(), seconds=2.0)
+    rec = read_recording(path)
+    control = ReplayControl(speed=1.0)
+    cluster = ClusterState("replay")
+    app = ReplayApp(cluster, control, rec.duration,
+                    sources=lambda state: [replay(rec, state, control)], refresh=0.2)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.pause(0.5)
+        assert "replay" in str(app.query_one("#header").render())
+        await pilot.press("space")
+        assert control.paused
+        await pilot.press("right_square_bracket")
+        await pilot.pause(0.3)
+        assert control.position == pytest.approx(rec.duration)
+        assert cluster.counts()["up"] == 3
+        await pilot.press("left_square_bracket")
+        await pilot.pause(0.3)
+        assert control.position == 0.0
+        await pilot.press("plus")
+        assert control.speed == 2.0
