@@ -18,7 +18,12 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import Slo
 from tuimon.readout import render
 from tuimon.sources.agent_stream import AgentStream, StreamOptions
-from tuimon.sources.targets import TargetError, parse_targets, read_targets_file
+from tuimon.sources.targets import (
+    TargetError,
+    expand_hostlist,
+    parse_targets,
+    read_targets_file,
+)
 
 
 def _slo_options(p: argparse.ArgumentParser) -> None:
@@ -55,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tuimon", description="Live monitor for GPU "
                                      "training clusters.")
     parser.add_argument("--version", action="version", version=f"tuimon {__version__}")
+    parser.add_argument("--cluster", metavar="NAME",
+                        help="a cluster from the config file (alone: connect to it)")
+    parser.add_argument("--config", metavar="FILE",
+                        help="config file (default $XDG_CONFIG_HOME/tuimon/config.toml)")
     sub = parser.add_subparsers(dest="command", required=True)
     connect = sub.add_parser("connect", help="watch agents: host[:port], gpu[001-128]:PORT")
     connect.add_argument("targets", nargs="*", metavar="TARGET")
@@ -119,9 +128,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+COMMANDS = ("connect", "status", "replay", "demo")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(a in COMMANDS for a in argv) and "--cluster" in argv:
+        argv.append("connect")  # `tuimon --cluster prod` watches that cluster
     args = build_parser().parse_args(argv)
     try:
+        if args.cluster and args.command in ("connect", "status"):
+            _apply_config(args)
         if args.command == "demo":
             if args.once or args.plain:
                 return asyncio.run(_demo(args))
@@ -133,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.once or args.plain:
             return asyncio.run(_connect(args))
         return _connect_app(args)
-    except (ConfigError, TargetError, ValueError, OSError) as exc:
+    except (ConfigError, TargetError, ValueError, OSError) as exc:  # config file errors too
         print(f"tuimon: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -251,13 +268,59 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], StreamOptions
     return targets, StreamOptions(token=token, ssl_context=ssl_ctx)
 
 
-def _topology(path: str | None) -> dict[str, str]:
+def _apply_config(args: argparse.Namespace) -> None:
+    """Fill the options not given on the command line from the named cluster."""
+    from tuimon import config
+
+    path = Path(args.config).expanduser() if args.config else None
+    clusters = config.load(path)
+    if args.cluster not in clusters:
+        known = ", ".join(sorted(clusters)) or "none"
+        raise TargetError(f"no cluster {args.cluster!r} in "
+                          f"{path or config.default_path()} (clusters: {known})")
+    c = clusters[args.cluster]
+
+    def home(v: str) -> str:
+        return str(Path(v).expanduser())
+
+    if not args.targets:
+        args.targets = list(c.get("targets", []))
+    for key in ("targets_file", "token_file", "tls_ca", "topology"):
+        if getattr(args, key) is None and c.get(key):
+            setattr(args, key, home(c.get(key)))
+    for key in ("tls", "tls_insecure"):
+        if not getattr(args, key) and c.get(key):
+            setattr(args, key, True)
+    if getattr(args, "theme", None) is None and c.get("theme"):
+        args.theme = c.get("theme")
+    if args.name == "cluster":
+        args.name = c.get("name", args.cluster)
+    if args.slo_target == 0.90 and "slo_target" in c.values:
+        args.slo_target = float(c.get("slo_target"))
+    if args.slo_hours == 720.0:
+        if "slo_hours" in c.values:
+            args.slo_hours = float(c.get("slo_hours"))
+        elif "slo_days" in c.values:
+            args.slo_hours = 24.0 * float(c.get("slo_days"))
+    args.baseline = [f"{k}={v}" for k, v in c.get("baselines", {}).items()] + args.baseline
+    args.flops_per_sample = [f"{k}={v}" for k, v in c.get("flops_per_sample", {}).items()] \
+        + args.flops_per_sample
+    args.provisioned = [f"{k}={v}" for k, v in c.get("provisioned", {}).items()] \
+        + args.provisioned
+    args.leaves = dict(c.get("leaves", {}))
+
+
+def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[str, str]:
     from tuimon.model.view_state import parse_topology_conf
 
+    inline = {}
+    for leaf, hosts in (leaves or {}).items():
+        for name in expand_hostlist(str(hosts)):
+            inline[name] = leaf
     if not path:
-        return {}
+        return inline
     try:
-        return parse_topology_conf(Path(path).read_text())
+        return {**parse_topology_conf(Path(path).read_text()), **inline}
     except OSError as exc:
         raise TargetError(f"--topology {path}: {exc.strerror or exc}") from None
 
@@ -268,14 +331,15 @@ def _status(args: argparse.Namespace) -> int:
     targets, options = _connect_options(args)
     slo, baselines, _ = _slo(args)
     return asyncio.run(run_status(targets, options, watch=args.watch,
-                                  topology=_topology(args.topology),
+                                  topology=_topology(args.topology,
+                                                     getattr(args, "leaves", None)),
                                   provisioned=_provisioned(args.provisioned), slo=slo,
                                   baselines=baselines, as_json=args.json, name=args.name))
 
 
 def _connect_app(args: argparse.Namespace) -> int:
     targets, options = _connect_options(args)
-    topology = _topology(args.topology)
+    topology = _topology(args.topology, getattr(args, "leaves", None))
     return _run_app(ClusterState(args.name), targets, options, args.theme, topology,
                     _provisioned(args.provisioned), _slo(args), record=args.record)
 

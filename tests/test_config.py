@@ -1,0 +1,76 @@
+"""The config file: named clusters, flags win, malformed files named with line and key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from agent.sim.cluster import SimCluster
+from tuimon.config import ConfigFileError, load
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_a_valid_file_loads_its_clusters(tmp_path: Path) -> None:
+    f = tmp_path / "config.toml"
+    f.write_text('[clusters.prod]\ntargets = ["gpu[001-004]:9477"]\nslo_target = 0.95\n'
+                 'slo_days = 30\n[clusters.prod.provisioned]\n"/lustre/scratch" = 400\n'
+                 '[clusters.prod.leaves]\nleaf1 = "gpu[001-002]"\n')
+    clusters = load(f)
+    assert clusters["prod"].get("slo_target") == 0.95
+    assert clusters["prod"].get("provisioned") == {"/lustre/scratch": 400}
+    assert load(tmp_path / "absent.toml") == {}
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('[clusters.prod]\ntargets = ["a"]\nslo_targt = 0.9\n', r":3: clusters\.prod\.slo_targt: "
+                                                              "unknown setting"),
+    ('[clusters.prod]\n\ntargets = "gpu001"\n', r":3: clusters\.prod\.targets: expected a list"),
+    ('[clusters.prod]\nslo_target = 1.5\n', r":2: clusters\.prod\.slo_target: must be between"),
+    ('[clusters.prod\ntargets = []\n', r":1: not valid TOML"),
+    ('theme = "x"\n', r":1: theme: unknown setting"),
+    ('[clusters.prod.provisioned]\n"/scratch" = -4\n',
+     r":1: clusters\.prod\.provisioned: values must be positive"),
+])
+def test_malformed_files_name_the_file_line_and_key(tmp_path: Path, text: str,
+                                                    expected: str) -> None:
+    f = tmp_path / "config.toml"
+    f.write_text(text)
+    with pytest.raises(ConfigFileError, match=str(f).replace(".", r"\.") + expected):
+        load(f)
+
+
+async def _tuimon(*args: str) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tuimon.cli", *args, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+async def test_cluster_from_the_config_file_and_flags_win(tmp_path: Path,
+                                                          unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="healthy")
+    f = tmp_path / "config.toml"
+    f.write_text(f'[clusters.lab]\nname = "the lab"\ntargets = {json.dumps(sim.targets)}\n'
+                 'slo_target = 0.95\n')
+    async with sim:
+        code, out, err = await _tuimon("--config", str(f), "--cluster", "lab", "status",
+                                       "--json")
+        assert code == 0, err
+        assert json.loads(out)["nodes"]["up"] == 2
+        code, out, err = await _tuimon("--config", str(f), "--cluster", "lab", "status",
+                                       sim.targets[0], "--json")
+        assert json.loads(out)["nodes"]["up"] == 1  # the flag's targets win
+    code, _, err = await _tuimon("--config", str(f), "--cluster", "nope", "status")
+    assert code == 2 and "no cluster 'nope'" in err and "clusters: lab" in err
+    f.write_text("[clusters.lab]\nslo_target = 2\n")
+    code, _, err = await _tuimon("--config", str(f), "--cluster", "lab", "status")
+    assert code == 2 and f"{f}:2: clusters.lab.slo_target" in err
