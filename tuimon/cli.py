@@ -26,6 +26,25 @@ from tuimon.sources.targets import (
 )
 
 
+def _target_options(p: argparse.ArgumentParser) -> None:
+    """Where the agents are and how to reach them: shared by connect and status."""
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="host[:port], Slurm host lists allowed: gpu[001-128]:9477")
+    p.add_argument("--targets-file", metavar="F", help="one target per line")
+    p.add_argument("--token-file", metavar="F", help="bearer token for the agents")
+    p.add_argument("--tls", action="store_true", help="connect with TLS (wss://)")
+    p.add_argument("--tls-ca", metavar="F", help="CA bundle that signed the agents' "
+                   "certificates")
+    p.add_argument("--tls-insecure", action="store_true",
+                   help="do not verify the agents' certificates")
+    p.add_argument("--name", default="cluster", help="cluster name shown in the header")
+    p.add_argument("--topology", metavar="F",
+                   help="Slurm topology.conf: group the fabric map by leaf switch")
+    p.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s",
+                   help="provisioned throughput of a shared file system, e.g. "
+                        "/lustre/scratch=400")
+
+
 def _slo_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--slo-target", type=float, default=0.90,
                    help="SLO target for the effective training time ratio (default 0.90)")
@@ -66,15 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="config file (default $XDG_CONFIG_HOME/tuimon/config.toml)")
     sub = parser.add_subparsers(dest="command", required=True)
     connect = sub.add_parser("connect", help="watch agents: host[:port], gpu[001-128]:PORT")
-    connect.add_argument("targets", nargs="*", metavar="TARGET")
-    connect.add_argument("--targets-file", metavar="F", help="one target per line")
-    connect.add_argument("--token-file", metavar="F", help="bearer token for the agents")
-    connect.add_argument("--tls", action="store_true", help="connect with TLS (wss://)")
-    connect.add_argument("--tls-ca", metavar="F", help="CA bundle that signed the agents' "
-                         "certificates")
-    connect.add_argument("--tls-insecure", action="store_true",
-                         help="do not verify the agents' certificates")
-    connect.add_argument("--name", default="cluster", help="cluster name shown in the header")
+    _target_options(connect)
     connect.add_argument("--once", action="store_true",
                          help="print one readout after the first samples and exit")
     connect.add_argument("--plain", action="store_true",
@@ -82,11 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
     connect.add_argument("--theme", help="theme name (t cycles them in the app)")
     connect.add_argument("--record", metavar="FILE",
                          help="write every frame as received (gzip, msgpack) for replay")
-    connect.add_argument("--topology", metavar="F",
-                         help="Slurm topology.conf: group the fabric map by leaf switch")
-    connect.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s",
-                         help="provisioned throughput of a shared file system, e.g. "
-                              "/lustre/scratch=400")
     _slo_options(connect)
     rep = sub.add_parser("replay", help="play a recording back in the app: space pauses, "
                                         ". steps, [ ] seek a minute, + - speed")
@@ -96,15 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--topology", metavar="F")
     status = sub.add_parser("status", help="no screen: one snapshot (or --watch), exit code "
                                            "0 ok / 1 warning / 2 critical")
-    status.add_argument("targets", nargs="*", metavar="TARGET")
-    status.add_argument("--targets-file", metavar="F")
-    status.add_argument("--token-file", metavar="F")
-    status.add_argument("--tls", action="store_true")
-    status.add_argument("--tls-ca", metavar="F")
-    status.add_argument("--tls-insecure", action="store_true")
-    status.add_argument("--topology", metavar="F")
-    status.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s")
-    status.add_argument("--name", default="cluster")
+    _target_options(status)
     status.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
                         help="keep watching this long; the exit code is the worst seen")
     status.add_argument("--json", action="store_true")
