@@ -121,16 +121,12 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path) -
                     seen[node.target] = s.seq
                     latencies.append(now - s.ts)
 
-    import aiohttp
-
-    from tuimon.sources.agent_stream import AgentStream
+    from tuimon.sources.agent_stream import watching
 
     def sources(state: ClusterState):  # type: ignore[no-untyped-def]
         async def run() -> None:
-            conn = aiohttp.TCPConnector(limit=0)
-            async with aiohttp.ClientSession(connector=conn) as session:
-                await asyncio.gather(*(AgentStream(t, state, session, StreamOptions()).run()
-                                       for t in targets))
+            async with watching(targets, state, StreamOptions()):
+                await asyncio.Event().wait()
         return [run()]
 
     app = MeasuredApp(ClusterState(f"bench {nodes}"), sources=sources, refresh=1.0)

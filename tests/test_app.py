@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
-import aiohttp
 import pytest
 
 from agent.sim.cluster import SimCluster
 from tests.seeded import seeded_cluster
 from tuimon.model.cluster import ClusterState
-from tuimon.sources.agent_stream import AgentStream, StreamOptions
+from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.ui.app import HelpScreen, TuimonApp
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.node_screen import NodeScreen
@@ -162,14 +161,11 @@ async def test_a_stopped_node_goes_stale_and_comes_back_in_the_app(
     sim = SimCluster(nodes=3, gpus=2, base_port=unused_tcp_port_factory(), interval=0.2)
     cluster = ClusterState("live")
     options = StreamOptions(min_backoff=0.1, max_backoff=0.3)
-    session_box: list[aiohttp.ClientSession] = []
 
     def sources(state: ClusterState):  # type: ignore[no-untyped-def]
         async def run() -> None:
-            async with aiohttp.ClientSession() as session:
-                session_box.append(session)
-                await asyncio.gather(*(AgentStream(t, state, session, options).run()
-                                       for t in sim.targets))
+            async with watching(sim.targets, state, options):
+                await asyncio.Event().wait()
         return [run()]
 
     async with sim:

@@ -7,12 +7,11 @@ import contextlib
 import gzip
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
-from tuimon.sources.agent_stream import AgentStream, StreamOptions
+from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.sources.recording import (
     RecordingError,
     RecordingWriter,
@@ -27,16 +26,8 @@ async def _record(path: Path, port: int, seconds: float = 2.5) -> ClusterState:
                      fault_at=0.5)
     writer = RecordingWriter(path, "rec-test")
     live = ClusterState("live")
-    async with sim, aiohttp.ClientSession() as session:
-        options = StreamOptions(recorder=writer.write)
-        tasks = [asyncio.create_task(AgentStream(t, live, session, options).run())
-                 for t in sim.targets]
+    async with sim, watching(sim.targets, live, StreamOptions(recorder=writer.write)):
         await asyncio.sleep(seconds)
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await t
     writer.close()
     return live
 

@@ -64,26 +64,18 @@ async def test_speed_runs_simulated_time_faster_and_budget_burns_accordingly(
         unused_tcp_port_factory) -> None:
     import asyncio
 
-    import aiohttp
-
     from tuimon.model.cluster import ClusterState
     from tuimon.model.efficiency import EfficiencyView
-    from tuimon.sources.agent_stream import AgentStream
+    from tuimon.sources.agent_stream import watching
 
     sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
                      scenario="spine-imbalance", fault_at=0.0, speed=60.0, nodes_per_leaf=1)
     cluster = ClusterState()
     eff = EfficiencyView()
-    async with sim, aiohttp.ClientSession() as session:
-        tasks = [asyncio.create_task(AgentStream(t, cluster, session).run())
-                 for t in sim.targets]
-        try:
-            for _ in range(12):
-                await asyncio.sleep(0.5)
-                eff.update(cluster)
-        finally:
-            for t in tasks:
-                t.cancel()
+    async with sim, watching(sim.targets, cluster):
+        for _ in range(12):
+            await asyncio.sleep(0.5)
+            eff.update(cluster)
     job = eff.jobs["llm-pretrain"]
     # About 6 real seconds at 60x: several simulated minutes of budget spent.
     assert job.burn.consumed_hours * 3600 > 60

@@ -14,7 +14,7 @@ import pytest
 
 from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
-from tuimon.sources.agent_stream import AgentStream, StreamOptions
+from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
 from tuimon.sources.targets import TargetError, parse_targets, read_targets_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,31 +55,22 @@ async def test_a_stopped_node_goes_stale_and_comes_back(unused_tcp_port_factory)
     base = unused_tcp_port_factory()
     sim = SimCluster(nodes=3, gpus=4, base_port=base, interval=0.2, seed=3)
     cluster = ClusterState("test")
-    async with sim, aiohttp.ClientSession() as session:
-        options = StreamOptions(min_backoff=0.1, max_backoff=0.3)
-        tasks = [asyncio.create_task(AgentStream(t, cluster, session, options).run())
-                 for t in sim.targets]
-        try:
-            await _until(lambda: cluster.counts()["up"] == 3)
-            victim = cluster.nodes[sim.targets[1]]
-            assert victim.name == sim.members[1].name and victim.gpu_count == 4
-            await sim.stop_node(1)
-            await _until(lambda: victim.status in ("stale", "down"))
-            assert "connect" in (victim.reason or "") or "closed" in (victim.reason or "")
-            # The others keep updating meanwhile.
-            other = cluster.nodes[sim.targets[0]]
-            seq = other.sample.seq
-            await _until(lambda: other.sample.seq > seq + 2)
-            assert any(e.kind == "node_lost" for e in cluster.events)
-            await sim.start_node(1)
-            await _until(lambda: victim.status == "up")
-            assert any(e.kind == "node_back" for e in cluster.events)
-        finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+    options = StreamOptions(min_backoff=0.1, max_backoff=0.3)
+    async with sim, watching(sim.targets, cluster, options):
+        await _until(lambda: cluster.counts()["up"] == 3)
+        victim = cluster.nodes[sim.targets[1]]
+        assert victim.name == sim.members[1].name and victim.gpu_count == 4
+        await sim.stop_node(1)
+        await _until(lambda: victim.status in ("stale", "down"))
+        assert "connect" in (victim.reason or "") or "closed" in (victim.reason or "")
+        # The others keep updating meanwhile.
+        other = cluster.nodes[sim.targets[0]]
+        seq = other.sample.seq
+        await _until(lambda: other.sample.seq > seq + 2)
+        assert any(e.kind == "node_lost" for e in cluster.events)
+        await sim.start_node(1)
+        await _until(lambda: victim.status == "up")
+        assert any(e.kind == "node_back" for e in cluster.events)
 
 
 async def test_wrong_token_is_a_visible_reason(unused_tcp_port_factory) -> None:
@@ -127,3 +118,13 @@ def test_connect_refuses_bad_arguments_with_a_clear_message(args: list[str],
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 2
     assert message in out.stderr
+
+
+async def test_more_agents_than_aiohttps_default_pool_all_connect(
+        unused_tcp_port_factory) -> None:
+    # aiohttp pools 100 connections per session by default; a viewer holds one per agent.
+    sim = SimCluster(nodes=120, gpus=1, base_port=unused_tcp_port_factory(), interval=1.0,
+                     scenario="healthy")
+    cluster = ClusterState()
+    async with sim, watching(sim.targets, cluster):
+        await _until(lambda: cluster.counts()["up"] == 120, timeout=30.0)

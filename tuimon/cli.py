@@ -4,20 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import dataclasses
 import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-
-import aiohttp
 
 from agent.security import ConfigError, client_ssl_context, load_token
 from agent.version import __version__
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import Slo
 from tuimon.readout import render
-from tuimon.sources.agent_stream import AgentStream, StreamOptions
+from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.sources.targets import (
     TargetError,
     expand_hostlist,
@@ -43,6 +41,17 @@ def _target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s",
                    help="provisioned throughput of a shared file system, e.g. "
                         "/lustre/scratch=400")
+
+
+def _view_options(p: argparse.ArgumentParser) -> None:
+    """How to show what arrives: shared by connect and demo."""
+    p.add_argument("--once", action="store_true",
+                   help="print one readout after the first samples and exit")
+    p.add_argument("--plain", action="store_true",
+                   help="print a text readout every second instead of the full-screen app")
+    p.add_argument("--theme", help="theme name (t cycles them in the app)")
+    p.add_argument("--record", metavar="FILE",
+                   help="write every frame as received (gzip, msgpack) for replay")
 
 
 def _slo_options(p: argparse.ArgumentParser) -> None:
@@ -86,13 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     connect = sub.add_parser("connect", help="watch agents: host[:port], gpu[001-128]:PORT")
     _target_options(connect)
-    connect.add_argument("--once", action="store_true",
-                         help="print one readout after the first samples and exit")
-    connect.add_argument("--plain", action="store_true",
-                         help="print a text readout every second instead of the full-screen app")
-    connect.add_argument("--theme", help="theme name (t cycles them in the app)")
-    connect.add_argument("--record", metavar="FILE",
-                         help="write every frame as received (gzip, msgpack) for replay")
+    _view_options(connect)
     _slo_options(connect)
     rep = sub.add_parser("replay", help="play a recording back in the app: space pauses, "
                                         ". steps, [ ] seek a minute, + - speed")
@@ -112,13 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--gpus", type=int, default=8)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--base-port", type=int, default=19400)
-    demo.add_argument("--once", action="store_true",
-                      help="print one readout after the first samples and exit")
-    demo.add_argument("--plain", action="store_true",
-                      help="print a text readout every second instead of the full-screen app")
-    demo.add_argument("--theme", help="theme name (t cycles them in the app)")
-    demo.add_argument("--record", metavar="FILE",
-                      help="write every frame as received (gzip, msgpack) for replay")
+    _view_options(demo)
     _slo_options(demo)
     from agent.cli import _scenario_options
 
@@ -181,23 +178,18 @@ def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
 
     writer = RecordingWriter(record, cluster.name) if record else None
     if writer is not None:
-        options = StreamOptions(token=options.token, ssl_context=options.ssl_context,
-                                subscribe=options.subscribe, recorder=writer.write)
-
-    holder: dict[str, aiohttp.ClientSession] = {}
+        options = dataclasses.replace(options, recorder=writer.write)
 
     def sources(state: ClusterState) -> list[Awaitable[None]]:
         async def run_all() -> None:
             if before is not None:
                 await before()
-            async with aiohttp.ClientSession() as session:
-                holder["session"] = session
-                try:
-                    await asyncio.gather(*(AgentStream(t, state, session, options).run()
-                                           for t in targets))
-                finally:
-                    if after is not None:
-                        await after()
+            try:
+                async with watching(targets, state, options):
+                    await asyncio.Event().wait()  # until the app cancels this task
+            finally:
+                if after is not None:
+                    await after()
         return [run_all()]
 
     for t in targets:
@@ -228,29 +220,18 @@ def _provisioned(items: list[str]) -> dict[str, float]:
 
 async def _watch(cluster: ClusterState, targets: list[str], options: StreamOptions,
                  once: bool) -> int:
-    for t in targets:
-        cluster.add_target(t)
-    async with aiohttp.ClientSession() as session:
-        tasks = [asyncio.create_task(AgentStream(t, cluster, session, options).run())
-                 for t in targets]
-        try:
-            if once:
-                await asyncio.sleep(2.5)
-                print(render(cluster, max_rows=10_000))
-                return 0
-            while True:
-                cluster.refresh_ages()
-                screen = render(cluster)
-                sys.stdout.write("\x1b[H\x1b[2J" + screen + "\n" if sys.stdout.isatty()
-                                 else screen + "\n\n")
-                sys.stdout.flush()
-                await asyncio.sleep(1.0)
-        finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+    async with watching(targets, cluster, options):
+        if once:
+            await asyncio.sleep(2.5)
+            print(render(cluster, max_rows=10_000))
+            return 0
+        while True:
+            cluster.refresh_ages()
+            screen = render(cluster)
+            sys.stdout.write("\x1b[H\x1b[2J" + screen + "\n" if sys.stdout.isatty()
+                             else screen + "\n\n")
+            sys.stdout.flush()
+            await asyncio.sleep(1.0)
 
 
 def _connect_options(args: argparse.Namespace) -> tuple[list[str], StreamOptions]:

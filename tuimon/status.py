@@ -4,19 +4,16 @@ code a monitoring system understands: 0 ok, 1 warning, 2 critical."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from typing import Any
-
-import aiohttp
 
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
-from tuimon.sources.agent_stream import AgentStream, StreamOptions
+from tuimon.sources.agent_stream import StreamOptions, watching
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2}
 
@@ -90,35 +87,26 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
     storage = StorageView(provisioned)
     diagnosis = Diagnosis(topology)
     worst = "ok"
-    async with aiohttp.ClientSession() as session:
-        tasks = [asyncio.create_task(AgentStream(t, cluster, session, options).run())
-                 for t in targets]
-        try:
-            # Two samples from every node (or 5 s) before the first verdict.
-            deadline = time.monotonic() + max(5.0, watch)
-            first = time.monotonic() + 5.0
-            while time.monotonic() < first and not all(
-                    n.sample is not None and n.sample.seq >= 2 for n in cluster.nodes.values()):
-                await asyncio.sleep(0.2)
-            while True:
-                cluster.refresh_ages()
-                storage.update(cluster)
-                eff.update(cluster)
-                findings = diagnosis.update(cluster, eff, storage)
-                now_level = level(findings)
-                if EXIT[now_level] > EXIT[worst]:
-                    worst = now_level
-                r = report(cluster, eff, findings, worst if watch else now_level)
-                if not watch or time.monotonic() >= deadline:
-                    print(json.dumps(r, indent=2) if as_json else format_text(r), flush=True)
-                    return EXIT[r["status"]]
-                if not as_json:
-                    print(f"[{time.strftime('%H:%M:%S')}] " + format_text(r).splitlines()[0],
-                          flush=True)
-                await asyncio.sleep(1.0)
-        finally:
-            for t in tasks:
-                t.cancel()
-            for t in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
+    async with watching(targets, cluster, options):
+        # Two samples from every node (or 5 s) before the first verdict.
+        deadline = time.monotonic() + max(5.0, watch)
+        first = time.monotonic() + 5.0
+        while time.monotonic() < first and not all(
+                n.sample is not None and n.sample.seq >= 2 for n in cluster.nodes.values()):
+            await asyncio.sleep(0.2)
+        while True:
+            cluster.refresh_ages()
+            storage.update(cluster)
+            eff.update(cluster)
+            findings = diagnosis.update(cluster, eff, storage)
+            now_level = level(findings)
+            if EXIT[now_level] > EXIT[worst]:
+                worst = now_level
+            r = report(cluster, eff, findings, worst if watch else now_level)
+            if not watch or time.monotonic() >= deadline:
+                print(json.dumps(r, indent=2) if as_json else format_text(r), flush=True)
+                return EXIT[r["status"]]
+            if not as_json:
+                print(f"[{time.strftime('%H:%M:%S')}] " + format_text(r).splitlines()[0],
+                      flush=True)
+            await asyncio.sleep(1.0)

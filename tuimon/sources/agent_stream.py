@@ -8,10 +8,11 @@ delays itself. Decoded messages go to the model's `apply_*` methods; what went w
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import ssl
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -107,6 +108,28 @@ class AgentStream:
                     return got
                 elif msg.type == aiohttp.WSMsgType.ERROR:
                     raise aiohttp.ClientError(str(ws.exception()))
+
+
+@contextlib.asynccontextmanager
+async def watching(targets: list[str], cluster: ClusterState,
+                   options: StreamOptions | None = None) -> AsyncIterator[None]:
+    """One AgentStream task per target for the life of the block, then cancelled and
+    awaited: what every viewer (app, readout, status, tests) does with its agents."""
+    for t in targets:
+        cluster.add_target(t)
+    # No pool limit: each agent holds one long-lived connection, and aiohttp's default
+    # of 100 would leave every agent past the hundredth waiting for a free slot.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        tasks = [asyncio.create_task(AgentStream(t, cluster, session, options).run(),
+                                     name=f"tuimon-stream-{t}") for t in targets]
+        try:
+            yield
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 def _describe(exc: BaseException) -> str:
