@@ -83,6 +83,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(once, log_level="warning")
     once.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    relay = sub.add_parser("relay", help="fan in many agents (or relays), fan out batches to "
+                                         "viewers, keep the run's SLO ledger")
+    _relay_options(relay)
+
     sim = sub.add_parser("sim", help="simulate a cluster: one real agent endpoint per node")
     sim.add_argument("--nodes", type=int, default=4)
     sim.add_argument("--gpus", type=int, default=8)
@@ -101,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list or args_list[0] not in ("run", "once", "sim", "-h", "--help", "--version"):
+    if not args_list or args_list[0] not in ("run", "once", "sim", "relay", "-h", "--help",
+                                             "--version"):
         args_list.insert(0, "run")
     args = build_parser().parse_args(args_list)
     logging.basicConfig(level=args.log_level.upper(),
@@ -111,6 +116,8 @@ def main(argv: list[str] | None = None) -> int:
             return _once(args)
         if args.command == "sim":
             return _sim(args)
+        if args.command == "relay":
+            return _relay(args)
         return _run(args)
     except ConfigError as exc:
         print(f"tuimon-agent: {exc}", file=sys.stderr)
@@ -148,6 +155,90 @@ def _run(args: argparse.Namespace) -> int:
     app.on_startup.append(say_gpu_status)
     web.run_app(app, host=listen.host, port=listen.port,
                 ssl_context=ssl_ctx, print=None, access_log=None)
+    return 0
+
+
+def _relay_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="agents or relays: host[:port], Slurm host lists (gpu[001-128]:9477)")
+    p.add_argument("--targets-file", metavar="F", help="one target per line")
+    p.add_argument("--listen", default="127.0.0.1:9478", metavar="HOST:PORT",
+                   help="address viewers connect to (default 127.0.0.1:9478)")
+    p.add_argument("--name", default="", help="relay name sent to viewers (default: host name)")
+    p.add_argument("--token-file", metavar="F",
+                   help="bearer token viewers must send; required off loopback")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a non-loopback address without a token")
+    p.add_argument("--tls-cert", metavar="F", help="serve viewers over HTTPS/WSS")
+    p.add_argument("--tls-key", metavar="F", help="the certificate's private key")
+    p.add_argument("--upstream-token-file", metavar="F", help="bearer token for the agents")
+    p.add_argument("--upstream-tls", action="store_true", help="connect to agents with TLS")
+    p.add_argument("--upstream-tls-ca", metavar="F", help="CA bundle that signed the agents' "
+                                                          "certificates")
+    p.add_argument("--upstream-tls-insecure", action="store_true",
+                   help="do not verify the agents' certificates")
+    p.add_argument("--ledger", metavar="FILE",
+                   help="SQLite file of the SLO ledger (default: $STATE_DIRECTORY/ledger.db "
+                        "or ~/.local/state/tuimon/ledger.db)")
+    p.add_argument("--no-ledger", action="store_true", help="keep no ledger")
+    p.add_argument("--keep-days", type=float, default=30.0, help="ledger retention (default 30)")
+    p.add_argument("--flush-every", type=float, default=10.0, metavar="S",
+                   help="seconds between ledger writes: at most this much is lost to a "
+                        "kill -9 (default 10)")
+    p.add_argument("--slo-hours", type=float, default=720.0,
+                   help="SLO window the budget is counted over (default 720)")
+    p.add_argument("--interval", type=float, default=0.5, metavar="S",
+                   help="seconds between batches to each viewer (default 0.5)")
+    p.add_argument("--max-viewers", type=int, default=256)
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def default_ledger_path() -> Path:
+    import os
+
+    state = os.environ.get("STATE_DIRECTORY")  # systemd's StateDirectory=
+    if state:
+        return Path(state.split(":")[0]) / "ledger.db"
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return Path(base) / "tuimon" / "ledger.db"
+
+
+def _relay(args: argparse.Namespace) -> int:
+    import socket
+
+    from agent.security import client_ssl_context
+    from tuimon.relay import DEFAULT_RELAY_PORT, LedgerError, RelayConfig, build_relay
+    from tuimon.sources.targets import TargetError, read_targets_file
+
+    items = list(args.targets)
+    try:
+        if args.targets_file:
+            items += read_targets_file(args.targets_file)
+        listen = parse_listen(args.listen, DEFAULT_RELAY_PORT)
+        token = load_token(args.token_file) if args.token_file else None
+        check_bind_rule(listen, token, args.insecure)
+        upstream_ssl = (client_ssl_context(args.upstream_tls_ca, args.upstream_tls_insecure)
+                        if args.upstream_tls or args.upstream_tls_ca
+                        or args.upstream_tls_insecure else None)
+        config = RelayConfig(
+            targets=items, listen=args.listen, name=args.name or socket.gethostname(),
+            ledger=None if args.no_ledger else (args.ledger or default_ledger_path()),
+            ledger_keep_days=args.keep_days, slo_hours=args.slo_hours,
+            interval=args.interval, max_viewers=args.max_viewers, token=token,
+            flush_every=args.flush_every,
+            insecure=args.insecure,
+            upstream_token=(load_token(args.upstream_token_file)
+                            if args.upstream_token_file else None),
+            upstream_ssl=upstream_ssl)
+        app, state = build_relay(config)
+    except (TargetError, LedgerError) as exc:
+        raise ConfigError(str(exc)) from None
+    ssl_ctx = server_ssl_context(args.tls_cert, args.tls_key)
+    log.info("tuimon relay %s on %s://%s: %d targets, ledger %s", __version__,
+             "https" if ssl_ctx else "http", listen, len(state.targets),
+             state.ledger.path if state.ledger else "off")
+    web.run_app(app, host=listen.host, port=listen.port, ssl_context=ssl_ctx, print=None,
+                access_log=None)
     return 0
 
 

@@ -8,21 +8,18 @@ every open stream on shutdown, as aiohttp's own examples do.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import weakref
 from collections.abc import AsyncIterator
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, web
 from prometheus_client import CollectorRegistry
 
 from agent.hub import Frame, StreamClient
 from agent.metrics import make_registry, render
 from agent.node import NodeAgent
-from agent.protocol.codec import decode
-from agent.protocol.errors import ProtocolError
-from agent.protocol.messages import Subscribe
 from agent.security import token_matches
+from agent.viewer_socket import MAX_CLIENT_MESSAGE, read_viewer
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +27,6 @@ AGENT = web.AppKey("agent", NodeAgent)
 TOKEN = web.AppKey("token", str)
 STREAMS = web.AppKey("streams", weakref.WeakSet)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
-MAX_CLIENT_MESSAGE = 64 * 1024
 PROTECTED = ("/v1/", "/metrics")
 
 
@@ -86,29 +82,8 @@ async def stream(request: web.Request) -> web.StreamResponse:
         client.offer(Frame(agent.hello))
     writer = asyncio.create_task(_writer(ws, client), name=f"tuimon-stream-{peer}")
     try:
-        async for msg in ws:
-            if msg.type == WSMsgType.BINARY:
-                try:
-                    message = decode(msg.data, max_bytes=MAX_CLIENT_MESSAGE)
-                except ProtocolError as exc:
-                    log.warning("closing stream from %s: %s", peer, exc.reason)
-                    await ws.close(code=WSCloseCode.UNSUPPORTED_DATA,
-                                   message=exc.reason[:120].encode())
-                    break
-                if isinstance(message, Subscribe):
-                    client.subscribe(message.interval, message.families)
-            elif msg.type == WSMsgType.TEXT:
-                log.warning("closing stream from %s: text message on a binary protocol", peer)
-                await ws.close(code=WSCloseCode.UNSUPPORTED_DATA,
-                               message=b"protocol v1 is binary msgpack")
-                break
-            elif msg.type == WSMsgType.ERROR:
-                log.warning("stream from %s failed: %s", peer, ws.exception())
-                break
+        await read_viewer(ws, peer, lambda m: client.subscribe(m.interval, m.families), writer)
     finally:
-        writer.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ConnectionError, RuntimeError):
-            await writer
         agent.hub.disconnect(client)
     return ws
 

@@ -1,4 +1,5 @@
-"""The headless halves never import textual: agent/, tuimon/model/, tuimon/sources/."""
+"""The headless halves never import textual: agent/, tuimon/model/, tuimon/sources/,
+tuimon/relay/."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import agent
 import tuimon.model
+import tuimon.relay
 import tuimon.sources
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,8 +25,9 @@ def _modules(package) -> list[str]:  # type: ignore[no-untyped-def]
 
 
 def test_headless_packages_do_not_import_textual() -> None:
-    modules = _modules(agent) + _modules(tuimon.model) + _modules(tuimon.sources)
-    assert "agent.node" in modules and "agent.server" in modules
+    modules = (_modules(agent) + _modules(tuimon.model) + _modules(tuimon.sources)
+               + _modules(tuimon.relay))
+    assert "agent.node" in modules and "tuimon.relay.server" in modules
     code = (
         "import importlib, sys\n"
         f"for name in {modules!r}:\n"
@@ -39,7 +42,8 @@ def test_headless_packages_do_not_import_textual() -> None:
 
 def test_no_textual_import_statement_in_headless_sources() -> None:
     offenders = []
-    for folder in (ROOT / "agent", ROOT / "tuimon" / "model", ROOT / "tuimon" / "sources"):
+    for folder in (ROOT / "agent", ROOT / "tuimon" / "model", ROOT / "tuimon" / "sources",
+                   ROOT / "tuimon" / "relay"):
         for path in folder.rglob("*.py"):
             for line in path.read_text().splitlines():
                 stripped = line.strip()

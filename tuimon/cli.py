@@ -10,6 +10,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from agent.protocol import Subscribe
 from agent.security import ConfigError, client_ssl_context, load_token
 from agent.version import __version__
 from tuimon.model.cluster import ClusterState
@@ -36,6 +37,13 @@ def _target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tls-insecure", action="store_true",
                    help="do not verify the agents' certificates")
     p.add_argument("--name", default="cluster", help="cluster name shown in the header")
+    p.add_argument("--nodes", metavar="HOSTLIST", action="append",
+                   help="through a relay: only these nodes (Slurm host list; repeatable)")
+    p.add_argument("--families", metavar="LIST",
+                   help="only these families, comma-separated: gpu,host,fabric,storage,steps,"
+                        "events")
+    p.add_argument("--every", type=float, metavar="S",
+                   help="ask for samples at most every S seconds (slower links)")
     p.add_argument("--topology", metavar="F",
                    help="Slurm topology.conf: group the fabric map by leaf switch")
     p.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s",
@@ -244,7 +252,16 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], StreamOptions
     token = load_token(args.token_file) if args.token_file else None
     ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
                if args.tls or args.tls_ca or args.tls_insecure else None)
-    return targets, StreamOptions(token=token, ssl_context=ssl_ctx)
+    subscribe = None
+    if args.nodes or args.families or args.every:
+        if args.every is not None and not 0 < args.every <= 3600:
+            raise TargetError(f"--every must be in (0, 3600] seconds, got {args.every}")
+        families = ([f.strip() for f in args.families.split(",") if f.strip()]
+                    if args.families else None)
+        for name in args.nodes or []:
+            expand_hostlist(name)  # a bad host list is an error here, not on the relay
+        subscribe = Subscribe(interval=args.every, families=families, nodes=args.nodes)
+    return targets, StreamOptions(token=token, ssl_context=ssl_ctx, subscribe=subscribe)
 
 
 def _apply_config(args: argparse.Namespace) -> None:

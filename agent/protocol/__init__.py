@@ -1,9 +1,18 @@
 """Wire protocol v1: the contract between agents, relays and viewers (docs/protocol.md)."""
 
-from agent.protocol.codec import MAX_MESSAGE_BYTES, decode, decode_map, encode, encode_map, unpack
+from agent.protocol.codec import (
+    MAX_BATCH_BYTES,
+    MAX_MESSAGE_BYTES,
+    decode,
+    decode_map,
+    encode,
+    encode_map,
+    unpack,
+)
 from agent.protocol.errors import ProtocolError
 from agent.protocol.messages import (
     PROTOCOL_VERSION,
+    Batch,
     Event,
     GpuInfo,
     Hello,
@@ -13,8 +22,10 @@ from agent.protocol.messages import (
 )
 
 __all__ = [
+    "MAX_BATCH_BYTES",
     "MAX_MESSAGE_BYTES",
     "PROTOCOL_VERSION",
+    "Batch",
     "Event",
     "GpuInfo",
     "Hello",

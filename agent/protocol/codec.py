@@ -11,6 +11,8 @@ from agent.protocol.errors import ProtocolError
 from agent.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS
 from agent.protocol.messages import (
     PROTOCOL_VERSION,
+    SOURCE_STATES,
+    Batch,
     Event,
     GpuInfo,
     Hello,
@@ -19,8 +21,9 @@ from agent.protocol.messages import (
     Subscribe,
 )
 
-# One node's frame is a few KiB; relay batches (later) are larger and pass their own limit.
+# One node's frame is a few KiB; a relay's batch holds many and has its own limit.
 MAX_MESSAGE_BYTES = 1 << 20
+MAX_BATCH_BYTES = 16 << 20
 MAX_STR = 4096
 MAX_ARRAY = 65536
 MAX_MAP = 4096
@@ -54,7 +57,8 @@ def unpack(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]
             strict_map_key=True,
             use_list=True,
             max_str_len=min(max_bytes, MAX_STR * 16),
-            max_bin_len=min(max_bytes, MAX_STR * 16),
+            # Binaries only appear as the node frames inside a relay's batch.
+            max_bin_len=min(max_bytes, MAX_MESSAGE_BYTES),
             max_array_len=MAX_ARRAY,
             max_map_len=MAX_MAP,
             max_ext_len=0,
@@ -200,8 +204,46 @@ def _subscribe(m: dict[str, Any]) -> Subscribe:
         not isinstance(families, list) or not all(isinstance(f, str) for f in families)
     ):
         raise ProtocolError("subscribe.families: expected a list of family names or nil")
+    nodes = m.get("nodes")
+    if nodes is not None and (
+        not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes)
+    ):
+        raise ProtocolError("subscribe.nodes: expected a list of host names or host lists, "
+                            "or nil")
     return Subscribe(interval=float(interval) if interval is not None else None,
-                     families=families)
+                     families=families, nodes=nodes)
+
+
+def _batch(m: dict[str, Any]) -> Batch:
+    frames_raw = m.get("frames")
+    if not isinstance(frames_raw, list):
+        raise ProtocolError(f"batch.frames: expected a list, got {_show(frames_raw)}")
+    frames = []
+    for i, f in enumerate(frames_raw):
+        if (not isinstance(f, list) or len(f) != 2 or not isinstance(f[0], str)
+                or not isinstance(f[1], bytes)):
+            raise ProtocolError(f"batch.frames[{i}]: expected [source name, frame bytes]")
+        frames.append((f[0], f[1]))
+    sources = []
+    for i, s in enumerate(m.get("sources") or []):
+        if (not isinstance(s, list) or len(s) != 3 or not isinstance(s[0], str)
+                or s[1] not in SOURCE_STATES or not (s[2] is None or isinstance(s[2], str))):
+            raise ProtocolError(f"batch.sources[{i}]: expected [source, state, reason or nil]"
+                                f" with state one of {', '.join(SOURCE_STATES)}")
+        sources.append((s[0], s[1], s[2]))
+    budget = m.get("budget")
+    if budget is not None:
+        if not isinstance(budget, dict):
+            raise ProtocolError(f"batch.budget: expected a map, got {_show(budget)}")
+        for job, entry in budget.items():
+            if not isinstance(entry, dict):
+                raise ProtocolError(f"batch.budget.{job}: expected a map")
+            _check_values(entry, f"batch.budget.{job}", depth=1)
+    dropped = m.get("dropped", 0)
+    if not _is_int(dropped) or dropped < 0:
+        raise ProtocolError(f"batch.dropped: expected a count, got {_show(dropped)}")
+    return Batch(ts=_req_num(m, "ts", "batch"), frames=frames, sources=sources, budget=budget,
+                 relay=_opt_str(m, "relay", "batch"), dropped=dropped)
 
 
 # Families whose sample section is a map of entity lists (ports, file systems, ...).
@@ -271,7 +313,8 @@ def _check_steps(steps: Any) -> None:
             _check_values(rank, f"{where}.ranks[{j}]", depth=1)
 
 
-_BUILDERS = {"hello": _hello, "sample": _sample, "event": _event, "subscribe": _subscribe}
+_BUILDERS = {"hello": _hello, "sample": _sample, "event": _event, "subscribe": _subscribe,
+             "batch": _batch}
 
 
 # -- value checks ------------------------------------------------------------------

@@ -154,14 +154,56 @@ class Subscribe:
 
     interval: float | None = None
     families: list[str] | None = None
+    # Relays only: the nodes to send (host names or Slurm host lists); agents ignore it.
+    nodes: list[str] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "v": PROTOCOL_VERSION,
             "t": "subscribe",
             "interval": self.interval,
             "families": self.families,
         }
+        if self.nodes is not None:
+            out["nodes"] = self.nodes
+        return out
 
 
-Message = Hello | Sample | Event | Subscribe
+SOURCE_STATES = ("connecting", "up", "stale", "down")
+
+
+@dataclass(slots=True)
+class Batch:
+    """Relay to viewer: many nodes' frames in one message.
+
+    Each frame is the node's own message, as bytes, under the name of its source (the
+    target the relay connects to), so a viewer decodes it exactly as if it came from
+    the agent. `sources` says which upstream connections changed state; `budget` is the
+    relay's SLO ledger per job.
+    """
+
+    ts: float
+    frames: list[tuple[str, bytes]] = field(default_factory=list)
+    sources: list[tuple[str, str, str | None]] = field(default_factory=list)
+    budget: dict[str, dict[str, Any]] | None = None
+    relay: str | None = None
+    dropped: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "v": PROTOCOL_VERSION,
+            "t": "batch",
+            "ts": self.ts,
+            "relay": self.relay,
+            "frames": [[source, data] for source, data in self.frames],
+        }
+        if self.sources:
+            out["sources"] = [list(s) for s in self.sources]
+        if self.budget is not None:
+            out["budget"] = self.budget
+        if self.dropped:
+            out["dropped"] = self.dropped
+        return out
+
+
+Message = Hello | Sample | Event | Subscribe | Batch

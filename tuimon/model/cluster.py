@@ -95,6 +95,8 @@ class ClusterState:
         self.events: deque[ClusterEvent] = deque(maxlen=MAX_EVENTS)
         self.version = 0
         self.protocol_errors = 0
+        # job -> the relay ledger's budget summary (batch.budget), when watching a relay.
+        self.budgets: dict[str, dict[str, Any]] = {}
 
     def add_target(self, target: str) -> NodeState:
         node = self.nodes.get(target)
@@ -103,7 +105,33 @@ class ClusterState:
             self.version += 1
         return node
 
+    def forget_target(self, target: str) -> None:
+        """Drop a target that turned out not to be a node (a relay's own address)."""
+        if self.nodes.pop(target, None) is not None:
+            self.version += 1
+
     # -- sources call these -------------------------------------------------------
+
+    def apply_message(self, target: str, message: Hello | Sample | Event | None,
+                      raw: bytes = b"") -> None:
+        """One node's decoded frame (raw is for sinks that forward bytes; unused here)."""
+        if isinstance(message, Hello):
+            self.apply_hello(target, message)
+        elif isinstance(message, Sample):
+            self.apply_sample(target, message)
+        elif isinstance(message, Event):
+            self.apply_event(target, message)
+
+    def apply_source_state(self, source: str, state: str, reason: str | None) -> None:
+        """A relay says how its connection to one node stands."""
+        if state in ("stale", "down"):
+            self.mark_stale(source, reason or state)
+        else:
+            self.add_target(source)
+
+    def apply_budget(self, budget: dict[str, dict[str, Any]]) -> None:
+        self.budgets.update(budget)
+        self.version += 1
 
     def apply_hello(self, target: str, hello: Hello) -> None:
         node = self.add_target(target)

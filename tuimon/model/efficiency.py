@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tuimon.model.cluster import ClusterState
-from tuimon.model.slo import BurnTracker, Slo
+from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
 
 WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
 # Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
@@ -39,7 +39,8 @@ class JobState:
     world: int = 0
     # (ts, wall rank-seconds, compute rank-seconds, samples) per viewer tick
     history: deque[tuple[float, float, float, int]] = field(default_factory=deque)
-    burn: BurnTracker | None = None
+    # The viewer's own tracker, or the relay's ledger once a relay sends it.
+    burn: BurnReadout | None = None
     # rank -> deque of (ts, compute per step); rank -> (node, local gpu)
     rank_compute: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)
     rank_where: dict[int, tuple[str, int | None]] = field(default_factory=dict)
@@ -123,8 +124,11 @@ class EfficiencyView:
         for job, (w, c, s) in sums.items():
             state = self.jobs[job]
             state.history.append((now, w, c, int(s)))
-            if state.burn is not None and state.world:
+            if isinstance(state.burn, BurnTracker) and state.world:
                 state.burn.add(now, w / state.world, c / state.world)
+        for job, summary in cluster.budgets.items():
+            # The relay has counted the whole run; the viewer has seen only its session.
+            self._job(job).burn = LedgerBurn(self.slo, summary)
         for state in self.jobs.values():
             while state.history and state.history[0][0] < now - max(WINDOWS.values()):
                 state.history.popleft()

@@ -72,7 +72,37 @@ def consumed_hours(intervals: list[tuple[float, float]]) -> float:
     return sum((1 - min(1.0, max(0.0, sli))) * hours for sli, hours in intervals)
 
 
-class BurnTracker:
+class BurnReadout:
+    """Burn rates and alerts from error ratios over the standard windows; the ratios come
+    from the viewer's own buckets (BurnTracker) or from a relay's ledger (LedgerBurn)."""
+
+    slo: Slo
+    consumed_hours: float
+
+    def error_ratio(self, window: str, now: float) -> float | None:
+        raise NotImplementedError
+
+    def burn_rates(self, now: float) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for window in BURN_WINDOWS_S:
+            ratio = self.error_ratio(window, now)
+            out[window] = None if ratio is None else self.slo.burn_rate(ratio)
+        return out
+
+    def firing(self, now: float) -> list[tuple[str, str, str, float]]:
+        """Alerts whose long and short windows both burn above the threshold."""
+        rates = self.burn_rates(now)
+        out = []
+        for severity, long_w, short_w, share in ALERTS:
+            threshold = self.slo.alert_threshold(long_w, share)
+            long_r, short_r = rates[long_w], rates[short_w]
+            if long_r is not None and short_r is not None and long_r >= threshold \
+                    and short_r >= threshold:
+                out.append((severity, long_w, short_w, threshold))
+        return out
+
+
+class BurnTracker(BurnReadout):
     """Per-minute buckets of (total, effective) seconds, for burn rates over windows."""
 
     def __init__(self, slo: Slo, keep_s: int = max(BURN_WINDOWS_S.values())) -> None:
@@ -105,21 +135,19 @@ class BurnTracker:
             effective += e
         return None if total <= 0 else 1 - effective / total
 
-    def burn_rates(self, now: float) -> dict[str, float | None]:
-        out: dict[str, float | None] = {}
-        for window in BURN_WINDOWS_S:
-            ratio = self.error_ratio(window, now)
-            out[window] = None if ratio is None else self.slo.burn_rate(ratio)
-        return out
 
-    def firing(self, now: float) -> list[tuple[str, str, str, float]]:
-        """Alerts whose long and short windows both burn above the threshold."""
-        rates = self.burn_rates(now)
-        out = []
-        for severity, long_w, short_w, share in ALERTS:
-            threshold = self.slo.alert_threshold(long_w, share)
-            long_r, short_r = rates[long_w], rates[short_w]
-            if long_r is not None and short_r is not None and long_r >= threshold \
-                    and short_r >= threshold:
-                out.append((severity, long_w, short_w, threshold))
-        return out
+class LedgerBurn(BurnReadout):
+    """The run's budget as a relay's ledger reports it (`batch.budget`): consumed hours
+    over the relay's window and error ratios per burn window, computed on the relay."""
+
+    def __init__(self, slo: Slo, summary: dict) -> None:
+        self.slo = slo
+        self.consumed_hours = float(summary.get("consumed_h") or 0.0)
+        self.since: float | None = summary.get("since")
+        self.window_hours: float | None = summary.get("window_h")
+        self.error: str | None = summary.get("error")
+        self._ratios = summary.get("error_ratio") or {}
+
+    def error_ratio(self, window: str, now: float) -> float | None:
+        value = self._ratios.get(window)
+        return float(value) if value is not None else None

@@ -1,8 +1,14 @@
 """A connection to one agent's `/v1/stream`, kept up with backoff and jitter.
 
 Each `AgentStream` runs as its own task: a slow, dead or misbehaving agent only ever
-delays itself. Decoded messages go to the model's `apply_*` methods; what went wrong
-(connection refused, bad frame, 401) goes to `mark_stale` with a reason.
+delays itself. Decoded messages go to a sink (the viewer's `ClusterState`, or a relay's
+fan-out); what went wrong (connection refused, bad frame, 401) goes to `mark_stale` with
+a reason.
+
+The target may also be a relay: its `batch` messages carry many nodes' frames, each under
+its source name, and are applied as if each node had been watched directly. The relay's
+own address is then not a node, and when the relay is lost every node it carried is
+marked stale.
 """
 
 from __future__ import annotations
@@ -14,11 +20,21 @@ import random
 import ssl
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import aiohttp
 
-from agent.protocol import Event, Hello, ProtocolError, Sample, Subscribe, decode, encode
-from tuimon.model.cluster import ClusterState
+from agent.protocol import (
+    MAX_BATCH_BYTES,
+    Batch,
+    Event,
+    Hello,
+    ProtocolError,
+    Sample,
+    Subscribe,
+    decode,
+    encode,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,14 +52,29 @@ class StreamOptions:
     stale_after_intervals: float = 3.0
 
 
+class StreamSink(Protocol):
+    """Where a stream's frames go: `ClusterState` in viewers, the fan-out in relays."""
+
+    def add_target(self, target: str) -> Any: ...
+    def forget_target(self, target: str) -> None: ...
+    def apply_message(self, target: str, message: Hello | Sample | Event | None,
+                      raw: bytes = b"") -> None: ...
+    def mark_stale(self, target: str, reason: str) -> None: ...
+    def note_protocol_error(self, target: str, reason: str) -> None: ...
+    def apply_source_state(self, source: str, state: str, reason: str | None) -> None: ...
+    def apply_budget(self, budget: dict[str, dict[str, Any]]) -> None: ...
+
+
 class AgentStream:
-    def __init__(self, target: str, cluster: ClusterState, session: aiohttp.ClientSession,
+    def __init__(self, target: str, cluster: StreamSink, session: aiohttp.ClientSession,
                  options: StreamOptions | None = None) -> None:
         self.target = target
         self.cluster = cluster
         self.session = session
         self.options = options or StreamOptions()
         self.attempts = 0
+        # Nodes this target carried, when it turned out to be a relay.
+        self.sources: set[str] = set()
         cluster.add_target(target)
 
     @property
@@ -69,7 +100,7 @@ class AgentStream:
                 reason = _describe(exc)
             except ProtocolError as exc:
                 reason = f"bad frame: {exc.reason}"
-            self.cluster.mark_stale(self.target, reason)
+            self._lost(reason)
             # Full jitter: thousands of viewers must not reconnect in lockstep.
             await asyncio.sleep(random.uniform(backoff / 2, backoff))
             backoff = min(self.options.max_backoff, backoff * 2)
@@ -80,29 +111,29 @@ class AgentStream:
         async with self.session.ws_connect(
                 self.url, headers=headers, ssl=self.options.ssl_context or True,
                 heartbeat=30.0, timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
-                max_msg_size=1 << 20) as ws:
+                max_msg_size=MAX_BATCH_BYTES) as ws:
+            interval = 1.0
             if self.options.subscribe is not None:
                 await ws.send_bytes(encode(self.options.subscribe))
-            interval = 1.0
+                interval = max(interval, self.options.subscribe.interval or 0.0)
             while True:
                 timeout = max(5.0, interval * self.options.stale_after_intervals)
                 try:
                     msg = await ws.receive(timeout=timeout)
                 except asyncio.TimeoutError:
-                    self.cluster.mark_stale(self.target, f"no frame for {timeout:.0f} s")
+                    self._lost(f"no frame for {timeout:.0f} s")
                     continue
                 if msg.type == aiohttp.WSMsgType.BINARY:
+                    message = decode(msg.data, max_bytes=MAX_BATCH_BYTES)
+                    got = True
+                    if isinstance(message, Batch):
+                        self._apply_batch(message)
+                        continue
                     if self.options.recorder is not None:
                         self.options.recorder(self.target, msg.data)
-                    message = decode(msg.data)
-                    got = True
                     if isinstance(message, Hello):
                         interval = message.interval
-                        self.cluster.apply_hello(self.target, message)
-                    elif isinstance(message, Sample):
-                        self.cluster.apply_sample(self.target, message)
-                    elif isinstance(message, Event):
-                        self.cluster.apply_event(self.target, message)
+                    self.cluster.apply_message(self.target, message, msg.data)
                 elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                                   aiohttp.WSMsgType.CLOSED):
                     return got
@@ -110,8 +141,41 @@ class AgentStream:
                     raise aiohttp.ClientError(str(ws.exception()))
 
 
+    def _apply_batch(self, batch: Batch) -> None:
+        if not self.sources:
+            self.cluster.forget_target(self.target)  # a relay, not a node
+        for source, state, reason in batch.sources:
+            self.sources.add(source)
+            self.cluster.apply_source_state(source, state, reason)
+        for source, data in batch.frames:
+            self.sources.add(source)
+            try:
+                message = decode(data)
+            except ProtocolError as exc:
+                # One node's bad frame is that node's problem, not the relay's.
+                log.warning("bad frame for %s from relay %s: %s", source, self.target,
+                            exc.reason)
+                self.cluster.note_protocol_error(source, exc.reason)
+                continue
+            if self.options.recorder is not None:
+                self.options.recorder(source, data)
+            if isinstance(message, Batch):
+                self.cluster.note_protocol_error(source, "a batch inside a batch")
+                continue
+            self.cluster.apply_message(source, message, data)
+        if batch.budget:
+            self.cluster.apply_budget(batch.budget)
+
+    def _lost(self, reason: str) -> None:
+        if not self.sources:
+            self.cluster.mark_stale(self.target, reason)
+            return
+        for source in self.sources:
+            self.cluster.mark_stale(source, f"relay {self.target}: {reason}")
+
+
 @contextlib.asynccontextmanager
-async def watching(targets: list[str], cluster: ClusterState,
+async def watching(targets: list[str], cluster: StreamSink,
                    options: StreamOptions | None = None) -> AsyncIterator[None]:
     """One AgentStream task per target for the life of the block, then cancelled and
     awaited: what every viewer (app, readout, status, tests) does with its agents."""

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import msgpack
 
-from agent.protocol import Event, Hello, ProtocolError, Sample, decode
+from agent.protocol import Batch, ProtocolError, Subscribe, decode
 from tuimon.model.cluster import ClusterState
 
 FORMAT_VERSION = 1
@@ -118,12 +118,8 @@ def apply_frame(cluster: ClusterState, target: str, data: bytes) -> None:
     except ProtocolError as exc:
         cluster.note_protocol_error(target, exc.reason)
         return
-    if isinstance(message, Hello):
-        cluster.apply_hello(target, message)
-    elif isinstance(message, Sample):
-        cluster.apply_sample(target, message)
-    elif isinstance(message, Event):
-        cluster.apply_event(target, message)
+    if not isinstance(message, (Subscribe, Batch)):
+        cluster.apply_message(target, message, data)
 
 
 async def replay(rec: Recording, cluster: ClusterState, control: ReplayControl) -> None:

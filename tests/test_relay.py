@@ -1,0 +1,417 @@
+"""The relay against simulated nodes: fan-in, fan-out, subscriptions, relays of relays,
+security, and the SLO ledger across kill -9."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import sqlite3
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from agent.protocol import Batch, Hello, Sample, Subscribe, decode, encode
+from agent.security import ConfigError
+from agent.sim.cluster import SimCluster
+from tuimon.model.cluster import ClusterState
+from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.slo import LedgerBurn, Slo
+from tuimon.relay import Relay, RelayConfig
+from tuimon.relay.fanout import merge_steps
+from tuimon.relay.ledger import Ledger
+from tuimon.sources.agent_stream import StreamOptions, watching
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "relay-token-0123456789abcdef"
+
+
+async def until(check: Callable[[], bool], timeout: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or check}")
+        await asyncio.sleep(0.05)
+
+
+def relay_config(targets: list[str], **kw: object) -> RelayConfig:
+    kw.setdefault("listen", "127.0.0.1:0")
+    kw.setdefault("interval", 0.2)
+    kw.setdefault("upstream_backoff", (0.1, 0.5))
+    return RelayConfig(targets=targets, **kw)  # type: ignore[arg-type]
+
+
+def up(cluster: ClusterState) -> set[str]:
+    return {n.name for n in cluster.nodes.values() if n.status == "up" and n.sample}
+
+
+async def raw_batches(url: str, subscribe: Subscribe | None, count: int,
+                      headers: dict[str, str] | None = None) -> list[tuple[float, Batch]]:
+    """(arrival time, batch) as a plain WebSocket client sees them."""
+    out = []
+    async with aiohttp.ClientSession() as session, session.ws_connect(
+            url, headers=headers or {}, max_msg_size=16 << 20) as ws:
+        if subscribe is not None:
+            await ws.send_bytes(encode(subscribe))
+        while len(out) < count:
+            msg = await asyncio.wait_for(ws.receive(), 10)
+            assert msg.type == aiohttp.WSMsgType.BINARY, msg
+            batch = decode(msg.data, max_bytes=16 << 20)
+            assert isinstance(batch, Batch)
+            out.append((time.monotonic(), batch))
+    return out
+
+
+async def test_fan_in_and_fan_out(unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=6, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, Relay(relay_config(sim.targets, name="login1")) as relay:
+        assert relay.port
+        viewers = [ClusterState(f"viewer {i}") for i in range(3)]
+        async with watching([f"127.0.0.1:{relay.port}"] * 1, viewers[0]), \
+                watching([f"127.0.0.1:{relay.port}"], viewers[1]), \
+                watching([f"127.0.0.1:{relay.port}"], viewers[2]):
+            names = {m.name for m in sim.members}
+            for v in viewers:
+                await until(lambda v=v: up(v) == names, what="every node up in every viewer")
+            # The relay's own address is not a node; nodes are keyed by their targets.
+            assert set(viewers[0].nodes) == set(sim.targets)
+            # The samples are the agents' own: same GPU count and fresh sequence numbers.
+            node = viewers[1].nodes[sim.targets[2]]
+            assert node.gpu_count == 2 and len(node.sample.gpus) == 2
+            seq = node.sample.seq
+            await until(lambda: node.sample.seq > seq, what="newer samples")
+            # One relay connection per node, however many viewers.
+            assert len(relay.state.fanout.viewers) == 3
+            assert relay.state.fanout.counts()["up"] == 6
+
+
+async def test_subscriptions_nodes_families_and_interval(unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, Relay(relay_config(sim.targets)) as relay:
+        url = f"http://127.0.0.1:{relay.port}/v1/stream"
+        await until(lambda: relay.state.fanout.counts()["up"] == 4)
+        wanted = "sim-node[001,003]"
+        sub = Subscribe(interval=1.0, families=["gpu", "steps"], nodes=[wanted])
+        batches = await raw_batches(url, sub, 5)
+        sources: set[str] = set()
+        for _, batch in batches:
+            for source, data in batch.frames:
+                sources.add(source)
+                message = decode(data)
+                if isinstance(message, Sample):
+                    assert message.gpus is not None and len(message.gpus) == 2
+                    assert message.host is None and "fabric" not in message.extra
+        assert sources == {sim.targets[1], sim.targets[3]}, sources
+        # Batches after the first come at the subscribed interval, not the relay's 0.2 s.
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(batches[1:])]
+        assert min(gaps) >= 0.8, gaps
+        # With no subscription, everything at the relay's interval.
+        everything = await raw_batches(url, None, 6)
+        all_sources = {s for _, b in everything for s, _ in b.frames}
+        assert all_sources == set(sim.targets)
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(everything[1:])]
+        assert max(gaps) < 0.6, gaps
+
+
+async def test_a_slower_viewer_loses_no_training_time(unused_tcp_port_factory) -> None:
+    """Coalesced samples carry the sum of the steps they replace."""
+    sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, Relay(relay_config(sim.targets)) as relay:
+        url = f"http://127.0.0.1:{relay.port}/v1/stream"
+        await until(lambda: relay.state.fanout.counts()["up"] == 2)
+        fast = asyncio.create_task(raw_batches(url, Subscribe(families=["steps"]), 16))
+        slow = asyncio.create_task(raw_batches(url, Subscribe(interval=2.0,
+                                                              families=["steps"]), 3))
+        fast_b, slow_b = await asyncio.gather(fast, slow)
+
+    def wall(batches: list[tuple[float, Batch]], start: float, end: float) -> float:
+        total = 0.0
+        for t, b in batches:
+            if not start < t <= end:
+                continue
+            for _, data in b.frames:
+                m = decode(data)
+                if isinstance(m, Sample):
+                    for job in (m.extra.get("steps") or {}).get("jobs", []):
+                        total += sum(r["wall"] for r in job["ranks"])
+        return total
+    # Over the same span, both viewers were told of the same training time (within one
+    # sample at either end).
+    start, end = slow_b[1][0], slow_b[2][0]
+    slow_wall = wall(slow_b, start, end)
+    fast_wall = wall(fast_b, start - 0.1, end - 0.1)
+    assert slow_wall > 0
+    assert abs(slow_wall - fast_wall) <= 0.35 * slow_wall, (slow_wall, fast_wall)
+
+
+def test_merge_steps_adds_per_rank() -> None:
+    a = {"jobs": [{"id": "j", "world": 2, "ranks": [{"rank": 0, "steps": 1, "wall": 1.0,
+                                                      "compute": 0.9, "samples": 8}]}],
+         "received": 5, "rejected": 0}
+    b = {"jobs": [{"id": "j", "world": 2, "ranks": [{"rank": 0, "steps": 2, "wall": 2.0,
+                                                      "compute": 1.5, "samples": 16},
+                                                     {"rank": 1, "steps": 1, "wall": 1.0,
+                                                      "compute": 1.0, "samples": 8}]}],
+         "received": 8, "rejected": 1}
+    merged = merge_steps(a, b)
+    ranks = {r["rank"]: r for r in merged["jobs"][0]["ranks"]}
+    assert ranks[0] == {"rank": 0, "steps": 3, "wall": 3.0, "compute": 2.4, "samples": 24}
+    assert ranks[1]["steps"] == 1 and merged["received"] == 8 and merged["rejected"] == 1
+
+
+async def test_relay_of_relays_and_a_lost_node(unused_tcp_port_factory) -> None:
+    sim_a = SimCluster(nodes=3, gpus=1, base_port=unused_tcp_port_factory(), interval=0.25,
+                       scenario="healthy", name_prefix="a-node")
+    sim_b = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.25,
+                       scenario="healthy", name_prefix="b-node")
+    async with sim_a, sim_b, Relay(relay_config(sim_a.targets, name="r1")) as r1, \
+            Relay(relay_config(sim_b.targets, name="r2")) as r2, \
+            Relay(relay_config([f"127.0.0.1:{r1.port}", f"127.0.0.1:{r2.port}"],
+                               name="top")) as top:
+        viewer = ClusterState("through two levels")
+        async with watching([f"127.0.0.1:{top.port}"], viewer):
+            names = {m.name for m in sim_a.members + sim_b.members}
+            await until(lambda: up(viewer) == names, what="all five nodes through two relays")
+            assert set(top.state.fanout.sources) == set(sim_a.targets + sim_b.targets)
+            await sim_a.stop_node(1)
+            lost = viewer.nodes[sim_a.targets[1]]
+            await until(lambda: lost.status in ("stale", "down"), what="lost node stale")
+            assert "cannot connect" in (lost.reason or "") or "closed" in (lost.reason or "")
+            assert up(viewer) == names - {sim_a.members[1].name}
+            await sim_a.start_node(1)
+            await until(lambda: lost.status == "up", what="node back through two relays")
+        # The top relay going away makes every node it carried stale in the viewer.
+        viewer2 = ClusterState("v2")
+        async with watching([f"127.0.0.1:{r1.port}"], viewer2):
+            await until(lambda: len(up(viewer2)) == 3)
+            await r1.stop()
+            await until(lambda: all(n.status != "up" for n in viewer2.nodes.values()),
+                        what="nodes stale when their relay is lost")
+            assert all("relay 127.0.0.1:" in (n.reason or "") for n in viewer2.nodes.values())
+
+
+async def test_token_and_bind_rules(unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=1, gpus=1, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy", token=TOKEN)
+    with pytest.raises(ConfigError, match="without a token"):
+        Relay(relay_config(sim.targets, listen="0.0.0.0:0"))
+    async with sim, Relay(relay_config(sim.targets, token=TOKEN,
+                                       upstream_token=TOKEN)) as relay:
+        url = f"http://127.0.0.1:{relay.port}/v1/stream"
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as err:
+                await session.ws_connect(url)
+            assert err.value.status == 401
+            async with session.get(f"http://127.0.0.1:{relay.port}/metrics") as resp:
+                assert resp.status == 401
+        viewer = ClusterState()
+        async with watching([f"127.0.0.1:{relay.port}"], viewer, StreamOptions(token=TOKEN)):
+            await until(lambda: len(up(viewer)) == 1, what="node through an authenticated relay")
+        # A relay without the agents' token shows why each node is missing.
+        async with Relay(relay_config(sim.targets)) as relay2:
+            viewer = ClusterState()
+            async with watching([f"127.0.0.1:{relay2.port}"], viewer):
+                node = viewer.add_target(sim.targets[0])
+                await until(lambda: "401" in (node.reason or ""), what="401 passed on")
+
+
+async def test_a_bad_viewer_is_closed_and_others_go_on(unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, Relay(relay_config(sim.targets)) as relay:
+        url = f"http://127.0.0.1:{relay.port}/v1/stream"
+        good = ClusterState()
+        async with watching([f"127.0.0.1:{relay.port}"], good), \
+                aiohttp.ClientSession() as session:
+            await until(lambda: len(up(good)) == 2)
+            async with session.ws_connect(url) as ws:
+                await ws.send_bytes(b"\xc1 not msgpack")
+                msg = await asyncio.wait_for(ws.receive(), 5)
+                while msg.type == aiohttp.WSMsgType.BINARY:
+                    msg = await asyncio.wait_for(ws.receive(), 5)
+                assert msg.type == aiohttp.WSMsgType.CLOSE and msg.data == 1003
+                assert "msgpack" in msg.extra
+            async with session.ws_connect(url) as ws:
+                await ws.send_bytes(encode(Subscribe(nodes=["bad[list"])))
+                msg = await asyncio.wait_for(ws.receive(), 5)
+                while msg.type == aiohttp.WSMsgType.BINARY:
+                    msg = await asyncio.wait_for(ws.receive(), 5)
+                assert msg.type == aiohttp.WSMsgType.CLOSE and "host list" in msg.extra
+            seq = good.nodes[sim.targets[0]].sample.seq
+            await until(lambda: good.nodes[sim.targets[0]].sample.seq > seq)
+
+
+# -- the ledger --------------------------------------------------------------------------
+
+
+def test_ledger_sums_minutes_and_reports_windows(tmp_path: Path) -> None:
+    now = 1_800_000_000.0
+    ledger = Ledger(tmp_path / "l.db", clock=lambda: now)
+    for i in range(120):  # two hours, 10 % of the time lost
+        ledger.add("job", now - 7200 + 60 * i, 60.0, 54.0)
+    assert ledger.flush()
+    s = ledger.summary(now)["job"]
+    assert s["consumed_h"] == pytest.approx(0.2)
+    assert s["observed_h"] == pytest.approx(2.0)
+    assert s["error_ratio"]["1h"] == pytest.approx(0.1)
+    assert s["error_ratio"]["5m"] == pytest.approx(0.1)
+    assert s["since"] == (now - 7200) // 60 * 60
+    # Buckets add up across flushes, in the same minute.
+    ledger.add("job", now - 30, 10.0, 10.0)
+    ledger.flush()
+    ledger.add("job", now - 30, 10.0, 0.0)
+    assert ledger.buckets("job")[-1][1:] == (70.0, 64.0)  # not yet written
+    assert ledger.summary(now)["job"]["observed_h"] == pytest.approx((7200 + 20) / 3600)
+    ledger.close()
+    assert Ledger(tmp_path / "l.db").buckets("job")[-1][1:] == (80.0, 64.0)
+
+
+def test_ledger_prunes_after_retention(tmp_path: Path) -> None:
+    now = 1_800_000_000.0
+    ledger = Ledger(tmp_path / "l.db", keep_days=30, clock=lambda: now)
+    ledger.add("job", now - 31 * 86400, 60.0, 60.0)
+    ledger.add("job", now - 29 * 86400, 60.0, 60.0)
+    ledger.flush()
+    assert ledger.prune() == 1
+    assert len(ledger.buckets("job")) == 1
+
+
+def test_ledger_full_disk_is_a_clear_error_and_loses_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "l.db"
+    ledger = Ledger(path, max_bytes=64 * 1024)  # SQLITE_FULL, as a full disk gives
+    now = 1_800_000_000.0
+    for i in range(5000):
+        ledger.add(f"job-{i % 50}", now + 60 * (i // 50), 60.0, 50.0)
+    assert not ledger.flush()
+    assert ledger.error and str(path) in ledger.error and "full" in ledger.error
+    summary = ledger.summary(now + 100 * 60)
+    assert summary["job-0"]["error"] == ledger.error
+    # What could not be written is still counted, and the file is sound.
+    assert summary["job-0"]["observed_h"] == pytest.approx(100 / 60)
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    db.close()
+    ledger._db.execute("PRAGMA max_page_count=100000")  # space again
+    assert ledger.flush() and ledger.error is None
+    assert sum(t for _, t, _ in ledger.buckets("job-7")) == pytest.approx(100 * 60.0)
+
+
+def test_viewer_shows_the_ledger_budget() -> None:
+    slo = Slo(0.90, 720)
+    burn = LedgerBurn(slo, {"consumed_h": 60.0, "error_ratio": {"5m": 0.5, "30m": 0.5,
+                                                                "1h": 0.5, "6h": 0.5}})
+    assert slo.remaining_hours(burn.consumed_hours) == pytest.approx(12.0)
+    assert burn.burn_rates(0)["1h"] == pytest.approx(5.0)
+    assert ("page", "6h", "30m", pytest.approx(6.0)) not in burn.firing(0)
+    assert any(f[0] == "page" for f in LedgerBurn(slo, {"error_ratio": {
+        "1h": 1.0, "5m": 1.0}}).firing(0))
+    cluster = ClusterState()
+    cluster.apply_budget({"llm": {"consumed_h": 60.0, "error_ratio": {}}})
+    eff = EfficiencyView(slo)
+    eff.update(cluster)
+    assert isinstance(eff.jobs["llm"].burn, LedgerBurn)
+    assert eff.jobs["llm"].burn.consumed_hours == 60.0
+
+
+async def _start_relay(targets: list[str], port: int, ledger: Path,
+                       *extra: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent", "relay", *targets, "--listen", f"127.0.0.1:{port}",
+        "--ledger", str(ledger), "--flush-every", "0.5", "--interval", "0.2",
+        "--log-level", "warning", *extra, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+
+
+async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
+        tmp_path: Path, unused_tcp_port_factory) -> None:
+    ledger_path = tmp_path / "ledger.db"
+    # 60 h of the budget already spent earlier in the run (target 0.90 over 720 h: 72 h).
+    seed = Ledger(ledger_path)
+    start = time.time() - 26 * 86400  # 600 h of it, ending a day ago
+    for i in range(600):  # 600 hours at SLI 0.9: 60 h consumed
+        seed.add("llm-pretrain", start + 3600 * i, 3600.0, 3240.0)
+    seed.close()
+    sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    port = unused_tcp_port_factory()
+    async with sim:
+        relay = await _start_relay(sim.targets, port, ledger_path)
+        try:
+            viewer = ClusterState()
+            async with watching([f"127.0.0.1:{port}"], viewer,
+                                StreamOptions(min_backoff=0.1, max_backoff=0.3)):
+                await until(lambda: "llm-pretrain" in viewer.budgets, timeout=20,
+                            what="budget from the relay")
+                eff = EfficiencyView(Slo(0.90, 720))
+                eff.update(viewer)
+                left = eff.slo.remaining_hours(eff.jobs["llm-pretrain"].burn.consumed_hours)
+                assert 11.5 < left <= 12.0, left  # the run's budget, not this session's
+                first = viewer.budgets["llm-pretrain"]["since"]
+                assert first <= start
+                await asyncio.sleep(3.0)  # live steps reach the ledger
+                killed_at = time.time()
+                relay.send_signal(signal.SIGKILL)
+                await relay.wait()
+            live = [b for b in Ledger(ledger_path).buckets("llm-pretrain")
+                    if b[0] * 60 >= killed_at - 600]
+            stored = sum(t for _, t, _ in live)
+            # About 3 s of training were reported; at most one flush (0.5 s) is lost.
+            assert stored >= 2.0, live
+            relay = await _start_relay(sim.targets, port, ledger_path)
+            viewer = ClusterState()
+            async with watching([f"127.0.0.1:{port}"], viewer,
+                                StreamOptions(min_backoff=0.1, max_backoff=0.3)):
+                await until(lambda: "llm-pretrain" in viewer.budgets, timeout=20)
+                again = viewer.budgets["llm-pretrain"]
+                assert again["since"] == first
+                assert again["observed_h"] >= 600 + stored / 3600 - 1e-6
+        finally:
+            if relay.returncode is None:
+                relay.terminate()
+                await relay.wait()
+        assert relay.returncode in (0, -signal.SIGTERM), (await relay.stderr.read()).decode()
+
+
+def test_relay_command_refuses_bad_settings(tmp_path: Path) -> None:
+    import subprocess
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "agent", "relay", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = run("gpu[001-002]", "--listen", "0.0.0.0:19999", "--no-ledger")
+    assert out.returncode == 2 and "without a token" in out.stderr
+    out = run("gpu[001-", "--no-ledger")
+    assert out.returncode == 2 and "bad host list" in out.stderr
+    bad = tmp_path / "ledger.db"
+    bad.write_bytes(b"this is not a database" * 100)
+    out = run("gpu001", "--ledger", str(bad))
+    assert out.returncode == 2 and str(bad) in out.stderr
+
+
+def test_hello_only_sources_are_not_lost() -> None:
+    """A viewer that connects sees hellos before samples of the same node."""
+    from agent.hub import Frame
+    from tuimon.relay.fanout import FanOut, ViewerFeed
+
+    fan = FanOut()
+    hello = Hello(node="n1", agent_version="t", boot_id=None, interval=1.0, ts=1.0)
+    fan.apply_message("n1:9477", hello, encode(hello))
+    sample = Sample(seq=1, ts=2.0, interval=1.0, gpus=[], host={})
+    fan.apply_message("n1:9477", sample, encode(sample))
+    feed = ViewerFeed("test", 0.5)
+    fan.attach(feed)
+    (data,) = feed.take(3.0, "r", None, 0)
+    batch = decode(data, max_bytes=16 << 20)
+    kinds = [type(decode(d)).__name__ for _, d in batch.frames]
+    assert kinds == ["Hello", "Sample"] and batch.sources == [("n1:9477", "up", None)]
+    assert isinstance(Frame(sample).message, Sample)

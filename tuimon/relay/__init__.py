@@ -1,0 +1,93 @@
+"""The login-node relay: fan-in from many agents (or relays), fan-out of batches to many
+viewers, and the run's SLO ledger.
+
+As a command: `tuimon-agent relay TARGET...`. Inside an existing asyncio program:
+
+    from tuimon.relay import Relay, RelayConfig
+
+    config = RelayConfig(targets=["gpu[001-128]:9477"], ledger="/var/lib/tuimon/ledger.db")
+    async with Relay(config) as relay:
+        print("viewers connect to", relay.url)
+        ...
+
+Leaving the block (or `await relay.stop()`) closes the viewers' streams, stops every
+upstream connection, writes the ledger's last buckets and awaits every task.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from aiohttp import web
+
+from agent.security import check_bind_rule, parse_listen
+from agent.service import Service
+from tuimon.relay.fanout import FanOut
+from tuimon.relay.ledger import Ledger, LedgerError
+from tuimon.relay.server import RelayState, build_relay_app
+from tuimon.sources.agent_stream import StreamOptions
+from tuimon.sources.targets import parse_targets
+
+DEFAULT_RELAY_PORT = 9478
+
+__all__ = ["DEFAULT_RELAY_PORT", "LedgerError", "Relay", "RelayConfig", "build_relay"]
+
+
+@dataclass
+class RelayConfig:
+    # host[:port] or Slurm host lists, as for `tuimon connect`; relays may be targets too.
+    targets: list[str]
+    listen: str = f"127.0.0.1:{DEFAULT_RELAY_PORT}"
+    name: str = "relay"
+    # SQLite file of the SLO ledger; None: no ledger (viewers count from their start).
+    ledger: str | Path | None = None
+    ledger_keep_days: float = 30.0
+    ledger_max_bytes: int | None = None
+    slo_hours: float = 720.0
+    # Seconds between batches to a viewer that asks for nothing slower.
+    interval: float = 0.5
+    flush_every: float = 10.0
+    budget_every: float = 5.0
+    max_viewers: int = 256
+    # Viewers must send this bearer token (required off loopback unless insecure).
+    token: str | None = None
+    insecure: bool = False
+    ssl_context: ssl.SSLContext | None = None
+    # How the relay reaches its upstream agents: their token and TLS.
+    upstream_token: str | None = None
+    upstream_ssl: ssl.SSLContext | None = None
+    upstream_backoff: tuple[float, float] = field(default=(0.5, 30.0))
+
+
+def build_relay(config: RelayConfig) -> tuple[web.Application, RelayState]:
+    """The relay's aiohttp application (for `web.run_app` or `Service`) and its state."""
+    targets = parse_targets(config.targets)
+    if not targets:
+        raise ValueError("the relay needs at least one target")
+    if not 0.05 <= config.interval <= 60:
+        raise ValueError(f"relay interval must be in [0.05, 60] s, got {config.interval}")
+    ledger = None
+    if config.ledger is not None:
+        ledger = Ledger(config.ledger, keep_days=config.ledger_keep_days,
+                        window_hours=config.slo_hours, max_bytes=config.ledger_max_bytes)
+    fanout = FanOut(on_steps=ledger.add if ledger is not None else None)
+    upstream = StreamOptions(token=config.upstream_token, ssl_context=config.upstream_ssl,
+                             min_backoff=config.upstream_backoff[0],
+                             max_backoff=config.upstream_backoff[1])
+    state = RelayState(name=config.name, targets=targets, upstream=upstream, fanout=fanout,
+                       ledger=ledger, interval=config.interval, max_viewers=config.max_viewers,
+                       budget_every=config.budget_every, flush_every=config.flush_every,
+                       token=config.token)
+    return build_relay_app(state), state
+
+
+class Relay(Service):
+    """A relay on the caller's event loop."""
+
+    def __init__(self, config: RelayConfig) -> None:
+        address = parse_listen(config.listen, DEFAULT_RELAY_PORT)
+        check_bind_rule(address, config.token, config.insecure)
+        app, self.state = build_relay(config)
+        super().__init__(app, address, config.ssl_context)

@@ -1,0 +1,322 @@
+"""The relay's middle: the latest state of every upstream node, and what each viewer is
+still owed.
+
+Frames from agents arrive one node at a time; viewers get them in batches, at their own
+interval, restricted to the nodes and families they subscribed to. A viewer is owed at
+most one sample per node (a newer one replaces the older, and the step sums of the two
+are added so no training time is lost), the latest hello per node, and a bounded list of
+events: a slow viewer costs the relay a fixed amount of memory, never a growing queue.
+Frames are forwarded as the agent's own bytes unless the viewer asked for fewer
+families, and each filtered encoding is made once and shared.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from agent.hub import Frame
+from agent.protocol import Batch, Event, Hello, Sample, encode_map
+from tuimon.sources.targets import expand_hostlist
+
+# One batch message stays under this many bytes of frames; more makes another message.
+BATCH_BYTES = 4 << 20
+MAX_VIEWER_EVENTS = 1000
+# A lost upstream stays "stale" this long, then is "down" (as in the viewer's model).
+DOWN_AFTER = 60.0
+
+
+def _source_frame(message: Hello | Sample | Event, raw: bytes) -> Frame:
+    frame = Frame(message)
+    if raw:
+        frame._cache[None] = raw  # the agent's own bytes, when nothing is filtered out
+    return frame
+
+
+@dataclass(slots=True)
+class Source:
+    """One upstream node, as the relay last saw it."""
+
+    name: str  # the target the relay connects to, e.g. gpu001:9477
+    state: str = "connecting"
+    reason: str | None = None
+    node: str | None = None  # the hello's node name
+    hello: Frame | None = None
+    sample: Frame | None = None
+    last_seen: float | None = None  # monotonic
+    frames: int = 0
+
+    def names(self) -> tuple[str, ...]:
+        host = self.name.rsplit(":", 1)[0]
+        return (self.name, host, self.node) if self.node else (self.name, host)
+
+
+def merge_steps(older: dict[str, Any] | None,
+                newer: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Add two samples' step sums, so a viewer sent only the newer sample misses nothing."""
+    if not older:
+        return newer
+    if not newer:
+        return older
+    jobs: dict[str, dict[str, Any]] = {}
+    for section in (older, newer):
+        for job in section.get("jobs") or []:
+            into = jobs.setdefault(job["id"], {"id": job["id"], "world": 0, "ranks": {}})
+            into["world"] = max(into["world"], int(job.get("world") or 0))
+            for r in job.get("ranks") or []:
+                acc = into["ranks"].setdefault(r["rank"], {"rank": r["rank"]})
+                for key in ("steps", "wall", "compute", "samples", "tokens"):
+                    if r.get(key) is not None:
+                        acc[key] = acc.get(key, 0) + r[key]
+    out = dict(newer)
+    out["jobs"] = [{**j, "ranks": list(j["ranks"].values())} for j in jobs.values()]
+    return out
+
+
+class ViewerFeed:
+    """What one viewer subscribed to and what it is still owed."""
+
+    def __init__(self, peer: str, interval: float) -> None:
+        self.peer = peer
+        self.default_interval = interval
+        self.interval = interval
+        self.families: frozenset[str] | None = None
+        self.nodes: frozenset[str] | None = None
+        self.hellos: dict[str, Frame] = {}
+        self.samples: dict[str, Frame] = {}
+        self.events: deque[tuple[str, Frame]] = deque()
+        self.states: dict[str, tuple[str, str | None]] = {}
+        self.dropped = 0
+        self.budget_seq = -1
+        self.batches = 0
+        self.bytes = 0
+
+    def subscribe(self, interval: float | None, families: list[str] | None,
+                  nodes: list[str] | None) -> None:
+        self.interval = max(self.default_interval, interval or self.default_interval)
+        self.families = frozenset(families) if families is not None else None
+        if nodes is None:
+            self.nodes = None
+        else:
+            names: set[str] = set()
+            for item in nodes:
+                names.update(expand_hostlist(item))
+            self.nodes = frozenset(names)
+
+    def wants(self, source: Source) -> bool:
+        return self.nodes is None or any(n in self.nodes for n in source.names())
+
+    def wants_events(self) -> bool:
+        return self.families is None or "events" in self.families
+
+    def offer_state(self, source: Source) -> None:
+        self.states[source.name] = (source.state, source.reason)
+
+    def offer_hello(self, source: Source) -> None:
+        assert source.hello is not None
+        self.hellos[source.name] = source.hello
+        # Samples after a hello follow its inventory: an older one would be misread.
+        self.samples.pop(source.name, None)
+
+    def offer_sample(self, name: str, frame: Frame) -> None:
+        older = self.samples.get(name)
+        if older is not None:
+            old_steps = older.message.extra.get("steps")  # type: ignore[union-attr]
+            if old_steps:
+                sample = frame.message
+                assert isinstance(sample, Sample)
+                steps = merge_steps(old_steps, sample.extra.get("steps"))
+                frame = Frame(dataclasses.replace(sample, extra={**sample.extra,
+                                                                 "steps": steps}))
+        self.samples[name] = frame
+
+    def offer_event(self, name: str, frame: Frame) -> None:
+        if len(self.events) >= MAX_VIEWER_EVENTS:
+            self.events.popleft()
+            self.dropped += 1
+        self.events.append((name, frame))
+
+    def take(self, ts: float, relay: str, budget: dict[str, dict[str, Any]] | None,
+             budget_seq: int) -> list[bytes]:
+        """Everything owed, as one or more encoded batch messages (always at least one:
+        an empty batch tells the viewer the relay is alive)."""
+        entries: list[tuple[str, bytes]] = []
+        for name, frame in self.hellos.items():
+            entries.append((name, frame.encoded(self.families)))
+        for name, frame in self.events:
+            entries.append((name, frame.encoded(self.families)))
+        for name, frame in self.samples.items():
+            entries.append((name, frame.encoded(self.families)))
+        states = [(name, state, reason) for name, (state, reason) in self.states.items()]
+        self.hellos.clear()
+        self.events.clear()
+        self.samples.clear()
+        self.states.clear()
+        send_budget = budget if budget is not None and budget_seq != self.budget_seq else None
+        self.budget_seq = budget_seq
+        out: list[bytes] = []
+        chunk: list[tuple[str, bytes]] = []
+        size = 0
+        for entry in entries:
+            if chunk and size + len(entry[1]) > BATCH_BYTES:
+                out.append(self._encode(ts, relay, chunk, [], None))
+                chunk, size = [], 0
+            chunk.append(entry)
+            size += len(entry[1])
+        out.append(self._encode(ts, relay, chunk, states, send_budget))
+        self.batches += len(out)
+        self.bytes += sum(len(b) for b in out)
+        return out
+
+    def _encode(self, ts: float, relay: str, frames: list[tuple[str, bytes]],
+                states: list[tuple[str, str, str | None]],
+                budget: dict[str, dict[str, Any]] | None) -> bytes:
+        batch = Batch(ts=ts, frames=frames, sources=states, budget=budget, relay=relay,
+                      dropped=self.dropped)
+        return encode_map(batch.to_wire())
+
+
+@dataclass
+class RelayStats:
+    frames_in: int = 0
+    bad_frames: int = 0
+    steps_reports: int = 0
+
+
+class FanOut:
+    """The relay's sink for upstream streams (`tuimon.sources.agent_stream.StreamSink`)
+    and the set of viewer feeds."""
+
+    def __init__(self, on_steps: Callable[[str, float, float, float], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.sources: dict[str, Source] = {}
+        self.viewers: set[ViewerFeed] = set()
+        self.on_steps = on_steps
+        self.clock = clock
+        self.stats = RelayStats()
+
+    # -- viewers --------------------------------------------------------------------
+
+    def attach(self, feed: ViewerFeed) -> None:
+        self.viewers.add(feed)
+        self.refill(feed)
+
+    def detach(self, feed: ViewerFeed) -> None:
+        self.viewers.discard(feed)
+
+    def refill(self, feed: ViewerFeed) -> None:
+        """Owe a viewer the current picture of every node it wants (on connect and on a
+        new subscription), so it does not wait a full interval to see the cluster."""
+        feed.hellos.clear()
+        feed.samples.clear()
+        feed.states.clear()
+        for source in self.sources.values():
+            if not feed.wants(source):
+                continue
+            feed.offer_state(source)
+            if source.hello is not None:
+                feed.offer_hello(source)
+            if source.sample is not None and source.state == "up":
+                feed.offer_sample(source.name, source.sample)
+
+    def _feeds(self, source: Source) -> Iterable[ViewerFeed]:
+        return (f for f in self.viewers if f.wants(source))
+
+    # -- StreamSink -----------------------------------------------------------------
+
+    def add_target(self, target: str) -> Source:
+        source = self.sources.get(target)
+        if source is None:
+            source = self.sources[target] = Source(target)
+            for feed in self._feeds(source):
+                feed.offer_state(source)
+        return source
+
+    def forget_target(self, target: str) -> None:
+        # An upstream relay is not a node; viewers never heard of it as one.
+        self.sources.pop(target, None)
+        for feed in self.viewers:
+            feed.states.pop(target, None)
+
+    def apply_message(self, target: str, message: Hello | Sample | Event | None,
+                      raw: bytes = b"") -> None:
+        if message is None:
+            return
+        source = self.add_target(target)
+        self.stats.frames_in += 1
+        source.frames += 1
+        source.last_seen = self.clock()
+        if source.state != "up":
+            self._set_state(source, "up", None)
+        frame = _source_frame(message, raw)
+        if isinstance(message, Hello):
+            source.hello = frame
+            source.node = message.node
+            for feed in self._feeds(source):
+                feed.offer_hello(source)
+        elif isinstance(message, Sample):
+            source.sample = frame
+            self._count_steps(message)
+            for feed in self._feeds(source):
+                feed.offer_sample(target, frame)
+        else:
+            for feed in self._feeds(source):
+                if feed.wants_events():
+                    feed.offer_event(target, frame)
+
+    def mark_stale(self, target: str, reason: str) -> None:
+        source = self.add_target(target)
+        now = self.clock()
+        recent = source.last_seen is not None and now - source.last_seen <= DOWN_AFTER
+        self._set_state(source, "stale" if recent else "down", reason)
+
+    def note_protocol_error(self, target: str, reason: str) -> None:
+        self.stats.bad_frames += 1
+        self.mark_stale(target, f"bad frame: {reason}")
+
+    def apply_source_state(self, source: str, state: str, reason: str | None) -> None:
+        # A relay upstream of this one says how its node stands: pass it on.
+        self._set_state(self.add_target(source), state, reason)
+
+    def apply_budget(self, budget: dict[str, dict[str, Any]]) -> None:
+        """An upstream relay's ledger; this relay keeps its own from the same steps."""
+
+    def refresh(self) -> None:
+        """Stale sources become down after DOWN_AFTER; call about once a second."""
+        now = self.clock()
+        for source in self.sources.values():
+            if source.state == "stale" and (source.last_seen is None
+                                            or now - source.last_seen > DOWN_AFTER):
+                self._set_state(source, "down", source.reason)
+
+    # -- internals ------------------------------------------------------------------
+
+    def _set_state(self, source: Source, state: str, reason: str | None) -> None:
+        if (source.state, source.reason) == (state, reason):
+            return
+        source.state, source.reason = state, reason
+        for feed in self._feeds(source):
+            feed.offer_state(source)
+
+    def _count_steps(self, sample: Sample) -> None:
+        steps = sample.extra.get("steps")
+        if not steps or self.on_steps is None:
+            return
+        self.stats.steps_reports += 1
+        for job in steps.get("jobs") or []:
+            world = int(job.get("world") or 0)
+            if world <= 0:
+                continue
+            wall = sum(r.get("wall") or 0.0 for r in job.get("ranks") or [])
+            compute = sum(r.get("compute") or 0.0 for r in job.get("ranks") or [])
+            self.on_steps(job["id"], sample.ts, wall / world, compute / world)
+
+    def counts(self) -> dict[str, int]:
+        out = {"connecting": 0, "up": 0, "stale": 0, "down": 0}
+        for source in self.sources.values():
+            out[source.state] = out.get(source.state, 0) + 1
+        return out

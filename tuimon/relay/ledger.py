@@ -1,0 +1,177 @@
+"""The relay's SLO ledger: per job, total and effective seconds in per-minute buckets, in
+SQLite (WAL), kept 30 days.
+
+Step reports arrive as per-sample sums; they are added to buckets in memory and written
+in one transaction every `flush_every` seconds (10 by default), so a kill -9 loses at
+most that much. WAL with synchronous=NORMAL makes a committed transaction survive the
+process dying (only an OS crash can lose the last ones). A write that fails (disk full,
+read-only file system, the size cap) is reported with the path and SQLite's reason, the
+unwritten minutes stay in memory and are retried; SQLite's rollback leaves the file as
+it was, never half written.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tuimon.model.slo import BURN_WINDOWS_S
+
+log = logging.getLogger(__name__)
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS buckets (
+    job TEXT NOT NULL,
+    minute INTEGER NOT NULL,      -- Unix time // 60, on the agents' clock
+    total_s REAL NOT NULL,        -- run time in the minute (rank-seconds / world)
+    effective_s REAL NOT NULL,    -- compute time in the minute (rank-seconds / world)
+    PRIMARY KEY (job, minute)
+) WITHOUT ROWID;
+"""
+UPSERT = """
+INSERT INTO buckets (job, minute, total_s, effective_s) VALUES (?, ?, ?, ?)
+ON CONFLICT (job, minute) DO UPDATE SET total_s = total_s + excluded.total_s,
+                                        effective_s = effective_s + excluded.effective_s
+"""
+# Unwritten minutes kept in memory while the disk refuses them (jobs x minutes).
+MAX_PENDING = 100_000
+
+
+class LedgerError(Exception):
+    """The ledger file cannot be opened; the message names the path and the reason."""
+
+
+class Ledger:
+    def __init__(self, path: str | Path, *, keep_days: float = 30.0,
+                 window_hours: float = 720.0, max_bytes: int | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.path = Path(path)
+        self.keep_days = keep_days
+        self.window_hours = window_hours
+        self.clock = clock
+        self.error: str | None = None
+        self.written = 0
+        self._pending: dict[tuple[str, int], list[float]] = {}
+        self._lost_minutes = 0
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            if max_bytes is not None:
+                page = self._db.execute("PRAGMA page_size").fetchone()[0]
+                self._db.execute(f"PRAGMA max_page_count={max(1, max_bytes // page)}")
+            self._db.executescript(SCHEMA)
+            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+        except (OSError, sqlite3.Error) as exc:
+            raise LedgerError(f"ledger {self.path}: {exc}") from None
+        if check != "ok":
+            raise LedgerError(f"ledger {self.path} is damaged ({check}); move it aside "
+                              "and the relay starts a new one")
+
+    def close(self) -> None:
+        self.flush()
+        self._db.close()
+
+    # -- writing ------------------------------------------------------------------
+
+    def add(self, job: str, ts: float, total_s: float, effective_s: float) -> None:
+        if total_s <= 0:
+            return
+        key = (job, int(ts // 60))
+        bucket = self._pending.get(key)
+        if bucket is None:
+            if len(self._pending) >= MAX_PENDING:
+                self._lost_minutes += 1
+                return
+            bucket = self._pending[key] = [0.0, 0.0]
+        bucket[0] += total_s
+        bucket[1] += min(effective_s, total_s)
+
+    def flush(self) -> bool:
+        """Write the buckets added since the last flush; False if the disk refused."""
+        if not self._pending:
+            return self.error is None
+        rows = [(job, minute, t, e) for (job, minute), (t, e) in self._pending.items()]
+        try:
+            with self._db:  # one transaction: all of it or none of it
+                self._db.execute("BEGIN")
+                self._db.executemany(UPSERT, rows)
+        except sqlite3.Error as exc:
+            message = (f"ledger {self.path}: cannot write {len(rows)} minute buckets: {exc};"
+                       " keeping them in memory and retrying")
+            if message != self.error:
+                log.error("%s", message)
+            self.error = message
+            return False
+        if self.error is not None:
+            log.warning("ledger %s: writing again (%d buckets caught up)", self.path, len(rows))
+        self.error = None
+        self.written += len(rows)
+        self._pending.clear()
+        return True
+
+    def prune(self) -> int:
+        """Drop buckets older than the retention; returns how many went."""
+        first = int(self.clock() // 60) - int(self.keep_days * 1440)
+        try:
+            with self._db:
+                self._db.execute("BEGIN")
+                cur = self._db.execute("DELETE FROM buckets WHERE minute < ?", (first,))
+        except sqlite3.Error as exc:
+            log.error("ledger %s: cannot prune: %s", self.path, exc)
+            return 0
+        return cur.rowcount
+
+    # -- reading ------------------------------------------------------------------
+
+    def summary(self, now: float | None = None) -> dict[str, dict[str, Any]]:
+        """Per job: since when it is counted, consumed and observed hours over the window,
+        and the error ratio of each burn window (nil where nothing was observed)."""
+        now = self.clock() if now is None else now
+        minute_now = int(now // 60)
+        sums: dict[str, dict[str, Any]] = {}
+
+        def add(job: str, key: str, total: float, effective: float) -> None:
+            entry = sums.setdefault(job, {"windows": {}})
+            t, e = entry["windows"].get(key, (0.0, 0.0))
+            entry["windows"][key] = (t + total, e + effective)
+
+        windows = {"run": self.window_hours * 3600}
+        windows.update(BURN_WINDOWS_S)
+        for key, seconds in windows.items():
+            first = minute_now - int(seconds // 60)
+            for job, total, effective in self._db.execute(
+                    "SELECT job, SUM(total_s), SUM(effective_s) FROM buckets "
+                    "WHERE minute > ? GROUP BY job", (first,)):
+                add(job, key, total or 0.0, effective or 0.0)
+            for (job, minute), (t, e) in self._pending.items():
+                if minute > first:
+                    add(job, key, t, e)
+        since = dict(self._db.execute("SELECT job, MIN(minute) FROM buckets GROUP BY job"))
+        for (job, minute) in self._pending:
+            since[job] = min(since.get(job, minute), minute)
+        out: dict[str, dict[str, Any]] = {}
+        for job, entry in sums.items():
+            total, effective = entry["windows"].get("run", (0.0, 0.0))
+            ratios = {}
+            for key in BURN_WINDOWS_S:
+                t, e = entry["windows"].get(key, (0.0, 0.0))
+                ratios[key] = 1 - e / t if t > 0 else None
+            out[job] = {"since": since.get(job, minute_now) * 60.0,
+                        "window_h": self.window_hours,
+                        "consumed_h": (total - effective) / 3600,
+                        "observed_h": total / 3600,
+                        "error_ratio": ratios,
+                        "error": self.error}
+        return out
+
+    def buckets(self, job: str) -> list[tuple[int, float, float]]:
+        """Every stored (minute, total_s, effective_s) of a job, oldest first."""
+        return list(self._db.execute(
+            "SELECT minute, total_s, effective_s FROM buckets WHERE job = ? ORDER BY minute",
+            (job,)))

@@ -1,0 +1,220 @@
+"""The relay's HTTP side: `/v1/stream` for viewers (batches), `/metrics`, `/healthz`.
+
+`build_relay_app` returns an aiohttp Application whose `cleanup_ctx` owns the upstream
+streams, the ledger and the periodic work (start in order, stop in reverse, await every
+task), and whose shutdown closes every open viewer stream, as aiohttp's examples do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import weakref
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import WSCloseCode, web
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from agent.protocol import ProtocolError, Subscribe
+from agent.security import token_matches
+from agent.version import __version__
+from agent.viewer_socket import MAX_CLIENT_MESSAGE, read_viewer
+from tuimon.relay.fanout import FanOut, ViewerFeed
+from tuimon.relay.ledger import Ledger
+from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon.sources.targets import TargetError
+
+log = logging.getLogger(__name__)
+
+PROTECTED = ("/v1/", "/metrics")
+
+
+@dataclass
+class RelayState:
+    """Everything one relay holds; one per application, no module-level singletons."""
+
+    name: str
+    targets: list[str]
+    upstream: StreamOptions
+    fanout: FanOut
+    ledger: Ledger | None
+    interval: float = 0.5
+    max_viewers: int = 256
+    budget_every: float = 5.0
+    flush_every: float = 10.0
+    token: str | None = None
+    budget: dict[str, dict[str, Any]] | None = None
+    budget_seq: int = 0
+    started: float = field(default_factory=time.time)
+
+
+STATE = web.AppKey("relay", RelayState)
+STREAMS = web.AppKey("streams", weakref.WeakSet)
+REGISTRY = web.AppKey("registry", CollectorRegistry)
+
+
+@web.middleware
+async def _auth(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    token = request.app[STATE].token
+    if (token and request.path.startswith(PROTECTED)
+            and not token_matches(request.headers.get("Authorization"), token)):
+        log.warning("rejected %s %s from %s: missing or wrong token", request.method,
+                    request.path, request.remote)
+        raise web.HTTPUnauthorized(
+            text="401: missing or wrong bearer token\n",
+            headers={"WWW-Authenticate": 'Bearer realm="tuimon"'})
+    return await handler(request)
+
+
+async def _upstream(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE]
+    async with watching(state.targets, state.fanout, state.upstream):
+        yield
+
+
+async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
+    state = app[STATE]
+    task = asyncio.create_task(_periodic(state), name="tuimon-relay-housekeeping")
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    if state.ledger is not None:
+        state.ledger.close()
+
+
+async def _periodic(state: RelayState) -> None:
+    last_flush = last_budget = last_prune = 0.0
+    while True:
+        now = time.monotonic()
+        state.fanout.refresh()
+        if state.ledger is not None:
+            if now - last_flush >= state.flush_every:
+                state.ledger.flush()
+                last_flush = now
+            if now - last_prune >= 3600:
+                state.ledger.prune()
+                last_prune = now
+            if now - last_budget >= state.budget_every:
+                state.budget = state.ledger.summary()
+                state.budget_seq += 1
+                last_budget = now
+        await asyncio.sleep(min(1.0, state.budget_every, state.flush_every))
+
+
+async def _close_streams(app: web.Application) -> None:
+    for ws in list(app[STREAMS]):
+        await ws.close(code=WSCloseCode.GOING_AWAY, message=b"relay shutting down")
+
+
+async def _writer(ws: web.WebSocketResponse, feed: ViewerFeed, state: RelayState) -> None:
+    # The first batch goes out after a short pause, so a subscription sent right after
+    # connecting shapes it (a full snapshot of thousands of nodes is not cheap).
+    await asyncio.sleep(min(0.2, feed.interval))
+    while not ws.closed:
+        started = time.monotonic()
+        for data in feed.take(time.time(), state.name, state.budget, state.budget_seq):
+            await ws.send_bytes(data)  # waits while the viewer's socket is full
+        await asyncio.sleep(max(0.0, feed.interval - (time.monotonic() - started)))
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    state = request.app[STATE]
+    peer = request.remote or "?"
+    if len(state.fanout.viewers) >= state.max_viewers:
+        raise web.HTTPServiceUnavailable(
+            text=f"503: too many viewers (limit {state.max_viewers})\n")
+    ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_CLIENT_MESSAGE)
+    await ws.prepare(request)
+    request.app[STREAMS].add(ws)
+    feed = ViewerFeed(peer, state.interval)
+    state.fanout.attach(feed)
+    writer = asyncio.create_task(_writer(ws, feed, state), name=f"tuimon-relay-{peer}")
+
+    def subscribe(message: Subscribe) -> None:
+        try:
+            feed.subscribe(message.interval, message.families, message.nodes)
+        except TargetError as exc:
+            raise ProtocolError(f"subscribe.nodes: {exc}") from None
+        state.fanout.refill(feed)
+
+    try:
+        await read_viewer(ws, peer, subscribe, writer)
+    finally:
+        state.fanout.detach(feed)
+    return ws
+
+
+async def healthz(request: web.Request) -> web.Response:
+    state = request.app[STATE]
+    ledger = state.ledger
+    return web.json_response({
+        "status": "ok" if ledger is None or ledger.error is None else "ledger_error",
+        "relay": state.name,
+        "version": __version__,
+        "sources": state.fanout.counts(),
+        "viewers": len(state.fanout.viewers),
+        "frames_in": state.fanout.stats.frames_in,
+        "bad_frames": state.fanout.stats.bad_frames,
+        "ledger": None if ledger is None else {"path": str(ledger.path),
+                                                "error": ledger.error,
+                                                "jobs": sorted((state.budget or {}).keys())},
+    })
+
+
+class RelayCollector(Collector):
+    """The relay's own health, built from its state at scrape time."""
+
+    def __init__(self, state: RelayState) -> None:
+        self.state = state
+
+    def collect(self) -> list[Metric]:
+        s = self.state
+        sources = GaugeMetricFamily("tuimon_relay_sources", "Upstream nodes by state",
+                                    labels=["state"])
+        for name, n in s.fanout.counts().items():
+            sources.add_metric([name], n)
+        viewers = GaugeMetricFamily("tuimon_relay_viewers", "Connected viewers")
+        viewers.add_metric([], len(s.fanout.viewers))
+        frames = CounterMetricFamily("tuimon_relay_frames_received",
+                                     "Frames received from upstream nodes")
+        frames.add_metric([], s.fanout.stats.frames_in)
+        bad = CounterMetricFamily("tuimon_relay_bad_frames", "Upstream frames refused")
+        bad.add_metric([], s.fanout.stats.bad_frames)
+        ledger_ok = GaugeMetricFamily("tuimon_relay_ledger_ok",
+                                      "1 when the SLO ledger's last write succeeded")
+        ledger_ok.add_metric([], 1 if s.ledger is None or s.ledger.error is None else 0)
+        consumed = GaugeMetricFamily("tuimon_relay_budget_consumed_hours",
+                                     "Error budget consumed over the SLO window, per job",
+                                     labels=["job"])
+        for job, entry in (s.budget or {}).items():
+            consumed.add_metric([job], entry["consumed_h"])
+        return [sources, viewers, frames, bad, ledger_ok, consumed]
+
+
+async def metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[REGISTRY])
+    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; "
+                                                            "charset=utf-8"})
+
+
+def build_relay_app(state: RelayState) -> web.Application:
+    app = web.Application(middlewares=[_auth], client_max_size=MAX_CLIENT_MESSAGE)
+    app[STATE] = state
+    app[STREAMS] = weakref.WeakSet()
+    registry = CollectorRegistry(auto_describe=True)
+    registry.register(RelayCollector(state))
+    app[REGISTRY] = registry
+    app.router.add_get("/v1/stream", stream)
+    app.router.add_get("/metrics", metrics)
+    app.router.add_get("/healthz", healthz)
+    app.cleanup_ctx.append(_housekeeping)
+    app.cleanup_ctx.append(_upstream)
+    app.on_shutdown.append(_close_streams)
+    return app
