@@ -10,6 +10,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Finding
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.heat import HeatMetric
+from tuimon.model.slo import LedgerBurn
 from tuimon.model.storage import StorageView
 from tuimon.ui.text import rate, safe, size, sparkline
 
@@ -95,7 +96,8 @@ class SloStrip(Static):
                     f"[{sli_color}]SLI[/] [$heat-4]{spark}[/] {sli_text}  {effic}"
                     + (f"  MFU [b]{mfu:.2f}[/b]" if mfu is not None else "")
                     + f"  {throughput or 0:,.0f} samples/s"
-                    f"  budget [$heat-4]{bar}[/] {left:.1f}/{eff.slo.budget_hours:.0f} h"
+                    f"  budget{_budget_scope(state.burn)} [$heat-4]{bar}[/] "
+                    f"{left:.1f}/{eff.slo.budget_hours:.0f} h"
                     f"{empty}  burn {burn_text or '-'} {status}")
             if state.stragglers:
                 s = state.stragglers[0]
@@ -108,6 +110,15 @@ class SloStrip(Static):
                         f"{burn_text.split(' ')[-1] if burn_text else '-'}")
             lines.append(line)
         self.update("\n".join(lines))
+
+
+def _budget_scope(burn: object) -> str:
+    """Whose count the budget is: the relay's ledger (the run) or this viewer's session."""
+    if isinstance(burn, LedgerBurn):
+        if burn.error:
+            return " [$error](ledger not writing)[/]"
+        return " (run)"
+    return " (session)"
 
 
 class Legend(Static):
