@@ -74,3 +74,31 @@ async def test_cluster_from_the_config_file_and_flags_win(tmp_path: Path,
     f.write_text("[clusters.lab]\nslo_target = 2\n")
     code, _, err = await _tuimon("--config", str(f), "--cluster", "lab", "status")
     assert code == 2 and f"{f}:2: clusters.lab.slo_target" in err
+
+
+async def test_a_cluster_behind_prometheus_or_a_relay(tmp_path: Path,
+                                                      unused_tcp_port_factory) -> None:
+    """`prometheus = URL` makes `tuimon --cluster NAME` read Prometheus; `relay = HOST:PORT`
+    connects to the relay."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # nothing listens here once the socket closes
+    f = tmp_path / "config.toml"
+    f.write_text(f'[clusters.site]\nprometheus = "http://127.0.0.1:{dead}"\n'
+                 'match = \'cluster="site"\'\n')
+    code, _, err = await _tuimon("--config", str(f), "--cluster", "site", "--once")
+    assert code == 2
+    assert f"prometheus http://127.0.0.1:{dead}: cannot connect" in err, err
+
+    from tuimon.relay import Relay, RelayConfig
+
+    sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="healthy")
+    async with sim, Relay(RelayConfig(targets=sim.targets, listen="127.0.0.1:0",
+                                      interval=0.2)) as relay:
+        f.write_text(f'[clusters.login]\nrelay = "127.0.0.1:{relay.port}"\n')
+        code, out, err = await _tuimon("--config", str(f), "--cluster", "login", "--once")
+    assert code == 0, err
+    assert "nodes up 2" in out and "sim-node001" in out

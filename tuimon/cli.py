@@ -8,7 +8,11 @@ import dataclasses
 import json
 import sys
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
+from typing import Any
+
+import aiohttp
 
 from agent.protocol import Subscribe
 from agent.security import ConfigError, client_ssl_context, load_token
@@ -105,6 +109,24 @@ def build_parser() -> argparse.ArgumentParser:
     _target_options(connect)
     _view_options(connect)
     _slo_options(connect)
+    prom = sub.add_parser("prom", help="watch the cluster through Prometheus (or Thanos, "
+                                       "Mimir, VictoriaMetrics): agent, dcgm-exporter and "
+                                       "node_exporter metrics")
+    prom.add_argument("url", help="the server's base URL, e.g. http://prometheus:9090")
+    prom.add_argument("--token-file", metavar="F", help="bearer token for the server")
+    prom.add_argument("--tls-ca", metavar="F", help="CA bundle for an https:// server")
+    prom.add_argument("--tls-insecure", action="store_true",
+                      help="do not verify the server's certificate")
+    prom.add_argument("--match", default="", metavar="MATCHERS",
+                      help="label matchers added to every query, e.g. 'cluster=\"prod\"'")
+    prom.add_argument("--every", type=float, default=5.0, metavar="S",
+                      help="seconds between refreshes (default 5)")
+    prom.add_argument("--name", default="cluster", help="cluster name shown in the header")
+    prom.add_argument("--topology", metavar="F",
+                      help="Slurm topology.conf: group nodes by leaf switch")
+    prom.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s")
+    _view_options(prom)
+    _slo_options(prom)
     rep = sub.add_parser("replay", help="play a recording back in the app: space pauses, "
                                         ". steps, [ ] seek a minute, + - speed")
     rep.add_argument("file")
@@ -131,16 +153,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-COMMANDS = ("connect", "status", "replay", "demo")
+COMMANDS = ("connect", "status", "replay", "demo", "prom")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not any(a in COMMANDS for a in argv) and "--cluster" in argv:
-        argv.append("connect")  # `tuimon --cluster prod` watches that cluster
-    args = build_parser().parse_args(argv)
     try:
-        if args.cluster and args.command in ("connect", "status"):
+        if not any(a in COMMANDS for a in argv) and "--cluster" in argv:
+            # `tuimon --cluster prod` watches that cluster, through Prometheus if that is
+            # what the config file names for it.
+            argv = _implicit_command(argv)
+        args = build_parser().parse_args(argv)
+        if args.cluster and args.command in ("connect", "status", "prom"):
             _apply_config(args)
         if args.command == "demo":
             if args.once or args.plain:
@@ -150,6 +174,8 @@ def main(argv: list[str] | None = None) -> int:
             return _status(args)
         if args.command == "replay":
             return _replay(args)
+        if args.command == "prom":
+            return _prom(args)
         if args.once or args.plain:
             return asyncio.run(_connect(args))
         return _connect_app(args)
@@ -175,7 +201,20 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
+Recorder = Callable[[str, bytes], None]
+# How a viewer gets its data: given the model and an optional recorder, a context in
+# which the model is kept up to date (agents or a relay via `watching`, or Prometheus).
+Feed = Callable[[ClusterState, "Recorder | None"], AbstractAsyncContextManager[Any]]
+
+
+def _agent_feed(targets: list[str], options: StreamOptions) -> Feed:
+    def feed(state: ClusterState, recorder: Recorder | None) -> AbstractAsyncContextManager[Any]:
+        opts = dataclasses.replace(options, recorder=recorder) if recorder else options
+        return watching(targets, state, opts)
+    return feed
+
+
+def _run_app(cluster: ClusterState, feed: Feed,
              theme: str | None, topology: dict[str, str], provisioned: dict[str, float],
              slo: tuple[Slo, dict[str, float], dict[str, float]],
              before: Callable[[], Awaitable[None]] | None = None,
@@ -185,23 +224,19 @@ def _run_app(cluster: ClusterState, targets: list[str], options: StreamOptions,
     from tuimon.ui.app import TuimonApp
 
     writer = RecordingWriter(record, cluster.name) if record else None
-    if writer is not None:
-        options = dataclasses.replace(options, recorder=writer.write)
 
     def sources(state: ClusterState) -> list[Awaitable[None]]:
         async def run_all() -> None:
             if before is not None:
                 await before()
             try:
-                async with watching(targets, state, options):
+                async with feed(state, writer.write if writer is not None else None):
                     await asyncio.Event().wait()  # until the app cancels this task
             finally:
                 if after is not None:
                     await after()
         return [run_all()]
 
-    for t in targets:
-        cluster.add_target(t)
     try:
         TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
                   provisioned=provisioned, slo=slo[0], baselines=slo[1],
@@ -226,9 +261,21 @@ def _provisioned(items: list[str]) -> dict[str, float]:
     return out
 
 
-async def _watch(cluster: ClusterState, targets: list[str], options: StreamOptions,
-                 once: bool) -> int:
-    async with watching(targets, cluster, options):
+async def _watch(cluster: ClusterState, feed: Feed, once: bool,
+                 record: str | None = None) -> int:
+    from tuimon.sources.recording import RecordingWriter
+
+    writer = RecordingWriter(record, cluster.name) if record else None
+    try:
+        return await _print_loop(cluster, feed, once, writer.write if writer else None)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+async def _print_loop(cluster: ClusterState, feed: Feed, once: bool,
+                      recorder: Recorder | None) -> int:
+    async with feed(cluster, recorder):
         if once:
             await asyncio.sleep(2.5)
             print(render(cluster, max_rows=10_000))
@@ -264,8 +311,7 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], StreamOptions
     return targets, StreamOptions(token=token, ssl_context=ssl_ctx, subscribe=subscribe)
 
 
-def _apply_config(args: argparse.Namespace) -> None:
-    """Fill the options not given on the command line from the named cluster."""
+def _cluster_config(args: argparse.Namespace) -> Any:
     from tuimon import config
 
     path = Path(args.config).expanduser() if args.config else None
@@ -274,19 +320,40 @@ def _apply_config(args: argparse.Namespace) -> None:
         known = ", ".join(sorted(clusters)) or "none"
         raise TargetError(f"no cluster {args.cluster!r} in "
                           f"{path or config.default_path()} (clusters: {known})")
-    c = clusters[args.cluster]
+    return clusters[args.cluster]
+
+
+def _implicit_command(argv: list[str]) -> list[str]:
+    """The global options, then the command the cluster's config implies, then the rest
+    (which are that command's options)."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--cluster")
+    pre.add_argument("--config")
+    known, rest = pre.parse_known_args(argv)
+    c = _cluster_config(known)
+    front = ["--cluster", known.cluster] + (["--config", known.config] if known.config else [])
+    if c.get("prometheus") and not (c.get("targets") or c.get("relay")):
+        return [*front, "prom", c.get("prometheus"), *rest]
+    return [*front, "connect", *rest]
+
+
+def _apply_config(args: argparse.Namespace) -> None:
+    """Fill the options not given on the command line from the named cluster."""
+    c = _cluster_config(args)
 
     def home(v: str) -> str:
         return str(Path(v).expanduser())
 
-    if not args.targets:
-        args.targets = list(c.get("targets", []))
+    if hasattr(args, "targets") and not args.targets:
+        args.targets = list(c.get("targets", [])) + ([c.get("relay")] if c.get("relay") else [])
     for key in ("targets_file", "token_file", "tls_ca", "topology"):
-        if getattr(args, key) is None and c.get(key):
+        if getattr(args, key, "") is None and c.get(key):
             setattr(args, key, home(c.get(key)))
     for key in ("tls", "tls_insecure"):
-        if not getattr(args, key) and c.get(key):
+        if hasattr(args, key) and not getattr(args, key) and c.get(key):
             setattr(args, key, True)
+    if getattr(args, "match", None) == "" and c.get("match"):
+        args.match = c.get("match")
     if getattr(args, "theme", None) is None and c.get("theme"):
         args.theme = c.get("theme")
     if args.name == "cluster":
@@ -336,7 +403,68 @@ def _status(args: argparse.Namespace) -> int:
 def _connect_app(args: argparse.Namespace) -> int:
     targets, options = _connect_options(args)
     topology = _topology(args.topology, getattr(args, "leaves", None))
-    return _run_app(ClusterState(args.name), targets, options, args.theme, topology,
+    cluster = ClusterState(args.name)
+    for t in targets:
+        cluster.add_target(t)
+    return _run_app(cluster, _agent_feed(targets, options), args.theme, topology,
+                    _provisioned(args.provisioned), _slo(args), record=args.record)
+
+
+async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
+    """One refresh, printed; Prometheus failing is an error (exit 2), not an empty table."""
+    from tuimon.sources.prometheus import PromError, PromSource
+    from tuimon.sources.recording import RecordingWriter
+
+    options = _prom_options(args)
+    writer = RecordingWriter(args.record, cluster.name) if args.record else None
+    if writer is not None:
+        options = dataclasses.replace(options, recorder=writer.write)
+    try:
+        async with aiohttp.ClientSession() as session:
+            await PromSource(args.url, cluster, session, options).refresh()
+    except PromError as exc:
+        print(f"tuimon: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        if writer is not None:
+            writer.close()
+    print(render(cluster, max_rows=10_000))
+    return 0
+
+
+def _prom_options(args: argparse.Namespace) -> Any:
+    from tuimon.sources.prometheus import PromOptions
+
+    if not args.url.startswith(("http://", "https://")):
+        raise TargetError(f"prometheus URL {args.url!r}: expected http://HOST:PORT or "
+                          "https://...")
+    if not 0.5 <= args.every <= 3600:
+        raise TargetError(f"--every must be in [0.5, 3600] seconds, got {args.every}")
+    ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
+               if args.tls_ca or args.tls_insecure else None)
+    return PromOptions(token=load_token(args.token_file) if args.token_file else None,
+                       ssl_context=ssl_ctx, match=args.match, every=args.every,
+                       slo_hours=args.slo_hours)
+
+
+def _prom_feed(args: argparse.Namespace) -> Feed:
+    from tuimon.sources.prometheus import prom_watching
+
+    options = _prom_options(args)
+
+    def feed(state: ClusterState, recorder: Recorder | None) -> AbstractAsyncContextManager[Any]:
+        return prom_watching(args.url, state, dataclasses.replace(options, recorder=recorder))
+    return feed
+
+
+def _prom(args: argparse.Namespace) -> int:
+    feed = _prom_feed(args)
+    cluster = ClusterState(args.name)
+    if args.once:
+        return asyncio.run(_prom_once(args, cluster))
+    if args.plain:
+        return asyncio.run(_watch(cluster, feed, args.once, args.record))
+    return _run_app(cluster, feed, args.theme, _topology(args.topology),
                     _provisioned(args.provisioned), _slo(args), record=args.record)
 
 
@@ -350,15 +478,18 @@ def _demo_app(args: argparse.Namespace) -> int:
         Path(args.truth).write_text(json.dumps(sim.truth(), indent=2) + "\n")
     topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
     slo = _slo(args)
-    return _run_app(ClusterState(f"demo: {args.nodes} simulated nodes"), sim.targets,
-                    StreamOptions(), args.theme, topology,
+    cluster = ClusterState(f"demo: {args.nodes} simulated nodes")
+    for t in sim.targets:
+        cluster.add_target(t)
+    return _run_app(cluster, _agent_feed(sim.targets, StreamOptions()), args.theme, topology,
                     {LUSTRE_MOUNT: sim.lustre_provisioned}, slo, before=sim.start,
                     after=sim.stop, record=args.record)
 
 
 async def _connect(args: argparse.Namespace) -> int:
     targets, options = _connect_options(args)
-    return await _watch(ClusterState(args.name), targets, options, args.once)
+    return await _watch(ClusterState(args.name), _agent_feed(targets, options), args.once,
+                        args.record)
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -369,7 +500,7 @@ async def _demo(args: argparse.Namespace) -> int:
                          speed=args.speed)
     async with cluster:
         return await _watch(ClusterState(f"demo ({args.nodes} simulated nodes)"),
-                            cluster.targets, StreamOptions(), args.once)
+                            _agent_feed(cluster.targets, StreamOptions()), args.once)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,9 @@
 
     [clusters.prod]
     targets = ["gpu[001-128]:9477"]      # or targets_file = "/etc/tuimon/targets"
+                                          # or relay = "login1:9478"
+                                          # or prometheus = "http://prom:9090"
+                                          #    (with match = 'cluster="prod"')
     token_file = "~/.config/tuimon/prod.token"
     tls = true
     tls_ca = "/etc/tuimon/ca.pem"
@@ -42,6 +45,7 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     "tls_insecure": bool, "topology": str, "leaves": dict, "theme": str,
     "slo_target": (int, float), "slo_hours": (int, float), "slo_days": (int, float),
     "baselines": dict, "flops_per_sample": dict, "provisioned": dict, "name": str,
+    "relay": str, "prometheus": str, "match": str,
 }
 
 

@@ -97,7 +97,7 @@ class AgentStream:
                 reason = ("wrong or missing token (401)" if exc.status == 401
                           else f"handshake refused: HTTP {exc.status}")
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-                reason = _describe(exc)
+                reason = describe_error(exc)
             except ProtocolError as exc:
                 reason = f"bad frame: {exc.reason}"
             self._lost(reason)
@@ -196,7 +196,8 @@ async def watching(targets: list[str], cluster: StreamSink,
                     await task
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """A connection failure in words for the node's reason column."""
     if isinstance(exc, aiohttp.ClientConnectorError):
         return f"cannot connect: {exc.os_error.strerror or exc.os_error}"
     if isinstance(exc, asyncio.TimeoutError):

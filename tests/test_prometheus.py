@@ -1,0 +1,279 @@
+"""`tuimon prom`: the live cluster read from a real Prometheus server (Debian's
+`prometheus`, started here on loopback) that scrapes real simulated agents, a test
+exporter speaking dcgm-exporter's names, and node_exporter on a /sys tree."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from agent.sim.cluster import SimCluster
+from tests.trees import ib_port
+from tuimon.model.cluster import ClusterState
+from tuimon.model.diagnosis import Diagnosis
+from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.slo import LedgerBurn, Slo
+from tuimon.model.storage import StorageView
+from tuimon.sources import prom_queries
+from tuimon.sources.prometheus import PromOptions, PromSource, prom_watching
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMETHEUS = shutil.which("prometheus")
+NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+
+pytestmark = pytest.mark.skipif(
+    PROMETHEUS is None and os.environ.get("CI") != "true",
+    reason="Prometheus not installed (apt-get install prometheus); CI installs it")
+
+MODEL = 'modelName="NVIDIA H100 80GB HBM3"'
+# (metric, help, {(host, gpu): value}); GPUs: dgx-a 0 and 1, dgx-b 0.
+DCGM_ROWS = (
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).",
+     {("dgx-a", 0): 87, ("dgx-a", 1): 12, ("dgx-b", 0): 95}),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).",
+     {("dgx-a", 0): 40960, ("dgx-a", 1): 1024, ("dgx-b", 0): 70000}),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
+     {("dgx-a", 0): 40960, ("dgx-a", 1): 80896, ("dgx-b", 0): 11920}),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).",
+     {("dgx-a", 0): 66, ("dgx-a", 1): 41, ("dgx-b", 0): 89}),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).",
+     {("dgx-a", 0): 512.5, ("dgx-a", 1): 80.25, ("dgx-b", 0): 690}),
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).",
+     {("dgx-a", 0): 1980, ("dgx-a", 1): 345, ("dgx-b", 0): 1410}),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
+     {("dgx-a", 0): 0, ("dgx-a", 1): 79, ("dgx-b", 0): 0}),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", "Current clock throttle reasons.",
+     {("dgx-b", 0): 64}),
+)
+
+
+def dcgm_text() -> str:
+    """dcgm-exporter's exposition: its names, its labels (gpu, UUID, device, modelName,
+    Hostname), its units (percent, MiB, MHz)."""
+    lines = []
+    for metric, help_text, values in DCGM_ROWS:
+        lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} gauge"]
+        for (host, gpu), value in values.items():
+            uuid = f"GPU-{host[-1]}{gpu}"
+            lines.append(f'{metric}{{gpu="{gpu}",UUID="{uuid}",device="nvidia{gpu}",'
+                         f'{MODEL},Hostname="{host}"}} {value}')
+    return "\n".join(lines) + "\n"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def prometheus(tmp: Path, targets: list[str]) -> Iterator[str]:
+    """A real Prometheus on loopback scraping `targets` every second."""
+    assert PROMETHEUS is not None, "CI must install prometheus (apt-get install prometheus)"
+    port = _free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: tuimon\n    static_configs:\n"
+        f"      - targets: {json.dumps(targets)}\n")
+    proc = subprocess.Popen(
+        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise AssertionError("prometheus did not start: " + (
+                    proc.stderr.read().decode() if proc.stderr and proc.poll() is not None
+                    else "timed out"))
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@contextlib.contextmanager
+def node_exporter(root: Path) -> Iterator[str | None]:
+    if NODE_EXPORTER is None:
+        yield None
+        return
+    port = _free_port()
+    proc = subprocess.Popen(
+        [NODE_EXPORTER, f"--path.sysfs={root / 'sys'}", f"--path.procfs={root / 'proc'}",
+         "--collector.disable-defaults", "--collector.infiniband",
+         f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@contextlib.asynccontextmanager
+async def dcgm_exporter() -> AsyncIterator[str]:
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(text=dcgm_text(), content_type="text/plain")
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+
+
+async def _until_series(url: str, promql: str, count: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as s:
+        while True:
+            async with s.get(f"{url}/api/v1/query", params={"query": promql}) as r:
+                body = await r.json()
+            if len(body["data"]["result"]) >= count:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"Prometheus has not {count} series of {promql}: {body}")
+            await asyncio.sleep(0.5)
+
+
+async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
+        tmp_path: Path, unused_tcp_port_factory, proc_root: Path) -> None:
+    ib_port(proc_root, "mlx5_0", counters={"port_xmit_data": 1000, "port_rcv_data": 2000})
+    sim = SimCluster(nodes=3, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="healthy")
+    async with sim, dcgm_exporter() as dcgm:
+        with node_exporter(proc_root) as nodex:
+            targets = [*sim.targets, dcgm] + ([nodex] if nodex else [])
+            with prometheus(tmp_path, targets) as url:
+                await _until_series(url, "tuimon_gpu_utilization_ratio", 6)
+                await _until_series(url, "DCGM_FI_DEV_GPU_UTIL", 3)
+                await _until_series(url, "rate(tuimon_job_wall_seconds_total[1m])", 6)
+                cluster = ClusterState()
+                async with aiohttp.ClientSession() as session:
+                    source = PromSource(url, cluster, session, PromOptions(every=1.0))
+                    await source.refresh()
+                    per_refresh = source.queries_run
+                    await source.refresh()  # the second refresh skips the budget queries
+                    assert source.queries_run - per_refresh == len(prom_queries.LIVE_QUERIES)
+    # A bounded number of queries, whatever the node count.
+    assert per_refresh == len(prom_queries.LIVE_QUERIES) + len(
+        prom_queries.budget_queries(720))
+
+    # Our agents' metrics: every simulated node with its two GPUs and its host.
+    for m in sim.members:
+        node = cluster.nodes[m.name]
+        assert node.status == "up" and node.gpu_count == 2, (m.name, node.reason)
+        gpus = node.sample.gpus
+        assert all(0 <= g["util"] <= 1 and g["mem_total"] > 0 for g in gpus)
+        assert node.sample.host["mem_total"] > 0
+        assert node.sample.extra["fabric"]["ports"], "IB ports of the simulated node"
+        assert node.sample.extra["storage"]["filesystems"]
+    # dcgm-exporter's names, units converted.
+    a, b = cluster.nodes["dgx-a"], cluster.nodes["dgx-b"]
+    assert a.gpu_count == 2 and b.gpu_count == 1
+    assert a.hello.gpus[0].uuid == "GPU-a0" and a.hello.gpus[0].name == "NVIDIA H100 80GB HBM3"
+    g0, g1 = a.sample.gpus
+    assert g0["util"] == pytest.approx(0.87) and g0["temp"] == 66
+    assert g0["mem_used"] == 40960 << 20 and g0["mem_total"] == 81920 << 20
+    assert g0["power"] == 512.5 and g0["sm_clock"] == 1980e6
+    assert g0.get("last_xid") is None and g1["last_xid"] == 79
+    assert b.sample.gpus[0]["clock_events"] == ["hw_thermal_slowdown"]
+    # ... so the diagnosis works on them as on the agents' frames.
+    eff = EfficiencyView(Slo(0.9, 720))
+    eff.update(cluster)
+    findings = Diagnosis().update(cluster, eff, StorageView())
+    assert any(f.kind == "xid" and f.where == "dgx-a GPU 1" and "XID 79" in f.message
+               for f in findings), findings
+    assert any(f.kind == "thermal" and f.where == "dgx-b GPU 0" for f in findings), findings
+    # node_exporter's InfiniBand port, on the node named by its instance's host.
+    if nodex:
+        port = cluster.nodes["127.0.0.1"].sample.extra["fabric"]["ports"][0]
+        assert port["id"] == "mlx5_0:1" and port["state"] == 4 and port["tx_bytes_s"] == 0
+    # The job's budget from the counters, and its SLI from the rates.
+    assert "llm-pretrain" in cluster.budgets
+    budget = cluster.budgets["llm-pretrain"]
+    assert budget["observed_h"] > 0 and budget["consumed_h"] >= 0
+    assert 0.0 < budget["error_ratio"]["5m"] < 0.3  # healthy: SLI about 0.92
+    assert isinstance(eff.jobs["llm-pretrain"].burn, LedgerBurn)
+    sli, throughput = eff.jobs["llm-pretrain"].window(60, eff.now)
+    assert sli is not None and 0.7 < sli <= 1.0 and throughput > 0
+
+
+async def test_prometheus_down_or_wrong_is_said(tmp_path: Path) -> None:
+    cluster = ClusterState()
+    cluster.add_target("dgx-a")
+    port = _free_port()
+    async with prom_watching(f"http://127.0.0.1:{port}", cluster,
+                             PromOptions(every=0.5, timeout=2)):
+        for _ in range(50):
+            if cluster.nodes["dgx-a"].reason:
+                break
+            await asyncio.sleep(0.1)
+    assert "cannot connect" in cluster.nodes["dgx-a"].reason
+    assert f"127.0.0.1:{port}" in cluster.nodes["dgx-a"].reason
+
+    async def bad(_: web.Request) -> web.Response:
+        return web.json_response({"status": "error", "errorType": "bad_data",
+                                  "error": "parse error at char 3"}, status=400)
+    app = web.Application()
+    app.router.add_get("/api/v1/query", bad)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = _free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        async with aiohttp.ClientSession() as session:
+            source = PromSource(f"http://127.0.0.1:{port}", ClusterState(), session)
+            with pytest.raises(Exception, match="parse error at char 3"):
+                await source.refresh()
+    finally:
+        await runner.cleanup()
+
+
+def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -> None:
+    """`tuimon prom URL --once --record FILE` against a real Prometheus, then replayed."""
+    async def scenario() -> tuple[str, str]:
+        sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.5,
+                         scenario="healthy")
+        async with sim:
+            with prometheus(tmp_path, sim.targets) as url:
+                await _until_series(url, "tuimon_gpu_utilization_ratio", 2)
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "tuimon.cli", "prom", url, "--once", "--every", "1",
+                    "--record", str(tmp_path / "rec.tuimon"), cwd=ROOT,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                out, err = await asyncio.wait_for(proc.communicate(), 60)
+                assert proc.returncode == 0, err.decode()
+                return out.decode(), err.decode()
+    out, _ = asyncio.run(scenario())
+    assert "nodes up 2" in out and "sim-node000" in out and "sim-node001" in out
