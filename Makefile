@@ -31,6 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/agent.py
 	$(BIN)/python bench/tui.py
 	$(BIN)/python bench/reporter.py
+	$(BIN)/python bench/relay.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import copy
 import fcntl
 import json
 import os
@@ -38,59 +37,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-
-
-# -- replay server -------------------------------------------------------------------------
-
-
-async def _serve(nodes: int, base_port: int, ready: Path) -> None:
-    import msgpack
-    from aiohttp import web
-
-    from tests.seeded import seeded_cluster
-
-    cluster, _ = await seeded_cluster(nodes=min(nodes, 16), gpus=8, samples=2)
-    templates = [(n.hello.to_wire(), n.sample.to_wire()) for n in cluster.nodes.values()]
-    clients: dict[int, set[web.WebSocketResponse]] = {i: set() for i in range(nodes)}
-
-    async def stream(request: web.Request) -> web.WebSocketResponse:
-        port = request.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
-        i = port - base_port
-        ws = web.WebSocketResponse()
-        await ws.prepare(request)
-        hello = copy.deepcopy(templates[i % len(templates)][0])
-        hello["node"] = f"bench{i:04d}"
-        await ws.send_bytes(msgpack.packb(hello))
-        clients[i].add(ws)
-        try:
-            async for _ in ws:
-                pass
-        finally:
-            clients[i].discard(ws)
-        return ws
-
-    app = web.Application()
-    app.router.add_get("/v1/stream", stream)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    for i in range(nodes):
-        await web.TCPSite(runner, "127.0.0.1", base_port + i, backlog=16).start()
-    ready.write_text("ok")
-    seq = 0
-    next_at = time.monotonic()
-    while True:
-        seq += 1
-        for i in range(nodes):
-            if not clients[i]:
-                continue
-            sample = templates[i % len(templates)][1]
-            sample["seq"] = seq
-            sample["ts"] = time.time()
-            data = msgpack.packb(sample)
-            for ws in list(clients[i]):
-                await ws.send_bytes(data)
-        next_at += 1.0
-        await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
 # -- the app under test -----------------------------------------------------------------
@@ -154,8 +100,9 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
     tmp = Path(tempfile.mkdtemp(prefix="tuimon-tui-bench-"))
     ready, out = tmp / "ready", tmp / "out.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(nodes), "--base-port",
-                               str(base_port), "--ready", str(ready)], env=env, cwd=ROOT)
+    server = subprocess.Popen([sys.executable, str(ROOT / "bench" / "replay_server.py"),
+                               str(nodes), "--base-port", str(base_port), "--ready", str(ready)],
+                              env=env, cwd=ROOT)
     try:
         while not ready.exists():
             if server.poll() is not None:
@@ -225,14 +172,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=float, default=15.0)
     ap.add_argument("--base-port", type=int, default=21000)
     ap.add_argument("--json", metavar="FILE")
-    ap.add_argument("--serve", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--app", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--ready", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.serve:
-        asyncio.run(_serve(args.serve, args.base_port, Path(args.ready)))
-        return
     if args.app:
         _app(args.app, args.base_port, args.seconds, args.warmup, Path(args.out))
         return

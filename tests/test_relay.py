@@ -4,6 +4,7 @@ security, and the SLO ledger across kill -9."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import os
 import signal
@@ -415,3 +416,58 @@ def test_hello_only_sources_are_not_lost() -> None:
     kinds = [type(decode(d)).__name__ for _, d in batch.frames]
     assert kinds == ["Hello", "Sample"] and batch.sources == [("n1:9477", "up", None)]
     assert isinstance(Frame(sample).message, Sample)
+
+
+async def test_a_bad_agent_is_that_nodes_problem(unused_tcp_port_factory) -> None:
+    """Through the relay, a sample with a wrong value marks that node only (the viewer
+    checks what the relay forwards), and garbage marks the node stale at the relay."""
+    from aiohttp import web
+
+    good = Hello(node="good", agent_version="t", boot_id=None, interval=0.2, ts=1.0)
+    bad = Hello(node="bad", agent_version="t", boot_id=None, interval=0.2, ts=1.0)
+
+    def agent(hello: Hello, sample_bytes: bytes):  # type: ignore[no-untyped-def]
+        async def stream(request: web.Request) -> web.WebSocketResponse:
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            await ws.send_bytes(encode(hello))
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                while not ws.closed:
+                    await ws.send_bytes(sample_bytes)
+                    await asyncio.sleep(0.2)
+            return ws
+        app = web.Application()
+        app.router.add_get("/v1/stream", stream)
+        return app
+
+    from agent.protocol import encode_map
+
+    ok = encode(Sample(seq=1, ts=time.time(), interval=0.2, gpus=[{"temp": 50.0}], host={}))
+    hot = encode_map({"v": 1, "t": "sample", "seq": 1, "ts": time.time(), "interval": 0.2,
+                      "gpus": [{"temp": "hot"}], "host": {}})
+    runners = []
+    targets = []
+    for hello, data in ((good, ok), (bad, hot), (good, b"\xc1garbage")):
+        runner = web.AppRunner(agent(hello, data), access_log=None)
+        await runner.setup()
+        port = unused_tcp_port_factory()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runners.append(runner)
+        targets.append(f"127.0.0.1:{port}")
+    try:
+        async with Relay(relay_config(targets)) as relay:
+            viewer = ClusterState()
+            async with watching([f"127.0.0.1:{relay.port}"], viewer):
+                await until(lambda: targets[0] in viewer.nodes
+                            and viewer.nodes[targets[0]].sample is not None)
+                await until(lambda: "sample.gpus[0].temp" in (
+                    (viewer.nodes.get(targets[1]) and viewer.nodes[targets[1]].reason) or ""),
+                    what="the bad value named in the viewer")
+                await until(lambda: "bad frame" in (
+                    (viewer.nodes.get(targets[2]) and viewer.nodes[targets[2]].reason) or ""),
+                    what="garbage named")
+                assert viewer.nodes[targets[0]].status == "up"
+                assert relay.state.fanout.stats.bad_frames >= 1
+    finally:
+        for runner in runners:
+            await runner.cleanup()

@@ -50,6 +50,9 @@ class StreamOptions:
     max_backoff: float = 30.0
     # No frame for this many sample intervals: the node is stale.
     stale_after_intervals: float = 3.0
+    # Check every value of every sample (viewers); a relay checks the envelope and step
+    # sums only and forwards the bytes to viewers that check the rest.
+    deep_checks: bool = True
 
 
 class StreamSink(Protocol):
@@ -124,7 +127,17 @@ class AgentStream:
                     self._lost(f"no frame for {timeout:.0f} s")
                     continue
                 if msg.type == aiohttp.WSMsgType.BINARY:
-                    message = decode(msg.data, max_bytes=MAX_BATCH_BYTES)
+                    try:
+                        message = decode(msg.data, max_bytes=MAX_BATCH_BYTES,
+                                         deep=self.options.deep_checks)
+                    except ProtocolError as exc:
+                        # Say so now: closing can wait seconds on a peer that does
+                        # not read.
+                        if self.sources:
+                            self._lost(f"bad frame: {exc.reason}")
+                        else:
+                            self.cluster.note_protocol_error(self.target, exc.reason)
+                        raise
                     got = True
                     if isinstance(message, Batch):
                         self._apply_batch(message)
@@ -144,13 +157,10 @@ class AgentStream:
     def _apply_batch(self, batch: Batch) -> None:
         if not self.sources:
             self.cluster.forget_target(self.target)  # a relay, not a node
-        for source, state, reason in batch.sources:
-            self.sources.add(source)
-            self.cluster.apply_source_state(source, state, reason)
         for source, data in batch.frames:
             self.sources.add(source)
             try:
-                message = decode(data)
+                message = decode(data, deep=self.options.deep_checks)
             except ProtocolError as exc:
                 # One node's bad frame is that node's problem, not the relay's.
                 log.warning("bad frame for %s from relay %s: %s", source, self.target,
@@ -163,6 +173,11 @@ class AgentStream:
                 self.cluster.note_protocol_error(source, "a batch inside a batch")
                 continue
             self.cluster.apply_message(source, message, data)
+        # States after frames: a state is as of the batch's sending, newer than any frame
+        # in it (a node that said hello and then sent garbage is stale, not up).
+        for source, state, reason in batch.sources:
+            self.sources.add(source)
+            self.cluster.apply_source_state(source, state, reason)
         if batch.budget:
             self.cluster.apply_budget(batch.budget)
 

@@ -1,0 +1,173 @@
+"""The relay under load: N agents at 1 Hz in, V viewers out.
+
+Three processes, so each cost is measured alone:
+  - the replay server (bench/replay_server.py): N node endpoints at 1 Hz, each frame
+    stamped with `ts` just before it is sent;
+  - the relay, `tuimon-agent relay` exactly as an admin runs it, with its SQLite ledger,
+    batching to each viewer every 0.5 s (its default);
+  - this process: V viewers on real websockets, each receiving every node's frames in
+    batches and reading, for every 8th frame, the sample's `ts`: arrival minus `ts` is
+    the time the relay added (the replay server and the viewers share this loopback, so
+    the direct path costs about a millisecond of it).
+
+The relay's CPU comes from /proc/PID/stat over the measured window, its memory from
+VmRSS at the end (and VmHWM, the peak).
+
+    .venv/bin/python bench/relay.py [--nodes 1024] [--viewers 10] [--seconds 30]
+
+Target (issue #6): 1024 agents, 10 viewers: at most 50 % of one core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+async def viewer(url: str, stop: float, warm: float, latencies: list[float],
+                 counts: list[int]) -> None:
+    import aiohttp
+    import msgpack
+
+    async with aiohttp.ClientSession() as session, session.ws_connect(
+            url, max_msg_size=16 << 20) as ws:
+        n = 0
+        while time.monotonic() < stop:
+            try:
+                msg = await ws.receive(timeout=max(0.1, stop - time.monotonic()))
+            except asyncio.TimeoutError:
+                break
+            if msg.type != aiohttp.WSMsgType.BINARY:
+                break
+            now = time.time()
+            batch = msgpack.unpackb(msg.data, raw=False)
+            measuring = time.monotonic() >= warm
+            for _, data in batch.get("frames", []):
+                n += 1
+                if measuring and n % 8 == 0:
+                    frame = msgpack.unpackb(data, raw=False)
+                    if frame.get("t") == "sample":
+                        latencies.append(now - frame["ts"])
+            if measuring:
+                counts[0] += len(batch.get("frames", []))
+
+
+async def _viewers(url: str, count: int, seconds: float,
+                   warmup: float) -> tuple[list[float], int]:
+    latencies: list[float] = []
+    counts = [0]
+    start = time.monotonic()
+    await asyncio.gather(*(viewer(url, start + warmup + seconds, start + warmup, latencies,
+                                  counts) for _ in range(count)))
+    return latencies, counts[0]
+
+
+def measure(nodes: int, viewers: int, seconds: float, warmup: float,
+            base_port: int, relay_port: int) -> dict[str, float]:
+    tmp = Path(tempfile.mkdtemp(prefix="tuimon-relay-bench-"))
+    ready = tmp / "ready"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen([sys.executable, str(ROOT / "bench" / "replay_server.py"),
+                               str(nodes), "--base-port", str(base_port), "--ready",
+                               str(ready)], env=env, cwd=ROOT)
+    relay = None
+    try:
+        while not ready.exists():
+            if server.poll() is not None:
+                raise RuntimeError("replay server failed")
+            time.sleep(0.1)
+        targets = tmp / "targets"
+        targets.write_text("".join(f"127.0.0.1:{base_port + i}\n" for i in range(nodes)))
+        # TUIMON_BENCH_PROFILE=FILE: the relay runs under cProfile, written at exit.
+        profile = os.environ.get("TUIMON_BENCH_PROFILE")
+        prefix = ["-m", "cProfile", "-o", profile] if profile else []
+        relay = subprocess.Popen(
+            [sys.executable, *prefix, "-m", "agent", "relay", "--targets-file", str(targets),
+             "--listen", f"127.0.0.1:{relay_port}", "--ledger", str(tmp / "ledger.db"),
+             "--log-level", "warning"], env=env, cwd=ROOT)
+        time.sleep(3.0)
+        url = f"http://127.0.0.1:{relay_port}/v1/stream"
+        cpu_box: dict[str, float] = {}
+
+        async def run() -> tuple[list[float], int]:
+            task = asyncio.create_task(_viewers(url, viewers, seconds, warmup))
+            await asyncio.sleep(warmup)
+            cpu_box["cpu0"], cpu_box["t0"] = cpu_seconds(relay.pid), time.monotonic()
+            result = await task
+            cpu_box["cpu1"], cpu_box["t1"] = cpu_seconds(relay.pid), time.monotonic()
+            return result
+        latencies, frames = asyncio.run(run())
+        mem = memory_kib(relay.pid)
+        window = cpu_box["t1"] - cpu_box["t0"]
+        lat = sorted(latencies)
+        return {
+            "nodes": nodes, "viewers": viewers,
+            "relay_cpu_share": (cpu_box["cpu1"] - cpu_box["cpu0"]) / window,
+            "relay_rss_mib": mem.get("VmRSS", 0) / 1024,
+            "relay_peak_rss_mib": mem.get("VmHWM", 0) / 1024,
+            "latency_p50": lat[len(lat) // 2] if lat else float("nan"),
+            "latency_p95": lat[int(len(lat) * 0.95)] if lat else float("nan"),
+            "frames_per_viewer_per_s": frames / viewers / seconds,
+        }
+    finally:
+        for proc in (relay, server):
+            if proc is not None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(15)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--nodes", type=int, nargs="+", default=[1024])
+    ap.add_argument("--viewers", type=int, default=10)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--base-port", type=int, default=23000)
+    ap.add_argument("--relay-port", type=int, default=22999)
+    ap.add_argument("--json", metavar="FILE")
+    args = ap.parse_args()
+    rows = []
+    for n in args.nodes:
+        runs = [measure(n, args.viewers, args.seconds, args.warmup, args.base_port,
+                        args.relay_port) for _ in range(args.runs)]
+        r = {k: sorted(run[k] for run in runs)[len(runs) // 2] for k in runs[0]}
+        rows.append(r)
+        print(f"{n} agents -> relay -> {args.viewers} viewers: relay CPU "
+              f"{100 * r['relay_cpu_share']:.1f} % of a core, RSS {r['relay_rss_mib']:.0f} MiB "
+              f"(peak {r['relay_peak_rss_mib']:.0f}), added latency p50 "
+              f"{r['latency_p50']:.2f} s p95 {r['latency_p95']:.2f} s, "
+              f"{r['frames_per_viewer_per_s']:.0f} frames/s per viewer", flush=True)
+    print("target at 1024 agents and 10 viewers: <= 50 % of one core")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
