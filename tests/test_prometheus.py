@@ -277,3 +277,14 @@ def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -
                 return out.decode(), err.decode()
     out, _ = asyncio.run(scenario())
     assert "nodes up 2" in out and "sim-node000" in out and "sim-node001" in out
+    # The recording holds the frames the refresh made: replayed, the same two nodes.
+    from tuimon.sources.recording import apply_frame, read_recording
+
+    rec = read_recording(tmp_path / "rec.tuimon")
+    replayed = ClusterState()
+    for _, target, data in rec.frames:
+        apply_frame(replayed, target, data)
+    assert {n.name for n in replayed.nodes.values() if n.status == "up"} == {
+        "sim-node000", "sim-node001"}
+    assert all(n.gpu_count == 1 and n.sample.gpus[0]["util"] is not None
+               for n in replayed.nodes.values())
