@@ -28,10 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check agent tuimon tests bench
 
 bench: $(STAMP)
-	$(BIN)/python bench/agent.py
-	$(BIN)/python bench/tui.py
-	$(BIN)/python bench/reporter.py
-	$(BIN)/python bench/relay.py
+	$(BIN)/python bench/run_all.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -11,6 +11,7 @@ fails and is counted). Medians of repeated runs.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import socket
 import statistics
@@ -37,6 +38,7 @@ def main() -> None:
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--steps", type=int, default=200_000)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args()
     folder = tempfile.mkdtemp(prefix="tuimon-reporter-")
     path = os.path.join(folder, "steps.sock")
@@ -66,6 +68,10 @@ def main() -> None:
     print(f"| agent listening | {statistics.median(live):.2f} us |")
     print(f"| no agent (send fails, counted) | {statistics.median(absent):.2f} us |")
     print(f"| empty loop, for reference | {statistics.median(baseline):.3f} us |")
+    if args.json:
+        Path(args.json).write_text(json.dumps({
+            "live_us": statistics.median(live), "absent_us": statistics.median(absent),
+            "loop_us": statistics.median(baseline)}, indent=2))
 
 
 if __name__ == "__main__":

@@ -386,6 +386,8 @@ def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[st
         return {**parse_topology_conf(Path(path).read_text()), **inline}
     except OSError as exc:
         raise TargetError(f"--topology {path}: {exc.strerror or exc}") from None
+    except TargetError as exc:
+        raise TargetError(f"--topology {path}: {exc}") from None
 
 
 def _status(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from agent.files import FileTree, ReadError
@@ -22,10 +23,9 @@ def parse_proc_stat(text: str) -> tuple[int, int, int]:
     for line in text.splitlines():
         if line.startswith("cpu "):
             parts = line.split()
-            try:
-                ticks = [int(x) for x in parts[1:9]]
-            except ValueError:
-                raise ParseError(f"non-numeric cpu line: {line[:60]!r}") from None
+            if not all(x.isascii() and x.isdigit() for x in parts[1:9]):
+                raise ParseError(f"non-numeric cpu line: {line[:60]!r}")
+            ticks = [int(x) for x in parts[1:9]]
             if len(ticks) < 4:
                 raise ParseError(f"short cpu line: {line[:60]!r}")
             # user nice system idle iowait irq softirq steal; guest time is inside user.
@@ -39,10 +39,19 @@ def parse_proc_stat(text: str) -> tuple[int, int, int]:
     return busy, total, cpus
 
 
+def _seconds_or_load(text: str) -> float:
+    # float() also takes "nan", "inf", "1e400" and "-3"; the kernel writes none of them.
+    value = float(text)
+    if not (value >= 0 and math.isfinite(value)):
+        raise ValueError(text)
+    return value
+
+
 def parse_loadavg(text: str) -> tuple[float, float, float]:
     parts = text.split()
     try:
-        return float(parts[0]), float(parts[1]), float(parts[2])
+        return (_seconds_or_load(parts[0]), _seconds_or_load(parts[1]),
+                _seconds_or_load(parts[2]))
     except (IndexError, ValueError):
         raise ParseError(f"unexpected loadavg {text[:60]!r}") from None
 
@@ -60,10 +69,9 @@ def parse_meminfo(text: str, keys: frozenset[str] = MEMINFO_KEYS) -> dict[str, i
         fields = rest.split()
         if not fields:
             continue
-        try:
-            value = int(fields[0])
-        except ValueError:
+        if not (fields[0].isascii() and fields[0].isdigit()):
             continue
+        value = int(fields[0])
         if len(fields) > 1 and fields[1] == "kB":
             value *= 1024
         out[name.strip()] = value
@@ -74,7 +82,7 @@ def parse_meminfo(text: str, keys: frozenset[str] = MEMINFO_KEYS) -> dict[str, i
 
 def parse_uptime(text: str) -> float:
     try:
-        return float(text.split()[0])
+        return _seconds_or_load(text.split()[0])
     except (IndexError, ValueError):
         raise ParseError(f"unexpected uptime {text[:60]!r}") from None
 

@@ -34,6 +34,14 @@ class LustreStats:
     ops: dict[str, int] = field(default_factory=dict)
 
 
+def _uint(text: str) -> int:
+    """A counter as the kernel prints it: ASCII digits only. int() would also take "-5",
+    "+5", "1_000" and other scripts' digits, none of which a counter file holds."""
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"not a counter: {text[:20]!r}")
+    return int(text)
+
+
 def parse_llite_stats(text: str) -> LustreStats:
     """`name count samples [unit] min max sum [sumsq]` lines of an llite `stats` file."""
     out = LustreStats()
@@ -44,7 +52,7 @@ def parse_llite_stats(text: str) -> LustreStats:
             continue
         name = parts[0]
         try:
-            count = int(parts[1])
+            count = _uint(parts[1])
         except ValueError:
             raise FormatError(f"bad count in llite stats line {line[:60]!r}") from None
         seen = True
@@ -53,7 +61,7 @@ def parse_llite_stats(text: str) -> LustreStats:
             if len(parts) < 7:
                 raise FormatError(f"{name} line has no sum: {line[:60]!r}")
             try:
-                total = int(parts[6])
+                total = _uint(parts[6])
             except ValueError:
                 raise FormatError(f"bad sum in {line[:60]!r}") from None
             if name == "read_bytes":
@@ -103,10 +111,11 @@ def parse_mmpmon_fs_io_s(text: str) -> list[GpfsStats]:
         try:
             out.append(GpfsStats(
                 filesystem=kv["_fs_"], cluster=kv.get("_cl_"),
-                read_bytes=int(kv["_br_"]), write_bytes=int(kv["_bw_"]),
-                reads=int(kv["_rdc_"]), writes=int(kv["_wc_"]),
-                opens=int(kv["_oc_"]), closes=int(kv["_cc_"]),
-                readdirs=int(kv.get("_dir_", 0)), inode_updates=int(kv.get("_iu_", 0))))
+                read_bytes=_uint(kv["_br_"]), write_bytes=_uint(kv["_bw_"]),
+                reads=_uint(kv["_rdc_"]), writes=_uint(kv["_wc_"]),
+                opens=_uint(kv["_oc_"]), closes=_uint(kv["_cc_"]),
+                readdirs=_uint(kv.get("_dir_", "0")),
+                inode_updates=_uint(kv.get("_iu_", "0"))))
         except KeyError as exc:
             raise FormatError(f"mmpmon line lacks {exc.args[0]}") from None
         except ValueError:
@@ -164,7 +173,7 @@ def parse_mountstats(text: str) -> list[NfsMount]:
             if len(fields) < 6:
                 raise FormatError(f"{current.mountpoint}: bytes line has {len(fields)} fields")
             try:
-                n = [int(x) for x in fields[:6]]
+                n = [_uint(x) for x in fields[:6]]
             except ValueError:
                 raise FormatError(f"{current.mountpoint}: non-numeric bytes line") from None
             current.read_bytes = n[0] + n[2]  # normal + direct
@@ -177,7 +186,7 @@ def parse_mountstats(text: str) -> list[NfsMount]:
             fields = rest.split()
             if name in NFS_OPS_OF_INTEREST and len(fields) >= 8:
                 try:
-                    current.ops[name] = NfsOp(int(fields[0]), int(fields[7]))
+                    current.ops[name] = NfsOp(_uint(fields[0]), _uint(fields[7]))
                 except ValueError:
                     raise FormatError(f"{current.mountpoint}: bad {name} line") from None
     return mounts
@@ -214,8 +223,8 @@ def parse_diskstats(text: str) -> list[DiskStats]:
         if len(parts) < 14:
             raise FormatError(f"diskstats line with {len(parts)} fields: {line[:60]!r}")
         try:
-            n = [int(x) for x in parts[3:14]]
-            out.append(DiskStats(parts[2], int(parts[0]), int(parts[1]), reads=n[0],
+            n = [_uint(x) for x in parts[3:14]]
+            out.append(DiskStats(parts[2], _uint(parts[0]), _uint(parts[1]), reads=n[0],
                                  read_sectors=n[2], read_ms=n[3], writes=n[4],
                                  write_sectors=n[6], write_ms=n[7], io_ms=n[9]))
         except ValueError:

@@ -36,7 +36,9 @@ def parse_targets(items: list[str], default_port: int = DEFAULT_PORT) -> list[st
             continue
         host, port = item, default_port
         if item.startswith("["):
-            end = item.index("]")
+            end = item.find("]")
+            if end < 0:
+                raise TargetError(f"target {item!r}: unclosed '[' in an IPv6 address")
             host, rest = item[1:end], item[end + 1:]
             if rest.startswith(":"):
                 port = _port(rest[1:], item)

@@ -1,0 +1,166 @@
+"""`make bench`: every benchmark, one table of each figure against its target.
+
+Runs each benchmark in its own process (agent, wire, reporter, relay, app direct and
+through a relay at growing sizes), each of which repeats its measurement and reports
+medians, then writes bench/results/latest.md and latest.json with the machine it ran
+on. Ratios (agent against node_exporter, frame decode against Prometheus text parse)
+are measured side by side in the same run. A row per size shows how each cost grows.
+
+    .venv/bin/python bench/run_all.py [--quick]
+
+`--quick` runs shorter and smaller (a smoke test of the benchmarks, not figures to quote).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+
+
+def _run(script: str, *args: str) -> Any:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    cmd = [sys.executable, str(BENCH / script), *args, "--json", str(out)]
+    print("$", " ".join(cmd[1:]), flush=True)
+    started = time.monotonic()
+    subprocess.run(cmd, check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    print(f"  ({time.monotonic() - started:.0f} s)", flush=True)
+    try:
+        return json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
+
+
+def _row(group: str, figure: str, value: float | None, unit: str, fmt: str,
+         target: str = "", met: bool | None = None) -> dict[str, Any]:
+    return {"group": group, "figure": figure, "value": value, "unit": unit,
+            "text": "-" if value is None else format(value, fmt) + (f" {unit}" if unit else ""),
+            "target": target, "met": met}
+
+
+def collect(quick: bool) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    secs = "6" if quick else "20"
+    runs = "1" if quick else "3"
+
+    a = _run("agent.py", "--runs", runs, "--seconds", secs)
+    cpu = a["cpu_ms_per_sample_median"]
+    rows.append(_row("agent, full node", "CPU per 1 Hz sample", cpu, "ms", ".2f", "<= 3 ms",
+                     cpu <= 3.0))
+    rows.append(_row("agent, full node", "resident memory", a["rss_mb_median"], "MB", ".1f",
+                     "<= 60 MB", a["rss_mb_median"] <= 60))
+    ne = a.get("node_exporter_cpu_ms_per_scrape")
+    rows.append(_row("agent, full node", "node_exporter on the same tree, CPU per scrape",
+                     ne, "ms", ".2f"))
+    if ne:
+        rows.append(_row("agent, full node", "ratio agent / node_exporter", cpu / ne, "",
+                         ".2f", "< 1", cpu / ne < 1))
+    g = _run("agent.py", "--gpus-only", "--runs", runs, "--seconds", secs)
+    rows.append(_row("agent, 8 GPUs only", "CPU per 1 Hz sample", g["cpu_ms_per_sample_median"],
+                     "ms", ".2f", "<= 2 ms", g["cpu_ms_per_sample_median"] <= 2.0))
+
+    w = _run("wire.py", "--runs", "3" if quick else "5",
+             "--iterations", "200" if quick else "2000")
+    rows.append(_row("wire, one full node", "frame bytes", w["frame_bytes"], "B", ".0f"))
+    rows.append(_row("wire, one full node", "encode", w["encode_us"], "us", ".0f"))
+    rows.append(_row("wire, one full node", "decode, all checks (viewer)", w["decode_us"], "us",
+                     ".0f"))
+    rows.append(_row("wire, one full node", "decode, envelope (relay)",
+                     w["decode_envelope_us"], "us", ".0f"))
+    rows.append(_row("wire, one full node", "Prometheus text of the same node, bytes",
+                     w["prom_text_bytes"], "B", ".0f"))
+    rows.append(_row("wire, one full node", "Prometheus text parse (prometheus_client)",
+                     w["prom_parse_us"], "us", ".0f"))
+    rows.append(_row("wire, one full node", "ratio text parse / frame decode",
+                     w["parse_ratio_prom_over_decode"], "x", ".1f"))
+
+    r = _run("reporter.py", "--runs", runs, "--steps", "20000" if quick else "200000")
+    rows.append(_row("step reporter", "per step, agent listening", r["live_us"], "us", ".1f"))
+
+    sizes = ["256"] if quick else ["256", "1024"]
+    for rr in _run("relay.py", "--nodes", *sizes, "--seconds", secs, "--warmup",
+                   "6" if quick else "10"):
+        n = rr["nodes"]
+        group = f"relay, {n} agents -> {rr['viewers']} viewers"
+        target = "<= 50 %" if n == 1024 else ""
+        share = 100 * rr["relay_cpu_share"]
+        rows.append(_row(group, "relay CPU, one core", share, "%", ".1f", target,
+                         share <= 50 if target else None))
+        rows.append(_row(group, "relay resident memory", rr["relay_rss_mib"], "MiB", ".0f"))
+        rows.append(_row(group, "relay resident memory, peak", rr["relay_peak_rss_mib"], "MiB",
+                         ".0f"))
+        rows.append(_row(group, "latency added, p95", rr["latency_p95"], "s", ".2f"))
+
+    sizes = ["256"] if quick else ["256", "1024", "4096"]
+    for t in _run("tui.py", "--nodes", *sizes, "--via", "both", "--seconds", secs,
+                  "--warmup", "8" if quick else "15"):
+        n, via = t["nodes"], t["via"]
+        group = f"app, {n} nodes x 8 GPUs, {via}"
+        share = 100 * t["cpu_share"]
+        target = ("<= 25 %" if (n == 1024 and via == "direct")
+                  else "<= 60 %" if (n == 4096 and via == "relay") else "")
+        rows.append(_row(group, "app CPU, one core", share, "%", ".1f", target,
+                         (share <= (25 if n == 1024 else 60)) if target else None))
+        rows.append(_row(group, "sample to screen, p95", t["latency_p95"], "s", ".2f",
+                         "<= 1.5 s", t["latency_p95"] <= 1.5))
+        rows.append(_row(group, "terminal output", t["terminal_bytes_per_s"] / 1024, "KiB/s",
+                         ".1f"))
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], machine: dict[str, Any]) -> str:
+    out = [f"# tuimon benchmarks, {machine['date']}", "",
+           f"Machine: {machine['cpus']} CPUs ({machine['cpu']}), Python {machine['python']}, "
+           f"{machine['platform']}. Medians of repeated runs; see each script's docstring.",
+           "", "| group | figure | measured | target | met |", "|---|---|---|---|---|"]
+    for r in rows:
+        met = "" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        out.append(f"| {r['group']} | {r['figure']} | {r['text']} | {r['target']} | {met} |")
+    return "\n".join(out) + "\n"
+
+
+def _machine() -> dict[str, Any]:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
+            "cpu": cpu, "python": platform.python_version(), "platform": platform.platform()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=str(BENCH / "results"), metavar="DIR")
+    args = ap.parse_args()
+    rows = collect(args.quick)
+    machine = _machine()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    text = markdown(rows, machine)
+    (out / "latest.md").write_text(text)
+    (out / "latest.json").write_text(json.dumps({"machine": machine, "quick": args.quick,
+                                                 "rows": rows}, indent=2))
+    print()
+    print(text)
+    print(f"written: {out / 'latest.md'}, {out / 'latest.json'}")
+
+
+if __name__ == "__main__":
+    main()

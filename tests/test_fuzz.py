@@ -1,0 +1,227 @@
+"""Fuzzing every parser of outside input: each either returns a value of its documented
+shape or raises its own documented error with a reason; nothing else escapes.
+
+Inputs are random text, random bytes, and real-looking files with random damage
+(characters replaced, lines cut, numbers blown up), which reach deeper than noise.
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from pathlib import Path
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agent.collectors.fabric import CounterError, parse_counter, parse_rate, parse_state
+from agent.collectors.host import (
+    ParseError,
+    parse_loadavg,
+    parse_meminfo,
+    parse_proc_stat,
+    parse_uptime,
+)
+from agent.collectors.storage_parsers import (
+    FormatError,
+    parse_diskstats,
+    parse_llite_stats,
+    parse_mmpmon_fs_io_s,
+    parse_mounts,
+    parse_mountstats,
+)
+from agent.protocol import MAX_BATCH_BYTES, ProtocolError, decode
+from agent.steps import StepError, decode_step
+from tests.trees import diskstats_line, llite_stats, mountstats_nfs
+from tuimon.config import ConfigFileError, load
+from tuimon.model.view_state import parse_topology_conf
+from tuimon.sources.targets import TargetError, parse_targets
+
+FUZZ = settings(max_examples=150, deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                       HealthCheck.too_slow])
+
+PROC_STAT = "cpu  4705 356 584 3699176 23060 0 877 0 0 0\ncpu0 1393 280 290 924325 1010 0 0\n"
+MEMINFO = "MemTotal:       16311020 kB\nMemFree:         1190232 kB\nMemAvailable:    8420000 kB\n"
+MMPMON = ("_fs_io_s_ _n_ 10.0.0.1 _nn_ node1 _rc_ 0 _t_ 1700000000 _tu_ 1 _cl_ gpfs1 "
+          "_fs_ scratch _d_ 4 _br_ 205607400434 _bw_ 74839282351 _oc_ 10 _cc_ 9 _rdc_ 100 "
+          "_wc_ 50 _dir_ 2 _iu_ 3\n")
+MOUNTS = "/dev/sda1 / ext4 rw 0 0\nfs@o2ib:/scratch /lustre/scratch lustre rw 0 0\n"
+TOPOLOGY = "SwitchName=leaf01 Nodes=gpu[001-016]\nSwitchName=spine Switches=leaf[01-02]\n"
+CONFIG = ('[clusters.prod]\ntargets = ["gpu[001-004]:9477"]\nslo_target = 0.9\n'
+          '[clusters.prod.provisioned]\n"/lustre" = 400\n')
+
+SEEDS = {
+    "stat": PROC_STAT, "meminfo": MEMINFO, "mmpmon": MMPMON, "mounts": MOUNTS,
+    "topology": TOPOLOGY, "config": CONFIG, "loadavg": "0.52 0.58 0.59 2/1000 12345\n",
+    "uptime": "12345.67 45678.90\n",
+    "diskstats": diskstats_line(8, 0, "sda", reads=100, rsect=800)
+    + diskstats_line(259, 0, "nvme0n1", reads=5, rsect=8),
+    "llite": llite_stats(4194304, 10, 93813797294080, 20),
+    "mountstats": mountstats_nfs("/mnt/nfs", 1000, 2000, 30, 40),
+}
+
+
+@st.composite
+def damaged(draw: st.DrawFn, seed: str) -> str:
+    """A real-looking file with random damage."""
+    text = seed
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.sampled_from(["replace", "cut", "number", "insert", "dup"]))
+        pos = draw(st.integers(0, max(0, len(text) - 1)))
+        if kind == "replace" and text:
+            text = text[:pos] + draw(st.characters()) + text[pos + 1:]
+        elif kind == "cut":
+            text = text[:pos]
+        elif kind == "number":
+            number = draw(st.sampled_from(
+                ["-1", "99999999999999999999999999", "nan", "inf", "1e400", "0x10", ""]))
+            text = text[:pos] + number + text[pos:]
+        elif kind == "insert":
+            text = text[:pos] + draw(st.text(alphabet=string.printable, max_size=20)) \
+                + text[pos:]
+        else:
+            text = text + text[pos:]
+    return text
+
+
+def inputs(seed: str) -> st.SearchStrategy[str]:
+    return st.one_of(st.text(max_size=300), damaged(seed))
+
+
+def _finite(x: float | None) -> bool:
+    return x is None or math.isfinite(x)
+
+
+@FUZZ
+@given(inputs(PROC_STAT), inputs(MEMINFO), inputs(SEEDS["loadavg"]), inputs(SEEDS["uptime"]))
+def test_host_parsers(stat: str, meminfo: str, loadavg: str, uptime: str) -> None:
+    for fn, text in ((parse_proc_stat, stat), (parse_meminfo, meminfo),
+                     (parse_loadavg, loadavg), (parse_uptime, uptime)):
+        try:
+            value = fn(text)
+        except ParseError as exc:
+            assert str(exc)
+            continue
+        if isinstance(value, dict):
+            assert all(isinstance(v, int) and v >= 0 for v in value.values())
+        elif isinstance(value, tuple):
+            assert all(_finite(v) and v >= 0 for v in value)
+        else:
+            assert _finite(value) and value >= 0
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=40), st.text(max_size=40).map(str.encode),
+                 st.sampled_from([b"4: ACTIVE\n", b"N/A (no PMA)\n", b"18446744073709551615",
+                                  b"400 Gb/sec (4X NDR)\n", b"-5", b"1e3"])))
+def test_sysfs_value_parsers(raw: bytes) -> None:
+    try:
+        value = parse_counter(raw)
+        assert isinstance(value, int) and value >= 0
+    except CounterError as exc:
+        assert str(exc)
+    text = raw.decode("utf-8", "replace")
+    number, name = parse_state(text)
+    assert number is None or isinstance(number, int)
+    assert isinstance(name, str)
+    assert _finite(parse_rate(text))
+
+
+@FUZZ
+@given(inputs(SEEDS["llite"]), inputs(MMPMON), inputs(SEEDS["mountstats"]),
+       inputs(SEEDS["diskstats"]), inputs(MOUNTS))
+def test_storage_parsers(llite: str, mmpmon: str, mountstats: str, diskstats: str,
+                         mounts: str) -> None:
+    # A FormatError (with its reason) or sound values: counters are never negative.
+    def parsed(fn, text):  # type: ignore[no-untyped-def]
+        try:
+            return fn(text)
+        except FormatError as exc:
+            assert str(exc)
+            return None
+
+    stats = parsed(parse_llite_stats, llite)
+    assert stats is None or (stats.read_bytes >= 0 and stats.write_bytes >= 0)
+    for fs in parsed(parse_mmpmon_fs_io_s, mmpmon) or []:
+        assert isinstance(fs.filesystem, str) and fs.read_bytes >= 0 and fs.reads >= 0
+    for mount in parsed(parse_mountstats, mountstats) or []:
+        assert isinstance(mount.mountpoint, str) and mount.read_bytes >= 0
+    for disk in parsed(parse_diskstats, diskstats) or []:
+        assert disk.name and disk.reads >= 0
+    for m in parsed(parse_mounts, mounts) or []:
+        assert isinstance(m.mountpoint, str)
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=300), st.dictionaries(
+    st.sampled_from(["v", "t", "job", "rank", "world", "seq", "ts", "wall", "compute",
+                     "samples", "tokens", "pid", "local_rank"]),
+    st.one_of(st.none(), st.integers(-2**63, 2**64 - 1), st.floats(), st.text(max_size=5)),
+    max_size=13).map(lambda m: msgpack.packb(m))))
+def test_step_datagrams(data: bytes) -> None:
+    try:
+        step = decode_step(data)
+    except StepError as exc:
+        assert str(exc)
+        return
+    assert 0 <= step["rank"] < step["world"]
+    assert 0 <= step["compute"] <= step["wall"] <= 86400
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=300), st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**64 - 1), st.floats(),
+              st.text(max_size=8), st.binary(max_size=8)),
+    lambda inner: st.one_of(st.lists(inner, max_size=4),
+                            st.dictionaries(st.text(max_size=8), inner, max_size=4)),
+    max_leaves=30).map(lambda obj: msgpack.packb({"v": 1, "t": "batch", "frames": obj,
+                                                   "ts": 1.0}))))
+def test_batch_frames(data: bytes) -> None:
+    """A relay's batch: anything malformed is a ProtocolError naming the part."""
+    try:
+        decode(data, max_bytes=MAX_BATCH_BYTES)
+    except ProtocolError as exc:
+        assert exc.reason
+
+
+@FUZZ
+@given(inputs(TOPOLOGY))
+def test_topology_conf(text: str) -> None:
+    try:
+        topology = parse_topology_conf(text)
+    except TargetError as exc:  # a host list Slurm would refuse too
+        assert "host list" in str(exc)
+        return
+    for node, leaf in topology.items():
+        assert isinstance(node, str) and isinstance(leaf, str)
+
+
+@FUZZ
+@given(st.lists(st.one_of(st.text(max_size=30),
+                          st.sampled_from(["gpu[001-", "gpu[3-1]", "[::1]:9477", "a:0",
+                                           "a:99999", "gpu[001-004]:9477", "x]:1"])),
+                max_size=5))
+def test_target_lists(items: list[str]) -> None:
+    try:
+        targets = parse_targets(items)
+    except TargetError as exc:
+        assert str(exc)
+        return
+    assert all(":" in t for t in targets)
+
+
+@FUZZ
+@given(inputs(CONFIG))
+def test_config_loader(tmp_path_factory: pytest.TempPathFactory, text: str) -> None:
+    path: Path = tmp_path_factory.mktemp("cfg") / "config.toml"
+    path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    try:
+        clusters = load(path)
+    except ConfigFileError as exc:
+        assert str(path) in str(exc)
+        return
+    for c in clusters.values():
+        assert isinstance(c.values, dict)
