@@ -26,6 +26,7 @@ import aiohttp
 
 from agent.protocol import (
     MAX_BATCH_BYTES,
+    MAX_MESSAGE_BYTES,
     Batch,
     Event,
     Hello,
@@ -130,6 +131,11 @@ class AgentStream:
                     try:
                         message = decode(msg.data, max_bytes=MAX_BATCH_BYTES,
                                          deep=self.options.deep_checks)
+                        if len(msg.data) > MAX_MESSAGE_BYTES and not isinstance(message,
+                                                                                 Batch):
+                            raise ProtocolError(
+                                f"a node's message of {len(msg.data)} bytes exceeds the "
+                                f"limit of {MAX_MESSAGE_BYTES}")
                     except ProtocolError as exc:
                         # Say so now: closing can wait seconds on a peer that does
                         # not read.
