@@ -225,3 +225,19 @@ def test_config_loader(tmp_path_factory: pytest.TempPathFactory, text: str) -> N
         return
     for c in clusters.values():
         assert isinstance(c.values, dict)
+
+
+@FUZZ
+@given(st.text(max_size=60), st.integers(1, 80))
+def test_safe_text_cannot_break_the_markup_around_it(text: str, width: int) -> None:
+    """Whatever a node calls itself, the app's markup around it parses and shows it
+    escaped, with nothing unprintable left."""
+    from textual.markup import to_content
+
+    from tuimon.terminal_text import printable
+    from tuimon.ui.text import safe
+
+    shown = to_content(f"[b]node[/b] [red]{safe(text, width)}[/] [b]end[/b]").plain
+    assert shown == f"node {printable(text)[:width]} end".replace("\\\u200b", "\\") or \
+        shown.replace("\u200b", "") == f"node {printable(text)[:width]} end"
+    assert all(c.isprintable() or c == "\u200b" for c in shown)

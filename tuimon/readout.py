@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.terminal_text import printable
 
 
 def _mean(values: list[float]) -> float | None:
@@ -91,4 +92,5 @@ def render(cluster: ClusterState, max_rows: int = 40) -> str:
                          f"{ev.severity:<8} {ev.message}")
     lines.append("")
     lines.append("efficiency / SLO: no step telemetry available yet")
-    return "\n".join(lines)
+    # Names, reasons and messages came from the network: nothing raw reaches the terminal.
+    return printable("\n".join(lines), keep_newlines=True)

@@ -14,6 +14,7 @@ from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon.terminal_text import printable
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2}
 
@@ -76,7 +77,8 @@ def format_text(r: dict[str, Any]) -> str:
                                             if proxy is not None else ""))
     for a in r["alerts"]:
         lines.append(f"{a['severity']:<8} {a['message']}")
-    return "\n".join(lines)
+    # Names and messages came from the network: nothing raw reaches the terminal.
+    return printable("\n".join(lines), keep_newlines=True)
 
 
 async def run_status(targets: list[str], options: StreamOptions, *, watch: float,

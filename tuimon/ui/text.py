@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
-from textual.markup import escape
-
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), 0x7F)}
+from tuimon.terminal_text import printable
 
 
 def safe(text: str, width: int | None = None) -> str:
-    """Escape control characters (no terminal injection through a host name) and markup."""
-    cleaned = text.translate(_CONTROL)
-    cleaned = "".join(ch if ch.isprintable() else f"\\u{ord(ch):04x}" for ch in cleaned)
+    """Escape control characters (no terminal injection through a host name) and markup.
+
+    Every `[` is escaped, not only those that look like tags (textual.markup.escape's
+    rule): Textual's parser opens a tag at any `[`, so `\x1b[2J` in a name would swallow
+    the markup after it. A trailing backslash would escape the caller's next `[`, so it
+    gets a zero-width space after it.
+    """
+    cleaned = printable(text)
     if width is not None:
         cleaned = cleaned[:width]
-    return escape(cleaned)
+    cleaned = cleaned.replace("[", "\\[")
+    return cleaned + "\u200b" if cleaned.endswith("\\") else cleaned
 
 
 def rate(v: float | None) -> str:
