@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,7 +24,7 @@ from agent.protocol import Batch, Event, Hello, Sample, encode_map
 from tuimon.sources.targets import expand_hostlist
 
 # One batch message stays under this many bytes of frames; more makes another message.
-BATCH_BYTES = 4 << 20
+BATCH_BYTES = 1 << 20
 MAX_VIEWER_EVENTS = 1000
 # A lost upstream stays "stale" this long, then is "down" (as in the viewer's model).
 DOWN_AFTER = 60.0
@@ -141,9 +141,11 @@ class ViewerFeed:
         self.events.append((name, frame))
 
     def take(self, ts: float, relay: str, budget: dict[str, dict[str, Any]] | None,
-             budget_seq: int) -> list[bytes]:
+             budget_seq: int) -> Iterator[bytes]:
         """Everything owed, as one or more encoded batch messages (always at least one:
-        an empty batch tells the viewer the relay is alive)."""
+        an empty batch tells the viewer the relay is alive). What is owed is taken at
+        once; the messages are encoded one at a time as the caller sends them, so a
+        snapshot of thousands of nodes never sits in memory encoded whole."""
         entries: list[tuple[str, bytes]] = []
         for name, frame in self.hellos.items():
             entries.append((name, frame.encoded(self.families)))
@@ -158,19 +160,25 @@ class ViewerFeed:
         self.states.clear()
         send_budget = budget if budget is not None and budget_seq != self.budget_seq else None
         self.budget_seq = budget_seq
-        out: list[bytes] = []
+        return self._messages(ts, relay, entries, states, send_budget)
+
+    def _messages(self, ts: float, relay: str, entries: list[tuple[str, bytes]],
+                  states: list[tuple[str, str, str | None]],
+                  budget: dict[str, dict[str, Any]] | None) -> Iterator[bytes]:
         chunk: list[tuple[str, bytes]] = []
         size = 0
         for entry in entries:
             if chunk and size + len(entry[1]) > BATCH_BYTES:
-                out.append(self._encode(ts, relay, chunk, [], None))
+                yield self._count(self._encode(ts, relay, chunk, [], None))
                 chunk, size = [], 0
             chunk.append(entry)
             size += len(entry[1])
-        out.append(self._encode(ts, relay, chunk, states, send_budget))
-        self.batches += len(out)
-        self.bytes += sum(len(b) for b in out)
-        return out
+        yield self._count(self._encode(ts, relay, chunk, states, budget))
+
+    def _count(self, data: bytes) -> bytes:
+        self.batches += 1
+        self.bytes += len(data)
+        return data
 
     def _encode(self, ts: float, relay: str, frames: list[tuple[str, bytes]],
                 states: list[tuple[str, str, str | None]],
