@@ -187,8 +187,8 @@ def _relay_options(p: argparse.ArgumentParser) -> None:
                         "kill -9 (default 10)")
     p.add_argument("--slo-hours", type=float, default=720.0,
                    help="SLO window the budget is counted over (default 720)")
-    p.add_argument("--interval", type=float, default=0.5, metavar="S",
-                   help="seconds between batches to each viewer (default 0.5)")
+    p.add_argument("--interval", type=float, default=0.25, metavar="S",
+                   help="seconds between batches to each viewer (default 0.25)")
     p.add_argument("--max-viewers", type=int, default=256)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 

@@ -4,7 +4,7 @@ Three processes, so each cost is measured alone:
   - the replay server (bench/replay_server.py): N node endpoints at 1 Hz, each frame
     stamped with `ts` just before it is sent;
   - the relay, `tuimon-agent relay` exactly as an admin runs it, with its SQLite ledger,
-    batching to each viewer every 0.5 s (its default);
+    batching to each viewer every 0.25 s (its default);
   - this process: V viewers on real websockets, each receiving every node's frames in
     batches and reading, for every 8th frame, the sample's `ts`: arrival minus `ts` is
     the time the relay added (the replay server and the viewers share this loopback, so

@@ -139,6 +139,8 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
         while True:
             if cpu0 is None and time.monotonic() - t_start >= warmup:
                 cpu0, bytes0, t0 = _cpu_s(pid), total, time.monotonic()
+                relay_cpu0 = _cpu_s(relay.pid) if relay is not None else 0.0
+                server_cpu0 = _cpu_s(server.pid)
                 try:
                     cpu_before_end = _cpu_s(pid)
                 except OSError:
@@ -158,6 +160,8 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
                     cpu_before_end = _cpu_s(pid)
                     t_end = time.monotonic()
                     bytes_end = total
+                    relay_cpu1 = _cpu_s(relay.pid) if relay is not None else 0.0
+                    server_cpu1 = _cpu_s(server.pid)
                 except OSError:
                     pass
         os.waitpid(pid, 0)
@@ -174,6 +178,10 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
             "latency_p50": lat[len(lat) // 2] if lat else float("nan"),
             "latency_p95": lat[int(len(lat) * 0.95)] if lat else float("nan"),
             "samples_drawn": len(lat),
+            "samples_per_node_s": len(lat) / nodes / seconds,
+            # The other processes on the same cores: who kept up, who did not.
+            "relay_cpu_share": (relay_cpu1 - relay_cpu0) / window if via_relay else None,
+            "replay_server_cpu_share": (server_cpu1 - server_cpu0) / window,
             "terminal_bytes_per_s": (bytes_end - bytes0) / window,
             "nodes_up": result["nodes_up"]["up"],
         }
@@ -208,7 +216,10 @@ def main() -> None:
     for n, via in [(n, v) for v in vias for n in args.nodes]:
         r = _measure(n, args.seconds, args.warmup, args.base_port, 200, 50, via == "relay")
         rows.append(r)
-        print(f"{n} nodes {via}: app CPU {100 * r['cpu_share']:.1f} % of a core, latency p50 "
+        others = (f", relay {100 * r['relay_cpu_share']:.0f} %" if r["relay_cpu_share"] is not None
+                  else "") + f", replay server {100 * r['replay_server_cpu_share']:.0f} %"
+        print(f"{n} nodes {via}{others}: app CPU {100 * r['cpu_share']:.1f} % of a core, "
+              f"{r['samples_per_node_s']:.2f} samples shown/node/s, latency p50 "
               f"{r['latency_p50']:.2f} s p95 {r['latency_p95']:.2f} s, terminal "
               f"{r['terminal_bytes_per_s'] / 1024:.1f} KiB/s, {r['nodes_up']} up", flush=True)
     print()

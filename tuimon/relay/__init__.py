@@ -47,7 +47,7 @@ class RelayConfig:
     ledger_max_bytes: int | None = None
     slo_hours: float = 720.0
     # Seconds between batches to a viewer that asks for nothing slower.
-    interval: float = 0.5
+    interval: float = 0.25
     flush_every: float = 10.0
     budget_every: float = 5.0
     max_viewers: int = 256
