@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import aiohttp
@@ -88,3 +90,56 @@ async def receive(ws: aiohttp.ClientWebSocketResponse, timeout: float = 5.0):  #
     msg = await asyncio.wait_for(ws.receive(), timeout)
     assert msg.type == aiohttp.WSMsgType.BINARY, msg
     return decode(msg.data)
+
+
+# Simulated clusters listen on BASE..BASE+N-1. Ports handed out by the kernel for port 0
+# (pytest-asyncio's unused_tcp_port_factory) are in the ephemeral range, where any other
+# test's outgoing connection may be holding one of the N-1 after the base. Blocks below
+# that range, checked free and never handed out twice, cannot collide that way.
+PORT_BLOCK = 256
+_handed_out: set[int] = set()
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _ephemeral_floor() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+@pytest.fixture
+def unused_tcp_port_factory() -> Iterator[Callable[[], int]]:
+    """A free port with the PORT_BLOCK - 1 ports after it free too (for simulated
+    clusters), below the ephemeral range; replaces pytest-asyncio's fixture. The blocks
+    go back when the test ends."""
+    top = min(_ephemeral_floor(), 32768) - PORT_BLOCK
+    mine: set[int] = set()
+
+    def take() -> int:
+        for _ in range(500):
+            base = random.randrange(10000, top)
+            block = range(base, base + PORT_BLOCK)
+            if _handed_out.intersection(block):
+                continue
+            if all(_bindable(p) for p in block):
+                _handed_out.update(block)
+                mine.update(block)
+                return base
+        raise RuntimeError("no free block of ports below the ephemeral range")
+    yield take
+    _handed_out.difference_update(mine)
+
+
+@pytest.fixture
+def unused_tcp_port(unused_tcp_port_factory: Callable[[], int]) -> int:
+    return unused_tcp_port_factory()

@@ -176,7 +176,13 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
             with prometheus(tmp_path, targets) as url:
                 await _until_series(url, "tuimon_gpu_utilization_ratio", 6)
                 await _until_series(url, "DCGM_FI_DEV_GPU_UTIL", 3)
+                # Rates need two scrapes of each target, and targets are scraped at
+                # different offsets: wait for a rate from every one of them.
                 await _until_series(url, "rate(tuimon_job_wall_seconds_total[1m])", 6)
+                await _until_series(url, "rate(tuimon_fs_read_bytes_total[1m])", 3)
+                if nodex:
+                    await _until_series(
+                        url, "rate(node_infiniband_port_data_transmitted_bytes_total[1m])", 1)
                 cluster = ClusterState()
                 async with aiohttp.ClientSession() as session:
                     source = PromSource(url, cluster, session, PromOptions(every=1.0))
