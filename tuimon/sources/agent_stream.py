@@ -104,6 +104,7 @@ class AgentStream:
                 reason = describe_error(exc)
             except ProtocolError as exc:
                 reason = f"bad frame: {exc.reason}"
+                log.warning("closing the stream from %s: %s", self.target, reason)
             self._lost(reason)
             # Full jitter: thousands of viewers must not reconnect in lockstep.
             await asyncio.sleep(random.uniform(backoff / 2, backoff))
