@@ -18,8 +18,7 @@ from prometheus_client import CollectorRegistry
 from agent.hub import Frame, StreamClient
 from agent.metrics import make_registry, render
 from agent.node import NodeAgent
-from agent.security import token_matches
-from agent.viewer_socket import MAX_CLIENT_MESSAGE, read_viewer
+from agent.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 
 log = logging.getLogger(__name__)
 
@@ -27,20 +26,6 @@ AGENT = web.AppKey("agent", NodeAgent)
 TOKEN = web.AppKey("token", str)
 STREAMS = web.AppKey("streams", weakref.WeakSet)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
-PROTECTED = ("/v1/", "/metrics")
-
-
-@web.middleware
-async def _auth(request: web.Request, handler):  # type: ignore[no-untyped-def]
-    token = request.app.get(TOKEN)
-    if (token and request.path.startswith(PROTECTED)
-            and not token_matches(request.headers.get("Authorization"), token)):
-        log.warning("rejected %s %s from %s: missing or wrong token", request.method,
-                    request.path, request.remote)
-        raise web.HTTPUnauthorized(
-            text="401: missing or wrong bearer token\n",
-            headers={"WWW-Authenticate": 'Bearer realm="tuimon"'})
-    return await handler(request)
 
 
 async def _agent_lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -110,7 +95,8 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 def build_app(agent: NodeAgent, *, token: str | None = None) -> web.Application:
-    app = web.Application(middlewares=[_auth], client_max_size=MAX_CLIENT_MESSAGE)
+    app = web.Application(middlewares=[bearer_auth(lambda app: app.get(TOKEN))],
+                          client_max_size=MAX_CLIENT_MESSAGE)
     app[AGENT] = agent
     if token:
         app[TOKEN] = token

@@ -1,4 +1,5 @@
-"""The viewer-to-server half of a stream, shared by the agent and the relay.
+"""What the agent and the relay share on their server side: the bearer-token check, and
+the viewer-to-server half of a stream.
 
 Viewers only ever send `subscribe`. Valid msgpack of an unknown type is ignored; a
 message that is not valid closes that connection with code 1003 and the reason, and
@@ -10,15 +11,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from agent.protocol import ProtocolError, Subscribe, decode
+from agent.security import token_matches
 
 log = logging.getLogger(__name__)
 
 MAX_CLIENT_MESSAGE = 64 * 1024
+# Paths that need the token; /healthz stays open for load balancers and quick checks.
+PROTECTED = ("/v1/", "/metrics")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def bearer_auth(token_of: Callable[[web.Application], str | None]) -> Callable[..., object]:
+    """Middleware: 401 on protected paths unless `Authorization: Bearer <token>` matches
+    (constant time); the peer and path are logged, never the token."""
+
+    @web.middleware
+    async def auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+        token = token_of(request.app)
+        if (token and request.path.startswith(PROTECTED)
+                and not token_matches(request.headers.get("Authorization"), token)):
+            log.warning("rejected %s %s from %s: missing or wrong token", request.method,
+                        request.path, request.remote)
+            raise web.HTTPUnauthorized(
+                text="401: missing or wrong bearer token\n",
+                headers={"WWW-Authenticate": 'Bearer realm="tuimon"'})
+        return await handler(request)
+    return auth
 
 
 async def read_viewer(ws: web.WebSocketResponse, peer: str,

@@ -22,9 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agent.protocol import ProtocolError, Subscribe
-from agent.security import token_matches
 from agent.version import __version__
-from agent.viewer_socket import MAX_CLIENT_MESSAGE, read_viewer
+from agent.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 from tuimon.relay.fanout import FanOut, ViewerFeed
 from tuimon.relay.ledger import Ledger
 from tuimon.sources.agent_stream import StreamOptions, watching
@@ -32,7 +31,6 @@ from tuimon.sources.targets import TargetError
 
 log = logging.getLogger(__name__)
 
-PROTECTED = ("/v1/", "/metrics")
 
 
 @dataclass
@@ -57,19 +55,6 @@ class RelayState:
 STATE = web.AppKey("relay", RelayState)
 STREAMS = web.AppKey("streams", weakref.WeakSet)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
-
-
-@web.middleware
-async def _auth(request: web.Request, handler):  # type: ignore[no-untyped-def]
-    token = request.app[STATE].token
-    if (token and request.path.startswith(PROTECTED)
-            and not token_matches(request.headers.get("Authorization"), token)):
-        log.warning("rejected %s %s from %s: missing or wrong token", request.method,
-                    request.path, request.remote)
-        raise web.HTTPUnauthorized(
-            text="401: missing or wrong bearer token\n",
-            headers={"WWW-Authenticate": 'Bearer realm="tuimon"'})
-    return await handler(request)
 
 
 async def _upstream(app: web.Application) -> AsyncIterator[None]:
@@ -205,7 +190,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 def build_relay_app(state: RelayState) -> web.Application:
-    app = web.Application(middlewares=[_auth], client_max_size=MAX_CLIENT_MESSAGE)
+    app = web.Application(middlewares=[bearer_auth(lambda app: app[STATE].token)],
+                          client_max_size=MAX_CLIENT_MESSAGE)
     app[STATE] = state
     app[STREAMS] = weakref.WeakSet()
     registry = CollectorRegistry(auto_describe=True)
