@@ -8,7 +8,6 @@ every open stream on shutdown, as aiohttp's own examples do.
 from __future__ import annotations
 
 import asyncio
-import logging
 import weakref
 from collections.abc import AsyncIterator
 
@@ -19,8 +18,6 @@ from agent.hub import Frame, StreamClient
 from agent.metrics import make_registry, render
 from agent.node import NodeAgent
 from agent.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
-
-log = logging.getLogger(__name__)
 
 AGENT = web.AppKey("agent", NodeAgent)
 TOKEN = web.AppKey("token", str)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -28,9 +27,6 @@ from tuimon.relay.fanout import FanOut, ViewerFeed
 from tuimon.relay.ledger import Ledger
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.sources.targets import TargetError
-
-log = logging.getLogger(__name__)
-
 
 
 @dataclass
