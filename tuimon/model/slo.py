@@ -146,6 +146,8 @@ class LedgerBurn(BurnReadout):
         self.since: float | None = summary.get("since")
         self.window_hours: float | None = summary.get("window_h")
         self.error: str | None = summary.get("error")
+        # "prometheus" when the job counters in Prometheus gave it; else a relay's ledger.
+        self.source: str | None = summary.get("source")
         self._ratios = summary.get("error_ratio") or {}
 
     def error_ratio(self, window: str, now: float) -> float | None:

@@ -117,7 +117,7 @@ def _budget_scope(burn: object) -> str:
     if isinstance(burn, LedgerBurn):
         if burn.error:
             return " [$error](ledger not writing)[/]"
-        return " (run)"
+        return " (prometheus)" if burn.source == "prometheus" else " (run)"
     return " (session)"
 
 
