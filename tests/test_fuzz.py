@@ -241,3 +241,30 @@ def test_safe_text_cannot_break_the_markup_around_it(text: str, width: int) -> N
     assert shown == f"node {printable(text)[:width]} end".replace("\\\u200b", "\\") or \
         shown.replace("\u200b", "") == f"node {printable(text)[:width]} end"
     assert all(c.isprintable() or c == "\u200b" for c in shown)
+
+
+@FUZZ
+@given(st.one_of(st.binary(max_size=300), st.dictionaries(
+    st.sampled_from(["v", "t", "seq", "ts", "interval", "gpus", "host", "fabric", "storage",
+                     "steps", "dropped"]),
+    st.one_of(st.none(), st.integers(-5, 5), st.floats(), st.text(max_size=5),
+              st.lists(st.integers(-2**63, 2**63), max_size=3),
+              st.dictionaries(st.text(max_size=3),
+                              st.integers(-2**63, 2**63), max_size=3)),
+    max_size=11).map(lambda m: msgpack.packb({"t": "sample", "v": 1, **m}))))
+def test_relay_envelope_decode(data: bytes) -> None:
+    """The relay's envelope-only decode refuses what the full decode refuses about the
+    envelope and the steps, and agrees with it on what both accept."""
+    try:
+        quick = decode(data, deep=False)
+    except ProtocolError as exc:
+        assert exc.reason
+        return
+    try:
+        full = decode(data)
+    except ProtocolError:
+        return  # a value inside a forwarded section: the viewer's to refuse
+    assert type(quick) is type(full)
+    if quick is not None and hasattr(quick, "seq"):
+        assert (quick.seq, quick.ts, quick.interval, quick.extra.get("steps")) == (
+            full.seq, full.ts, full.interval, full.extra.get("steps"))

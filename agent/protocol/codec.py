@@ -78,14 +78,52 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES,
     types older viewers skip). Raises ProtocolError, with a reason, for anything else
     that is not valid.
 
-    `deep=False` checks a sample's envelope and step sums but not each GPU's, port's or
-    file system's values: for a relay, which forwards the bytes to viewers that check
-    them all (and keep a bad node's frame to that node).
+    `deep=False` is for a relay, which forwards a sample's bytes to viewers that check
+    every value themselves (and keep a bad node's frame to that node): a sample's
+    `gpus`, `host`, `fabric` and `storage` are then stepped over without being built
+    (still parsed, so broken msgpack is still refused), and the Sample returned holds
+    its envelope and `steps` only. Other types are decoded whole.
     """
-    m = unpack(data, max_bytes=max_bytes)
-    if not deep and m.get("t") == "sample" and _is_int(m.get("v")) and m["v"] >= 1:
-        return _sample(m, deep=False)
-    return decode_map(m)
+    if not deep:
+        message = _sample_envelope(data, max_bytes)
+        if message is not None:
+            return message
+    return decode_map(unpack(data, max_bytes=max_bytes))
+
+
+# Sections of a sample a relay forwards without reading.
+_FORWARDED_UNREAD = frozenset({"gpus", "host", "fabric", "storage"})
+
+
+def _sample_envelope(data: bytes, max_bytes: int) -> Sample | None:
+    """The fast path of decode(deep=False): a Sample of envelope and steps, or None
+    when the message is not a well-formed sample map (the full path then decodes it,
+    or says exactly what is wrong)."""
+    if not isinstance(data, (bytes, bytearray)) or not 0 < len(data) <= max_bytes:
+        return None
+    reader = msgpack.Unpacker(raw=False, strict_map_key=True, use_list=True,
+                              max_buffer_size=len(data), max_str_len=MAX_STR * 16,
+                              max_bin_len=MAX_MESSAGE_BYTES, max_array_len=MAX_ARRAY,
+                              max_map_len=MAX_MAP, max_ext_len=0)
+    reader.feed(data)
+    m: dict[str, Any] = {}
+    try:
+        for _ in range(reader.read_map_header()):
+            key = reader.unpack()
+            if key in _FORWARDED_UNREAD:
+                reader.skip()
+                m[key] = None
+            else:
+                m[key] = reader.unpack()
+    except (ValueError, TypeError, msgpack.UnpackException, RecursionError):
+        return None
+    if reader.tell() != len(data) or m.get("t") != "sample" or not _is_int(m.get("v")) \
+            or m["v"] < 1:
+        return None
+    for key in _FORWARDED_UNREAD:
+        if m.get(key, 0) is None:
+            del m[key]
+    return _sample(m, deep=False)
 
 
 def decode_map(m: dict[str, Any]) -> Message | None:

@@ -12,15 +12,14 @@ families, and each filtered encoding is made once and shared.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agent.hub import Frame
-from agent.protocol import Batch, Event, Hello, Sample, encode_map
+from agent.hub import FAMILY_KEYS, Frame
+from agent.protocol import Batch, Event, Hello, Sample, encode, encode_map, unpack
 from tuimon.sources.targets import expand_hostlist
 
 # One batch message stays under this many bytes of frames; more makes another message.
@@ -30,11 +29,48 @@ MAX_VIEWER_EVENTS = 1000
 DOWN_AFTER = 60.0
 
 
-def _source_frame(message: Hello | Sample | Event, raw: bytes) -> Frame:
+def _source_frame(message: Hello | Event, raw: bytes) -> Frame:
     frame = Frame(message)
     if raw:
         frame._cache[None] = raw  # the agent's own bytes, when nothing is filtered out
     return frame
+
+
+_AS_SENT = object()
+
+
+class SampleFrame:
+    """A sample as the agent's bytes. The relay read only its envelope and steps
+    (`decode(deep=False)`), so an encoding with fewer families, or with the step sums
+    of samples it replaced, is made from those bytes, once per family set."""
+
+    __slots__ = ("_cache", "message", "raw", "steps")
+
+    def __init__(self, message: Sample, raw: bytes, steps: Any = _AS_SENT) -> None:
+        self.message = message
+        self.raw = raw
+        self.steps = steps
+        self._cache: dict[frozenset[str] | None, bytes] = {}
+
+    def steps_sent(self) -> dict[str, Any] | None:
+        return self.message.extra.get("steps") if self.steps is _AS_SENT else self.steps
+
+    def encoded(self, families: frozenset[str] | None, dropped: int = 0) -> bytes:
+        if families is None and self.steps is _AS_SENT and not dropped:
+            return self.raw
+        data = self._cache.get(families) if not dropped else None
+        if data is None:
+            wire = unpack(self.raw)
+            if self.steps is not _AS_SENT:
+                wire["steps"] = self.steps
+            if families is not None:
+                for family, key in FAMILY_KEYS.items():
+                    if family not in families:
+                        wire.pop(key, None)
+            if dropped:
+                return encode_map({**wire, "dropped": dropped})
+            data = self._cache[families] = encode_map(wire)
+        return data
 
 
 @dataclass(slots=True)
@@ -46,7 +82,7 @@ class Source:
     reason: str | None = None
     node: str | None = None  # the hello's node name
     hello: Frame | None = None
-    sample: Frame | None = None
+    sample: SampleFrame | None = None
     last_seen: float | None = None  # monotonic
     frames: int = 0
 
@@ -87,7 +123,7 @@ class ViewerFeed:
         self.families: frozenset[str] | None = None
         self.nodes: frozenset[str] | None = None
         self.hellos: dict[str, Frame] = {}
-        self.samples: dict[str, Frame] = {}
+        self.samples: dict[str, SampleFrame] = {}
         self.events: deque[tuple[str, Frame]] = deque()
         self.states: dict[str, tuple[str, str | None]] = {}
         self.dropped = 0
@@ -122,16 +158,13 @@ class ViewerFeed:
         # Samples after a hello follow its inventory: an older one would be misread.
         self.samples.pop(source.name, None)
 
-    def offer_sample(self, name: str, frame: Frame) -> None:
+    def offer_sample(self, name: str, frame: SampleFrame) -> None:
         older = self.samples.get(name)
         if older is not None:
-            old_steps = older.message.extra.get("steps")  # type: ignore[union-attr]
+            old_steps = older.steps_sent()
             if old_steps:
-                sample = frame.message
-                assert isinstance(sample, Sample)
-                steps = merge_steps(old_steps, sample.extra.get("steps"))
-                frame = Frame(dataclasses.replace(sample, extra={**sample.extra,
-                                                                 "steps": steps}))
+                steps = merge_steps(old_steps, frame.steps_sent())
+                frame = SampleFrame(frame.message, frame.raw, steps)
         self.samples[name] = frame
 
     def offer_event(self, name: str, frame: Frame) -> None:
@@ -260,17 +293,19 @@ class FanOut:
         source.last_seen = self.clock()
         if source.state != "up":
             self._set_state(source, "up", None)
+        if isinstance(message, Sample):
+            sample = SampleFrame(message, raw or encode(message))
+            source.sample = sample
+            self._count_steps(message)
+            for feed in self._feeds(source):
+                feed.offer_sample(target, sample)
+            return
         frame = _source_frame(message, raw)
         if isinstance(message, Hello):
             source.hello = frame
             source.node = message.node
             for feed in self._feeds(source):
                 feed.offer_hello(source)
-        elif isinstance(message, Sample):
-            source.sample = frame
-            self._count_steps(message)
-            for feed in self._feeds(source):
-                feed.offer_sample(target, frame)
         else:
             for feed in self._feeds(source):
                 if feed.wants_events():
