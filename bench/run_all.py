@@ -88,7 +88,7 @@ def collect(quick: bool) -> list[dict[str, Any]]:
     r = _run("reporter.py", "--runs", runs, "--steps", "20000" if quick else "200000")
     rows.append(_row("step reporter", "per step, agent listening", r["live_us"], "us", ".1f"))
 
-    sizes = ["256"] if quick else ["256", "1024"]
+    sizes = ["256"] if quick else ["256", "1024", "4096"]
     for rr in _run("relay.py", "--nodes", *sizes, "--seconds", secs, "--warmup",
                    "6" if quick else "10"):
         n = rr["nodes"]
