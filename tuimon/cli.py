@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", metavar="FILE",
                         help="config file (default $XDG_CONFIG_HOME/tuimon/config.toml)")
     sub = parser.add_subparsers(dest="command", required=True)
-    connect = sub.add_parser("connect", help="watch agents: host[:port], gpu[001-128]:PORT")
+    connect = sub.add_parser("connect", help="watch agents or a relay: host[:port], "
+                                             "gpu[001-128]:PORT, login1:9478")
     _target_options(connect)
     _view_options(connect)
     _slo_options(connect)
