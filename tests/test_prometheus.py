@@ -178,7 +178,8 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
                 await _until_series(url, "DCGM_FI_DEV_GPU_UTIL", 3)
                 # Rates need two scrapes of each target, and targets are scraped at
                 # different offsets: wait for a rate from every one of them.
-                await _until_series(url, "rate(tuimon_job_wall_seconds_total[1m])", 6)
+                await _until_series(url, "rate(tuimon_job_wall_seconds_total[1m]) > 0", 6)
+                await _until_series(url, "rate(tuimon_job_samples_total[1m]) > 0", 6)
                 await _until_series(url, "rate(tuimon_fs_read_bytes_total[1m])", 3)
                 if nodex:
                     await _until_series(
