@@ -123,7 +123,7 @@ def _sample_envelope(data: bytes, max_bytes: int) -> Sample | None:
     for key in _FORWARDED_UNREAD:
         if m.get(key, 0) is None:
             del m[key]
-    return _sample(m, deep=False)
+    return _sample(m)  # the forwarded sections are gone from m: envelope and steps
 
 
 def decode_map(m: dict[str, Any]) -> Message | None:
@@ -182,7 +182,7 @@ def _hello(m: dict[str, Any]) -> Hello:
 _SAMPLE_KEYS = frozenset({"v", "t", "seq", "ts", "interval", "gpus", "host", "dropped"})
 
 
-def _sample(m: dict[str, Any], deep: bool = True) -> Sample:
+def _sample(m: dict[str, Any]) -> Sample:
     seq = m.get("seq")
     if not _is_int(seq) or seq < 0:
         raise ProtocolError(f"sample.seq: expected a non-negative integer, got {_show(seq)}")
@@ -193,14 +193,12 @@ def _sample(m: dict[str, Any], deep: bool = True) -> Sample:
         for i, g in enumerate(gpus):
             if not isinstance(g, dict):
                 raise ProtocolError(f"sample.gpus[{i}]: expected a map, got {_show(g)}")
-            if deep:
-                _check_fields(g, _GPU_SPEC, f"sample.gpus[{i}]")
+            _check_fields(g, _GPU_SPEC, f"sample.gpus[{i}]")
     host = m.get("host")
     if host is not None:
         if not isinstance(host, dict):
             raise ProtocolError(f"sample.host: expected a map, got {_show(host)}")
-        if deep:
-            _check_fields(host, _HOST_SPEC, "sample.host")
+        _check_fields(host, _HOST_SPEC, "sample.host")
     dropped = m.get("dropped", 0)
     if not _is_int(dropped) or dropped < 0:
         raise ProtocolError(f"sample.dropped: expected a non-negative integer, got "
@@ -208,11 +206,7 @@ def _sample(m: dict[str, Any], deep: bool = True) -> Sample:
     extra = {k: v for k, v in m.items() if k not in _SAMPLE_KEYS}
     for family, lists in _ENTITY_FAMILIES.items():
         if family in extra:
-            if deep:
-                _check_entity_family(extra[family], lists, f"sample.{family}")
-            elif not isinstance(extra[family], dict):
-                raise ProtocolError(f"sample.{family}: expected a map, got "
-                                    f"{_show(extra[family])}")
+            _check_entity_family(extra[family], lists, f"sample.{family}")
     if "steps" in extra:
         _check_steps(extra["steps"])
     return Sample(

@@ -20,13 +20,12 @@ from typing import Any
 
 from agent.hub import FAMILY_KEYS, Frame
 from agent.protocol import Batch, Event, Hello, Sample, encode, encode_map, unpack
+from tuimon.model.cluster import DOWN_AFTER
 from tuimon.sources.targets import expand_hostlist
 
 # One batch message stays under this many bytes of frames; more makes another message.
 BATCH_BYTES = 1 << 20
 MAX_VIEWER_EVENTS = 1000
-# A lost upstream stays "stale" this long, then is "down" (as in the viewer's model).
-DOWN_AFTER = 60.0
 
 
 def _source_frame(message: Hello | Event, raw: bytes) -> Frame:
@@ -55,10 +54,10 @@ class SampleFrame:
     def steps_sent(self) -> dict[str, Any] | None:
         return self.message.extra.get("steps") if self.steps is _AS_SENT else self.steps
 
-    def encoded(self, families: frozenset[str] | None, dropped: int = 0) -> bytes:
-        if families is None and self.steps is _AS_SENT and not dropped:
+    def encoded(self, families: frozenset[str] | None) -> bytes:
+        if families is None and self.steps is _AS_SENT:
             return self.raw
-        data = self._cache.get(families) if not dropped else None
+        data = self._cache.get(families)
         if data is None:
             wire = unpack(self.raw)
             if self.steps is not _AS_SENT:
@@ -67,8 +66,6 @@ class SampleFrame:
                 for family, key in FAMILY_KEYS.items():
                     if family not in families:
                         wire.pop(key, None)
-            if dropped:
-                return encode_map({**wire, "dropped": dropped})
             data = self._cache[families] = encode_map(wire)
         return data
 
