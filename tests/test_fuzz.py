@@ -234,7 +234,7 @@ def test_safe_text_cannot_break_the_markup_around_it(text: str, width: int) -> N
     escaped, with nothing unprintable left."""
     from textual.markup import to_content
 
-    from tuimon.terminal_text import printable
+    from agent.protocol.text import clean as printable
     from tuimon.ui.text import safe
 
     shown = to_content(f"[b]node[/b] [red]{safe(text, width)}[/] [b]end[/b]").plain

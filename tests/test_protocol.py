@@ -20,6 +20,7 @@ from agent.protocol import (
     Subscribe,
     decode,
     encode,
+    encode_map,
 )
 from agent.protocol.fields import GPU_FIELDS, HOST_FIELDS
 
@@ -152,8 +153,41 @@ subscribes = st.builds(
 @settings(max_examples=150, deadline=None)
 @given(st.one_of(hellos, samples, events, subscribes))
 def test_every_message_type_round_trips(message) -> None:  # type: ignore[no-untyped-def]
+    """What is printable arrives unchanged; anything unprintable (a control character in
+    a name, a key or a reason) arrives escaped, never raw."""
     decoded = decode(encode(message))
-    assert decoded == message
+    assert all(s.isprintable() for s in _strings(decoded.to_wire()))
+    if all(s.isprintable() for s in _strings(message.to_wire())):
+        assert decoded == message
+    else:
+        assert type(decoded) is type(message)
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _strings(k) + _strings(v)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_strings_are_cleaned_where_they_enter() -> None:
+    hello = decode(encode(Hello(
+        node="evil\x1b]0;pwned\x07", agent_version="1", boot_id=None, interval=1.0, ts=1.0,
+        extra={"ports": [{"id": "mlx5_0:1\x1b[2J", "state_name": "DOWN\u202e"}]})))
+    assert hello.node == "evil\\x1b]0;pwned\\x07"
+    assert hello.extra["ports"][0] == {"id": "mlx5_0:1\\x1b[2J", "state_name": "DOWN\\u202e"}
+    sample = decode(encode(Sample(seq=1, ts=1.0, interval=1.0, gpus=[
+        {"failed": "lost\n FAKE: ok", "errors": {"temp\x07": "bad\r"}}], extra={
+        "steps": {"jobs": [{"id": "job\nFAKE: ok", "world": 1, "ranks": []}]}})))
+    assert sample.gpus == [{"failed": "lost\\x0a FAKE: ok", "errors": {"temp\\x07": "bad\\x0d"}}]
+    assert sample.extra["steps"]["jobs"][0]["id"] == "job\\x0aFAKE: ok"
+    with pytest.raises(ProtocolError) as err:
+        decode(encode_map({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                           "fabric": {"ports": [{"id": "p", "x\x1b[2J": float("nan")}]}}))
+    assert "\x1b" not in err.value.reason and "x\\x1b[2J" in err.value.reason
 
 
 @settings(max_examples=300, deadline=None)

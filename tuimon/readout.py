@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
+from agent.protocol.text import clean_lines
 from tuimon.model.cluster import ClusterState, NodeState
-from tuimon.terminal_text import printable
 
 
 def _mean(values: list[float]) -> float | None:
@@ -93,4 +93,4 @@ def render(cluster: ClusterState, max_rows: int = 40) -> str:
     lines.append("")
     lines.append("efficiency / SLO: no step telemetry available yet")
     # Names, reasons and messages came from the network: nothing raw reaches the terminal.
-    return printable("\n".join(lines), keep_newlines=True)
+    return clean_lines("\n".join(lines))

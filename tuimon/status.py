@@ -8,13 +8,13 @@ import json
 import time
 from typing import Any
 
+from agent.protocol.text import clean_lines
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
-from tuimon.terminal_text import printable
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2}
 
@@ -78,10 +78,11 @@ def format_text(r: dict[str, Any]) -> str:
     for a in r["alerts"]:
         lines.append(f"{a['severity']:<8} {a['message']}")
     # Names and messages came from the network: nothing raw reaches the terminal.
-    return printable("\n".join(lines), keep_newlines=True)
+    return clean_lines("\n".join(lines))
 
 
 async def run_status(targets: list[str], options: StreamOptions, *, watch: float,
+                     relays: list[str] | None = None,
                      topology: dict[str, str], provisioned: dict[str, float], slo: Slo,
                      baselines: dict[str, float], as_json: bool, name: str) -> int:
     cluster = ClusterState(name)
@@ -89,7 +90,7 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
     storage = StorageView(provisioned)
     diagnosis = Diagnosis(topology)
     worst = "ok"
-    async with watching(targets, cluster, options):
+    async with watching(targets, cluster, options, relays=relays or []):
         # Two samples from every node (or 5 s) before the first verdict.
         deadline = time.monotonic() + max(5.0, watch)
         first = time.monotonic() + 5.0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.files import FileTree, ReadError
+from agent.protocol.text import clean
 from agent.rates import RateTracker
 
 IB = "sys/class/infiniband"
@@ -121,7 +122,9 @@ class _Port:
 
     @property
     def id(self) -> str:
-        return f"{self.device}:{self.port}"
+        # Cleaned: the id is what leaves the agent (wire, /metrics); paths use the raw
+        # device name.
+        return clean(f"{self.device}:{self.port}")
 
 
 class FabricCollector:
@@ -225,7 +228,7 @@ class FabricCollector:
         for name in names:
             if name == "lo" or not self.files.exists(f"{NET}/{name}/device"):
                 continue  # loopback and virtual devices (bridges, veths, bonds' slaves' views)
-            out[name] = self._nics.get(name) or {"id": name}
+            out[name] = self._nics.get(name) or {"id": clean(name)}
         return out
 
     # -- sampling ------------------------------------------------------------------------
@@ -239,9 +242,11 @@ class FabricCollector:
         ports = [self._read_port(p, now, refresh, errors_due) for p in self._ports.values()]
         nics = [self._read_nic(name, info, now, refresh) for name, info in self._nics.items()]
         if changed:
-            for table, live in ((self.totals, self._ports), (self.hw_totals, self._ports),
-                                (self.nic_totals, self._nics)):
-                for key in list(table.keys() - live.keys()):
+            port_ids = {p.id for p in self._ports.values()}
+            nic_ids = {n["id"] for n in self._nics.values()}
+            for table, live in ((self.totals, port_ids), (self.hw_totals, port_ids),
+                                (self.nic_totals, nic_ids)):
+                for key in list(table.keys() - live):
                     del table[key]
         return {"ports": ports, "nics": nics}, changed
 
@@ -360,7 +365,7 @@ class FabricCollector:
                 info["speed"] = speed * 1e6 / 8 if speed > 0 else None  # Mb/s to bytes/s
             except (ReadError, ValueError):
                 info["speed"] = None  # down links print -1 or fail with EINVAL
-        v: dict[str, Any] = {"id": name}
+        v: dict[str, Any] = {"id": info["id"]}
         try:
             v["operstate"] = _text(self.files.read_counter(f"{base}/operstate")).strip()
         except ReadError:
@@ -373,7 +378,7 @@ class FabricCollector:
             v[f"{counter}_s"] = r
             if reason:
                 v.setdefault("counter_errors", {})[counter] = reason
-        self.nic_totals[name] = totals
+        self.nic_totals[info["id"]] = totals
         speed = info.get("speed")
         v["rx_util"] = min(1.0, v["rx_bytes_s"] / speed) if speed and v["rx_bytes_s"] is not None \
             else None

@@ -31,6 +31,7 @@ from agent.collectors.storage_parsers import (
     parse_mountstats,
 )
 from agent.files import FileTree, ReadError
+from agent.protocol.text import clean
 from agent.rates import RateTracker
 
 LLITE_DIRS = ("proc/fs/lustre/llite", "sys/kernel/debug/lustre/llite")  # before / from 2.12
@@ -146,8 +147,10 @@ class StorageCollector:
         }
         changed = inventory != self._inventory
         self._inventory = inventory
-        self.fs_totals = {f["id"]: f.pop("totals") for f in filesystems.values() if "totals" in f}
-        self.disk_totals = {d["id"]: d.pop("totals") for d in disks}
+        # Keyed by the cleaned ids the sample carries (the agent cleans it on its way out).
+        self.fs_totals = {clean(f["id"]): f.pop("totals") for f in filesystems.values()
+                          if "totals" in f}
+        self.disk_totals = {clean(d["id"]): d.pop("totals") for d in disks}
         out: dict[str, Any] = {"filesystems": list(filesystems.values()), "disks": disks}
         if self.errors:
             out["errors"] = dict(self.errors)

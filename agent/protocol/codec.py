@@ -20,6 +20,7 @@ from agent.protocol.messages import (
     Sample,
     Subscribe,
 )
+from agent.protocol.text import clean, clean_tree
 
 # One node's frame is a few KiB; a relay's batch holds many and has its own limit.
 MAX_MESSAGE_BYTES = 1 << 20
@@ -164,6 +165,10 @@ def _hello(m: dict[str, Any]) -> Hello:
     if not isinstance(families, list) or not all(isinstance(f, str) for f in families):
         raise ProtocolError("hello.families: expected a list of strings")
     host = _opt_map(m, "host", "hello") or {}
+    # Inventory and host sections are free-form maps (ports, file systems, statuses):
+    # every string in them is cleaned here, once per hello.
+    clean_tree(host)
+    clean_tree(extra)
     return Hello(
         node=_req_str(m, "node", "hello"),
         agent_version=_req_str(m, "agent_version", "hello"),
@@ -173,7 +178,7 @@ def _hello(m: dict[str, Any]) -> Hello:
         gpus=gpus,
         driver_version=_opt_str(inventory, "driver_version", "hello.inventory"),
         gpu_status=_opt_str(inventory, "gpu_status", "hello.inventory"),
-        families=families,
+        families=[clean(f) for f in families],
         host=host,
         extra=extra,
     )
@@ -204,6 +209,9 @@ def _sample(m: dict[str, Any]) -> Sample:
         raise ProtocolError(f"sample.dropped: expected a non-negative integer, got "
                             f"{_show(dropped)}")
     extra = {k: v for k, v in m.items() if k not in _SAMPLE_KEYS}
+    for key in [k for k in extra if k not in _KNOWN_EXTRA]:
+        # A newer agent's family: kept for newer views, its strings cleaned like ours.
+        extra[clean(key)] = clean_tree(extra.pop(key))
     for family, lists in _ENTITY_FAMILIES.items():
         if family in extra:
             _check_entity_family(extra[family], lists, f"sample.{family}")
@@ -218,6 +226,9 @@ def _sample(m: dict[str, Any]) -> Sample:
         dropped=dropped,
         extra=extra,
     )
+
+
+_KNOWN_EXTRA = frozenset({"fabric", "storage", "steps"})
 
 
 def _event(m: dict[str, Any]) -> Event:
@@ -257,7 +268,8 @@ def _subscribe(m: dict[str, Any]) -> Subscribe:
         raise ProtocolError("subscribe.nodes: expected a list of host names or host lists, "
                             "or nil")
     return Subscribe(interval=float(interval) if interval is not None else None,
-                     families=families, nodes=nodes)
+                     families=None if families is None else [clean(f) for f in families],
+                     nodes=None if nodes is None else [clean(n) for n in nodes])
 
 
 def _batch(m: dict[str, Any]) -> Batch:
@@ -269,14 +281,14 @@ def _batch(m: dict[str, Any]) -> Batch:
         if (not isinstance(f, list) or len(f) != 2 or not isinstance(f[0], str)
                 or not isinstance(f[1], bytes)):
             raise ProtocolError(f"batch.frames[{i}]: expected [source name, frame bytes]")
-        frames.append((f[0], f[1]))
+        frames.append((clean(f[0]), f[1]))
     sources = []
     for i, s in enumerate(m.get("sources") or []):
         if (not isinstance(s, list) or len(s) != 3 or not isinstance(s[0], str)
                 or s[1] not in SOURCE_STATES or not (s[2] is None or isinstance(s[2], str))):
             raise ProtocolError(f"batch.sources[{i}]: expected [source, state, reason or nil]"
                                 f" with state one of {', '.join(SOURCE_STATES)}")
-        sources.append((s[0], s[1], s[2]))
+        sources.append((clean(s[0]), s[1], None if s[2] is None else clean(s[2])))
     budget = m.get("budget")
     if budget is not None:
         if not isinstance(budget, dict):
@@ -285,6 +297,7 @@ def _batch(m: dict[str, Any]) -> Batch:
             if not isinstance(entry, dict):
                 raise ProtocolError(f"batch.budget.{job}: expected a map")
             _check_values(entry, f"batch.budget.{job}", depth=1)
+        budget = {clean(job): entry for job, entry in budget.items()}
     dropped = m.get("dropped", 0)
     if not _is_int(dropped) or dropped < 0:
         raise ProtocolError(f"batch.dropped: expected a count, got {_show(dropped)}")
@@ -316,8 +329,12 @@ _PLAIN = frozenset({int, bool, type(None)})
 
 
 def _check_values(m: dict[str, Any], where: str, depth: int) -> None:
-    """Entity values: numbers finite, strings bounded, nested maps at most two deep."""
+    """Entity values: numbers finite, strings bounded and cleaned, nested maps at most
+    two deep."""
+    bad_keys = False
     for key, v in m.items():
+        if not key.isprintable():
+            bad_keys = True
         t = type(v)
         if t is float:
             if v - v != 0:
@@ -327,17 +344,24 @@ def _check_values(m: dict[str, Any], where: str, depth: int) -> None:
         elif t is str:
             if len(v) > MAX_STR:
                 raise ProtocolError(f"{where}.{key}: string longer than {MAX_STR}")
+            if not v.isprintable():
+                m[key] = clean(v)
         elif t is dict:
             if depth >= 2:
                 raise ProtocolError(f"{where}.{key}: nested too deep")
             _check_values(v, f"{where}.{key}", depth + 1)
         elif t is list:
-            for x in v:
+            for i, x in enumerate(v):
                 tx = type(x)
                 if (tx is float and x - x != 0) or tx not in (str, int, float):
                     raise ProtocolError(f"{where}.{key}: expected a list of finite scalars")
+                if tx is str and not x.isprintable():
+                    v[i] = clean(x)
         else:
             raise ProtocolError(f"{where}.{key}: unexpected {t.__name__}")
+    if bad_keys:
+        for key in [k for k in m if not k.isprintable()]:
+            m[clean(key)] = m.pop(key)
 
 
 def _check_steps(steps: Any) -> None:
@@ -350,6 +374,8 @@ def _check_steps(steps: Any) -> None:
         where = f"sample.steps.jobs[{i}]"
         if not isinstance(job, dict) or not isinstance(job.get("id"), str):
             raise ProtocolError(f"{where}: expected a map with a string 'id'")
+        if not job["id"].isprintable():
+            job["id"] = clean(job["id"])
         ranks = job.get("ranks") or []
         if not isinstance(ranks, list) or len(ranks) > MAX_ENTITIES:
             raise ProtocolError(f"{where}.ranks: expected a list")
@@ -387,10 +413,14 @@ def _show(v: Any) -> str:
 
 def _check_fields(values: dict[str, Any], spec: dict[str, str], where: str) -> None:
     # Hot path (every GPU of every node, every second): dispatch on exact types.
+    unknown = False
     for key, value in values.items():
         kind = spec.get(key)
-        if kind is None or value is None:
-            continue  # unknown keys are a newer agent's; nil is "could not be read"
+        if kind is None:
+            unknown = True  # a newer agent's field: kept, its strings cleaned below
+            continue
+        if value is None:
+            continue  # nil is "could not be read"
         t = type(value)
         if kind == "num":
             ok = (t is float and value - value == 0) or t is int  # NaN and inf fail
@@ -398,13 +428,22 @@ def _check_fields(values: dict[str, Any], spec: dict[str, str], where: str) -> N
             ok = t is int and value >= 0
         elif kind == "str":
             ok = t is str and len(value) <= MAX_STR
+            if ok and not value.isprintable():
+                values[key] = clean(value)
         elif kind == "strlist":
             ok = t is list and all(type(s) is str and len(s) <= MAX_STR for s in value)
+            if ok and not all(s.isprintable() for s in value):
+                values[key] = [clean(s) for s in value]
         else:  # dict of str -> str
             ok = t is dict and all(type(s) is str for s in value.values())
+            if ok and not all(k.isprintable() and s.isprintable() for k, s in value.items()):
+                values[key] = {clean(k): clean(s) for k, s in value.items()}
         if not ok:
             raise ProtocolError(f"{where}.{key}: expected {_KIND_WORDS[kind]}, got "
                                 f"{_show(value)}")
+    if unknown:
+        for key in [k for k in values if k not in spec]:
+            values[clean(key)] = clean_tree(values.pop(key))
 
 
 _KIND_WORDS = {
@@ -420,14 +459,14 @@ def _req_str(m: dict[str, Any], key: str, where: str) -> str:
     v = m.get(key)
     if not isinstance(v, str) or len(v) > MAX_STR:
         raise ProtocolError(f"{where}.{key}: required string, got {_show(v)}")
-    return v
+    return clean(v)
 
 
 def _opt_str(m: dict[str, Any], key: str, where: str) -> str | None:
     v = m.get(key)
     if v is not None and (not isinstance(v, str) or len(v) > MAX_STR):
         raise ProtocolError(f"{where}.{key}: expected a string or nil, got {_show(v)}")
-    return v
+    return None if v is None else clean(v)
 
 
 def _opt_map(m: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from agent.protocol.text import clean
+
 
 class ProtocolError(ValueError):
     """A message that is not valid protocol v1: too large, not msgpack, or wrong shape.
@@ -11,5 +13,7 @@ class ProtocolError(ValueError):
     """
 
     def __init__(self, reason: str) -> None:
+        # Reasons quote keys and values from the peer: shown and logged, so cleaned.
+        reason = clean(reason)
         super().__init__(reason)
         self.reason = reason

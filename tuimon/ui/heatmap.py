@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from rich.cells import set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.events import Click, Resize
@@ -230,7 +231,8 @@ class HeatmapView(ScrollView, can_focus=True):
             name_style = (self._style("cursor") if node is cur else
                           self._style(node.status if node.status in ("stale", "down")
                                       else f"fault-{fault}" if fault else "name"))
-            segments.append(Segment(node.name[:NAME_W].ljust(NAME_W), name_style))
+            # By cells, not characters: a wide (CJK) name must not push the row over.
+            segments.append(Segment(set_cell_size(node.name, NAME_W), name_style))
             segments.append(Segment(" "))
             for level in levels:
                 segments.append(Segment(self._glyph(node, level), self._cell_style(node, level)))

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from tuimon.terminal_text import printable
+from agent.protocol.text import clean
 
 
 def safe(text: str, width: int | None = None) -> str:
-    """Escape control characters (no terminal injection through a host name) and markup.
+    """Text for Textual markup: cleaned (agent.protocol.text, the one sanitising path;
+    strings from outside were already cleaned where they entered, this is the last guard)
+    and every markup bracket escaped.
 
     Every `[` is escaped, not only those that look like tags (textual.markup.escape's
     rule): Textual's parser opens a tag at any `[`, so `\x1b[2J` in a name would swallow
     the markup after it. A trailing backslash would escape the caller's next `[`, so it
     gets a zero-width space after it.
     """
-    cleaned = printable(text)
+    cleaned = clean(text)
     if width is not None:
         cleaned = cleaned[:width]
     cleaned = cleaned.replace("[", "\\[")

@@ -1,0 +1,81 @@
+"""The programs in a real terminal (tmux): what an engineer's terminal would do with the
+bytes they write. Hostile names from the network must not retitle the terminal, write
+its clipboard or clear its screen; every command must draw, not crash."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.tmux import BIN, ROOT, Tmux, need_tmux
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def hostile_peer(mode: str, *victims: str) -> Iterator[str]:
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.hostile_peer", str(port), mode,
+                             *victims], cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert time.monotonic() < deadline, "the hostile peer did not start"
+            time.sleep(0.1)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_hostile_names_leave_a_real_terminal_as_it_was() -> None:
+    need_tmux()
+    with hostile_peer("names") as target, \
+            Tmux([str(BIN / "tuimon"), "connect", target]) as term:
+        term.wait_for(lambda s: "evil\\x1b" in s, what="the hostile node's escaped name")
+        time.sleep(2.0)  # several samples and redraws of the map, strip and events
+        screen = term.screen()
+        assert term.title() == term.initial_title, "an OSC 0 in a node name retitled the pane"
+        assert term.buffers() == [], "an OSC 52 in a node name wrote the clipboard"
+        assert screen.splitlines()[0].lstrip().startswith("tuimon"), screen
+        assert "XID 79 on evil\\x1b]0;pwned-title" in screen  # the events pane, escaped
+        term.keys("Enter")  # the node screen: ports, file systems, events
+        term.wait_for(lambda s: "mlx5_0:1\\x1b[2J" in s or "fabric" in s,
+                      what="the node screen")
+        time.sleep(1.0)
+        assert term.title() == term.initial_title
+        assert term.buffers() == []
+        assert not term.dead()
+
+
+def test_hostile_job_name_cannot_forge_a_status_line() -> None:
+    with hostile_peer("names") as target:
+        proc = subprocess.run([str(BIN / "tuimon"), "status", target], capture_output=True,
+                              text=True, timeout=60, check=False)
+    out = proc.stdout
+    assert "train\\x0aOK: nodes 999 up" in out, out
+    assert not any(line.startswith("OK: nodes 999") for line in out.splitlines()), out
+    assert all(c.isprintable() for line in out.splitlines() for c in line), out
+
+
+@pytest.mark.parametrize("args", [["connect", "--once"], ["status", "--json"]])
+def test_plain_outputs_escape_hostile_names(args: list[str]) -> None:
+    with hostile_peer("names") as target:
+        proc = subprocess.run([str(BIN / "tuimon"), args[0], target, *args[1:]],
+                              capture_output=True, text=True, timeout=60, check=False)
+    text = proc.stdout + proc.stderr
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
