@@ -114,8 +114,9 @@ def _family(name: str, kind: str, doc: str, labels: list[str]) -> Metric:
 class AgentCollector(Collector):
     """Builds every family from `agent.latest` and `agent.hello` at scrape time."""
 
-    def __init__(self, agent: NodeAgent) -> None:
+    def __init__(self, agent: NodeAgent, guard: Any = None) -> None:
         self.agent = agent
+        self.guard = guard
 
     def collect(self) -> Iterator[Metric]:
         agent = self.agent
@@ -156,6 +157,8 @@ class AgentCollector(Collector):
                                     labels=["node"])
         clients.add_metric([node], len(agent.hub.clients))
         yield clients
+        if self.guard is not None:
+            yield from connection_metrics("tuimon_agent", node, self.guard)
         dropped = CounterMetricFamily("tuimon_agent_dropped_frames",
                                       "Frames dropped for slow stream clients", labels=["node"])
         dropped.add_metric([node], agent.hub.dropped_total)
@@ -311,15 +314,51 @@ def _step_metrics(node: str, steps: Any) -> Iterator[Metric]:
             fam.add_metric([job, str(rank), node], getattr(t, attr))
         yield fam
     rejected = CounterMetricFamily("tuimon_agent_step_reports_rejected",
-                                   "Step datagrams rejected as invalid", labels=["node"])
+                                   "Step datagrams refused, all reasons", labels=["node"])
     rejected.add_metric([node], steps.rejected)
     yield rejected
+    refused = CounterMetricFamily(
+        "tuimon_agent_step_reports_refused", "Step datagrams refused, by reason (invalid, "
+        "name_too_long, too_many_jobs, too_many_ranks, not_owner, flood)",
+        labels=["node", "reason"])
+    for reason, n in sorted(steps.refused.items()):
+        refused.add_metric([node, reason], n)
+    yield refused
+    lost = CounterMetricFamily("tuimon_agent_step_reports_lost",
+                               "Step reports missing from ranks' sequence numbers",
+                               labels=["node"])
+    lost.add_metric([node], steps.lost)
+    yield lost
+    clipped = CounterMetricFamily(
+        "tuimon_agent_step_reports_clipped",
+        "Step reports credited less time than they claimed (more than real time passed)",
+        labels=["node"])
+    clipped.add_metric([node], steps.clipped)
+    yield clipped
 
 
-def make_registry(agent: NodeAgent) -> CollectorRegistry:
+def connection_metrics(prefix: str, node: str | None, guard: Any) -> Iterator[Metric]:
+    """The connection guard's counts (agent.serve), for the agent and the relay."""
+    labels = ["node"] if node is not None else []
+    values = [node] if node is not None else []
+    pending = GaugeMetricFamily(f"{prefix}_pending_connections",
+                                "Connections that have not yet sent an admitted request",
+                                labels=labels)
+    pending.add_metric(values, guard.pending)
+    yield pending
+    closed = CounterMetricFamily(
+        f"{prefix}_connections_closed_unadmitted",
+        "Connections closed before an admitted request: evicted (too many pending) or "
+        "timed_out (no request in time)", labels=[*labels, "reason"])
+    closed.add_metric([*values, "evicted"], guard.evicted)
+    closed.add_metric([*values, "timed_out"], guard.timed_out)
+    yield closed
+
+
+def make_registry(agent: NodeAgent, guard: Any = None) -> CollectorRegistry:
     """A registry of our own: no process or platform collectors from the default one."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(AgentCollector(agent))
+    registry.register(AgentCollector(agent, guard))
     return registry
 
 

@@ -3,29 +3,69 @@
 Ranks on this node send one datagram per step (agent.reporter). The agent keeps, per
 (job, rank), what arrived since the last sample (steps, wall, compute, samples, tokens)
 and the running totals that /metrics exports, so PromQL can compute the same SLI.
+
+The socket is writable by every local user (jobs run as their users), so whatever
+arrives is bounded before it counts (docs/security.md, "the step socket"):
+
+- a rank is credited at most the real time that passed: its step seconds come out of
+  an allowance that grows one second per second. A new rank starts with the agent's
+  interval and a few seconds of slack, so `{"wall": 86400}` counts a few seconds, not
+  a day; unused allowance keeps up to `ALLOWANCE_CAP_S` (a long step, a stall);
+- a job belongs to the user (uid, from the kernel's SO_PASSCRED) that reported it
+  first, while it lives: another user's reports for it are refused, so nobody can burn
+  another user's budget;
+- each user gets at most `SENDER_RATE` datagrams a second (a token bucket) before
+  decoding: a flood costs the flooder, and is counted;
+- names are cleaned and at most `MAX_JOB_NAME` characters, at most `MAX_JOBS` jobs
+  and `MAX_RANKS` ranks a node, forgotten after `IDLE_S` of silence: the sample's steps
+  section stays far under the frame limit whatever the socket receives;
+- gaps in a rank's sequence numbers (reports its socket dropped, e.g. in a flood) are
+  counted as lost, so a starved rank is never silent.
+
+Every refusal is counted by reason (sent in the sample, exported in /metrics) and
+logged at most once a minute per reason, with the count.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import math
 import os
 import socket
-from dataclasses import dataclass, field
+import stat
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
+from agent.protocol.text import clean
 from agent.reporter import MAX_DATAGRAM
 
 log = logging.getLogger(__name__)
-MAX_RANKS = 4096  # per node: far above any real job, bounds memory against a flood
+
+MAX_JOB_NAME = 128
+MAX_JOBS = 64  # per node
+MAX_RANKS = 1024  # per node, all jobs together: far above any real node's GPUs
+IDLE_S = 600.0  # a rank silent this long is forgotten (and a job with no ranks released)
+SENDER_RATE = 2000.0  # datagrams a second per user (uid), with a burst of twice that
+ALLOWANCE_SLACK_S = 5.0  # a new rank's allowance: the agent's interval plus this
+ALLOWANCE_CAP_S = 600.0  # at most this much unused allowance (the longest step credited)
+LOG_EVERY_S = 60.0
+REFUSALS = ("invalid", "name_too_long", "too_many_jobs", "too_many_ranks", "not_owner",
+            "flood")
+_UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
 
 
 class StepError(ValueError):
-    """A datagram that is not a valid step report."""
+    """A datagram that is not a valid step report; `kind` is its refusal reason."""
+
+    def __init__(self, message: str, kind: str = "invalid") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def decode_step(data: bytes) -> dict[str, Any]:
@@ -39,11 +79,14 @@ def decode_step(data: bytes) -> dict[str, Any]:
     if not isinstance(m, dict) or m.get("t") != "step" or m.get("v") != 1:
         raise StepError("not a version 1 step report")
     job, rank, world = m.get("job"), m.get("rank"), m.get("world")
-    if not isinstance(job, str) or not job or len(job) > 200:
-        raise StepError("job: expected a name of 1 to 200 characters")
+    if not isinstance(job, str) or not job:
+        raise StepError("job: expected a name")
+    if len(job) > MAX_JOB_NAME:
+        raise StepError(f"job name of {len(job)} characters (limit {MAX_JOB_NAME})",
+                        "name_too_long")
     if type(rank) is not int or type(world) is not int or not 0 <= rank < world <= 1 << 20:
         raise StepError(f"rank/world: expected 0 <= rank < world, got {rank!r}/{world!r}")
-    out = {"job": job, "rank": rank, "world": world}
+    out = {"job": clean(job), "rank": rank, "world": world}
     for key in ("wall", "compute"):
         v = m.get(key)
         if type(v) not in (int, float) or not math.isfinite(v) or not 0 <= v <= 86400:
@@ -56,6 +99,9 @@ def decode_step(data: bytes) -> dict[str, Any]:
         if type(v) is not int or not 0 <= v <= 1 << 40:
             raise StepError(f"{key}: expected a count, got {v!r}")
         out[key] = v
+    seq, pid = m.get("seq"), m.get("pid")
+    out["seq"] = seq if type(seq) is int and seq >= 0 else None
+    out["pid"] = pid if type(pid) is int else None
     return out
 
 
@@ -70,29 +116,94 @@ class RankTotals:
 
 
 @dataclass
+class _Rank:
+    """What bounds one rank: its time allowance, its last report and sequence number."""
+
+    allowance: float
+    at: float  # monotonic time the allowance was last topped up
+    last_seen: float
+    pid: int | None = None
+    seq: int | None = None
+
+
+class _Bucket:
+    """A token bucket: `rate` tokens a second, at most `burst`."""
+
+    __slots__ = ("at", "burst", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate, self.burst, self.tokens, self.at = rate, burst, burst, now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.rate)
+        self.at = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
+
+
 class StepAggregator:
     """Per (job, rank): this interval's sums, and totals since the agent started."""
 
-    interval: dict[tuple[str, int], RankTotals] = field(default_factory=dict)
-    totals: dict[tuple[str, int], RankTotals] = field(default_factory=dict)
-    received: int = 0
-    rejected: int = 0
-    last_error: str | None = None
+    def __init__(self, interval: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.allowance_first = interval + ALLOWANCE_SLACK_S
+        self.allowance_cap = max(ALLOWANCE_CAP_S, 10 * interval)
+        self.interval: dict[tuple[str, int], RankTotals] = {}
+        self.totals: dict[tuple[str, int], RankTotals] = {}
+        self.received = 0
+        self.rejected = 0
+        self.refused: dict[str, int] = dict.fromkeys(REFUSALS, 0)
+        self.clipped = 0  # reports credited less than they claimed (time allowance)
+        self.lost = 0  # reports missing from ranks' sequence numbers
+        self.last_error: str | None = None
+        self._ranks: dict[tuple[str, int], _Rank] = {}
+        self._owners: dict[str, int | None] = {}  # job -> the uid it belongs to
+        self._senders: dict[int | None, _Bucket] = {}
+        self._lost_now: dict[str, int] = {}
+        self._logged: dict[str, tuple[float, int]] = {}
 
-    def add(self, data: bytes) -> None:
+    # -- receiving ---------------------------------------------------------------------
+
+    def add(self, data: bytes, uid: int | None = None, pid: int | None = None) -> None:
+        now = self.clock()
+        bucket = self._senders.get(uid)
+        if bucket is None:
+            if len(self._senders) > 4096:  # a node has far fewer users
+                self._senders.clear()
+            bucket = self._senders[uid] = _Bucket(SENDER_RATE, 2 * SENDER_RATE, now)
+        if not bucket.take(now):
+            self._refuse("flood", f"more than {SENDER_RATE:.0f} step reports a second from "
+                                  f"uid {uid}", now)
+            return
         try:
             step = decode_step(data)
         except StepError as exc:
-            self.rejected += 1
-            if self.last_error != str(exc):
-                log.warning("step report rejected: %s", exc)
-            self.last_error = str(exc)
+            self._refuse(exc.kind, str(exc), now)
             return
-        key = (step["job"], step["rank"])
-        if key not in self.totals and len(self.totals) >= MAX_RANKS:
-            self.rejected += 1
-            self.last_error = f"more than {MAX_RANKS} ranks on this node"
+        job, rank = step["job"], step["rank"]
+        key = (job, rank)
+        owner = self._owners.get(job, uid)
+        if owner != uid:
+            self._refuse("not_owner", f"job {job!r} belongs to uid {owner}; a report for it "
+                                      f"from uid {uid} was refused", now)
             return
+        state = self._ranks.get(key)
+        if state is None:
+            if job not in self._owners and len(self._owners) >= MAX_JOBS:
+                self._refuse("too_many_jobs", f"more than {MAX_JOBS} jobs on this node; "
+                                              f"job {job!r} refused", now)
+                return
+            if len(self._ranks) >= MAX_RANKS:
+                self._refuse("too_many_ranks", f"more than {MAX_RANKS} ranks on this node; "
+                                               f"{job!r} rank {rank} refused", now)
+                return
+            state = self._ranks[key] = _Rank(self.allowance_first, now, now)
+            self._owners[job] = uid
+        self._count_lost(job, state, step)
+        wall, compute = self._credit(state, step["wall"], step["compute"], now)
         self.received += 1
         for table in (self.interval, self.totals):
             t = table.get(key)
@@ -100,14 +211,53 @@ class StepAggregator:
                 t = table[key] = RankTotals(step["world"])
             t.world = step["world"]
             t.steps += 1
-            t.wall += step["wall"]
-            t.compute += step["compute"]
+            t.wall += wall
+            t.compute += compute
             t.samples += step["samples"]
             t.tokens += step["tokens"]
 
+    def _credit(self, state: _Rank, wall: float, compute: float,
+                now: float) -> tuple[float, float]:
+        """The seconds a report may count: no more than the rank's allowance, which grows
+        with real time. Compute keeps its share of the step when the wall is cut."""
+        state.allowance = min(self.allowance_cap, state.allowance + (now - state.at))
+        state.at = state.last_seen = now
+        if wall > state.allowance:
+            self.clipped += 1
+            share = compute / wall if wall > 0 else 0.0
+            wall = state.allowance
+            compute = wall * share
+        state.allowance -= wall
+        return wall, min(compute, wall)
+
+    def _count_lost(self, job: str, state: _Rank, step: dict[str, Any]) -> None:
+        seq, pid = step["seq"], step["pid"]
+        if seq is None:
+            return
+        if state.pid == pid and state.seq is not None and seq > state.seq + 1:
+            missing = min(seq - state.seq - 1, 1 << 20)
+            self.lost += missing
+            self._lost_now[job] = self._lost_now.get(job, 0) + missing
+        state.pid, state.seq = pid, seq
+
+    def _refuse(self, kind: str, message: str, now: float) -> None:
+        self.rejected += 1
+        self.refused[kind] = self.refused.get(kind, 0) + 1
+        self.last_error = message
+        last, pending = self._logged.get(kind, (-math.inf, 0))
+        if now - last >= LOG_EVERY_S:
+            more = f" ({pending} more like it since the last message)" if pending else ""
+            log.warning("step report refused: %s%s", message, more)
+            self._logged[kind] = (now, 0)
+        else:
+            self._logged[kind] = (last, pending + 1)
+
+    # -- sampling ----------------------------------------------------------------------
+
     def take(self) -> dict[str, Any] | None:
-        """This interval's figures for the sample (nil when no rank reported)."""
-        if not self.interval and not self.rejected:
+        """This interval's figures for the sample (nil when nothing arrived at all)."""
+        self._forget_idle(self.clock())
+        if not self.interval and not self.rejected and not self._lost_now:
             return None
         jobs: dict[str, dict[str, Any]] = {}
         for (job, rank), t in sorted(self.interval.items()):
@@ -115,25 +265,128 @@ class StepAggregator:
             entry["ranks"].append({"rank": rank, "steps": t.steps, "wall": t.wall,
                                    "compute": t.compute, "samples": t.samples,
                                    "tokens": t.tokens})
+        for job, n in self._lost_now.items():
+            if job in jobs:
+                jobs[job]["lost"] = n
         self.interval = {}
-        return {"jobs": list(jobs.values()), "received": self.received,
-                "rejected": self.rejected}
+        self._lost_now = {}
+        out: dict[str, Any] = {"jobs": list(jobs.values()), "received": self.received,
+                               "rejected": self.rejected, "lost": self.lost,
+                               "clipped": self.clipped}
+        refused = {k: v for k, v in self.refused.items() if v}
+        if refused:
+            out["refused"] = refused
+        return out
+
+    def _forget_idle(self, now: float) -> None:
+        idle = [k for k, r in self._ranks.items() if now - r.last_seen > IDLE_S]
+        for key in idle:
+            del self._ranks[key]
+            self.totals.pop(key, None)
+        if idle:
+            alive = {job for job, _ in self._ranks}
+            for job in [j for j in self._owners if j not in alive]:
+                del self._owners[job]
 
 
-class _Protocol(asyncio.DatagramProtocol):
-    def __init__(self, aggregator: StepAggregator) -> None:
+# -- the socket -------------------------------------------------------------------------
+
+
+class StepSocketError(OSError):
+    """The step socket cannot be opened; the message says which path and why."""
+
+
+class StepSocket:
+    """The Unix datagram socket ranks send to: world-writable (jobs run as their users),
+    with the sender's credentials read from each datagram (SO_PASSCRED, Linux)."""
+
+    BATCH = 256  # datagrams read per wake-up, so a flood cannot hold the event loop
+
+    def __init__(self, path: str, aggregator: StepAggregator) -> None:
+        self.path = path
         self.aggregator = aggregator
+        self._sock: socket.socket | None = None
+        self._inode: tuple[int, int] | None = None
+        self._creds = hasattr(socket, "SO_PASSCRED")
 
-    def datagram_received(self, data: bytes, addr: Any) -> None:
-        self.aggregator.add(data)
+    def open(self) -> None:
+        """Bind (refusing a path a live agent is serving), then read on the running loop."""
+        import asyncio
+
+        refuse_if_live(self.path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            if self._creds:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+            with contextlib.suppress(OSError):  # the kernel caps it at rmem_max
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)  # a stale socket: _refuse_if_live found nobody there
+            sock.bind(self.path)
+            os.chmod(self.path, 0o666)
+            st = os.stat(self.path)
+        except OSError:
+            sock.close()
+            raise
+        self._sock = sock
+        self._inode = (st.st_dev, st.st_ino)
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        sock = self._sock
+        if sock is None:
+            return
+        space = socket.CMSG_SPACE(_UCRED.size) if self._creds else 0
+        for _ in range(self.BATCH):
+            try:
+                data, ancillary, _flags, _addr = sock.recvmsg(MAX_DATAGRAM + 1, space)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                log.warning("step socket %s: %s", self.path, exc)
+                return
+            uid = pid = None
+            for level, kind, payload in ancillary:
+                if (level == socket.SOL_SOCKET and kind == getattr(socket, "SCM_CREDENTIALS", -1)
+                        and len(payload) >= _UCRED.size):
+                    pid, uid, _gid = _UCRED.unpack_from(payload)
+            self.aggregator.add(data, uid, pid)
+
+    def close(self) -> None:
+        """Stop reading; remove the path only if it is still the socket this one made."""
+        import asyncio
+
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        with contextlib.suppress(RuntimeError, ValueError):
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+        sock.close()
+        with contextlib.suppress(OSError):
+            st = os.stat(self.path)
+            if (st.st_dev, st.st_ino) == self._inode:
+                os.unlink(self.path)
 
 
-async def open_step_socket(path: str, aggregator: StepAggregator) -> asyncio.DatagramTransport:
-    """Bind the Unix datagram socket ranks send to (world-writable: jobs run as users)."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-    loop = asyncio.get_running_loop()
-    transport, _ = await loop.create_datagram_endpoint(
-        lambda: _Protocol(aggregator), local_addr=path, family=socket.AF_UNIX)
-    os.chmod(path, 0o666)
-    return transport  # type: ignore[return-value]
+def refuse_if_live(path: str) -> None:
+    """A path that is a socket with a reader behind it belongs to a running agent."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise StepSocketError(f"step socket {path}: exists and is not a socket; move it "
+                              "aside or give --steps-socket another path")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    try:
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return  # left behind by an agent that died: safe to replace
+    except OSError:
+        return
+    finally:
+        probe.close()
+    raise StepSocketError(f"step socket {path} is in use by a running agent; stop it first "
+                          "or give --steps-socket another path")
+

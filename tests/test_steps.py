@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 from pathlib import Path
 
@@ -120,3 +121,183 @@ def test_arbitrary_datagrams_never_break_the_aggregator(data: bytes) -> None:
     agg = StepAggregator()
     agg.add(data)
     assert agg.received + agg.rejected == 1
+
+
+# -- a local user on the step socket (docs/security.md, "the step socket") ----------------
+
+
+def _step(job: str = "train", rank: int = 0, world: int = 2, wall: float = 1.0,
+          compute: float = 0.8, **extra: object) -> bytes:
+    return msgpack.packb({"v": 1, "t": "step", "job": job, "rank": rank, "world": world,
+                          "wall": wall, "compute": compute, **extra})
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_one_datagram_cannot_burn_a_day_of_budget() -> None:
+    clock = Clock()
+    agg = StepAggregator(interval=1.0, clock=clock)
+    agg.add(_step(wall=86400.0, compute=0.0))
+    first = agg.take()["jobs"][0]["ranks"][0]
+    assert first["wall"] <= 6.0  # the agent's interval plus the slack, not a day
+    # Then no more than real time: ten more such datagrams in one second count 1 s.
+    clock.now += 1.0
+    for _ in range(10):
+        agg.add(_step(wall=86400.0, compute=0.0))
+    burst = agg.take()["jobs"][0]["ranks"][0]
+    assert burst["wall"] == pytest.approx(1.0) and burst["compute"] == 0.0
+    assert agg.clipped == 11
+    # An honest rank reporting its steps as they happen is never cut.
+    for _ in range(30):
+        clock.now += 0.5
+        agg.add(_step(rank=1, wall=0.5, compute=0.4))
+    honest = agg.take()["jobs"][0]["ranks"]
+    assert [(r["rank"], r["steps"], r["wall"]) for r in honest] == [(1, 30, 15.0)]
+
+
+def test_names_and_cardinality_are_capped_and_counted_and_age_out(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from agent.steps import IDLE_S, MAX_JOBS, MAX_RANKS
+
+    clock = Clock()
+    agg = StepAggregator(interval=1.0, clock=clock)
+    agg.add(_step(job="llm-pretrain"))  # the legitimate job, first
+    for i in range(10_000):
+        clock.now += 0.001
+        agg.add(_step(job=f"{i:06d}" + "x" * 194))  # 200-character names
+    assert agg.refused["name_too_long"] == 10_000
+    for i in range(10_000):
+        clock.now += 0.001
+        agg.add(_step(job=f"junk-{i}", rank=i % 8, world=8))
+    steps = agg.take()
+    assert len(steps["jobs"]) == MAX_JOBS and len(agg._ranks) <= MAX_RANKS
+    assert steps["refused"]["too_many_jobs"] == 10_000 - (MAX_JOBS - 1)
+    assert any(j["id"] == "llm-pretrain" for j in steps["jobs"])
+    frame = encode(Sample(seq=1, ts=1.0, interval=1.0, extra={"steps": steps}))
+    assert len(frame) < 64 * 1024  # the node stays on the wire, far under 1 MiB
+    # Logged, but once a minute per reason with a count, not once per datagram.
+    refusals = [r for r in caplog.records if "step report refused" in r.message]
+    assert 1 <= len(refusals) <= 3, [r.message for r in refusals]
+    # The junk goes quiet: after IDLE_S it is forgotten and new jobs come in again.
+    clock.now += IDLE_S + 1
+    agg.take()
+    agg.add(_step(job="next-run"))
+    assert [j["id"] for j in agg.take()["jobs"]] == ["next-run"]
+
+
+def test_a_job_belongs_to_the_user_who_reported_it_first() -> None:
+    clock = Clock()
+    agg = StepAggregator(interval=1.0, clock=clock)
+    agg.add(_step(job="alice-run", rank=0), uid=1000)
+    agg.add(_step(job="alice-run", rank=1, wall=80.0, compute=0.0), uid=1001)
+    agg.add(_step(job="alice-run", rank=0, wall=80.0, compute=0.0), uid=1001)
+    steps = agg.take()
+    assert steps["refused"] == {"not_owner": 2}
+    assert [(r["rank"], r["compute"]) for r in steps["jobs"][0]["ranks"]] == [(0, 0.8)]
+
+
+def test_a_flood_from_one_user_does_not_starve_another() -> None:
+    clock = Clock()
+    agg = StepAggregator(interval=1.0, clock=clock)
+    honest = 0
+    for i in range(55_000):  # one second of a 55k datagrams/s flood
+        clock.now += 1 / 55_000
+        agg.add(_step(job="flood", rank=i % 8, world=8, wall=0.0, compute=0.0), uid=1001)
+        if i % 5500 == 0:
+            agg.add(_step(job="train", wall=0.1, compute=0.09, seq=honest, pid=7), uid=1000)
+            honest += 1
+    steps = agg.take()
+    train = next(j for j in steps["jobs"] if j["id"] == "train")
+    assert train["ranks"][0]["steps"] == honest == 10
+    assert steps["refused"]["flood"] >= 55_000 - 3 * 2000  # all but a burst and 1 s
+
+
+async def test_reports_lost_in_a_flood_are_counted_not_silent(proc_root: Path,
+                                                              tmp_path: Path) -> None:
+    """A real socket: a flood fills it while a rank reports; every report the rank sent
+    either arrives or is counted lost (its sequence numbers have a gap)."""
+    path = str(tmp_path / "steps.sock")
+    agent = make_agent(proc_root, FakeNvml(1), steps_socket=path, interval=1.0)
+    await agent.start(sampling=False)
+    try:
+        rank = StepReporter("train", 0, 1, socket_path=path)
+        flood = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        flood.setblocking(False)
+        junk = _step(job="flood", wall=0.0, compute=0.0)
+        for _ in range(200):
+            for _ in range(500):
+                with contextlib.suppress(BlockingIOError):
+                    flood.sendto(junk, path)
+            rank.report(wall=0.001, compute=0.001)
+            await asyncio.sleep(0)  # the agent reads a batch now and then
+        flood.close()
+        await asyncio.sleep(0.2)
+        rank.report(wall=0.001, compute=0.001)  # arrives: a gap before it shows the loss
+        await asyncio.sleep(0.2)
+        steps = (await agent.sample_once()).extra["steps"]
+        train = next(j for j in steps["jobs"] if j["id"] == "train")
+        got = train["ranks"][0]["steps"]
+        lost = train.get("lost", 0)
+        assert got + lost + rank.dropped == rank.sent + rank.dropped == 201
+        assert got + lost == rank.sent and agent.steps.lost == lost
+    finally:
+        await agent.stop()
+
+
+@pytest.mark.skipif(not hasattr(socket, "SO_PASSCRED"), reason="SO_PASSCRED is Linux's")
+async def test_the_kernel_says_who_sent_a_report(proc_root: Path, tmp_path: Path) -> None:
+    import os
+    import shutil
+    import tempfile
+
+    run = tempfile.mkdtemp(prefix="tuimon-run-")  # like /run/tuimon: any user may enter
+    os.chmod(run, 0o755)
+    path = os.path.join(run, "steps.sock")
+    agent = make_agent(proc_root, FakeNvml(1), steps_socket=path)
+    await agent.start(sampling=False)
+    try:
+        StepReporter("mine", 0, 1, socket_path=path).report(1.0, 0.5)
+        await asyncio.sleep(0.1)
+        assert agent.steps._owners == {"mine": os.getuid()}
+        if os.getuid() != 0:
+            return  # another user's report needs root to send as someone else
+        pid = os.fork()
+        if pid == 0:  # the child: a local user who is not the job's owner
+            try:
+                os.setuid(65534)
+                StepReporter("mine", 1, 2, socket_path=path).report(100.0, 0.0)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+        await asyncio.sleep(0.1)
+        steps = (await agent.sample_once()).extra["steps"]
+        assert steps["refused"] == {"not_owner": 1}
+        assert [r["rank"] for r in steps["jobs"][0]["ranks"]] == [0]
+    finally:
+        await agent.stop()
+        shutil.rmtree(run, ignore_errors=True)
+
+
+async def test_a_second_agent_never_removes_a_live_agents_socket(proc_root: Path,
+                                                                 tmp_path: Path) -> None:
+    path = str(tmp_path / "steps.sock")
+    first = make_agent(proc_root, FakeNvml(1), steps_socket=path)
+    second = make_agent(proc_root, FakeNvml(1), steps_socket=path)
+    await first.start(sampling=False)
+    try:
+        await second.start(sampling=False)
+        assert "in use by a running agent" in second.hello.extra["steps_status"]
+        await second.stop()
+        StepReporter("train", 0, 1, socket_path=path).report(1.0, 0.5)
+        await asyncio.sleep(0.1)
+        steps = (await first.sample_once()).extra["steps"]
+        assert steps["received"] == 1 and steps["jobs"][0]["id"] == "train"
+    finally:
+        await first.stop()
+    assert not Path(path).exists()
