@@ -10,6 +10,8 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+MAX_TOKEN_FILE = 4096
+
 
 class ConfigError(Exception):
     """A start-up setting that cannot be used; the message says which and why."""
@@ -72,14 +74,24 @@ def load_token(path: str | os.PathLike[str]) -> str:
         raise ConfigError(
             f"token file {p} is readable by group or others (mode {stat.S_IMODE(st.st_mode):o});"
             f" run: chmod 600 {p}")
+    if st.st_size > MAX_TOKEN_FILE:
+        # A token is compared on every request: a huge one costs every request its length.
+        raise ConfigError(f"token file {p} is {st.st_size} bytes; a token is one line of at "
+                          f"most {MAX_TOKEN_FILE} bytes")
     try:
-        token = p.read_text(encoding="utf-8").strip()
+        with p.open("rb") as fh:
+            token = fh.read(MAX_TOKEN_FILE + 1).decode("utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"token file {p}: cannot read: {exc}") from None
+    if len(token) > MAX_TOKEN_FILE:
+        raise ConfigError(f"token file {p}: longer than {MAX_TOKEN_FILE} bytes")
     if len(token) < 16:
         raise ConfigError(f"token file {p}: token must be at least 16 characters")
     if any(c.isspace() for c in token):
         raise ConfigError(f"token file {p}: token must be one line without spaces")
+    if not all(33 <= ord(c) <= 126 for c in token):
+        raise ConfigError(f"token file {p}: token must be printable ASCII (it travels in an "
+                          "HTTP header)")
     return token
 
 
@@ -91,6 +103,26 @@ def check_bind_rule(listen: ListenAddress, token: str | None, insecure: bool) ->
         f"refusing to listen on {listen} without a token: anyone who can reach this "
         "address could read this node's metrics. Give --token-file FILE (a file only its "
         "owner can read), or --insecure if the network is trusted, or listen on 127.0.0.1.")
+
+
+def check_token_transport(targets: list[str], token: str | None, tls: bool, insecure: bool,
+                          tls_flag: str = "--tls", insecure_flag: str = "--insecure") -> None:
+    """Refuse to send a bearer token in clear text to anything but loopback: whoever
+    listens on a target's port (or on the path to it) would read it."""
+    if token is None or tls or insecure:
+        return
+    remote = [t for t in targets if not is_loopback(_host_of(t))]
+    if remote:
+        more = f" and {len(remote) - 1} more" if len(remote) > 1 else ""
+        raise ConfigError(
+            f"refusing to send the token over plain HTTP to {remote[0]}{more}: anyone on the "
+            f"path could read it. Use {tls_flag} (the agents serve --tls-cert/--tls-key), or "
+            f"{insecure_flag} if the network is trusted.")
+
+
+def _host_of(target: str) -> str:
+    host = target.rsplit(":", 1)[0] if not target.endswith("]") else target
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def token_matches(header: str | None, token: str) -> bool:

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from agent.hub import Frame, StreamClient
 from agent.metrics import make_registry, render
 from agent.node import NodeAgent
+from agent.serve import guard_of
 from agent.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 
 AGENT = web.AppKey("agent", NodeAgent)
@@ -87,6 +88,7 @@ async def healthz(request: web.Request) -> web.Response:
         "gpu_status": agent.gpu.status,
         "failed_collectors": failures,
         "stream_clients": len(agent.hub.clients),
+        "pending_connections": guard_of(request.app).pending,
     }
     return web.json_response(body)
 
@@ -98,7 +100,7 @@ def build_app(agent: NodeAgent, *, token: str | None = None) -> web.Application:
     if token:
         app[TOKEN] = token
     app[STREAMS] = weakref.WeakSet()
-    app[REGISTRY] = make_registry(agent)
+    app[REGISTRY] = make_registry(agent, guard_of(app))
     app.router.add_get("/v1/stream", stream)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)

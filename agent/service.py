@@ -24,6 +24,7 @@ from aiohttp import web
 
 from agent.node import DEFAULT_PORT, AgentConfig, NodeAgent
 from agent.security import ListenAddress, check_bind_rule, parse_listen
+from agent.serve import GuardedSite, bind, guard_of, runner_for
 
 
 class Service:
@@ -46,19 +47,17 @@ class Service:
     async def start(self) -> None:
         if self._runner is not None:
             raise RuntimeError("already started")
-        runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
-        await runner.setup()  # runs the app's cleanup_ctx start halves
-        site = web.TCPSite(runner, self.listen.host, self.listen.port,
-                           ssl_context=self.ssl_context)
+        sock = bind(self.listen)  # first: a port in use fails before anything starts
+        self.port = sock.getsockname()[1]  # the port actually bound, for listen port 0
+        runner = runner_for(self.app)
         try:
-            await site.start()
+            await runner.setup()  # runs the app's cleanup_ctx start halves
+            await GuardedSite(runner, sock, guard_of(self.app), self.ssl_context).start()
         except BaseException:
             await runner.cleanup()
+            sock.close()
             raise
         self._runner = runner
-        server = site._server  # the port actually bound, for listen port 0
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.listen.port
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None

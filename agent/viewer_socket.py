@@ -16,7 +16,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import WSCloseCode, WSMsgType, web
 
 from agent.protocol import ProtocolError, Subscribe, decode
+from agent.protocol.text import clean
 from agent.security import token_matches
+from agent.serve import guard_of
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +38,12 @@ def bearer_auth(token_of: Callable[[web.Application], str | None]) -> Callable[.
         if (token and request.path.startswith(PROTECTED)
                 and not token_matches(request.headers.get("Authorization"), token)):
             log.warning("rejected %s %s from %s: missing or wrong token", request.method,
-                        request.path, request.remote)
+                        request.path, clean(request.remote or "?"))
             raise web.HTTPUnauthorized(
                 text="401: missing or wrong bearer token\n",
                 headers={"WWW-Authenticate": 'Bearer realm="tuimon"'})
+        # Past the token: no longer a pending connection (agent.serve's guard).
+        guard_of(request.app).admit(request.transport)
         return await handler(request)
     return auth
 
