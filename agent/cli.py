@@ -21,6 +21,7 @@ from agent.security import (
     parse_listen,
     server_ssl_context,
 )
+from agent.serve import serve
 from agent.version import __version__
 
 log = logging.getLogger("tuimon.agent")
@@ -153,14 +154,25 @@ def _run(args: argparse.Namespace) -> int:
             log.warning("%s; the agent goes on with host metrics", agent.gpu.status)
 
     app.on_startup.append(say_gpu_status)
-    web.run_app(app, host=listen.host, port=listen.port,
-                ssl_context=ssl_ctx, print=None, access_log=None)
+    if steps:
+        # A live agent's step socket is refused now, before anything starts (a second
+        # agent must not take over, or remove, the first one's telemetry).
+        from agent.steps import StepSocketError, refuse_if_live
+
+        try:
+            refuse_if_live(steps)
+        except StepSocketError as exc:
+            raise ConfigError(str(exc)) from None
+    serve(app, listen, ssl_ctx)
     return 0
 
 
 def _relay_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("targets", nargs="*", metavar="TARGET",
-                   help="agents or relays: host[:port], Slurm host lists (gpu[001-128]:9477)")
+                   help="agents: host[:port], Slurm host lists (gpu[001-128]:9477)")
+    p.add_argument("--relay", action="append", default=[], metavar="HOST[:PORT]",
+                   help="an upstream relay (relay of relays; default port 9478), which may "
+                        "speak for the nodes it carries; repeatable")
     p.add_argument("--targets-file", metavar="F", help="one target per line")
     p.add_argument("--listen", default="127.0.0.1:9478", metavar="HOST:PORT",
                    help="address viewers connect to (default 127.0.0.1:9478)")
@@ -177,6 +189,9 @@ def _relay_options(p: argparse.ArgumentParser) -> None:
                                                           "certificates")
     p.add_argument("--upstream-tls-insecure", action="store_true",
                    help="do not verify the agents' certificates")
+    p.add_argument("--upstream-insecure", action="store_true",
+                   help="send the upstream token over plain HTTP to non-loopback agents "
+                        "anyway (the network is trusted)")
     p.add_argument("--ledger", metavar="FILE",
                    help="SQLite file of the SLO ledger (default: $STATE_DIRECTORY/ledger.db "
                         "or ~/.local/state/tuimon/ledger.db)")
@@ -221,7 +236,8 @@ def _relay(args: argparse.Namespace) -> int:
                         if args.upstream_tls or args.upstream_tls_ca
                         or args.upstream_tls_insecure else None)
         config = RelayConfig(
-            targets=items, listen=args.listen, name=args.name or socket.gethostname(),
+            targets=items, relays=list(args.relay), listen=args.listen,
+            name=args.name or socket.gethostname(),
             ledger=None if args.no_ledger else (args.ledger or default_ledger_path()),
             ledger_keep_days=args.keep_days, slo_hours=args.slo_hours,
             interval=args.interval, max_viewers=args.max_viewers, token=token,
@@ -229,16 +245,15 @@ def _relay(args: argparse.Namespace) -> int:
             insecure=args.insecure,
             upstream_token=(load_token(args.upstream_token_file)
                             if args.upstream_token_file else None),
-            upstream_ssl=upstream_ssl)
+            upstream_ssl=upstream_ssl, upstream_insecure=args.upstream_insecure)
         app, state = build_relay(config)
     except (TargetError, LedgerError) as exc:
         raise ConfigError(str(exc)) from None
     ssl_ctx = server_ssl_context(args.tls_cert, args.tls_key)
-    log.info("tuimon relay %s on %s://%s: %d targets, ledger %s", __version__,
-             "https" if ssl_ctx else "http", listen, len(state.targets),
+    log.info("tuimon relay %s on %s://%s: %d targets, %d relays, ledger %s", __version__,
+             "https" if ssl_ctx else "http", listen, len(state.targets), len(state.relays),
              state.ledger.path if state.ledger else "off")
-    web.run_app(app, host=listen.host, port=listen.port, ssl_context=ssl_ctx, print=None,
-                access_log=None)
+    serve(app, listen, ssl_ctx)
     return 0
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import socket
 import time
 from collections.abc import Callable
@@ -25,14 +24,18 @@ from agent.collectors.host import HostCollector
 from agent.collectors.storage import StorageCollector, StorageConfig
 from agent.files import FileTree
 from agent.hub import FrameHub
-from agent.protocol.fields import FAMILIES
-from agent.protocol.messages import Event, Hello, Sample
-from agent.steps import StepAggregator, open_step_socket
+from agent.protocol.fields import FAMILIES, GPU_FIELDS
+from agent.protocol.messages import Event, GpuInfo, Hello, Sample
+from agent.protocol.text import clean, clean_tree
+from agent.steps import StepAggregator, StepSocket, StepSocketError
 from agent.version import __version__
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 9477
+# The GPU fields that hold text (reasons, names): the only ones a sample's GPUs need
+# cleaning in; the rest are numbers.
+_GPU_TEXT = tuple(f.key for f in GPU_FIELDS if f.kind in ("str", "strlist", "dict"))
 
 
 @dataclass(slots=True)
@@ -53,6 +56,7 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if not self.node_name:
             self.node_name = socket.gethostname()
+        self.node_name = clean(self.node_name)
         if not 0.01 <= self.interval <= 3600:
             raise ValueError(f"interval must be between 0.01 and 3600 s, got {self.interval}")
 
@@ -87,8 +91,8 @@ class NodeAgent:
         self.host = HostCollector(self.files)
         self.fabric = FabricCollector(self.files)
         self.storage = StorageCollector(self.files, config.storage)
-        self.steps = StepAggregator()
-        self._steps_transport: asyncio.BaseTransport | None = None
+        self.steps = StepAggregator(interval=config.interval, clock=monotonic)
+        self._steps_socket: StepSocket | None = None
         self.steps_status: str | None = "off"
         self.hub = FrameHub(config.max_clients, config.queue_frames)
         self.stats = AgentStats()
@@ -117,11 +121,13 @@ class NodeAgent:
         await self._loop.run_in_executor(self._executor, self._first_inventory)
         if self.config.steps_socket:
             try:
-                self._steps_transport = await open_step_socket(self.config.steps_socket,
-                                                               self.steps)
+                sock = StepSocket(self.config.steps_socket, self.steps)
+                sock.open()
+                self._steps_socket = sock
                 self.steps_status = None
             except OSError as exc:
-                self.steps_status = (f"cannot listen for step reports on "
+                self.steps_status = (str(exc) if isinstance(exc, StepSocketError) else
+                                     f"cannot listen for step reports on "
                                      f"{self.config.steps_socket}: {exc.strerror or exc}")
                 log.warning("%s: %s", self.config.node_name, self.steps_status)
         self.hello = self._make_hello()
@@ -141,11 +147,9 @@ class NodeAgent:
                 await self._task
             self._task = None
         loop = asyncio.get_running_loop()
-        if self._steps_transport is not None:
-            self._steps_transport.close()
-            self._steps_transport = None
-            with contextlib.suppress(OSError):
-                os.unlink(self.config.steps_socket or "")
+        if self._steps_socket is not None:
+            self._steps_socket.close()  # removes the path only if it is still its own
+            self._steps_socket = None
         if self._xid is not None:
             # Not in the read worker: joining the XID thread can take one wait timeout,
             # and many agents in one process (the simulator) stop side by side.
@@ -159,19 +163,23 @@ class NodeAgent:
     # -- frames ----------------------------------------------------------------------
 
     def _make_hello(self) -> Hello:
+        # NVML, sysfs and /proc are outside input too: every name and reason leaves the
+        # agent cleaned (agent.protocol.text), on the wire, in /metrics and in its log.
         return Hello(
             node=self.config.node_name,
             agent_version=__version__,
-            boot_id=self._boot_id,
+            boot_id=clean_tree(self._boot_id),
             interval=self.config.interval,
             ts=self._wall(),
-            gpus=list(self.gpu.inventory),
-            driver_version=self.gpu.driver_version,
-            gpu_status=self.gpu.status,
+            gpus=[GpuInfo(**clean_tree(g.to_wire())) for g in self.gpu.inventory],
+            driver_version=clean_tree(self.gpu.driver_version),
+            gpu_status=clean_tree(self.gpu.status),
             families=list(FAMILIES),
-            host={"hostname": socket.gethostname() if self.config.root == "/" else None},
-            extra={**self.fabric.inventory(), **self.storage.inventory(),
-                   "fabric_status": self.fabric.status, "steps_status": self.steps_status},
+            host=clean_tree({"hostname": socket.gethostname() if self.config.root == "/"
+                             else None}),
+            extra=clean_tree({**self.fabric.inventory(), **self.storage.inventory(),
+                              "fabric_status": self.fabric.status,
+                              "steps_status": self.steps_status}),
         )
 
     def _first_inventory(self) -> None:
@@ -186,6 +194,7 @@ class NodeAgent:
             loop.call_soon_threadsafe(self.emit_event, event)
 
     def emit_event(self, event: Event) -> None:
+        event.message = clean(event.message)
         self.events_total[event.kind] = self.events_total.get(event.kind, 0) + 1
         level = logging.WARNING if event.severity != "info" else logging.INFO
         log.log(level, "%s: %s", self.config.node_name, event.message)
@@ -233,6 +242,13 @@ class NodeAgent:
             except Exception as exc:
                 log.exception("%s collector failed", family)
                 self._family_failed(family, f"{family} collector error: {exc}", wall, events)
+        for g in gpus or ():
+            for key in _GPU_TEXT:
+                if g.get(key) is not None:
+                    g[key] = clean_tree(g[key])
+        if host is not None and host.get("errors"):
+            clean_tree(host["errors"])
+        clean_tree(extra)
         self._seq += 1
         sample = Sample(seq=self._seq, ts=wall, interval=self.config.interval,
                         gpus=gpus if self.gpu.nvml is not None else [], host=host,

@@ -51,7 +51,8 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
     from tuimon.sources.agent_stream import StreamOptions
     from tuimon.ui.app import TuimonApp
 
-    targets = [relay] if relay else [f"127.0.0.1:{base_port + i}" for i in range(nodes)]
+    targets = [] if relay else [f"127.0.0.1:{base_port + i}" for i in range(nodes)]
+    relays = [relay] if relay else []
     latencies: list[float] = []
     seen: dict[str, int] = {}
 
@@ -75,7 +76,7 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
 
     def sources(state: ClusterState):  # type: ignore[no-untyped-def]
         async def run() -> None:
-            async with watching(targets, state, StreamOptions()):
+            async with watching(targets, state, StreamOptions(), relays=relays):
                 await asyncio.Event().wait()
         return [run()]
 

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.metrics import make_registry, render
 from agent.protocol import Event
 from agent.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS
+from agent.serve import ConnectionGuard
 from agent.sim.fake_nvml import FakeNvml
 from tests.conftest import make_agent
 from tests.trees import HW, diskstats_line, ib_port, nic, write
@@ -44,7 +45,7 @@ def test_metrics_doc_lists_every_exported_metric(proc_root: Path) -> None:
         await agent.sample_once()
         agent.emit_event(Event(0.0, "xid", "warning", "an event, so its counter shows"))
         await agent.stop()
-        return render(make_registry(agent)).decode()
+        return render(make_registry(agent, ConnectionGuard())).decode()
 
     exposed = set()
     for family in text_string_to_metric_families(asyncio.run(scrape())):

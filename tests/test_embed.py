@@ -30,7 +30,7 @@ async def test_agent_and_relay_embedded_leave_nothing_running(proc_root: Path) -
         async with Relay(RelayConfig(targets=[target], listen="127.0.0.1:0",
                                      interval=0.1)) as relay:
             viewer = ClusterState()
-            async with watching([f"127.0.0.1:{relay.port}"], viewer):
+            async with watching([], viewer, relays=[f"127.0.0.1:{relay.port}"]):
                 for _ in range(200):
                     node = viewer.nodes.get(target)
                     if node is not None and node.sample is not None and node.gpu_count == 2:

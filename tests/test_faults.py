@@ -90,7 +90,7 @@ async def test_relay_stopped_and_killed_marks_its_nodes_and_recovers(
         relay = await _spawn(*relay_args)
         cluster = ClusterState()
         try:
-            async with watching([f"127.0.0.1:{relay_port}"], cluster, FAST):
+            async with watching([], cluster, FAST, relays=[f"127.0.0.1:{relay_port}"]):
                 await until(lambda: len(cluster.nodes) == 3 and _all(cluster, "up"),
                             "three nodes through the relay")
                 relay.send_signal(signal.SIGSTOP)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import time
@@ -87,7 +88,7 @@ async def test_relay_refuses_an_oversized_viewer_message_and_serves_the_rest(
                                       interval=0.2)) as relay:
         good = ClusterState()
         url = f"http://127.0.0.1:{relay.port}/v1/stream"
-        async with watching([f"127.0.0.1:{relay.port}"], good), \
+        async with watching([], good, relays=[f"127.0.0.1:{relay.port}"]), \
                 aiohttp.ClientSession() as s:
             async with s.ws_connect(url) as big:
                 await big.send_bytes(b"\x00" * (100 * 1024))
@@ -98,10 +99,11 @@ async def test_relay_refuses_an_oversized_viewer_message_and_serves_the_rest(
                 await cut.send_bytes(encode_map({"v": 1, "t": "subscribe"})[:-2])
                 await _closed(cut)
                 assert cut.close_code == aiohttp.WSCloseCode.UNSUPPORTED_DATA
-            node = good.add_target(sim.targets[0])
             deadline = time.monotonic() + 10
-            while node.sample is None and time.monotonic() < deadline:
+            while (sim.targets[0] not in good.nodes or good.nodes[sim.targets[0]].sample is None) \
+                    and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
+            node = good.nodes[sim.targets[0]]
             seq = node.sample.seq
             while node.sample.seq == seq and time.monotonic() < deadline:
                 await asyncio.sleep(0.1)
@@ -263,3 +265,232 @@ async def test_strings_from_the_network_never_reach_the_terminal_raw() -> None:
                 await pilot.pause()
                 screen = app.export_screenshot()
             assert "pwned" in screen and "\x1b" not in screen and "\x07" not in screen
+
+
+# -- spoofing: a target that speaks for others (docs/security.md, "trust") ---------------
+
+
+def _spoofer(victims: list[str]) -> Behaviour:
+    from tests.hostile_peer import spoof_batch
+
+    async def behave(ws: web.WebSocketResponse, _: web.Request) -> None:
+        while True:
+            await ws.send_bytes(encode(spoof_batch(victims)))
+            await asyncio.sleep(0.2)
+    return behave
+
+
+async def _until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out: {what}"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_target_cannot_speak_for_other_nodes(unused_tcp_port_factory) -> None:
+    from agent.sim.cluster import SimCluster
+
+    sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, fake_agents([_spoofer([*sim.targets, "ghost:9477"])]) as (spoofer,):
+        # As a plain target (an agent): its batches are refused, nothing it says lands.
+        cluster = ClusterState()
+        async with watching([*sim.targets, spoofer], cluster):
+            await _until(lambda: "not configured as a relay" in (
+                cluster.nodes[spoofer].reason or ""), "the spoofer refused with a reason")
+            await asyncio.sleep(1.0)
+            for t in sim.targets:
+                node = cluster.nodes[t]
+                assert node.status == "up" and node.hello.agent_version != "spoof"
+                assert all((g.get("temp") or 0) < 99 for g in node.gpu_values())
+            assert "ghost:9477" not in cluster.nodes and cluster.budgets == {}
+        # Configured as a relay: it may carry what it declares, but never a node the
+        # viewer watches directly; and its claims are bounded like anyone's.
+        cluster = ClusterState()
+        async with watching(sim.targets, cluster, relays=[spoofer]):
+            await _until(lambda: "ghost:9477" in cluster.nodes, "the relay's own node")
+            await asyncio.sleep(1.0)
+            for t in sim.targets:
+                node = cluster.nodes[t]
+                assert node.status == "up" and node.hello.agent_version != "spoof", t
+                assert node.reason is None
+
+
+async def test_a_spoofing_upstream_cannot_burn_the_ledger(tmp_path: Path,
+                                                          unused_tcp_port_factory) -> None:
+    from tuimon.relay.ledger import Ledger
+
+    async with fake_agents([_spoofer(["ghost-a:9477", "ghost-b:9477"])]) as (spoofer,):
+        started = time.monotonic()
+        path = tmp_path / "ledger.db"
+        async with Relay(RelayConfig(relays=[spoofer], listen="127.0.0.1:0", ledger=path,
+                                     interval=0.2, flush_every=0.5,
+                                     upstream_backoff=(0.1, 0.5))) as relay:
+            await _until(lambda: {"ghost-a:9477", "ghost-b:9477"} <= set(
+                relay.state.fanout.sources), "the ghosts carried")
+            await asyncio.sleep(3.0)
+        elapsed = time.monotonic() - started
+        with Ledger(path) as ledger:
+            stored = sum(t for _, t, _ in ledger.buckets("llm-pretrain"))
+        # Each ghost claims a day per batch, five batches a second; what counts is at
+        # most the time that passed (and a rank's first allowance), not 480 h.
+        assert 0 < stored <= elapsed + 15.0 + 1.0, stored
+        # The same spoofer as a plain agent target writes nothing at all.
+        path2 = tmp_path / "ledger2.db"
+        async with Relay(RelayConfig(targets=[spoofer], listen="127.0.0.1:0", ledger=path2,
+                                     interval=0.2, flush_every=0.5,
+                                     upstream_backoff=(0.1, 0.5))) as relay:
+            await _until(lambda: "not configured as a relay" in (
+                relay.state.fanout.sources[spoofer].reason or ""), "refused with a reason")
+        with Ledger(path2) as ledger:
+            assert ledger.buckets("llm-pretrain") == []
+
+
+# -- slow clients and file descriptors ----------------------------------------------------
+
+
+def test_slow_clients_cannot_starve_an_agent_of_descriptors(proc_root: Path,
+                                                            tmp_path: Path) -> None:
+    """An agent limited to 256 descriptors, 400 clients that never finish their request:
+    /healthz and /metrics keep answering, the slow ones are closed, nothing floods the
+    log."""
+    import os
+    import resource
+    import subprocess
+    import sys
+    import urllib.request
+
+    from tests.tmux import ROOT
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+
+    log_path = tmp_path / "agent.log"
+    with log_path.open("wb") as log_file:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{port}",
+             "--root", str(proc_root), "--no-steps", "--interval", "1"],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=log_file,
+            stderr=subprocess.STDOUT, preexec_fn=low_limit)
+    slow: list[socket.socket] = []
+
+    def get(path: str) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as resp:
+            return resp.status
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                assert get("/healthz") == 200
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log_path.read_text()
+                time.sleep(0.2)
+        request = (f"GET /v1/stream HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n").encode()
+        for _ in range(400):
+            c = socket.create_connection(("127.0.0.1", port), timeout=5)
+            c.setblocking(False)
+            slow.append(c)
+        answered = []
+        started = time.monotonic()
+        for tick in range(14):  # past the 10 s header timeout
+            for c in slow:  # a byte each, every second
+                with contextlib.suppress(OSError):
+                    c.send(request[tick:tick + 1])
+            t0 = time.monotonic()
+            assert get("/healthz") == 200 and get("/metrics") == 200
+            answered.append(time.monotonic() - t0)
+            time.sleep(max(0.0, started + tick + 1 - time.monotonic()))
+        assert max(answered) < 2.0, answered
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=3) as resp:
+            metrics = resp.read().decode()
+        closed = {line.split("reason=")[1].split('"')[1]: float(line.rsplit(" ", 1)[1])
+                  for line in metrics.splitlines()
+                  if line.startswith("tuimon_agent_connections_closed_unadmitted_total")}
+        assert closed["evicted"] > 0 and closed["timed_out"] > 0, closed
+    finally:
+        for c in slow:
+            c.close()
+        agent.terminate()
+        agent.wait(timeout=10)
+    text = log_path.read_text()
+    assert "Traceback" not in text and len(text) < 20_000, text[-3000:]
+
+
+# -- one set of hostile names through every surface --------------------------------------
+
+
+def _printable_lines(text: str) -> bool:
+    return all(c.isprintable() for line in text.split("\n") for c in line)
+
+
+async def test_every_surface_escapes_the_same_hostile_names(
+        proc_root: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The agent's own outside strings (node name, NVML, sysfs and mount names, a job
+    name from the step socket) and a hostile peer's, through the wire, `/metrics`, the
+    relay's labels, `tuimon-agent once` and the logs."""
+    from agent.cli import format_once, once_report
+    from agent.files import FileTree
+    from agent.metrics import make_registry, render
+    from agent.node import AgentConfig, NodeAgent
+    from agent.reporter import StepReporter
+    from agent.sim.fake_nvml import FakeGpu
+    from tests.hostile_peer import EVIL, FORGED_JOB, names
+    from tests.trees import ib_port, write
+
+    caplog.set_level(logging.INFO)
+    ib_port(proc_root, "mlx5\x1b]0;ib\x07")
+    (proc_root / "data\x1b[2J").mkdir()
+    write(proc_root / "proc/self/mounts", "/dev/sda1 /data\x1b[2J xfs rw 0 0\n")
+    nvml = FakeNvml([FakeGpu(0, name="H100\x1b]52;c;eA==\x07")])
+    sock = str(tmp_path / "steps.sock")
+    agent = NodeAgent(AgentConfig(node_name=EVIL, root=str(proc_root), interval=0.2,
+                                  steps_socket=sock, watch_xid=False),
+                      files=FileTree(proc_root), nvml_loader=lambda: nvml)
+    await agent.start(sampling=False)
+    try:
+        StepReporter(FORGED_JOB, 0, 1, socket_path=sock).report(0.5, 0.4)
+        await asyncio.sleep(0.05)
+        await agent.sample_once()
+        sample = await agent.sample_once()
+        from agent.protocol import Event
+
+        agent.emit_event(Event(time.time(), "xid", "critical", f"XID 79 on {EVIL}", gpu=0))
+        from tests.test_protocol import _strings
+
+        sent = _strings(sample.to_wire()) + _strings(agent.hello.to_wire())
+        assert all(s.isprintable() for s in sent), [s for s in sent if not s.isprintable()]
+        text = format_once(once_report(agent, sample))
+        metrics = render(make_registry(agent)).decode()
+    finally:
+        await agent.stop()
+    assert _printable_lines(text) and "evil\\x1b]0;pwned-title" in text
+    assert _printable_lines(metrics), [ln for ln in metrics.split("\n")
+                                       if not _printable_lines(ln)]
+    assert 'job="train\\\\x0aOK: nodes 999 up"' in metrics
+    assert "mlx5\\\\x1b]0;ib\\\\x07" in metrics and 'mount="/data\\\\x1b[2J"' in metrics
+
+    # A hostile peer upstream of a relay: its names reach the relay's labels cleaned.
+    async def hostile(ws: web.WebSocketResponse, _: web.Request) -> None:
+        await names(ws)
+
+    config = RelayConfig(listen="127.0.0.1:0", ledger=tmp_path / "l.db", budget_every=0.2,
+                         interval=0.2)
+    async with fake_agents([hostile]) as (target,), \
+            Relay(dataclasses.replace(config, targets=[target])) as relay, \
+            aiohttp.ClientSession() as s:
+        deadline = time.monotonic() + 15
+        while not relay.state.budget and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        async with s.get(f"http://127.0.0.1:{relay.port}/metrics") as resp:
+            relay_metrics = await resp.text()
+    assert 'job="train\\\\x0aOK: nodes 999 up"' in relay_metrics, relay_metrics
+    assert _printable_lines(relay_metrics)
+    logged = [r.getMessage() for r in caplog.records]
+    assert any("evil\\x1b]0;pwned" in m for m in logged), logged
+    assert all(_printable_lines(m) for m in logged), [m for m in logged
+                                                      if not _printable_lines(m)]

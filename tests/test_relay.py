@@ -24,9 +24,10 @@ from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import LedgerBurn, Slo
+from tuimon.model.step_credit import merge_steps
 from tuimon.relay import Relay, RelayConfig
-from tuimon.relay.fanout import merge_steps
-from tuimon.relay.ledger import Ledger
+from tuimon.relay.fanout import FanOut
+from tuimon.relay.ledger import Ledger, LedgerError
 from tuimon.sources.agent_stream import StreamOptions, watching
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,9 +76,9 @@ async def test_fan_in_and_fan_out(unused_tcp_port_factory) -> None:
     async with sim, Relay(relay_config(sim.targets, name="login1")) as relay:
         assert relay.port
         viewers = [ClusterState(f"viewer {i}") for i in range(3)]
-        async with watching([f"127.0.0.1:{relay.port}"] * 1, viewers[0]), \
-                watching([f"127.0.0.1:{relay.port}"], viewers[1]), \
-                watching([f"127.0.0.1:{relay.port}"], viewers[2]):
+        async with watching([], viewers[0], relays=[f"127.0.0.1:{relay.port}"]), \
+                watching([], viewers[1], relays=[f"127.0.0.1:{relay.port}"]), \
+                watching([], viewers[2], relays=[f"127.0.0.1:{relay.port}"]):
             names = {m.name for m in sim.members}
             for v in viewers:
                 await until(lambda v=v: up(v) == names, what="every node up in every viewer")
@@ -176,10 +177,10 @@ async def test_relay_of_relays_and_a_lost_node(unused_tcp_port_factory) -> None:
                        scenario="healthy", name_prefix="b-node")
     async with sim_a, sim_b, Relay(relay_config(sim_a.targets, name="r1")) as r1, \
             Relay(relay_config(sim_b.targets, name="r2")) as r2, \
-            Relay(relay_config([f"127.0.0.1:{r1.port}", f"127.0.0.1:{r2.port}"],
+            Relay(relay_config([], relays=[f"127.0.0.1:{r1.port}", f"127.0.0.1:{r2.port}"],
                                name="top")) as top:
         viewer = ClusterState("through two levels")
-        async with watching([f"127.0.0.1:{top.port}"], viewer):
+        async with watching([], viewer, relays=[f"127.0.0.1:{top.port}"]):
             names = {m.name for m in sim_a.members + sim_b.members}
             await until(lambda: up(viewer) == names, what="all five nodes through two relays")
             assert set(top.state.fanout.sources) == set(sim_a.targets + sim_b.targets)
@@ -192,7 +193,7 @@ async def test_relay_of_relays_and_a_lost_node(unused_tcp_port_factory) -> None:
             await until(lambda: lost.status == "up", what="node back through two relays")
         # The top relay going away makes every node it carried stale in the viewer.
         viewer2 = ClusterState("v2")
-        async with watching([f"127.0.0.1:{r1.port}"], viewer2):
+        async with watching([], viewer2, relays=[f"127.0.0.1:{r1.port}"]):
             await until(lambda: len(up(viewer2)) == 3)
             await r1.stop()
             await until(lambda: all(n.status != "up" for n in viewer2.nodes.values()),
@@ -215,14 +216,16 @@ async def test_token_and_bind_rules(unused_tcp_port_factory) -> None:
             async with session.get(f"http://127.0.0.1:{relay.port}/metrics") as resp:
                 assert resp.status == 401
         viewer = ClusterState()
-        async with watching([f"127.0.0.1:{relay.port}"], viewer, StreamOptions(token=TOKEN)):
+        async with watching([], viewer, StreamOptions(token=TOKEN),
+                            relays=[f"127.0.0.1:{relay.port}"]):
             await until(lambda: len(up(viewer)) == 1, what="node through an authenticated relay")
         # A relay without the agents' token shows why each node is missing.
         async with Relay(relay_config(sim.targets)) as relay2:
             viewer = ClusterState()
-            async with watching([f"127.0.0.1:{relay2.port}"], viewer):
-                node = viewer.add_target(sim.targets[0])
-                await until(lambda: "401" in (node.reason or ""), what="401 passed on")
+            async with watching([], viewer, relays=[f"127.0.0.1:{relay2.port}"]):
+                target = sim.targets[0]
+                await until(lambda: "401" in (getattr(viewer.nodes.get(target), "reason", "")
+                                              or ""), what="401 passed on")
 
 
 async def test_a_bad_viewer_is_closed_and_others_go_on(unused_tcp_port_factory) -> None:
@@ -231,7 +234,7 @@ async def test_a_bad_viewer_is_closed_and_others_go_on(unused_tcp_port_factory) 
     async with sim, Relay(relay_config(sim.targets)) as relay:
         url = f"http://127.0.0.1:{relay.port}/v1/stream"
         good = ClusterState()
-        async with watching([f"127.0.0.1:{relay.port}"], good), \
+        async with watching([], good, relays=[f"127.0.0.1:{relay.port}"]), \
                 aiohttp.ClientSession() as session:
             await until(lambda: len(up(good)) == 2)
             async with session.ws_connect(url) as ws:
@@ -273,7 +276,8 @@ def test_ledger_sums_minutes_and_reports_windows(tmp_path: Path) -> None:
     assert ledger.buckets("job")[-1][1:] == (70.0, 64.0)  # not yet written
     assert ledger.summary(now)["job"]["observed_h"] == pytest.approx((7200 + 20) / 3600)
     ledger.close()
-    assert Ledger(tmp_path / "l.db").buckets("job")[-1][1:] == (80.0, 64.0)
+    with Ledger(tmp_path / "l.db") as again:
+        assert again.buckets("job")[-1][1:] == (80.0, 64.0)
 
 
 def test_ledger_prunes_after_retention(tmp_path: Path) -> None:
@@ -349,8 +353,8 @@ async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
         relay = await _start_relay(sim.targets, port, ledger_path)
         try:
             viewer = ClusterState()
-            async with watching([f"127.0.0.1:{port}"], viewer,
-                                StreamOptions(min_backoff=0.1, max_backoff=0.3)):
+            async with watching([], viewer, StreamOptions(min_backoff=0.1, max_backoff=0.3),
+                                relays=[f"127.0.0.1:{port}"]):
                 await until(lambda: "llm-pretrain" in viewer.budgets, timeout=20,
                             what="budget from the relay")
                 eff = EfficiencyView(Slo(0.90, 720))
@@ -363,15 +367,16 @@ async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
                 killed_at = time.time()
                 relay.send_signal(signal.SIGKILL)
                 await relay.wait()
-            live = [b for b in Ledger(ledger_path).buckets("llm-pretrain")
-                    if b[0] * 60 >= killed_at - 600]
+            with Ledger(ledger_path) as after:
+                live = [b for b in after.buckets("llm-pretrain")
+                        if b[0] * 60 >= killed_at - 600]
             stored = sum(t for _, t, _ in live)
             # About 3 s of training were reported; at most one flush (0.5 s) is lost.
             assert stored >= 2.0, live
             relay = await _start_relay(sim.targets, port, ledger_path)
             viewer = ClusterState()
-            async with watching([f"127.0.0.1:{port}"], viewer,
-                                StreamOptions(min_backoff=0.1, max_backoff=0.3)):
+            async with watching([], viewer, StreamOptions(min_backoff=0.1, max_backoff=0.3),
+                                relays=[f"127.0.0.1:{port}"]):
                 await until(lambda: "llm-pretrain" in viewer.budgets, timeout=20)
                 again = viewer.budgets["llm-pretrain"]
                 assert again["since"] == first
@@ -458,7 +463,7 @@ async def test_a_bad_agent_is_that_nodes_problem(unused_tcp_port_factory) -> Non
     try:
         async with Relay(relay_config(targets)) as relay:
             viewer = ClusterState()
-            async with watching([f"127.0.0.1:{relay.port}"], viewer):
+            async with watching([], viewer, relays=[f"127.0.0.1:{relay.port}"]):
                 await until(lambda: targets[0] in viewer.nodes
                             and viewer.nodes[targets[0]].sample is not None)
                 await until(lambda: "sample.gpus[0].temp" in (
@@ -472,3 +477,73 @@ async def test_a_bad_agent_is_that_nodes_problem(unused_tcp_port_factory) -> Non
     finally:
         for runner in runners:
             await runner.cleanup()
+
+
+# -- the ledger and time (docs/security.md, "time") --------------------------------------
+
+
+def test_two_relays_cannot_share_one_ledger(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with Ledger(path), pytest.raises(LedgerError, match="in use by another relay"):
+        Ledger(path)
+    with Ledger(path):  # released with the first
+        pass
+
+
+def test_a_relay_clock_far_ahead_never_empties_the_ledger(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    now = 1_800_000_000.0
+    with Ledger(tmp_path / "l.db", clock=lambda: now) as ledger:
+        for i in range(60):
+            ledger.add("job", now - 3600 + 60 * i, 60.0, 54.0)
+    ahead = now + 40 * 86400  # a relay started 40 days ahead on the same file
+    with Ledger(tmp_path / "l.db", clock=lambda: ahead) as ledger:
+        assert ledger.prune() == 0
+        assert len(ledger.buckets("job")) == 60
+    assert any("not pruning" in r.message and "check the clock" in r.message
+               for r in caplog.records)
+
+
+def test_minutes_are_the_relays_and_a_future_minute_counts_nowhere(tmp_path: Path) -> None:
+    now = 1_800_000_000.0
+    ledger = Ledger(tmp_path / "l.db", clock=lambda: now)
+    fanout = FanOut(on_steps=ledger.add, clock=lambda: 100.0, wall=lambda: now)
+    ten_years = now + 10 * 365 * 86400  # an agent whose clock is a decade ahead
+    steps = {"jobs": [{"id": "job", "world": 1, "ranks": [
+        {"rank": 0, "steps": 1, "wall": 1.0, "compute": 0.5}]}]}
+    fanout.apply_message("n1:9477", Sample(seq=1, ts=ten_years, interval=1.0,
+                                           extra={"steps": steps}))
+    ledger.flush()
+    assert [b[0] for b in ledger.buckets("job")] == [int(now // 60)]  # the relay's minute
+    # A bucket already in the file from the future is in no window, not in all of them.
+    ledger.add("job", ten_years, 3600.0, 0.0)
+    ledger.flush()
+    s = ledger.summary(now)["job"]
+    assert s["observed_h"] == pytest.approx(1.0 / 3600)
+    assert s["error_ratio"]["5m"] == pytest.approx(0.5)
+    ledger.close()
+
+
+def test_the_ledger_counts_a_nodes_seconds_once() -> None:
+    """The same (job, rank) from two sources counts once; claims never exceed the time
+    that passed."""
+    credited: list[tuple[str, float, float]] = []
+    mono = [100.0]
+    fanout = FanOut(on_steps=lambda job, ts, t, e: credited.append((job, t, e)),
+                    clock=lambda: mono[0], wall=lambda: 1e9)
+    steps = {"jobs": [{"id": "job", "world": 2, "ranks": [
+        {"rank": 0, "steps": 1, "wall": 1.0, "compute": 0.9}]}]}
+    for seq in range(1, 11):
+        mono[0] += 1.0
+        for source in ("n1:9477", "n2:9477"):  # n2 says it is rank 0 too
+            fanout.apply_message(source, Sample(seq=seq, ts=0.0, interval=1.0,
+                                                extra={"steps": steps}))
+    assert sum(t for _, t, _ in credited) == pytest.approx(10 * 1.0 / 2)
+    assert fanout.credit.duplicates == 10
+    # A day claimed in one sample counts what the allowance holds, not a day.
+    credited.clear()
+    mono[0] += 1.0
+    fanout.apply_message("n1:9477", Sample(seq=11, ts=0.0, interval=1.0, extra={"steps": {
+        "jobs": [{"id": "job", "world": 2, "ranks": [
+            {"rank": 0, "steps": 1, "wall": 86400.0, "compute": 0.0}]}]}}))
+    assert credited[0][1] <= 15.0 / 2

@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 from agent.protocol import Subscribe
-from agent.security import ConfigError, client_ssl_context, load_token
+from agent.security import ConfigError, check_token_transport, client_ssl_context, load_token
 from agent.version import __version__
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import Slo
@@ -24,6 +24,7 @@ from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.sources.targets import (
     TargetError,
     expand_hostlist,
+    expand_hostlists,
     parse_targets,
     read_targets_file,
 )
@@ -32,10 +33,15 @@ from tuimon.sources.targets import (
 def _target_options(p: argparse.ArgumentParser) -> None:
     """Where the agents are and how to reach them: shared by connect and status."""
     p.add_argument("targets", nargs="*", metavar="TARGET",
-                   help="host[:port], Slurm host lists allowed: gpu[001-128]:9477")
+                   help="agents: host[:port], Slurm host lists allowed: gpu[001-128]:9477")
+    p.add_argument("--relay", action="append", default=[], metavar="HOST[:PORT]",
+                   help="a relay (default port 9478), which may speak for the nodes it "
+                        "carries; repeatable")
     p.add_argument("--targets-file", metavar="F", help="one target per line")
     p.add_argument("--token-file", metavar="F", help="bearer token for the agents")
     p.add_argument("--tls", action="store_true", help="connect with TLS (wss://)")
+    p.add_argument("--insecure", action="store_true",
+                   help="send the token over plain HTTP to non-loopback targets anyway")
     p.add_argument("--tls-ca", metavar="F", help="CA bundle that signed the agents' "
                    "certificates")
     p.add_argument("--tls-insecure", action="store_true",
@@ -198,7 +204,8 @@ def _replay(args: argparse.Namespace) -> int:
     cluster = ClusterState(f"replay of {rec.name or args.file}")
     ReplayApp(cluster, control, rec.duration,
               sources=lambda state: [replay(rec, state, control)], theme=args.theme,
-              topology=_topology(args.topology)).run()
+              topology=_topology(args.topology),
+              wall=lambda: rec.started + control.position).run()
     return 0
 
 
@@ -208,10 +215,11 @@ Recorder = Callable[[str, bytes], None]
 Feed = Callable[[ClusterState, "Recorder | None"], AbstractAsyncContextManager[Any]]
 
 
-def _agent_feed(targets: list[str], options: StreamOptions) -> Feed:
+def _agent_feed(targets: list[str], options: StreamOptions,
+                relays: list[str] | None = None) -> Feed:
     def feed(state: ClusterState, recorder: Recorder | None) -> AbstractAsyncContextManager[Any]:
         opts = dataclasses.replace(options, recorder=recorder) if recorder else options
-        return watching(targets, state, opts)
+        return watching(targets, state, opts, relays=relays or [])
     return feed
 
 
@@ -220,7 +228,8 @@ def _run_app(cluster: ClusterState, feed: Feed,
              slo: tuple[Slo, dict[str, float], dict[str, float]],
              before: Callable[[], Awaitable[None]] | None = None,
              after: Callable[[], Awaitable[None]] | None = None,
-             record: str | None = None) -> int:
+             record: str | None = None,
+             wall: Callable[[], float] | None = None) -> int:
     from tuimon.sources.recording import RecordingWriter
     from tuimon.ui.app import TuimonApp
 
@@ -241,7 +250,7 @@ def _run_app(cluster: ClusterState, feed: Feed,
     try:
         TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
                   provisioned=provisioned, slo=slo[0], baselines=slo[1],
-                  flops_per_sample=slo[2]).run()
+                  flops_per_sample=slo[2], wall=wall).run()
     finally:
         if writer is not None:
             writer.close()
@@ -290,26 +299,32 @@ async def _print_loop(cluster: ClusterState, feed: Feed, once: bool,
             await asyncio.sleep(1.0)
 
 
-def _connect_options(args: argparse.Namespace) -> tuple[list[str], StreamOptions]:
+def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], StreamOptions]:
+    """(agents, relays, how to reach them)."""
+    from tuimon.relay import DEFAULT_RELAY_PORT
+
     items = list(args.targets)
     if args.targets_file:
         items += read_targets_file(args.targets_file)
     targets = parse_targets(items)
-    if not targets:
-        raise TargetError("no targets: give host[:port] arguments or --targets-file")
+    relays = parse_targets(args.relay, DEFAULT_RELAY_PORT)
+    if not targets and not relays:
+        raise TargetError("no targets: give host[:port] arguments, --relay HOST or "
+                          "--targets-file")
     token = load_token(args.token_file) if args.token_file else None
     ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
                if args.tls or args.tls_ca or args.tls_insecure else None)
+    check_token_transport([*targets, *relays], token, ssl_ctx is not None, args.insecure)
     subscribe = None
     if args.nodes or args.families or args.every:
         if args.every is not None and not 0 < args.every <= 3600:
             raise TargetError(f"--every must be in (0, 3600] seconds, got {args.every}")
         families = ([f.strip() for f in args.families.split(",") if f.strip()]
                     if args.families else None)
-        for name in args.nodes or []:
-            expand_hostlist(name)  # a bad host list is an error here, not on the relay
+        expand_hostlists(args.nodes or [])  # a bad host list is an error here, not on the relay
         subscribe = Subscribe(interval=args.every, families=families, nodes=args.nodes)
-    return targets, StreamOptions(token=token, ssl_context=ssl_ctx, subscribe=subscribe)
+    return targets, relays, StreamOptions(token=token, ssl_context=ssl_ctx,
+                                          subscribe=subscribe)
 
 
 def _cluster_config(args: argparse.Namespace) -> Any:
@@ -345,8 +360,9 @@ def _apply_config(args: argparse.Namespace) -> None:
     def home(v: str) -> str:
         return str(Path(v).expanduser())
 
-    if hasattr(args, "targets") and not args.targets:
-        args.targets = list(c.get("targets", [])) + ([c.get("relay")] if c.get("relay") else [])
+    if hasattr(args, "targets") and not args.targets and not args.relay:
+        args.targets = list(c.get("targets", []))
+        args.relay = [c.get("relay")] if c.get("relay") else []
     for key in ("targets_file", "token_file", "tls_ca", "topology"):
         if getattr(args, key, "") is None and c.get(key):
             setattr(args, key, home(c.get(key)))
@@ -378,7 +394,9 @@ def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[st
     from tuimon.model.view_state import parse_topology_conf
 
     inline = {}
-    for leaf, hosts in (leaves or {}).items():
+    leaves = leaves or {}
+    expand_hostlists(str(h) for h in leaves.values())  # counted together, before expanding
+    for leaf, hosts in leaves.items():
         for name in expand_hostlist(str(hosts)):
             inline[name] = leaf
     if not path:
@@ -394,9 +412,9 @@ def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[st
 def _status(args: argparse.Namespace) -> int:
     from tuimon.status import run_status
 
-    targets, options = _connect_options(args)
+    targets, relays, options = _connect_options(args)
     slo, baselines, _ = _slo(args)
-    return asyncio.run(run_status(targets, options, watch=args.watch,
+    return asyncio.run(run_status(targets, options, relays=relays, watch=args.watch,
                                   topology=_topology(args.topology,
                                                      getattr(args, "leaves", None)),
                                   provisioned=_provisioned(args.provisioned), slo=slo,
@@ -404,12 +422,12 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _connect_app(args: argparse.Namespace) -> int:
-    targets, options = _connect_options(args)
+    targets, relays, options = _connect_options(args)
     topology = _topology(args.topology, getattr(args, "leaves", None))
     cluster = ClusterState(args.name)
-    for t in targets:
+    for t in [*targets, *relays]:
         cluster.add_target(t)
-    return _run_app(cluster, _agent_feed(targets, options), args.theme, topology,
+    return _run_app(cluster, _agent_feed(targets, options, relays), args.theme, topology,
                     _provisioned(args.provisioned), _slo(args), record=args.record)
 
 
@@ -486,13 +504,13 @@ def _demo_app(args: argparse.Namespace) -> int:
         cluster.add_target(t)
     return _run_app(cluster, _agent_feed(sim.targets, StreamOptions()), args.theme, topology,
                     {LUSTRE_MOUNT: sim.lustre_provisioned}, slo, before=sim.start,
-                    after=sim.stop, record=args.record)
+                    after=sim.stop, record=args.record, wall=sim.wall)
 
 
 async def _connect(args: argparse.Namespace) -> int:
-    targets, options = _connect_options(args)
-    return await _watch(ClusterState(args.name), _agent_feed(targets, options), args.once,
-                        args.record)
+    targets, relays, options = _connect_options(args)
+    return await _watch(ClusterState(args.name), _agent_feed(targets, options, relays),
+                        args.once, args.record)
 
 
 async def _demo(args: argparse.Namespace) -> int:

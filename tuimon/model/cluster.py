@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.protocol import Event, Hello, Sample
+from agent.protocol.text import clean
+from tuimon.model.step_credit import merge_steps
 
 HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
 DOWN_AFTER = 60.0  # seconds without a frame before a stale node counts as down
@@ -71,6 +73,11 @@ class NodeState:
     util_hist: list[Ring] = field(default_factory=list)
     xids: int = 0
     dropped: int = 0
+    # Step sums of the samples since the efficiency view last read them (merged, so a
+    # view that ticks slower than the agent samples misses no training time).
+    pending_steps: dict[str, Any] | None = None
+    # The relay target that speaks for this node; None when watched directly.
+    owner: str | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -101,9 +108,18 @@ class ClusterState:
     def add_target(self, target: str) -> NodeState:
         node = self.nodes.get(target)
         if node is None:
-            node = self.nodes[target] = NodeState(target, target.rsplit(":", 1)[0])
+            node = self.nodes[target] = NodeState(target, clean(target.rsplit(":", 1)[0]))
             self.version += 1
         return node
+
+    def claim(self, source: str, relay: str) -> bool:
+        """May `relay` speak for `source`? Yes for a node new to the view or already its
+        own; no for a node watched directly or carried by another relay."""
+        node = self.nodes.get(source)
+        if node is None:
+            self.add_target(source).owner = relay
+            return True
+        return node.owner == relay
 
     def forget_target(self, target: str) -> None:
         """Drop a target that turned out not to be a node (a relay's own address)."""
@@ -150,6 +166,9 @@ class ClusterState:
     def apply_sample(self, target: str, sample: Sample) -> None:
         node = self.add_target(target)
         node.sample = sample
+        steps = sample.extra.get("steps")
+        if steps:
+            node.pending_steps = merge_steps(node.pending_steps, steps)
         if sample.dropped:
             node.dropped = sample.dropped
         for ring, g in zip(node.util_hist, sample.gpus or ()):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
+from tuimon.model.step_credit import JobCredit, StepCredit
 
 WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
 # Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
@@ -78,41 +79,42 @@ class EfficiencyView:
         self.gpu_peak: float | None = None
         self.jobs: dict[str, JobState] = {}
         self.proxy: float | None = None
-        self._seen: dict[str, int] = {}
         self._wall = wall
-        self.now = wall()  # the time of the latest update, on the agents' clock
+        self.now = wall()  # the time of the latest update
+        # Each (job, rank) from one node only, never more than the time that passed.
+        self.credit = StepCredit()
 
     def update(self, cluster: ClusterState) -> None:
-        # The agents' clock is the time base: windows stay right when the viewer's clock
-        # differs, and a simulation can run faster than real time (--speed).
-        stamps = [n.sample.ts for n in cluster.nodes.values()
-                  if n.sample is not None and n.status == "up"]
-        now = max(stamps) if stamps else self._wall()
+        # The receiver's clock (docs/security.md, "time"): one agent whose clock is a
+        # decade ahead cannot push every window past the others' data. The demo passes
+        # its simulated clock and a replay its recording's, so windows keep their meaning.
+        now = self._wall()
         self.now = now
-        sums: dict[str, list[float]] = {}
+        sums: dict[str, JobCredit] = {}
         utils: list[float] = []
         for node in cluster.nodes.values():
             sample = node.sample
             if sample is None or node.status != "up":
+                node.pending_steps = None  # steps of a node that is not up do not count
                 continue
             utils.extend(g["util"] for g in sample.gpus or () if g.get("util") is not None)
-            if self._seen.get(node.target) == sample.seq:
-                continue
-            self._seen[node.target] = sample.seq
-            for job in (sample.extra.get("steps") or {}).get("jobs") or []:
-                state = self._job(job["id"])
-                state.world = max(state.world, int(job.get("world") or 0))
-                acc = sums.setdefault(job["id"], [0.0, 0.0, 0])
-                for r in job.get("ranks") or []:
-                    acc[0] += r.get("wall") or 0.0
-                    acc[1] += r.get("compute") or 0.0
-                    acc[2] += r.get("samples") or 0
-                    if r.get("steps"):
-                        rank = r["rank"]
-                        q = state.rank_compute.setdefault(rank, deque())
-                        q.append((now, (r.get("compute") or 0.0) / r["steps"]))
-                        state.rank_where[rank] = (node.name, rank % max(1, node.gpu_count)
-                                                  if node.gpu_count else None)
+            pending, node.pending_steps = node.pending_steps, None
+            for job in self.credit.credit(node.target, pending, now):
+                state = self._job(job.job)
+                state.world = max(state.world, job.world)
+                acc = sums.get(job.job)
+                if acc is None:
+                    acc = sums[job.job] = JobCredit(job.job, job.world)
+                acc.world = max(acc.world, job.world)
+                acc.wall += job.wall
+                acc.compute += job.compute
+                acc.samples += job.samples
+                for r in job.ranks:
+                    if r.steps:
+                        q = state.rank_compute.setdefault(r.rank, deque())
+                        q.append((now, r.compute / r.steps))
+                        state.rank_where[r.rank] = (node.name, r.rank % max(1, node.gpu_count)
+                                                    if node.gpu_count else None)
         self.proxy = sum(utils) / len(utils) if utils else None
         if self.gpu_peak is None:
             for node in cluster.nodes.values():
@@ -121,11 +123,11 @@ class EfficiencyView:
                     self.gpu_peak = next((p for prefix, p in PEAK_FLOPS
                                           if name.startswith(prefix)), None)
                     break
-        for job, (w, c, s) in sums.items():
+        for job, acc in sums.items():
             state = self.jobs[job]
-            state.history.append((now, w, c, int(s)))
+            state.history.append((now, acc.wall, acc.compute, acc.samples))
             if isinstance(state.burn, BurnTracker) and state.world:
-                state.burn.add(now, w / state.world, c / state.world)
+                state.burn.add(now, acc.wall / state.world, acc.compute / state.world)
         for job, summary in cluster.budgets.items():
             # The relay has counted the whole run; the viewer has seen only its session.
             self._job(job).burn = LedgerBurn(self.slo, summary)

@@ -61,9 +61,10 @@ class ViewState:
 
 def parse_topology_conf(text: str) -> dict[str, str]:
     """Slurm topology.conf: `SwitchName=leaf1 Nodes=gpu[001-016]` lines -> node -> leaf."""
-    from tuimon.sources.targets import expand_hostlist
+    from tuimon.sources.targets import MAX_TARGETS, expand_hostlist
 
     out: dict[str, str] = {}
+    budget = MAX_TARGETS  # names in the whole file, each list counted before expanding
     for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
@@ -71,6 +72,8 @@ def parse_topology_conf(text: str) -> dict[str, str]:
         fields = dict(part.split("=", 1) for part in line.split() if "=" in part)
         switch, nodes = fields.get("SwitchName"), fields.get("Nodes")
         if switch and nodes:
-            for name in expand_hostlist(nodes):
+            names = expand_hostlist(nodes, budget)
+            budget -= len(names)
+            for name in names:
                 out[name] = switch
     return out

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from agent.security import check_bind_rule, parse_listen
+from agent.security import check_bind_rule, check_token_transport, parse_listen
 from agent.service import Service
 from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger, LedgerError
@@ -37,8 +37,10 @@ __all__ = ["DEFAULT_RELAY_PORT", "LedgerError", "Relay", "RelayConfig", "build_r
 
 @dataclass
 class RelayConfig:
-    # host[:port] or Slurm host lists, as for `tuimon connect`; relays may be targets too.
-    targets: list[str]
+    # Agents: host[:port] or Slurm host lists, as for `tuimon connect`.
+    targets: list[str] = field(default_factory=list)
+    # Upstream relays (a relay of relays): they may speak for the nodes they declare.
+    relays: list[str] = field(default_factory=list)
     listen: str = f"127.0.0.1:{DEFAULT_RELAY_PORT}"
     name: str = "relay"
     # SQLite file of the SLO ledger; None: no ledger (viewers count from their start).
@@ -58,14 +60,20 @@ class RelayConfig:
     # How the relay reaches its upstream agents: their token and TLS.
     upstream_token: str | None = None
     upstream_ssl: ssl.SSLContext | None = None
+    # Send the upstream token over plain HTTP to non-loopback targets anyway.
+    upstream_insecure: bool = False
     upstream_backoff: tuple[float, float] = field(default=(0.5, 30.0))
 
 
 def build_relay(config: RelayConfig) -> tuple[web.Application, RelayState]:
     """The relay's aiohttp application (for `web.run_app` or `Service`) and its state."""
     targets = parse_targets(config.targets)
-    if not targets:
+    relays = parse_targets(config.relays, DEFAULT_RELAY_PORT)
+    if not targets and not relays:
         raise ValueError("the relay needs at least one target")
+    check_token_transport([*targets, *relays], config.upstream_token,
+                          config.upstream_ssl is not None, config.upstream_insecure,
+                          "--upstream-tls", "--upstream-insecure")
     if not 0.05 <= config.interval <= 60:
         raise ValueError(f"relay interval must be in [0.05, 60] s, got {config.interval}")
     ledger = None
@@ -76,7 +84,8 @@ def build_relay(config: RelayConfig) -> tuple[web.Application, RelayState]:
     upstream = StreamOptions(token=config.upstream_token, ssl_context=config.upstream_ssl,
                              min_backoff=config.upstream_backoff[0],
                              max_backoff=config.upstream_backoff[1], deep_checks=False)
-    state = RelayState(name=config.name, targets=targets, upstream=upstream, fanout=fanout,
+    state = RelayState(name=config.name, targets=targets, relays=relays, upstream=upstream,
+                       fanout=fanout,
                        ledger=ledger, interval=config.interval, max_viewers=config.max_viewers,
                        budget_every=config.budget_every, flush_every=config.flush_every,
                        token=config.token)

@@ -21,7 +21,8 @@ from typing import Any
 from agent.hub import FAMILY_KEYS, Frame
 from agent.protocol import Batch, Event, Hello, Sample, encode, encode_map, unpack
 from tuimon.model.cluster import DOWN_AFTER
-from tuimon.sources.targets import expand_hostlist
+from tuimon.model.step_credit import StepCredit, merge_steps
+from tuimon.sources.targets import expand_hostlists
 
 # One batch message stays under this many bytes of frames; more makes another message.
 BATCH_BYTES = 1 << 20
@@ -82,32 +83,11 @@ class Source:
     sample: SampleFrame | None = None
     last_seen: float | None = None  # monotonic
     frames: int = 0
+    owner: str | None = None  # the upstream relay that carries it; None: a direct target
 
     def names(self) -> tuple[str, ...]:
         host = self.name.rsplit(":", 1)[0]
         return (self.name, host, self.node) if self.node else (self.name, host)
-
-
-def merge_steps(older: dict[str, Any] | None,
-                newer: dict[str, Any] | None) -> dict[str, Any] | None:
-    """Add two samples' step sums, so a viewer sent only the newer sample misses nothing."""
-    if not older:
-        return newer
-    if not newer:
-        return older
-    jobs: dict[str, dict[str, Any]] = {}
-    for section in (older, newer):
-        for job in section.get("jobs") or []:
-            into = jobs.setdefault(job["id"], {"id": job["id"], "world": 0, "ranks": {}})
-            into["world"] = max(into["world"], int(job.get("world") or 0))
-            for r in job.get("ranks") or []:
-                acc = into["ranks"].setdefault(r["rank"], {"rank": r["rank"]})
-                for key in ("steps", "wall", "compute", "samples", "tokens"):
-                    if r.get(key) is not None:
-                        acc[key] = acc.get(key, 0) + r[key]
-    out = dict(newer)
-    out["jobs"] = [{**j, "ranks": list(j["ranks"].values())} for j in jobs.values()]
-    return out
 
 
 class ViewerFeed:
@@ -135,10 +115,9 @@ class ViewerFeed:
         if nodes is None:
             self.nodes = None
         else:
-            names: set[str] = set()
-            for item in nodes:
-                names.update(expand_hostlist(item))
-            self.nodes = frozenset(names)
+            # Counted before expanded, all items together: a small subscribe cannot make
+            # the relay build millions of names (tuimon.sources.targets).
+            self.nodes = frozenset(expand_hostlists(nodes))
 
     def wants(self, source: Source) -> bool:
         return self.nodes is None or any(n in self.nodes for n in source.names())
@@ -230,12 +209,16 @@ class FanOut:
     and the set of viewer feeds."""
 
     def __init__(self, on_steps: Callable[[str, float, float, float], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.sources: dict[str, Source] = {}
         self.viewers: set[ViewerFeed] = set()
         self.on_steps = on_steps
         self.clock = clock
+        self.wall = wall
         self.stats = RelayStats()
+        # Each (job, rank) counted from one node only, and never more than real time.
+        self.credit = StepCredit()
 
     # -- viewers --------------------------------------------------------------------
 
@@ -274,6 +257,15 @@ class FanOut:
                 feed.offer_state(source)
         return source
 
+    def claim(self, source: str, relay: str) -> bool:
+        """May upstream `relay` speak for `source`? Not for one of this relay's own
+        targets, nor for a node another upstream relay carries."""
+        known = self.sources.get(source)
+        if known is None:
+            self.add_target(source).owner = relay
+            return True
+        return known.owner == relay
+
     def forget_target(self, target: str) -> None:
         # An upstream relay is not a node; viewers never heard of it as one.
         self.sources.pop(target, None)
@@ -293,7 +285,7 @@ class FanOut:
         if isinstance(message, Sample):
             sample = SampleFrame(message, raw or encode(message))
             source.sample = sample
-            self._count_steps(message)
+            self._count_steps(target, message)
             for feed in self._feeds(source):
                 feed.offer_sample(target, sample)
             return
@@ -342,18 +334,15 @@ class FanOut:
         for feed in self._feeds(source):
             feed.offer_state(source)
 
-    def _count_steps(self, sample: Sample) -> None:
+    def _count_steps(self, source: str, sample: Sample) -> None:
         steps = sample.extra.get("steps")
         if not steps or self.on_steps is None:
             return
         self.stats.steps_reports += 1
-        for job in steps.get("jobs") or []:
-            world = int(job.get("world") or 0)
-            if world <= 0:
-                continue
-            wall = sum(r.get("wall") or 0.0 for r in job.get("ranks") or [])
-            compute = sum(r.get("compute") or 0.0 for r in job.get("ranks") or [])
-            self.on_steps(job["id"], sample.ts, wall / world, compute / world)
+        # The ledger's minutes are the relay's own (receive time), never the agent's.
+        wall_now = self.wall()
+        for job in self.credit.credit(source, steps, self.clock()):
+            self.on_steps(job.job, wall_now, job.total_s, job.effective_s)
 
     def counts(self) -> dict[str, int]:
         out = {"connecting": 0, "up": 0, "stale": 0, "down": 0}

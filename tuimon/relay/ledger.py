@@ -12,13 +12,17 @@ it was, never half written.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agent.protocol.text import clean
 from tuimon.model.slo import BURN_WINDOWS_S
 
 log = logging.getLogger(__name__)
@@ -26,7 +30,7 @@ log = logging.getLogger(__name__)
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS buckets (
     job TEXT NOT NULL,
-    minute INTEGER NOT NULL,      -- Unix time // 60, on the agents' clock
+    minute INTEGER NOT NULL,      -- Unix time // 60, on the relay's clock (receive time)
     total_s REAL NOT NULL,        -- run time in the minute (rank-seconds / world)
     effective_s REAL NOT NULL,    -- compute time in the minute (rank-seconds / world)
     PRIMARY KEY (job, minute)
@@ -45,6 +49,28 @@ class LedgerError(Exception):
     """The ledger file cannot be opened; the message names the path and the reason."""
 
 
+def _lock(path: Path) -> int:
+    """An exclusive lock beside the ledger (`ledger.db.lock`): two relays adding the same
+    steps to one file would count every second twice. Held until the process exits."""
+    lock_path = path.with_name(path.name + ".lock")
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise LedgerError(f"ledger {path}: cannot create its lock file {lock_path}: "
+                          f"{exc.strerror or exc}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise LedgerError(f"ledger {path} is in use by another relay (pid {holder}); two "
+                          "relays on one ledger would count every second twice. Give this "
+                          "one another --ledger or stop the other.") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
 class Ledger:
     def __init__(self, path: str | Path, *, keep_days: float = 30.0,
                  window_hours: float = 720.0, max_bytes: int | None = None,
@@ -59,6 +85,10 @@ class Ledger:
         self._lost_minutes = 0
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LedgerError(f"ledger {self.path}: {exc.strerror or exc}") from None
+        self._lock_fd = _lock(self.path)
+        try:
             self._db = sqlite3.connect(self.path, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -68,14 +98,41 @@ class Ledger:
             self._db.executescript(SCHEMA)
             check = self._db.execute("PRAGMA quick_check").fetchone()[0]
         except (OSError, sqlite3.Error) as exc:
+            self._unlock()
             raise LedgerError(f"ledger {self.path}: {exc}") from None
         if check != "ok":
+            self._unlock()
             raise LedgerError(f"ledger {self.path} is damaged ({check}); move it aside "
                               "and the relay starts a new one")
+        self._warn_future()
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # closing the descriptor releases the flock
 
     def close(self) -> None:
         self.flush()
         self._db.close()
+        self._unlock()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _warn_future(self) -> None:
+        """Minutes ahead of this relay's clock (a file from a relay whose clock ran fast)
+        are not counted in any window; say so once, at start."""
+        now_minute = int(self.clock() // 60)
+        ahead = self._db.execute("SELECT COUNT(*), MAX(minute) FROM buckets WHERE minute > ?",
+                                 (now_minute + 1,)).fetchone()
+        if ahead and ahead[0]:
+            log.warning("ledger %s: %d minute buckets are ahead of this relay's clock (up to "
+                        "%.0f h ahead); they are kept but counted in no window", self.path,
+                        ahead[0], (ahead[1] - now_minute) / 60)
 
     # -- writing ------------------------------------------------------------------
 
@@ -116,15 +173,31 @@ class Ledger:
         return True
 
     def prune(self) -> int:
-        """Drop buckets older than the retention; returns how many went."""
+        """Drop buckets older than the retention; returns how many went. A prune that
+        would take most of the file (this relay's clock far ahead of the one that wrote
+        it) is refused and logged: the ledger is worth more than the disk it uses."""
         first = int(self.clock() // 60) - int(self.keep_days * 1440)
         try:
+            old, total = self._db.execute(
+                "SELECT SUM(minute < ?), COUNT(*) FROM buckets", (first,)).fetchone()
+            old, total = old or 0, total or 0
+            if not old:
+                return 0
+            newest = self._db.execute("SELECT MAX(minute) FROM buckets").fetchone()[0]
+            if newest is not None and newest < first:
+                log.error("ledger %s: every bucket (%d) is older than %g days by this relay's "
+                          "clock (newest %s); not pruning: check the clock", self.path, total,
+                          self.keep_days, time.strftime("%Y-%m-%d %H:%M", time.gmtime(
+                              newest * 60)))
+                return 0
             with self._db:
                 self._db.execute("BEGIN")
                 cur = self._db.execute("DELETE FROM buckets WHERE minute < ?", (first,))
         except sqlite3.Error as exc:
             log.error("ledger %s: cannot prune: %s", self.path, exc)
             return 0
+        log.info("ledger %s: pruned %d minute buckets older than %g days", self.path,
+                 cur.rowcount, self.keep_days)
         return cur.rowcount
 
     # -- reading ------------------------------------------------------------------
@@ -145,14 +218,18 @@ class Ledger:
         windows.update(BURN_WINDOWS_S)
         for key, seconds in windows.items():
             first = minute_now - int(seconds // 60)
+            # Bounded on both sides: a minute from the future (a clock that ran ahead)
+            # is in no window, so it cannot count in every window for ever.
             for job, total, effective in self._db.execute(
                     "SELECT job, SUM(total_s), SUM(effective_s) FROM buckets "
-                    "WHERE minute > ? GROUP BY job", (first,)):
-                add(job, key, total or 0.0, effective or 0.0)
+                    "WHERE minute > ? AND minute <= ? GROUP BY job", (first, minute_now)):
+                add(clean(job), key, total or 0.0, effective or 0.0)
             for (job, minute), (t, e) in self._pending.items():
-                if minute > first:
+                if first < minute <= minute_now:
                     add(job, key, t, e)
-        since = dict(self._db.execute("SELECT job, MIN(minute) FROM buckets GROUP BY job"))
+        since = {clean(job): minute for job, minute in self._db.execute(
+            "SELECT job, MIN(minute) FROM buckets WHERE minute <= ? GROUP BY job",
+            (minute_now,))}
         for (job, minute) in self._pending:
             since[job] = min(since.get(job, minute), minute)
         out: dict[str, dict[str, Any]] = {}

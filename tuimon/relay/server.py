@@ -20,7 +20,9 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agent.metrics import connection_metrics
 from agent.protocol import ProtocolError, Subscribe
+from agent.serve import guard_of
 from agent.version import __version__
 from agent.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 from tuimon.relay.fanout import FanOut, ViewerFeed
@@ -35,6 +37,7 @@ class RelayState:
 
     name: str
     targets: list[str]
+    relays: list[str]
     upstream: StreamOptions
     fanout: FanOut
     ledger: Ledger | None
@@ -55,7 +58,7 @@ REGISTRY = web.AppKey("registry", CollectorRegistry)
 
 async def _upstream(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
-    async with watching(state.targets, state.fanout, state.upstream):
+    async with watching(state.targets, state.fanout, state.upstream, relays=state.relays):
         yield
 
 
@@ -143,17 +146,19 @@ async def healthz(request: web.Request) -> web.Response:
         "viewers": len(state.fanout.viewers),
         "frames_in": state.fanout.stats.frames_in,
         "bad_frames": state.fanout.stats.bad_frames,
-        "ledger": None if ledger is None else {"path": str(ledger.path),
-                                                "error": ledger.error,
-                                                "jobs": sorted((state.budget or {}).keys())},
+        "pending_connections": guard_of(request.app).pending,
+        # Unauthenticated: counts and the ledger's health, never job or node names.
+        "ledger": None if ledger is None else {"ok": ledger.error is None,
+                                                "jobs": len(state.budget or {})},
     })
 
 
 class RelayCollector(Collector):
     """The relay's own health, built from its state at scrape time."""
 
-    def __init__(self, state: RelayState) -> None:
+    def __init__(self, state: RelayState, guard: Any = None) -> None:
         self.state = state
+        self.guard = guard
 
     def collect(self) -> list[Metric]:
         s = self.state
@@ -176,7 +181,10 @@ class RelayCollector(Collector):
                                      labels=["job"])
         for job, entry in (s.budget or {}).items():
             consumed.add_metric([job], entry["consumed_h"])
-        return [sources, viewers, frames, bad, ledger_ok, consumed]
+        out = [sources, viewers, frames, bad, ledger_ok, consumed]
+        if self.guard is not None:
+            out.extend(connection_metrics("tuimon_relay", None, self.guard))
+        return out
 
 
 async def metrics(request: web.Request) -> web.Response:
@@ -191,7 +199,7 @@ def build_relay_app(state: RelayState) -> web.Application:
     app[STATE] = state
     app[STREAMS] = weakref.WeakSet()
     registry = CollectorRegistry(auto_describe=True)
-    registry.register(RelayCollector(state))
+    registry.register(RelayCollector(state, guard_of(app)))
     app[REGISTRY] = registry
     app.router.add_get("/v1/stream", stream)
     app.router.add_get("/metrics", metrics)

@@ -5,10 +5,15 @@ delays itself. Decoded messages go to a sink (the viewer's `ClusterState`, or a 
 fan-out); what went wrong (connection refused, bad frame, 401) goes to `mark_stale` with
 a reason.
 
-The target may also be a relay: its `batch` messages carry many nodes' frames, each under
-its source name, and are applied as if each node had been watched directly. The relay's
-own address is then not a node, and when the relay is lost every node it carried is
-marked stale.
+A target configured as a relay (`relays=` in `watching`, `--relay` on the command line)
+sends `batch` messages that carry many nodes' frames, each under its source name; they
+are applied as if each node had been watched directly. The relay's own address is then
+not a node, and when the relay is lost every node it carried is marked stale.
+
+Trust (docs/security.md): an agent speaks only for itself, so a target not configured as
+a relay that sends batches is refused. A relay speaks only for the nodes it declared (the
+sources it announces states for), never for a node the viewer watches directly or that
+another relay already carries, and only for the nodes the viewer subscribed to.
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ from agent.protocol import (
     decode,
     encode,
 )
+from tuimon.sources.targets import expand_hostlists
 
 log = logging.getLogger(__name__)
+CLOSE_WAIT_S = 2.0  # at most this long for a peer to answer our close
 
 
 @dataclass(slots=True)
@@ -60,6 +67,7 @@ class StreamSink(Protocol):
     """Where a stream's frames go: `ClusterState` in viewers, the fan-out in relays."""
 
     def add_target(self, target: str) -> Any: ...
+    def claim(self, source: str, relay: str) -> bool: ...
     def forget_target(self, target: str) -> None: ...
     def apply_message(self, target: str, message: Hello | Sample | Event | None,
                       raw: bytes = b"") -> None: ...
@@ -69,16 +77,29 @@ class StreamSink(Protocol):
     def apply_budget(self, budget: dict[str, dict[str, Any]]) -> None: ...
 
 
+class TrustError(ProtocolError):
+    """A peer that speaks for what it may not (a batch from an agent, a relay's frame for
+    a node it did not declare)."""
+
+
 class AgentStream:
     def __init__(self, target: str, cluster: StreamSink, session: aiohttp.ClientSession,
-                 options: StreamOptions | None = None) -> None:
+                 options: StreamOptions | None = None, *, relay: bool = False) -> None:
         self.target = target
         self.cluster = cluster
         self.session = session
         self.options = options or StreamOptions()
+        self.relay = relay
         self.attempts = 0
-        # Nodes this target carried, when it turned out to be a relay.
+        # Nodes this relay declared and the viewer let it carry.
         self.sources: set[str] = set()
+        self.declared: set[str] = set()
+        self.refused: dict[str, str] = {}  # source -> why its frames were refused
+        self._names: dict[str, str] = {}  # source -> the node name its hello gave
+        subscribe = self.options.subscribe
+        self._wanted: frozenset[str] | None = (
+            frozenset(expand_hostlists(subscribe.nodes))
+            if relay and subscribe is not None and subscribe.nodes is not None else None)
         cluster.add_target(target)
 
     @property
@@ -102,6 +123,9 @@ class AgentStream:
                           else f"handshake refused: HTTP {exc.status}")
             except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
                 reason = describe_error(exc)
+            except TrustError as exc:
+                reason = f"refused: {exc.reason}"
+                log.warning("closing the stream from %s: %s", self.target, reason)
             except ProtocolError as exc:
                 reason = f"bad frame: {exc.reason}"
                 log.warning("closing the stream from %s: %s", self.target, reason)
@@ -112,60 +136,82 @@ class AgentStream:
 
     async def _connect_once(self) -> bool:
         headers = {"Authorization": f"Bearer {self.options.token}"} if self.options.token else {}
-        got = False
-        async with self.session.ws_connect(
-                self.url, headers=headers, ssl=self.options.ssl_context or True,
-                heartbeat=30.0, timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
-                max_msg_size=MAX_BATCH_BYTES) as ws:
-            interval = 1.0
-            if self.options.subscribe is not None:
-                await ws.send_bytes(encode(self.options.subscribe))
-                interval = max(interval, self.options.subscribe.interval or 0.0)
-            while True:
-                timeout = max(5.0, interval * self.options.stale_after_intervals)
-                try:
-                    msg = await ws.receive(timeout=timeout)
-                except asyncio.TimeoutError:
-                    self._lost(f"no frame for {timeout:.0f} s")
-                    continue
-                if msg.type == aiohttp.WSMsgType.BINARY:
-                    try:
-                        message = decode(msg.data, max_bytes=MAX_BATCH_BYTES,
-                                         deep=self.options.deep_checks)
-                        if len(msg.data) > MAX_MESSAGE_BYTES and not isinstance(message,
-                                                                                 Batch):
-                            raise ProtocolError(
-                                f"a node's message of {len(msg.data)} bytes exceeds the "
-                                f"limit of {MAX_MESSAGE_BYTES}")
-                    except ProtocolError as exc:
-                        # Say so now: closing can wait seconds on a peer that does
-                        # not read.
-                        if self.sources:
-                            self._lost(f"bad frame: {exc.reason}")
-                        else:
-                            self.cluster.note_protocol_error(self.target, exc.reason)
-                        raise
-                    got = True
-                    if isinstance(message, Batch):
-                        self._apply_batch(message)
-                        continue
-                    if self.options.recorder is not None:
-                        self.options.recorder(self.target, msg.data)
-                    if isinstance(message, Hello):
-                        interval = message.interval
-                    self.cluster.apply_message(self.target, message, msg.data)
-                elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
-                                  aiohttp.WSMsgType.CLOSED):
-                    return got
-                elif msg.type == aiohttp.WSMsgType.ERROR:
-                    raise aiohttp.ClientError(str(ws.exception()))
+        ws = await self.session.ws_connect(
+            self.url, headers=headers, ssl=self.options.ssl_context or True,
+            heartbeat=30.0, timeout=aiohttp.ClientWSTimeout(ws_close=5.0),
+            max_msg_size=MAX_BATCH_BYTES)
+        try:
+            return await self._read(ws)
+        finally:
+            # aiohttp's close waits for the peer's close frame, reading on as long as
+            # anything arrives: a peer that keeps sending would hold it for ever. Cut
+            # short, close() aborts the connection.
+            with contextlib.suppress(asyncio.TimeoutError, aiohttp.ClientError, OSError):
+                await asyncio.wait_for(ws.close(), CLOSE_WAIT_S)
 
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
+        got = False
+        interval = 1.0
+        if self.options.subscribe is not None:
+            await ws.send_bytes(encode(self.options.subscribe))
+            interval = max(interval, self.options.subscribe.interval or 0.0)
+        while True:
+            timeout = max(5.0, interval * self.options.stale_after_intervals)
+            try:
+                msg = await ws.receive(timeout=timeout)
+            except asyncio.TimeoutError:
+                self._lost(f"no frame for {timeout:.0f} s")
+                continue
+            if msg.type == aiohttp.WSMsgType.BINARY:
+                try:
+                    message = decode(msg.data, max_bytes=MAX_BATCH_BYTES,
+                                     deep=self.options.deep_checks)
+                    if len(msg.data) > MAX_MESSAGE_BYTES and not isinstance(message, Batch):
+                        raise ProtocolError(
+                            f"a node's message of {len(msg.data)} bytes exceeds the "
+                            f"limit of {MAX_MESSAGE_BYTES}")
+                    if message is not None and isinstance(message, Batch) != self.relay:
+                        raise TrustError(
+                            f"{self.target} sent relay batches but is not configured as a "
+                            f"relay (if it is one: --relay {self.target})"
+                            if not self.relay else
+                            f"{self.target} is configured as a relay but sent a node's own "
+                            "frames (if it is an agent, give it as a plain target)")
+                except ProtocolError as exc:
+                    # Say so now, before the connection is closed.
+                    if isinstance(exc, TrustError):
+                        self._lost(f"refused: {exc.reason}")
+                    elif self.sources:
+                        self._lost(f"bad frame: {exc.reason}")
+                    else:
+                        self.cluster.note_protocol_error(self.target, exc.reason)
+                    raise
+                got = True
+                if isinstance(message, Batch):
+                    self._apply_batch(message)
+                    continue
+                if self.options.recorder is not None:
+                    self.options.recorder(self.target, msg.data)
+                if isinstance(message, Hello):
+                    interval = message.interval
+                self.cluster.apply_message(self.target, message, msg.data)
+            elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                              aiohttp.WSMsgType.CLOSED):
+                return got
+            elif msg.type == aiohttp.WSMsgType.ERROR:
+                raise aiohttp.ClientError(str(ws.exception()))
 
     def _apply_batch(self, batch: Batch) -> None:
-        if not self.sources:
+        if not self.sources and not self.declared:
             self.cluster.forget_target(self.target)  # a relay, not a node
+        # A relay declares the nodes it carries by announcing their states; frames for
+        # anything else are refused. States come after frames (below), but declarations
+        # first: a node's first batch carries both.
+        for source, _state, _reason in batch.sources:
+            self.declared.add(source)
         for source, data in batch.frames:
-            self.sources.add(source)
+            if not self._may_carry(source):
+                continue
             try:
                 message = decode(data, deep=self.options.deep_checks)
             except ProtocolError as exc:
@@ -174,19 +220,56 @@ class AgentStream:
                             exc.reason)
                 self.cluster.note_protocol_error(source, exc.reason)
                 continue
-            if self.options.recorder is not None:
-                self.options.recorder(source, data)
             if isinstance(message, Batch):
                 self.cluster.note_protocol_error(source, "a batch inside a batch")
                 continue
+            if isinstance(message, Hello):
+                if not self._wanted_name(source, message.node):
+                    continue
+                self._names[source] = message.node
+            if self.options.recorder is not None:
+                self.options.recorder(source, data)
             self.cluster.apply_message(source, message, data)
         # States after frames: a state is as of the batch's sending, newer than any frame
         # in it (a node that said hello and then sent garbage is stale, not up).
         for source, state, reason in batch.sources:
-            self.sources.add(source)
-            self.cluster.apply_source_state(source, state, reason)
+            if self._may_carry(source):
+                self.cluster.apply_source_state(source, state, reason)
         if batch.budget:
             self.cluster.apply_budget(batch.budget)
+
+    def _may_carry(self, source: str) -> bool:
+        if source in self.sources:
+            return True
+        if source in self.refused:
+            return False
+        why = None
+        if source not in self.declared:
+            why = "not declared by the relay (no state announced for it)"
+        elif self._wanted is not None and source not in self._wanted \
+                and source.rsplit(":", 1)[0] not in self._wanted:
+            # Its hello's name may still match the subscription: decided on the hello.
+            return True
+        elif not self.cluster.claim(source, self.target):
+            why = "watched directly or carried by another relay"
+        if why is not None:
+            self.refused[source] = why
+            log.warning("relay %s may not speak for %s: %s", self.target, source, why)
+            return False
+        self.sources.add(source)
+        return True
+
+    def _wanted_name(self, source: str, node: str) -> bool:
+        """Only the nodes the viewer subscribed to (by source, host or node name)."""
+        if self._wanted is None or source in self.sources:
+            return True
+        if node in self._wanted and self.cluster.claim(source, self.target):
+            self.sources.add(source)
+            return True
+        self.refused[source] = "not among the nodes this viewer subscribed to"
+        log.warning("relay %s sent %s (%s), which this viewer did not subscribe to",
+                    self.target, source, node)
+        return False
 
     def _lost(self, reason: str) -> None:
         if not self.sources:
@@ -198,16 +281,20 @@ class AgentStream:
 
 @contextlib.asynccontextmanager
 async def watching(targets: list[str], cluster: StreamSink,
-                   options: StreamOptions | None = None) -> AsyncIterator[None]:
-    """One AgentStream task per target for the life of the block, then cancelled and
-    awaited: what every viewer (app, readout, status, tests) does with its agents."""
-    for t in targets:
+                   options: StreamOptions | None = None,
+                   relays: list[str] | tuple[str, ...] = ()) -> AsyncIterator[None]:
+    """One AgentStream task per target (agents) and per relay for the life of the block,
+    then cancelled and awaited: what every viewer (app, readout, status, tests) and the
+    relay itself do with their upstreams."""
+    relays = [r for r in relays if r not in targets]
+    for t in [*targets, *relays]:
         cluster.add_target(t)
     # No pool limit: each agent holds one long-lived connection, and aiohttp's default
     # of 100 would leave every agent past the hundredth waiting for a free slot.
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        tasks = [asyncio.create_task(AgentStream(t, cluster, session, options).run(),
-                                     name=f"tuimon-stream-{t}") for t in targets]
+        tasks = [asyncio.create_task(
+            AgentStream(t, cluster, session, options, relay=t in relays).run(),
+            name=f"tuimon-stream-{t}") for t in [*targets, *relays]]
         try:
             yield
         finally:

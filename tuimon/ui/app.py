@@ -127,7 +127,8 @@ class TuimonApp(App[None]):
                  provisioned: dict[str, float] | None = None, refresh: float = 1.0,
                  clock_text: Callable[[], str] | None = None, slo: Slo | None = None,
                  baselines: dict[str, float] | None = None,
-                 flops_per_sample: dict[str, float] | None = None) -> None:
+                 flops_per_sample: dict[str, float] | None = None,
+                 wall: Callable[[], float] | None = None) -> None:
         super().__init__()
         self.clock_text = clock_text
         self.cluster = cluster
@@ -135,7 +136,9 @@ class TuimonApp(App[None]):
         self._tasks: list[asyncio.Task[None]] = []
         self.view = ViewState(topology=dict(topology or {}))
         self.storage = StorageView(provisioned)
-        self.efficiency = EfficiencyView(slo, baselines, flops_per_sample=flops_per_sample)
+        # `wall`: the clock windows are kept on; the demo passes its simulated one.
+        self.efficiency = EfficiencyView(slo, baselines, flops_per_sample=flops_per_sample,
+                                         **({"wall": wall} if wall is not None else {}))
         self.job_index = 0
         self.diagnosis = Diagnosis(topology)
         self.refresh_every = refresh
