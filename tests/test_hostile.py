@@ -494,3 +494,47 @@ async def test_every_surface_escapes_the_same_hostile_names(
     assert any("evil\\x1b]0;pwned" in m for m in logged), logged
     assert all(_printable_lines(m) for m in logged), [m for m in logged
                                                       if not _printable_lines(m)]
+
+
+# -- host-list bombs ---------------------------------------------------------------------
+
+BOMB = ",".join(f"n{i}[1-99999]" for i in range(150))  # 1.9 KB: 15 million names
+
+
+def test_host_lists_are_counted_before_they_are_expanded(tmp_path: Path) -> None:
+    from tuimon.model.view_state import parse_topology_conf
+    from tuimon.sources.targets import TargetError, expand_hostlist, parse_targets
+
+    started = time.monotonic()
+    for attempt in (lambda: parse_targets([BOMB]),
+                    lambda: expand_hostlist("a[1-99999]b[1-99999]"),
+                    lambda: parse_topology_conf(f"SwitchName=s1 Nodes={BOMB}\n"),
+                    lambda: parse_targets([f"g{i}[1-99999]" for i in range(3)])):
+        with pytest.raises(TargetError, match="more than 100000"):
+            attempt()
+    assert time.monotonic() - started < 1.0  # counted, not built
+
+
+async def test_a_host_list_bomb_in_a_subscribe_is_refused_at_once(
+        unused_tcp_port_factory) -> None:
+    from agent.protocol import Subscribe
+    from agent.sim.cluster import SimCluster
+
+    sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, Relay(RelayConfig(targets=sim.targets, listen="127.0.0.1:0",
+                                      interval=0.2)) as relay:
+        good = ClusterState()
+        async with watching([], good, relays=[f"127.0.0.1:{relay.port}"]), \
+                aiohttp.ClientSession() as s:
+            await _until(lambda: sim.targets[0] in good.nodes
+                         and good.nodes[sim.targets[0]].sample is not None, "served")
+            async with s.ws_connect(f"http://127.0.0.1:{relay.port}/v1/stream") as bomb:
+                started = time.monotonic()
+                await bomb.send_bytes(encode(Subscribe(nodes=[BOMB])))
+                msg = await _closed(bomb)
+                assert time.monotonic() - started < 2.0
+                assert bomb.close_code == aiohttp.WSCloseCode.UNSUPPORTED_DATA
+                assert "more than 100000" in (msg.extra or "")
+            seq = good.nodes[sim.targets[0]].sample.seq
+            await _until(lambda: good.nodes[sim.targets[0]].sample.seq > seq, "goes on")

@@ -43,7 +43,10 @@ def hostlist_size(text: str, limit: int = MAX_TARGETS) -> int:
             total += _part_size(text[start:i], text)
             start = i + 1
             if total > limit:
-                raise TargetError(f"host list {_short(text)} names more than {limit} hosts")
+                # `limit` is what is left of MAX_TARGETS when several lists share it.
+                cap = f"{limit} hosts" if limit == MAX_TARGETS else \
+                    f"{MAX_TARGETS} hosts with the lists before it"
+                raise TargetError(f"host list {_short(text)} names more than {cap}")
     if depth:
         raise TargetError(f"bad host list {_short(text)}: unbalanced brackets")
     return total
