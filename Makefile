@@ -20,12 +20,12 @@ demo: $(STAMP)
 	$(BIN)/tuimon demo --nodes $(NODES) --scenario $(SCENARIO) --fault-at 60
 
 test: $(STAMP)
-	$(BIN)/ruff check agent tuimon tests bench
+	$(BIN)/ruff check agent tuimon tuimon_core tests bench
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
-	$(BIN)/ruff check agent tuimon tests bench
-	$(BIN)/ruff format --check agent tuimon tests bench
+	$(BIN)/ruff check agent tuimon tuimon_core tests bench
+	$(BIN)/ruff format --check agent tuimon tuimon_core tests bench
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py

@@ -3,6 +3,6 @@
 Nothing in this package imports textual; the agent must stay small on a compute node.
 """
 
-from agent.version import __version__
+from tuimon_core.version import __version__
 
 __all__ = ["__version__"]

@@ -12,8 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agent.node import DEFAULT_PORT, AgentConfig, NodeAgent
-from agent.protocol.messages import Sample
+from agent.node import AgentConfig, NodeAgent
 from agent.security import (
     ConfigError,
     check_bind_rule,
@@ -22,7 +21,9 @@ from agent.security import (
     server_ssl_context,
 )
 from agent.serve import serve
-from agent.version import __version__
+from tuimon_core.ports import DEFAULT_PORT, DEFAULT_RELAY_PORT
+from tuimon_core.protocol.messages import Sample
+from tuimon_core.version import __version__
 
 log = logging.getLogger("tuimon.agent")
 
@@ -222,7 +223,7 @@ def _relay(args: argparse.Namespace) -> int:
     import socket
 
     from agent.security import client_ssl_context
-    from tuimon.relay import DEFAULT_RELAY_PORT, LedgerError, RelayConfig, build_relay
+    from tuimon.relay import LedgerError, RelayConfig, build_relay
     from tuimon.sources.targets import TargetError, read_targets_file
 
     items = list(args.targets)

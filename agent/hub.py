@@ -13,8 +13,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.protocol.codec import encode_map
-from agent.protocol.messages import Event, Hello, Sample
+from tuimon_core.protocol.codec import encode_map
+from tuimon_core.protocol.messages import Event, Hello, Sample
 
 # Which top-level sample key each subscribable family owns.
 FAMILY_KEYS: dict[str, str] = {

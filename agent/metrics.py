@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agent.version import __version__
+from tuimon_core.version import __version__
 
 if TYPE_CHECKING:
     from agent.node import NodeAgent

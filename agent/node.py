@@ -24,15 +24,15 @@ from agent.collectors.host import HostCollector
 from agent.collectors.storage import StorageCollector, StorageConfig
 from agent.files import FileTree
 from agent.hub import FrameHub
-from agent.protocol.fields import FAMILIES, GPU_FIELDS
-from agent.protocol.messages import Event, GpuInfo, Hello, Sample
-from agent.protocol.text import clean, clean_tree
 from agent.steps import StepAggregator, StepSocket, StepSocketError
-from agent.version import __version__
+from tuimon_core.ports import DEFAULT_PORT  # noqa: F401  (re-exported for callers)
+from tuimon_core.protocol.fields import FAMILIES, GPU_FIELDS
+from tuimon_core.protocol.messages import Event, GpuInfo, Hello, Sample
+from tuimon_core.protocol.text import clean, clean_tree
+from tuimon_core.version import __version__
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 9477
 # The GPU fields that hold text (reasons, names): the only ones a sample's GPUs need
 # cleaning in; the rest are numbers.
 _GPU_TEXT = tuple(f.key for f in GPU_FIELDS if f.kind in ("str", "strlist", "dict"))
@@ -164,7 +164,7 @@ class NodeAgent:
 
     def _make_hello(self) -> Hello:
         # NVML, sysfs and /proc are outside input too: every name and reason leaves the
-        # agent cleaned (agent.protocol.text), on the wire, in /metrics and in its log.
+        # agent cleaned (tuimon_core.protocol.text), on the wire, in /metrics and in its log.
         return Hello(
             node=self.config.node_name,
             agent_version=__version__,

@@ -22,9 +22,10 @@ from types import TracebackType
 
 from aiohttp import web
 
-from agent.node import DEFAULT_PORT, AgentConfig, NodeAgent
+from agent.node import AgentConfig, NodeAgent
 from agent.security import ListenAddress, check_bind_rule, parse_listen
 from agent.serve import GuardedSite, bind, guard_of, runner_for
+from tuimon_core.ports import DEFAULT_PORT
 
 
 class Service:

@@ -42,8 +42,8 @@ from typing import Any
 
 import msgpack
 
-from agent.protocol.text import clean
 from agent.reporter import MAX_DATAGRAM
+from tuimon_core.protocol.text import clean
 
 log = logging.getLogger(__name__)
 

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from agent.protocol import ProtocolError, Subscribe, decode
-from agent.protocol.text import clean
 from agent.security import token_matches
 from agent.serve import guard_of
+from tuimon_core.protocol import ProtocolError, Subscribe, decode
+from tuimon_core.protocol.text import clean
 
 log = logging.getLogger(__name__)
 

@@ -40,8 +40,8 @@ def _per_call_us(fn: Callable[[], object], iterations: int) -> float:
 
 async def _node() -> tuple[bytes, str]:
     from agent.metrics import make_registry, render
-    from agent.protocol import encode
     from tests.seeded import seeded_cluster
+    from tuimon_core.protocol import encode
 
     _, sim = await seeded_cluster(nodes=1, gpus=8, samples=3)
     agent = sim.members[0].agent
@@ -53,7 +53,7 @@ async def _node() -> tuple[bytes, str]:
 def measure(runs: int, iterations: int) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    from agent.protocol import decode, encode, unpack
+    from tuimon_core.protocol import decode, encode, unpack
 
     frame, text = asyncio.run(_node())
     sample = decode(frame)

@@ -17,9 +17,9 @@ from aiohttp.test_utils import TestServer
 
 from agent.files import FileTree
 from agent.node import AgentConfig, NodeAgent
-from agent.protocol import decode
 from agent.server import build_app
 from agent.sim.fake_nvml import FakeGpu, FakeNvml
+from tuimon_core.protocol import decode
 
 PROC_STAT = """cpu  1000 0 500 8000 500 0 0 0 0 0
 cpu0 500 0 250 4000 250 0 0 0 0 0

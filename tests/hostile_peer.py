@@ -18,7 +18,7 @@ import time
 
 from aiohttp import web
 
-from agent.protocol import Batch, Event, Hello, Sample, encode
+from tuimon_core.protocol import Batch, Event, Hello, Sample, encode
 
 TITLE = "\x1b]0;pwned-title\x07"
 CLIPBOARD = "\x1b]52;c;cHduZWQ=\x07"

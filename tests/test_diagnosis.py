@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from agent.protocol import GpuInfo, Hello, Sample
 from tests.seeded import seeded_cluster
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
+from tuimon_core.protocol import GpuInfo, Hello, Sample
 
 
 async def test_the_seeded_clusters_trouble_is_found_and_located() -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent.protocol import GpuInfo, Hello, Sample
 from tuimon.model.cluster import ClusterState
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import Slo
+from tuimon_core.protocol import GpuInfo, Hello, Sample
 
 
 class Clock:

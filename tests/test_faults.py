@@ -13,13 +13,13 @@ from pathlib import Path
 
 from agent.files import FileTree
 from agent.node import AgentConfig, NodeAgent
-from agent.protocol import Sample
 from agent.sim.cluster import SimCluster
 from agent.sim.fake_nvml import FakeNvml
 from tests.conftest import write_proc
 from tuimon.model.cluster import ClusterState
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon_core.protocol import Sample
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = StreamOptions(min_backoff=0.2, max_backoff=1.0)

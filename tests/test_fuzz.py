@@ -32,12 +32,12 @@ from agent.collectors.storage_parsers import (
     parse_mounts,
     parse_mountstats,
 )
-from agent.protocol import MAX_BATCH_BYTES, ProtocolError, decode
 from agent.steps import StepError, decode_step
 from tests.trees import diskstats_line, llite_stats, mountstats_nfs
 from tuimon.config import ConfigFileError, load
 from tuimon.model.view_state import parse_topology_conf
 from tuimon.sources.targets import TargetError, parse_targets
+from tuimon_core.protocol import MAX_BATCH_BYTES, ProtocolError, decode
 
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -234,8 +234,8 @@ def test_safe_text_cannot_break_the_markup_around_it(text: str, width: int) -> N
     escaped, with nothing unprintable left."""
     from textual.markup import to_content
 
-    from agent.protocol.text import clean as printable
     from tuimon.ui.text import safe
+    from tuimon_core.protocol.text import clean as printable
 
     shown = to_content(f"[b]node[/b] [red]{safe(text, width)}[/] [b]end[/b]").plain
     assert shown == f"node {printable(text)[:width]} end".replace("\\\u200b", "\\") or \

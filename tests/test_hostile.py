@@ -17,12 +17,12 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from agent.protocol import Hello, Sample, encode, encode_map
 from agent.sim.fake_nvml import FakeNvml
 from tests.conftest import make_agent, receive, serve
 from tuimon.model.cluster import ClusterState
 from tuimon.relay import Relay, RelayConfig
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon_core.protocol import Hello, Sample, encode, encode_map
 
 
 async def _closed(ws: aiohttp.ClientWebSocketResponse) -> aiohttp.WSMessage:
@@ -212,7 +212,7 @@ EVIL = "evil\x1b]0;pwned\x07\x1b[2J\u202e"
 
 
 async def evil_names(ws: web.WebSocketResponse, _: web.Request) -> None:
-    from agent.protocol import Event
+    from tuimon_core.protocol import Event
 
     await ws.send_bytes(encode(Hello(
         node=EVIL, agent_version="t\x1b[31m", boot_id=None, interval=0.2, ts=1.0,
@@ -457,7 +457,7 @@ async def test_every_surface_escapes_the_same_hostile_names(
         await asyncio.sleep(0.05)
         await agent.sample_once()
         sample = await agent.sample_once()
-        from agent.protocol import Event
+        from tuimon_core.protocol import Event
 
         agent.emit_event(Event(time.time(), "xid", "critical", f"XID 79 on {EVIL}", gpu=0))
         from tests.test_protocol import _strings
@@ -517,8 +517,8 @@ def test_host_lists_are_counted_before_they_are_expanded(tmp_path: Path) -> None
 
 async def test_a_host_list_bomb_in_a_subscribe_is_refused_at_once(
         unused_tcp_port_factory) -> None:
-    from agent.protocol import Subscribe
     from agent.sim.cluster import SimCluster
+    from tuimon_core.protocol import Subscribe
 
     sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.25,
                      scenario="healthy")

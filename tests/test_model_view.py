@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent.protocol import GpuInfo
 from agent.sim.cluster import SimCluster
 from tuimon.model.heat import FABRIC_METRICS, FAILED, GPU_METRICS, NO_DATA, node_level
 from tuimon.model.view_state import FilterError, ViewState, parse_topology_conf
+from tuimon_core.protocol import GpuInfo
 
 UTIL, MEM, TEMP, POWER, CLOCK, HEALTH = GPU_METRICS
 PORT_UTIL, CONGESTION, ERRORS = FABRIC_METRICS

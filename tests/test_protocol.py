@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.protocol import (
+from tuimon_core.protocol import (
     MAX_MESSAGE_BYTES,
     Event,
     GpuInfo,
@@ -22,7 +22,7 @@ from agent.protocol import (
     encode,
     encode_map,
 )
-from agent.protocol.fields import GPU_FIELDS, HOST_FIELDS
+from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
 
 VECTORS = Path(__file__).parent / "vectors"
 VALID = sorted(p.stem for p in VECTORS.glob("*.msgpack"))

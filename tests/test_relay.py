@@ -18,7 +18,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agent.protocol import Batch, Hello, Sample, Subscribe, decode, encode
 from agent.security import ConfigError
 from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
@@ -29,6 +28,7 @@ from tuimon.relay import Relay, RelayConfig
 from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger, LedgerError
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon_core.protocol import Batch, Hello, Sample, Subscribe, decode, encode
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "relay-token-0123456789abcdef"
@@ -446,7 +446,7 @@ async def test_a_bad_agent_is_that_nodes_problem(unused_tcp_port_factory) -> Non
         app.router.add_get("/v1/stream", stream)
         return app
 
-    from agent.protocol import encode_map
+    from tuimon_core.protocol import encode_map
 
     ok = encode(Sample(seq=1, ts=time.time(), interval=0.2, gpus=[{"temp": 50.0}], host={}))
     hot = encode_map({"v": 1, "t": "sample", "seq": 1, "ts": time.time(), "interval": 0.2,

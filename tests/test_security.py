@@ -12,7 +12,6 @@ import aiohttp
 import pytest
 import trustme
 
-from agent.protocol import Hello
 from agent.security import (
     ConfigError,
     check_bind_rule,
@@ -22,6 +21,7 @@ from agent.security import (
 )
 from agent.sim.fake_nvml import FakeNvml
 from tests.conftest import make_agent, receive, serve
+from tuimon_core.protocol import Hello
 
 TOKEN = "s3cr3t-token-0123456789abcdef"
 

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from agent.protocol import MAX_BATCH_BYTES, Batch, decode, encode
 from agent.sim.cluster import SimCluster
 from tests.seeded import FixedClock
 from tuimon.model.cluster import ClusterState
@@ -29,6 +28,7 @@ from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
 from tuimon.relay.fanout import FanOut, ViewerFeed
 from tuimon.relay.ledger import Ledger
+from tuimon_core.protocol import MAX_BATCH_BYTES, Batch, decode, encode
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 

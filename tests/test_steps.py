@@ -14,11 +14,11 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.metrics import make_registry, render
-from agent.protocol import Sample, decode, encode
 from agent.reporter import StepReporter
 from agent.sim.fake_nvml import FakeNvml
 from agent.steps import StepAggregator, StepError, decode_step
 from tests.conftest import make_agent
+from tuimon_core.protocol import Sample, decode, encode
 
 
 def test_reporter_without_an_agent_never_raises_and_counts_drops(tmp_path: Path) -> None:

@@ -14,9 +14,9 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.protocol import Event, Hello, Sample, Subscribe, decode, encode
 from agent.sim.fake_nvml import FakeGpu, FakeNvml
 from tests.conftest import make_agent, receive, serve
+from tuimon_core.protocol import Event, Hello, Sample, Subscribe, decode, encode
 
 
 async def test_client_gets_hello_then_samples_at_the_interval(proc_root: Path,

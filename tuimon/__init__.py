@@ -1,5 +1,5 @@
 """tuimon: the terminal app. `tuimon.model` and `tuimon.sources` never import textual."""
 
-from agent.version import __version__
+from tuimon_core.version import __version__
 
 __all__ = ["__version__"]

@@ -14,9 +14,7 @@ from typing import Any
 
 import aiohttp
 
-from agent.protocol import Subscribe
 from agent.security import ConfigError, check_token_transport, client_ssl_context, load_token
-from agent.version import __version__
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import Slo
 from tuimon.readout import render
@@ -28,6 +26,8 @@ from tuimon.sources.targets import (
     parse_targets,
     read_targets_file,
 )
+from tuimon_core.protocol import Subscribe
+from tuimon_core.version import __version__
 
 
 def _target_options(p: argparse.ArgumentParser) -> None:
@@ -301,7 +301,7 @@ async def _print_loop(cluster: ClusterState, feed: Feed, once: bool,
 
 def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], StreamOptions]:
     """(agents, relays, how to reach them)."""
-    from tuimon.relay import DEFAULT_RELAY_PORT
+    from tuimon_core.ports import DEFAULT_RELAY_PORT
 
     items = list(args.targets)
     if args.targets_file:

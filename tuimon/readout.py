@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from agent.protocol.text import clean_lines
 from tuimon.model.cluster import ClusterState, NodeState
+from tuimon_core.protocol.text import clean_lines
 
 
 def _mean(values: list[float]) -> float | None:

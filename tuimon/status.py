@@ -8,13 +8,13 @@ import json
 import time
 from typing import Any
 
-from agent.protocol.text import clean_lines
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon_core.protocol.text import clean_lines
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2}
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.files import FileTree, ReadError
-from agent.protocol.text import clean
 from agent.rates import RateTracker
+from tuimon_core.protocol.text import clean
 
 IB = "sys/class/infiniband"
 NET = "sys/class/net"

@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from agent.protocol.fields import CLOCK_EVENT_REASONS
-from agent.protocol.messages import Event, GpuInfo
 from agent.rates import RateTracker
+from tuimon_core.protocol.fields import CLOCK_EVENT_REASONS
+from tuimon_core.protocol.messages import Event, GpuInfo
 
 log = logging.getLogger(__name__)
 

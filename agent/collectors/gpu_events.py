@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.collectors.gpu import GpuCollector, _text
-from agent.protocol.messages import Event
+from tuimon_core.protocol.messages import Event
 
 log = logging.getLogger(__name__)
 

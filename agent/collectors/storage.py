@@ -31,8 +31,8 @@ from agent.collectors.storage_parsers import (
     parse_mountstats,
 )
 from agent.files import FileTree, ReadError
-from agent.protocol.text import clean
 from agent.rates import RateTracker
+from tuimon_core.protocol.text import clean
 
 LLITE_DIRS = ("proc/fs/lustre/llite", "sys/kernel/debug/lustre/llite")  # before / from 2.12
 DEFAULT_MMPMON = "/usr/lpp/mmfs/bin/mmpmon"

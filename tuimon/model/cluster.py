@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.protocol import Event, Hello, Sample
-from agent.protocol.text import clean
 from tuimon.model.step_credit import merge_steps
+from tuimon_core.protocol import Event, Hello, Sample
+from tuimon_core.protocol.text import clean
+from tuimon_core.timing import DOWN_AFTER
 
 HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
-DOWN_AFTER = 60.0  # seconds without a frame before a stale node counts as down
 MAX_EVENTS = 2000
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from agent.protocol.fields import THROTTLE_REASONS
+from tuimon_core.protocol.fields import THROTTLE_REASONS
 
 LEVELS = 9  # heat-0 .. heat-8 in the themes
 # Cell glyphs by level, so the scale reads without colour (NO_COLOR, 16-colour terminals).

@@ -61,7 +61,7 @@ class ViewState:
 
 def parse_topology_conf(text: str) -> dict[str, str]:
     """Slurm topology.conf: `SwitchName=leaf1 Nodes=gpu[001-016]` lines -> node -> leaf."""
-    from tuimon.sources.targets import MAX_TARGETS, expand_hostlist
+    from tuimon_core.hostlist import MAX_TARGETS, expand_hostlist
 
     out: dict[str, str] = {}
     budget = MAX_TARGETS  # names in the whole file, each list counted before expanding

@@ -29,8 +29,7 @@ from tuimon.relay.ledger import Ledger, LedgerError
 from tuimon.relay.server import RelayState, build_relay_app
 from tuimon.sources.agent_stream import StreamOptions
 from tuimon.sources.targets import parse_targets
-
-DEFAULT_RELAY_PORT = 9478
+from tuimon_core.ports import DEFAULT_RELAY_PORT
 
 __all__ = ["DEFAULT_RELAY_PORT", "LedgerError", "Relay", "RelayConfig", "build_relay"]
 

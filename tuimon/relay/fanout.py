@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.hub import FAMILY_KEYS, Frame
-from agent.protocol import Batch, Event, Hello, Sample, encode, encode_map, unpack
-from tuimon.model.cluster import DOWN_AFTER
 from tuimon.model.step_credit import StepCredit, merge_steps
-from tuimon.sources.targets import expand_hostlists
+from tuimon_core.hostlist import expand_hostlists
+from tuimon_core.protocol import Batch, Event, Hello, Sample, encode, encode_map, unpack
+from tuimon_core.timing import DOWN_AFTER
 
 # One batch message stays under this many bytes of frames; more makes another message.
 BATCH_BYTES = 1 << 20

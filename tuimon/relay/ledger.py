@@ -22,8 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent.protocol.text import clean
 from tuimon.model.slo import BURN_WINDOWS_S
+from tuimon_core.protocol.text import clean
 
 log = logging.getLogger(__name__)
 

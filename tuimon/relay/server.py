@@ -21,14 +21,14 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from agent.metrics import connection_metrics
-from agent.protocol import ProtocolError, Subscribe
 from agent.serve import guard_of
-from agent.version import __version__
 from agent.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 from tuimon.relay.fanout import FanOut, ViewerFeed
 from tuimon.relay.ledger import Ledger
 from tuimon.sources.agent_stream import StreamOptions, watching
-from tuimon.sources.targets import TargetError
+from tuimon_core.hostlist import TargetError
+from tuimon_core.protocol import ProtocolError, Subscribe
+from tuimon_core.version import __version__
 
 
 @dataclass

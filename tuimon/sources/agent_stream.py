@@ -29,7 +29,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from agent.protocol import (
+from tuimon_core.hostlist import expand_hostlists
+from tuimon_core.protocol import (
     MAX_BATCH_BYTES,
     MAX_MESSAGE_BYTES,
     Batch,
@@ -41,7 +42,7 @@ from agent.protocol import (
     decode,
     encode,
 )
-from tuimon.sources.targets import expand_hostlists
+from tuimon_core.timing import STALE_AFTER_INTERVALS, STALE_AT_LEAST_S
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 2.0  # at most this long for a peer to answer our close
@@ -57,7 +58,7 @@ class StreamOptions:
     min_backoff: float = 0.5
     max_backoff: float = 30.0
     # No frame for this many sample intervals: the node is stale.
-    stale_after_intervals: float = 3.0
+    stale_after_intervals: float = STALE_AFTER_INTERVALS
     # Check every value of every sample (viewers); a relay checks the envelope and step
     # sums only and forwards the bytes to viewers that check the rest.
     deep_checks: bool = True
@@ -156,7 +157,7 @@ class AgentStream:
             await ws.send_bytes(encode(self.options.subscribe))
             interval = max(interval, self.options.subscribe.interval or 0.0)
         while True:
-            timeout = max(5.0, interval * self.options.stale_after_intervals)
+            timeout = max(STALE_AT_LEAST_S, interval * self.options.stale_after_intervals)
             try:
                 msg = await ws.receive(timeout=timeout)
             except asyncio.TimeoutError:

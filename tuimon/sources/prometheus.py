@@ -25,12 +25,12 @@ from typing import Any
 
 import aiohttp
 
-from agent.protocol import GpuInfo, Hello, ProtocolError, Sample, decode, encode
-from agent.protocol.fields import GPU_FIELDS, HOST_FIELDS
-from agent.version import __version__
 from tuimon.model.cluster import ClusterState
 from tuimon.sources import prom_queries as q
 from tuimon.sources.agent_stream import describe_error
+from tuimon_core.protocol import GpuInfo, Hello, ProtocolError, Sample, decode, encode
+from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
+from tuimon_core.version import __version__
 
 log = logging.getLogger(__name__)
 

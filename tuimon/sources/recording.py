@@ -18,8 +18,8 @@ from pathlib import Path
 
 import msgpack
 
-from agent.protocol import Batch, ProtocolError, Subscribe, decode
 from tuimon.model.cluster import ClusterState
+from tuimon_core.protocol import Batch, ProtocolError, Subscribe, decode
 
 FORMAT_VERSION = 1
 MAX_FRAME = 16 << 20

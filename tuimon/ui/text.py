@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from agent.protocol.text import clean
+from tuimon_core.protocol.text import clean
 
 
 def safe(text: str, width: int | None = None) -> str:
-    """Text for Textual markup: cleaned (agent.protocol.text, the one sanitising path;
+    """Text for Textual markup: cleaned (tuimon_core.protocol.text, the one sanitising path;
     strings from outside were already cleaned where they entered, this is the last guard)
     and every markup bracket escaped.
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import msgpack
 
-from agent.protocol.errors import ProtocolError
-from agent.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS
-from agent.protocol.messages import (
+from tuimon_core.protocol.errors import ProtocolError
+from tuimon_core.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS
+from tuimon_core.protocol.messages import (
     PROTOCOL_VERSION,
     SOURCE_STATES,
     Batch,
@@ -20,7 +20,7 @@ from agent.protocol.messages import (
     Sample,
     Subscribe,
 )
-from agent.protocol.text import clean, clean_tree
+from tuimon_core.protocol.text import clean, clean_tree
 
 # One node's frame is a few KiB; a relay's batch holds many and has its own limit.
 MAX_MESSAGE_BYTES = 1 << 20

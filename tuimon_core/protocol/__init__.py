@@ -1,6 +1,6 @@
 """Wire protocol v1: the contract between agents, relays and viewers (docs/protocol.md)."""
 
-from agent.protocol.codec import (
+from tuimon_core.protocol.codec import (
     MAX_BATCH_BYTES,
     MAX_MESSAGE_BYTES,
     decode,
@@ -9,8 +9,8 @@ from agent.protocol.codec import (
     encode_map,
     unpack,
 )
-from agent.protocol.errors import ProtocolError
-from agent.protocol.messages import (
+from tuimon_core.protocol.errors import ProtocolError
+from tuimon_core.protocol.messages import (
     PROTOCOL_VERSION,
     Batch,
     Event,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.protocol.text import clean
+from tuimon_core.protocol.text import clean
 
 
 class ProtocolError(ValueError):
