@@ -81,3 +81,22 @@ async def run_scenario(name: str, *, nodes: int = 32, gpus: int = 8, fault_at: f
     finally:
         for m in sim.members:
             await m.agent.stop()
+
+
+def judged(cluster: ClusterState, topology: dict[str, str] | None = None,
+           storage: object = None, eff: object = None, seconds: float = 6.0):  # type: ignore[no-untyped-def]
+    """A Diagnosis that has watched this state for `seconds` (findings hold a few
+    seconds before they show), on a fixed clock; returns (diagnosis, findings)."""
+    from tuimon.model.diagnosis import Diagnosis
+    from tuimon.model.efficiency import EfficiencyView
+    from tuimon.model.storage import StorageView
+
+    clock = FixedClock(1_796_000_000.0)
+    diagnosis = Diagnosis(topology, wall=clock)
+    storage = storage if storage is not None else StorageView()
+    eff = eff if eff is not None else EfficiencyView()
+    findings = []
+    for _ in range(int(seconds) + 1):
+        findings = diagnosis.update(cluster, eff, storage)  # type: ignore[arg-type]
+        clock.now += 1.0
+    return diagnosis, findings

@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 from agent.sim.cluster import SimCluster
-from tests.seeded import seeded_cluster
+from tests.seeded import judged, seeded_cluster
 from tuimon.model.cluster import ClusterState
+from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.ui.app import HelpScreen, TuimonApp
 from tuimon.ui.heatmap import HeatmapView
@@ -18,8 +19,12 @@ from tuimon.ui.node_screen import NodeScreen
 async def make_app(nodes: int = 16) -> TuimonApp:
     cluster, sim = await seeded_cluster(nodes)
     topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+    provisioned = {"/lustre/scratch": sim.lustre_provisioned}
+    storage = StorageView(provisioned)
+    storage.update(cluster)
+    diagnosis, _ = judged(cluster, topology, storage)  # as if watched for a few seconds
     return TuimonApp(cluster, topology=topology, refresh=3600, clock_text=lambda: "12:00:00",
-                     provisioned={"/lustre/scratch": sim.lustre_provisioned})
+                     provisioned=provisioned, diagnosis=diagnosis)
 
 
 def line_text(view: HeatmapView, y: int) -> str:

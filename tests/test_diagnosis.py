@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.seeded import seeded_cluster
+from tests.seeded import judged, seeded_cluster
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
@@ -15,7 +15,7 @@ async def test_the_seeded_clusters_trouble_is_found_and_located() -> None:
     topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
     storage = StorageView({"/lustre/scratch": 1e9})  # a tiny provisioned throughput
     storage.update(cluster)
-    findings = Diagnosis(topology).update(cluster, EfficiencyView(), storage)
+    _, findings = judged(cluster, topology, storage)
     kinds = {(f.kind, f.where) for f in findings}
     congested = {sim.leaf_of(m.index) for m in sim.members if m.model.trouble.io.congested}
     assert congested and {("congestion", leaf) for leaf in congested} <= kinds
@@ -36,7 +36,6 @@ def _node(cluster: ClusterState, target: str, name: str, ports: list[dict],
 
 def test_link_down_flapping_symbol_errors_gpu_faults_and_lost_nodes() -> None:
     cluster = ClusterState()
-    diag = Diagnosis(wall=lambda: 1000.0)
     _node(cluster, "a:1", "gpu001", [{"id": "mlx5_0:1", "state": 1, "state_name": "DOWN"}])
     _node(cluster, "b:1", "gpu002", [{"id": "mlx5_1:1", "state": 4,
                                       "errors_inc": {"link_downed": 2, "symbol_errors": 40}}],
@@ -44,8 +43,12 @@ def test_link_down_flapping_symbol_errors_gpu_faults_and_lost_nodes() -> None:
                 {"util": 0.9, "ecc_uncorrected": 3, "remap_failed": 1},
                 {"failed": "GPU is lost"}])
     cluster.mark_stale("c:1", "cannot connect: Connection refused")
-    found = {(f.kind, f.where, f.severity) for f in diag.update(cluster, EfficiencyView(),
-                                                                 StorageView())}
+    clock = [1000.0]
+    diag = Diagnosis(wall=lambda: clock[0])
+    for _ in range(5):  # a link down is held a few seconds before it shows
+        found = {(f.kind, f.where, f.severity) for f in diag.update(cluster, EfficiencyView(),
+                                                                     StorageView())}
+        clock[0] += 1.0
     assert ("link_down", "gpu001 mlx5_0:1", "critical") in found
     assert ("flapping", "gpu002 mlx5_1:1", "warning") in found
     assert ("symbol_errors", "gpu002 mlx5_1:1", "warning") in found

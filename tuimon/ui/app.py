@@ -18,7 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
 from tuimon.model.cluster import ClusterState
-from tuimon.model.diagnosis import Diagnosis
+from tuimon.model.diagnosis import Diagnosis, Finding
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.heat import FABRIC_METRICS, GPU_METRICS
 from tuimon.model.slo import Slo
@@ -128,7 +128,8 @@ class TuimonApp(App[None]):
                  clock_text: Callable[[], str] | None = None, slo: Slo | None = None,
                  baselines: dict[str, float] | None = None,
                  flops_per_sample: dict[str, float] | None = None,
-                 wall: Callable[[], float] | None = None) -> None:
+                 wall: Callable[[], float] | None = None,
+                 diagnosis: Diagnosis | None = None) -> None:
         super().__init__()
         self.clock_text = clock_text
         self.cluster = cluster
@@ -140,7 +141,7 @@ class TuimonApp(App[None]):
         self.efficiency = EfficiencyView(slo, baselines, flops_per_sample=flops_per_sample,
                                          **({"wall": wall} if wall is not None else {}))
         self.job_index = 0
-        self.diagnosis = Diagnosis(topology)
+        self.diagnosis = diagnosis or Diagnosis(topology)
         self.refresh_every = refresh
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()
@@ -222,19 +223,18 @@ class TuimonApp(App[None]):
         self.query_one(EventsPane).update_from(self.cluster, 2 if compact else 5, width,
                                                self.diagnosis.findings)
 
-    def _faults(self, findings: list) -> dict[str, str]:  # type: ignore[type-arg]
-        """Nodes the diagnosis names (a leaf names all its nodes), worst severity each."""
+    def _faults(self, findings: list[Finding]) -> dict[str, str]:
+        """Nodes the diagnosis names (a leaf's finding names its nodes), worst severity
+        each, from the findings' fields."""
         by_leaf: dict[str, list[str]] = {}
         for node, leaf in self.view.topology.items():
             by_leaf.setdefault(leaf, []).append(node)
-        names = {n.name for n in self.cluster.nodes.values()}
         out: dict[str, str] = {}
         for f in findings:
             if f.severity == "info":
                 continue
-            head = f.where.split(" ", 1)[0]
-            targets = by_leaf.get(f.where) or ([head] if head in names else [])
-            for name in targets:
+            names = list(f.nodes) or ([f.node] if f.node else by_leaf.get(f.leaf or "", []))
+            for name in names:
                 if out.get(name) != "critical":
                     out[name] = f.severity
         return out

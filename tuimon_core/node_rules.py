@@ -1,0 +1,188 @@
+"""The node-local rules: what one node's own frames say is wrong with it.
+
+GPUs failed, throttling, XIDs, ECC, row remapping, links down or flapping, port error
+counters, NFS latency, step reports refused or lost. Each needs only this node's data,
+so the same rules can run wherever the data is (the viewer, the relay, the agent).
+Counters are judged over a window, not on the latest sample: the agent reads IB error
+counters one sample in five, so "symbol errors in the last 10 minutes" is a steady
+condition where "an increment in this sample" would flicker. `FindingBook` adds the hold
+and the hysteresis on top.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from tuimon_core.findings import Finding
+
+ERRORS_WINDOW_S = 600.0  # port error counters and link flaps
+XID_WINDOW_S = 1800.0
+STEPS_WINDOW_S = 600.0
+SLOW_NFS_S = 0.05  # a READ slower than this on average, held: a finding
+FLAPS = 2  # link downs in the window that make a port flapping
+CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120})
+THERMAL = frozenset({"hw_thermal_slowdown", "sw_thermal_slowdown"})
+POWER = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "hw_slowdown"})
+PORT_ERRORS = ("rcv_errors", "link_error_recovery", "remote_physical_errors",
+               "xmit_discards", "buffer_overruns", "local_link_integrity_errors")
+
+
+def _window(q: deque[tuple[float, int]], now: float, span: float) -> int:
+    while q and q[0][0] < now - span:
+        q.popleft()
+    return sum(n for _, n in q)
+
+
+@dataclass
+class NodeRules:
+    """One node's windows, fed with each new sample."""
+
+    name: str
+    _errors: dict[tuple[str, str], deque[tuple[float, int]]] = field(default_factory=dict)
+    _xid: dict[int, tuple[int | None, int | None, float]] = field(default_factory=dict)
+    _steps: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
+    _steps_last: dict[str, int] = field(default_factory=dict)
+    _steps_reasons: dict[str, int] = field(default_factory=dict)
+    _sample: Any = None
+    _hello: Any = None
+    _seq: int | None = None
+
+    def observe(self, hello: Any, sample: Any, now: float) -> None:
+        """A sample arrived (the same one again is ignored)."""
+        self._hello = hello
+        if sample is None or (sample.seq == self._seq and sample is self._sample):
+            return
+        self._seq = sample.seq
+        self._sample = sample
+        for p in (sample.extra.get("fabric") or {}).get("ports") or []:
+            for kind, n in (p.get("errors_inc") or {}).items():
+                if isinstance(n, (int, float)) and n > 0:
+                    self._errors.setdefault((p["id"], kind), deque()).append((now, int(n)))
+        for i, g in enumerate(sample.gpus or ()):
+            total, code = g.get("xid_total"), g.get("last_xid")
+            before = self._xid.get(i)
+            if code is None and not total:
+                continue
+            if before is None or (total or 0) > (before[0] or 0) or code != before[1]:
+                self._xid[i] = (total, code, now)  # first seen, or a new one: now
+        steps = sample.extra.get("steps") or {}
+        for key in ("lost", "rejected"):
+            value = steps.get(key)
+            if isinstance(value, int):
+                last = self._steps_last.get(key)
+                if last is not None and value > last:
+                    self._steps.setdefault(key, deque()).append((now, value - last))
+                self._steps_last[key] = value
+        refused = steps.get("refused")
+        if isinstance(refused, dict):
+            self._steps_reasons = {k: v for k, v in refused.items() if isinstance(v, int)}
+
+    def conditions(self, now: float) -> list[Finding]:
+        sample = self._sample
+        if sample is None:
+            return []
+        out: list[Finding] = []
+        out += self._gpus(sample, now)
+        out += self._ports(sample, now)
+        out += self._storage(sample)
+        out += self._step_reports(now)
+        return out
+
+    # -- rules ------------------------------------------------------------------------
+
+    def _gpus(self, sample: Any, now: float) -> list[Finding]:
+        node = self.name
+        out = []
+        capped: list[tuple[int, str]] = []
+        for i, g in enumerate(sample.gpus or ()):
+            where = f"{node} GPU {i}"
+            if g.get("failed"):
+                out.append(Finding("critical", "gpu_failed", f"{where} failed: {g['failed']}",
+                                   node=node, gpu=i, score=0.6))
+                continue
+            events = set(g.get("clock_events") or ())
+            if events & THERMAL:
+                temp = g.get("temp")
+                at = f" at {temp:.0f} °C" if temp is not None else ""
+                out.append(Finding("warning", "thermal", f"{where} thermal throttling{at}",
+                                   node=node, gpu=i, score=0.4))
+            elif events & POWER:
+                capped.append((i, ", ".join(sorted(events & POWER))))
+            xid = self._xid.get(i)
+            if xid is not None and xid[1] and now - xid[2] <= XID_WINDOW_S:
+                total, code, _ = xid
+                sev = "critical" if code in CRITICAL_XIDS else "warning"
+                out.append(Finding(sev, "xid", f"{where} XID {code} ({total or 1} seen)",
+                                   node=node, gpu=i, score=0.3))
+            if (g.get("ecc_uncorrected") or 0) > 0:
+                out.append(Finding("critical", "ecc", f"{where} {g['ecc_uncorrected']} "
+                                   "uncorrected ECC errors", node=node, gpu=i, score=0.3))
+            if g.get("remap_failed"):
+                out.append(Finding("critical", "remap", f"{where} row remapping failed: "
+                                   "drain and reset", node=node, gpu=i, score=0.3))
+            elif g.get("remap_pending"):
+                out.append(Finding("warning", "remap_pending", f"{where} a row remap awaits "
+                                   "a GPU reset", node=node, gpu=i, score=0.1))
+        if capped:  # one finding per node: a power cap is usually the node's, not a GPU's
+            gpus = ",".join(str(i) for i, _ in capped)
+            out.append(Finding("info", "power", f"{node} GPU {gpus} power-capped "
+                               f"({capped[0][1]})", node=node, score=0.2))
+        return out
+
+    def _ports(self, sample: Any, now: float) -> list[Finding]:
+        node = self.name
+        out = []
+        for p in (sample.extra.get("fabric") or {}).get("ports") or []:
+            pid = p["id"]
+            where = f"{node} {pid}"
+            downs = _window(self._errors.get((pid, "link_downed"), deque()), now,
+                            ERRORS_WINDOW_S)
+            if p.get("state") not in (None, 4):
+                out.append(Finding("critical", "link_down",
+                                   f"{where} link {p.get('state_name') or 'down'}",
+                                   node=node, port=pid, score=0.8))
+            elif downs >= FLAPS:
+                out.append(Finding("warning", "flapping", f"{where} link went down {downs} "
+                                   "times in 10 min", node=node, port=pid, score=0.6))
+            symbols = _window(self._errors.get((pid, "symbol_errors"), deque()), now,
+                              ERRORS_WINDOW_S)
+            if symbols:
+                out.append(Finding("warning", "symbol_errors", f"{where} +{symbols} symbol "
+                                   "errors in 10 min (cable or transceiver)",
+                                   node=node, port=pid, score=0.4))
+            others = {k: _window(self._errors.get((pid, k), deque()), now, ERRORS_WINDOW_S)
+                      for k in PORT_ERRORS}
+            others = {k: n for k, n in others.items() if n}
+            if others:
+                text = ", ".join(f"+{n} {k}" for k, n in sorted(others.items()))
+                out.append(Finding("warning", "port_errors", f"{where} {text} in 10 min",
+                                   node=node, port=pid, score=0.3))
+        return out
+
+    def _storage(self, sample: Any) -> list[Finding]:
+        out = []
+        for f in (sample.extra.get("storage") or {}).get("filesystems") or []:
+            lat = (f.get("latency") or {}).get("READ")
+            if isinstance(lat, (int, float)) and lat > SLOW_NFS_S:
+                out.append(Finding("warning", "storage_latency",
+                                   f"{self.name} {f['id']}: NFS reads take {lat * 1000:.0f} ms",
+                                   node=self.name, fs=f["id"], score=0.5))
+        return out
+
+    def _step_reports(self, now: float) -> list[Finding]:
+        out = []
+        refused = _window(self._steps.get("rejected", deque()), now, STEPS_WINDOW_S)
+        if refused:
+            reasons = ", ".join(f"{k} {v}" for k, v in sorted(self._steps_reasons.items()))
+            out.append(Finding("warning", "steps_refused",
+                               f"{self.name} refused {refused} step reports in 10 min"
+                               + (f" (since start: {reasons})" if reasons else ""),
+                               node=self.name))
+        lost = _window(self._steps.get("lost", deque()), now, STEPS_WINDOW_S)
+        if lost:
+            out.append(Finding("warning", "steps_lost", f"{self.name}: {lost} step reports "
+                               "lost before the agent read them in 10 min (a flood on the "
+                               "step socket?)", node=self.name))
+        return out
