@@ -12,6 +12,7 @@ from typing import Any
 
 from aiohttp import web
 
+from agent.collectors.storage import DEFAULT_MMPMON, StorageConfig
 from agent.node import AgentConfig, NodeAgent
 from agent.security import (
     ConfigError,
@@ -35,6 +36,9 @@ def _common(p: argparse.ArgumentParser, log_level: str = "info") -> None:
                    help="prefix for every /sys and /proc path (e.g. /host in a container)")
     p.add_argument("--node-name", default="", metavar="NAME",
                    help="node name on the wire (default: the host name)")
+    p.add_argument("--mmpmon", default=DEFAULT_MMPMON, metavar="PATH",
+                   help=f"GPFS's mmpmon, for GPFS client statistics (default {DEFAULT_MMPMON};"
+                        " empty: off)")
     p.add_argument("--log-level", default=log_level,
                    choices=["debug", "info", "warning", "error"])
 
@@ -81,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--queue-frames", type=int, default=32,
                      help="frames queued per stream client before the oldest drop (default 32)")
 
-    once = sub.add_parser("once", help="take two readings one interval apart, print one sample")
+    once = sub.add_parser(
+        "once", help="take two readings one interval apart, print one sample",
+        description="Exit status: 0 when the node was read (anything of GPUs, host, "
+                    "fabric, storage), 1 when nothing could be read, 2 on a usage error.")
     _common(once, log_level="warning")
     once.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -143,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
     steps = None if args.no_steps else (args.steps_socket or default_socket_path())
     config = AgentConfig(node_name=args.node_name, interval=args.interval, root=args.root,
                          max_clients=args.max_clients, queue_frames=args.queue_frames,
-                         steps_socket=steps)
+                         steps_socket=steps, storage=StorageConfig(mmpmon=args.mmpmon or None))
     agent = NodeAgent(config)
     scheme = "https" if ssl_ctx else "http"
     log.info("tuimon-agent %s on %s://%s (node %s, interval %.3g s)", __version__, scheme,
@@ -260,16 +267,25 @@ def _relay(args: argparse.Namespace) -> int:
 
 def _once(args: argparse.Namespace) -> int:
     config = AgentConfig(node_name=args.node_name, interval=args.interval, root=args.root,
-                         watch_xid=False)
+                         watch_xid=False, storage=StorageConfig(mmpmon=args.mmpmon or None))
     sample, agent = asyncio.run(_take_one(config))
     report = once_report(agent, sample)
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
     else:
         print(format_once(report))
-    readable = bool(sample.gpus) or any(
-        v is not None for k, v in (sample.host or {}).items() if k != "errors")
-    return 0 if readable else 1
+    return 0 if node_was_read(sample) else 1
+
+
+def node_was_read(sample: Sample) -> bool:
+    """Exit status of `once`: 0 when anything of the node was read (GPUs, host values,
+    fabric ports or NICs, file systems or disks), 1 when nothing could be."""
+    fabric = sample.extra.get("fabric") or {}
+    storage = sample.extra.get("storage") or {}
+    return bool(sample.gpus or fabric.get("ports") or fabric.get("nics")
+                or storage.get("filesystems") or storage.get("disks")
+                or any(v is not None for k, v in (sample.host or {}).items()
+                       if k != "errors"))
 
 
 async def _take_one(config: AgentConfig) -> tuple[Sample, NodeAgent]:

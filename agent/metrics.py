@@ -14,61 +14,19 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
 from tuimon_core.version import __version__
 
 if TYPE_CHECKING:
     from agent.node import NodeAgent
 
-# (wire key, metric name, kind, help). Counters are named without `_total`: the
-# client library appends it.
-GPU_METRICS: tuple[tuple[str, str, str, str], ...] = (
-    ("util", "tuimon_gpu_utilization_ratio", "gauge", "GPU (SM) utilization, 0..1"),
-    ("mem_util", "tuimon_gpu_memory_utilization_ratio", "gauge",
-     "Memory controller utilization, 0..1"),
-    ("mem_used", "tuimon_gpu_memory_used_bytes", "gauge", "Device memory in use"),
-    ("mem_total", "tuimon_gpu_memory_total_bytes", "gauge", "Device memory total"),
-    ("temp", "tuimon_gpu_temperature_celsius", "gauge", "GPU core temperature"),
-    ("power", "tuimon_gpu_power_watts", "gauge", "Power draw"),
-    ("power_limit", "tuimon_gpu_power_limit_watts", "gauge", "Enforced power limit"),
-    ("energy", "tuimon_gpu_energy_joules", "counter", "Energy consumed since driver load"),
-    ("sm_clock", "tuimon_gpu_sm_clock_hertz", "gauge", "Current SM clock"),
-    ("mem_clock", "tuimon_gpu_memory_clock_hertz", "gauge", "Current memory clock"),
-    ("pstate", "tuimon_gpu_performance_state", "gauge", "Performance state (0 = P0, fastest)"),
-    ("ecc_corrected", "tuimon_gpu_ecc_corrected_errors", "counter",
-     "Corrected ECC errors, aggregate"),
-    ("ecc_uncorrected", "tuimon_gpu_ecc_uncorrected_errors", "counter",
-     "Uncorrected ECC errors, aggregate"),
-    ("retired_pages", "tuimon_gpu_retired_pages", "gauge", "Retired memory pages"),
-    ("retired_pending", "tuimon_gpu_retired_pages_pending", "gauge",
-     "1 when a page retirement awaits a reboot"),
-    ("remapped_rows", "tuimon_gpu_remapped_rows", "gauge", "Remapped memory rows"),
-    ("remap_pending", "tuimon_gpu_remapped_rows_pending", "gauge",
-     "1 when a row remap awaits a GPU reset"),
-    ("remap_failed", "tuimon_gpu_remapped_rows_failed", "gauge", "1 when a row remap failed"),
-    ("pcie_tx", "tuimon_gpu_pcie_transmit_bytes_per_second", "gauge", "PCIe transmit rate"),
-    ("pcie_rx", "tuimon_gpu_pcie_receive_bytes_per_second", "gauge", "PCIe receive rate"),
-    ("nvlink_tx_total", "tuimon_gpu_nvlink_transmit_bytes", "counter",
-     "NVLink data transmitted, all links"),
-    ("nvlink_rx_total", "tuimon_gpu_nvlink_receive_bytes", "counter",
-     "NVLink data received, all links"),
-    ("procs", "tuimon_gpu_processes", "gauge", "Compute processes on the GPU"),
-    ("proc_mem", "tuimon_gpu_process_memory_bytes", "gauge",
-     "Device memory used by compute processes"),
-    ("xid_total", "tuimon_gpu_xid_errors", "counter", "XID errors seen since the agent started"),
-    ("last_xid", "tuimon_gpu_last_xid", "gauge", "Most recent XID code seen"),
-)
-
-HOST_METRICS: tuple[tuple[str, str, str, str], ...] = (
-    ("cpu_util", "tuimon_host_cpu_utilization_ratio", "gauge", "CPU busy ratio, all cores"),
-    ("cpus", "tuimon_host_cpus", "gauge", "Online logical CPUs"),
-    ("load1", "tuimon_host_load1", "gauge", "1-minute load average"),
-    ("load5", "tuimon_host_load5", "gauge", "5-minute load average"),
-    ("load15", "tuimon_host_load15", "gauge", "15-minute load average"),
-    ("mem_total", "tuimon_host_memory_total_bytes", "gauge", "Physical memory"),
-    ("mem_available", "tuimon_host_memory_available_bytes", "gauge", "Memory available"),
-    ("mem_used", "tuimon_host_memory_used_bytes", "gauge", "Memory in use"),
-    ("uptime", "tuimon_host_uptime_seconds", "gauge", "Time since boot"),
-)
+# (wire key, metric name, kind, help), from the one name table (tuimon_core.protocol.fields).
+GPU_METRICS: tuple[tuple[str, str, str, str], ...] = tuple(
+    (f.key, f.metric, "counter" if f.counter else "gauge", f.doc)
+    for f in GPU_FIELDS if f.metric is not None)
+HOST_METRICS: tuple[tuple[str, str, str, str], ...] = tuple(
+    (f.key, f.metric, "counter" if f.counter else "gauge", f.doc)
+    for f in HOST_FIELDS if f.metric is not None)
 
 GPU_LABELS = ["node", "gpu", "uuid"]
 PORT_LABELS = ["node", "device", "port"]
@@ -194,6 +152,7 @@ class AgentCollector(Collector):
                 if getattr(g, attr) is not None:
                     fam.add_metric(lab, getattr(g, attr))
             yield fam
+        yield from _mig_metrics(gpus, labels)
         events = GaugeMetricFamily("tuimon_gpu_clock_event_active",
                                    "1 for each active clock-event (throttle) reason",
                                    labels=[*GPU_LABELS, "reason"])
@@ -209,6 +168,21 @@ class AgentCollector(Collector):
             if v is not None:
                 fam.add_metric([node], v)
             yield fam
+
+
+def _mig_metrics(gpus: list[dict[str, Any]], labels: list[list[str]]) -> Iterator[Metric]:
+    """Each MIG instance's memory and processes, under its parent GPU's labels."""
+    mig_labels = [*GPU_LABELS, "gpu_instance", "profile"]
+    families = (("mem_used", "tuimon_gpu_mig_memory_used_bytes", "MIG instance memory in use"),
+                ("mem_total", "tuimon_gpu_mig_memory_total_bytes", "MIG instance memory"),
+                ("procs", "tuimon_gpu_mig_processes", "Compute processes in the MIG instance"))
+    for key, name, doc in families:
+        fam = GaugeMetricFamily(name, doc, labels=mig_labels)
+        for values, lab in zip(gpus, labels):
+            for m in values.get("mig") or ():
+                if m.get(key) is not None:
+                    fam.add_metric([*lab, str(m["gi"]), m.get("profile") or ""], m[key])
+        yield fam
 
 
 def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,

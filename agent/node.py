@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 # The GPU fields that hold text (reasons, names): the only ones a sample's GPUs need
 # cleaning in; the rest are numbers.
-_GPU_TEXT = tuple(f.key for f in GPU_FIELDS if f.kind in ("str", "strlist", "dict"))
+_GPU_TEXT = tuple(f.key for f in GPU_FIELDS if f.kind in ("str", "strlist", "dict", "maplist"))
 
 
 @dataclass(slots=True)

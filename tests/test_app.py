@@ -187,16 +187,13 @@ async def test_a_stopped_node_goes_stale_and_comes_back_in_the_app(
             await sim.stop_node(1)
             victim = cluster.nodes[sim.targets[1]]
             await until(lambda: victim.status == "stale")
-            await pilot.pause(0.3)
-            header = str(app.query_one("#header").render())
-            assert "1 stale" in header
+            await until(lambda: "1 stale" in str(app.query_one("#header").render()))
             row = line_text(app.active_map, 0)
             assert "\u2591" in row  # the stale node's cells
             assert "node_lost" in [e.kind for e in cluster.events]
             await sim.start_node(1)
             await until(lambda: victim.status == "up")
-            await pilot.pause(0.3)
-            assert "0 stale" in str(app.query_one("#header").render())
+            await until(lambda: "0 stale" in str(app.query_one("#header").render()))
 
 
 @pytest.mark.parametrize("size", [(200, 50), (80, 24)])

@@ -158,3 +158,61 @@ def test_thermal_throttle_shows_in_the_sample(fake_nvml: FakeNvml) -> None:
     fake_nvml.gpus[1].clock_events = 0x20 | 0x40
     gpus, _ = started(fake_nvml).collect(1.0, 0)
     assert gpus[1]["clock_events"] == ["sw_thermal_slowdown", "hw_thermal_slowdown"]
+
+
+def test_a_gpu_in_mig_mode_lists_its_instances_and_says_what_nvml_will_not() -> None:
+    """Values from a real A100-SXM4-80GB in MIG mode (nvidia-smi -q, telegraf's test data:
+    four instances, GPU instance ids 3 to 6, 19968 MiB each, 12 MiB used)."""
+    from agent.collectors.gpu import GpuCollector
+    from agent.sim.fake_nvml import FakeGpu, FakeMig, FakeNvml
+
+    mib = 1024**2
+    a100 = FakeGpu(0, name="NVIDIA A100-SXM4-80GB", mem_total=81920 * mib, mem_used=50 * mib,
+                   util_gpu=0,
+                   mig=[FakeMig(gi, profile="1g.20gb", mem_total=19968 * mib,
+                                mem_used=12 * mib, procs=[(4000 + gi, 8 * mib)] if gi == 3
+                                else []) for gi in (3, 4, 5, 6)])
+    plain = FakeGpu(1, util_gpu=80, mig=[])
+    collector = GpuCollector(lambda: FakeNvml([a100, plain]))
+    collector.start()
+    gpus, _ = collector.collect(0.0, 0.0)
+    mig, other = gpus
+    assert mig["mig_mode"] == 1 and other["mig_mode"] == 0
+    # NVML will not give the whole GPU's utilization in MIG mode: nil, with the reason.
+    assert mig["util"] is None and "MIG mode" in mig["errors"]["util"]
+    assert mig["mem_total"] == 81920 * mib and mig["power"] is not None
+    assert [(m["gi"], m["profile"], m["mem_total"], m["mem_used"], m["procs"])
+            for m in mig["mig"]] == [(gi, "1g.20gb", 19968 * mib, 12 * mib, 1 if gi == 3 else 0)
+                                     for gi in (3, 4, 5, 6)]
+    assert mig["mig"][0]["uuid"].startswith("MIG-")
+    assert other["util"] == 0.8 and "mig" not in other
+    # The frame carries it, and /metrics lists each instance under its GPU.
+    from tuimon_core.protocol import Sample, decode, encode
+
+    decoded = decode(encode(Sample(seq=1, ts=0.0, interval=1.0, gpus=gpus)))
+    assert decoded.gpus[0]["mig"][1]["gi"] == 4
+
+
+async def test_mig_instances_in_metrics(proc_root) -> None:  # type: ignore[no-untyped-def]
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agent.metrics import make_registry, render
+    from agent.sim.fake_nvml import FakeGpu, FakeMig, FakeNvml
+    from tests.conftest import make_agent
+
+    mib = 1024**2
+    fake = FakeNvml([FakeGpu(0, mig=[FakeMig(3, "2g.20gb"), FakeMig(5, "2g.20gb")])])
+    agent = make_agent(proc_root, fake)
+    await agent.start(sampling=False)
+    try:
+        await agent.sample_once()
+        text = render(make_registry(agent)).decode()
+    finally:
+        await agent.stop()
+    fams = {f.name: f for f in text_string_to_metric_families(text)}
+    total = {s.labels["gpu_instance"]: (s.labels["profile"], s.value)
+             for s in fams["tuimon_gpu_mig_memory_total_bytes"].samples}
+    assert total == {"3": ("2g.20gb", 19968 * mib), "5": ("2g.20gb", 19968 * mib)}
+    assert fams["tuimon_gpu_mig_mode"].samples[0].value == 1
+    assert "tuimon_gpu_utilization_ratio" not in fams or not fams[
+        "tuimon_gpu_utilization_ratio"].samples

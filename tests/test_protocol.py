@@ -119,6 +119,12 @@ def _value(kind: str) -> st.SearchStrategy:
         return st.none() | st.text(max_size=60)
     if kind == "strlist":
         return st.none() | st.lists(st.text(max_size=20), max_size=5)
+    if kind == "maplist":
+        return st.none() | st.lists(st.fixed_dictionaries(
+            {"gi": st.integers(0, 14)},
+            optional={"profile": st.text(max_size=12), "mem_used": st.integers(0, 2**40),
+                      "gr_active": st.floats(0, 1), "ci": st.none() | st.integers(0, 7)}),
+            max_size=7)
     return st.none() | st.dictionaries(st.text(max_size=10), st.text(max_size=20), max_size=3)
 
 

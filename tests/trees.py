@@ -117,3 +117,30 @@ def read_as_unprivileged(code: str) -> str:
                          env={**os.environ, "PYTHONPATH": repo})
     assert out.returncode == 0, out.stderr
     return out.stdout
+
+
+def unttar(text: str, dest: Path, strip: str = "fixtures/") -> None:
+    """Unpack a ttar archive (prometheus/procfs's text archive of /sys and /proc trees:
+    `Path:`, `Lines:`, the lines, `Mode:`; `Directory:`; `SymlinkTo:`) under `dest`."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("Directory: "):
+            (dest / line[11:].removeprefix(strip)).mkdir(parents=True, exist_ok=True)
+        elif line.startswith("Path: "):
+            path = dest / line[6:].removeprefix(strip)
+            count = int(lines[i + 1].split(": ", 1)[1])
+            body = lines[i + 2:i + 2 + count]
+            i += 1 + count
+            content = "\n".join(body)
+            if content.endswith("EOF"):  # ttar's mark for "no newline at the end"
+                content = content[:-3]
+            else:
+                content += "\n"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if i + 1 < len(lines) and lines[i + 1].startswith("SymlinkTo: "):
+                path.symlink_to(lines[i + 1][11:])
+            else:
+                path.write_text(content)
+        i += 1

@@ -128,6 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="label matchers added to every query, e.g. 'cluster=\"prod\"'")
     prom.add_argument("--every", type=float, default=5.0, metavar="S",
                       help="seconds between refreshes (default 5)")
+    prom.add_argument("--node-label", action="append", default=[], metavar="LABEL",
+                      help="a label that names the node, tried before the built-in order "
+                           "(node, kubernetes_node, Hostname, node_exporter's uname, the "
+                           "instance's host); repeatable")
+    prom.add_argument("--node-alias", action="append", default=[], metavar="NAME=NODE",
+                      help="call what resolves to NAME by NODE instead (e.g. an exporter's "
+                           "address); repeatable")
     prom.add_argument("--name", default="cluster", help="cluster name shown in the header")
     prom.add_argument("--topology", metavar="F",
                       help="Slurm topology.conf: group nodes by leaf switch")
@@ -371,6 +378,10 @@ def _apply_config(args: argparse.Namespace) -> None:
             setattr(args, key, True)
     if getattr(args, "match", None) == "" and c.get("match"):
         args.match = c.get("match")
+    if hasattr(args, "node_label"):
+        args.node_label = [str(x) for x in c.get("node_labels", [])] + args.node_label
+        args.node_alias = [f"{k}={v}" for k, v in c.get("node_aliases", {}).items()] + \
+            args.node_alias
     if getattr(args, "theme", None) is None and c.get("theme"):
         args.theme = c.get("theme")
     if args.name == "cluster":
@@ -463,9 +474,16 @@ def _prom_options(args: argparse.Namespace) -> Any:
         raise TargetError(f"--every must be in [0.5, 3600] seconds, got {args.every}")
     ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
                if args.tls_ca or args.tls_insecure else None)
+    aliases = {}
+    for item in args.node_alias:
+        name, sep, node = item.partition("=")
+        if not sep or not name or not node:
+            raise TargetError(f"--node-alias {item!r}: expected NAME=NODE")
+        aliases[name] = node
     return PromOptions(token=load_token(args.token_file) if args.token_file else None,
                        ssl_context=ssl_ctx, match=args.match, every=args.every,
-                       slo_hours=args.slo_hours)
+                       slo_hours=args.slo_hours, node_labels=list(args.node_label),
+                       node_aliases=aliases)
 
 
 def _prom_feed(args: argparse.Namespace) -> Feed:

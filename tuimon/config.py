@@ -4,7 +4,10 @@
     targets = ["gpu[001-128]:9477"]      # or targets_file = "/etc/tuimon/targets"
                                           # or relay = "login1:9478"
                                           # or prometheus = "http://prom:9090"
-                                          #    (with match = 'cluster="prod"')
+                                          #    (with match = 'cluster="prod"',
+                                          #     node_labels = ["k8s_node"],
+                                          #     [clusters.prod.node_aliases] "10.0.0.5" =
+                                          #     "gpu005": how Prometheus series name nodes)
     token_file = "~/.config/tuimon/prod.token"
     tls = true
     tls_ca = "/etc/tuimon/ca.pem"
@@ -45,7 +48,7 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     "tls_insecure": bool, "topology": str, "leaves": dict, "theme": str,
     "slo_target": (int, float), "slo_hours": (int, float), "slo_days": (int, float),
     "baselines": dict, "flops_per_sample": dict, "provisioned": dict, "name": str,
-    "relay": str, "prometheus": str, "match": str,
+    "relay": str, "prometheus": str, "match": str, "node_labels": list, "node_aliases": dict,
 }
 
 

@@ -4,12 +4,13 @@ code a monitoring system understands: 0 ok, 1 warning, 2 critical."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from typing import Any
 
 from tuimon.model.cluster import ClusterState
-from tuimon.model.diagnosis import Diagnosis, Finding
+from tuimon.model.diagnosis import Diagnosis, Finding, sort_key
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
@@ -54,8 +55,7 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         "hottest_gpus": [f"{w} {t:.0f}C" for t, w in sorted(hottest, reverse=True)[:3]],
         "proxy_efficiency": None if jobs else eff.proxy,
         "jobs": jobs,
-        "alerts": [{"severity": f.severity, "kind": f.kind, "where": f.where,
-                    "message": f.message} for f in findings],
+        "alerts": [f.to_json() for f in findings],
     }
 
 
@@ -90,6 +90,7 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
     storage = StorageView(provisioned)
     diagnosis = Diagnosis(topology)
     worst = "ok"
+    seen: dict[tuple[object, ...], Finding] = {}  # every finding of the watch
     async with watching(targets, cluster, options, relays=relays or []):
         # Two samples from every node (or 5 s) before the first verdict.
         deadline = time.monotonic() + max(5.0, watch)
@@ -102,14 +103,29 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
             storage.update(cluster)
             eff.update(cluster)
             findings = diagnosis.update(cluster, eff, storage)
+            for f in findings:
+                before = seen.get(f.key)
+                seen[f.key] = f if before is None else dataclasses.replace(
+                    f, first_seen=before.first_seen)
             now_level = level(findings)
             if EXIT[now_level] > EXIT[worst]:
                 worst = now_level
             r = report(cluster, eff, findings, worst if watch else now_level)
-            if not watch or time.monotonic() >= deadline:
+            final = not watch or time.monotonic() >= deadline
+            if watch and as_json:
+                # JSON Lines: one snapshot a second, then the last one with every finding
+                # seen during the watch (first and last seen).
+                r["time"] = time.time()
+                if final:
+                    r["final"] = True
+                    r["seen"] = [f.to_json() for f in sorted(seen.values(), key=sort_key)]
+                print(json.dumps(r), flush=True)
+                if final:
+                    return EXIT[r["status"]]
+            elif final:
                 print(json.dumps(r, indent=2) if as_json else format_text(r), flush=True)
                 return EXIT[r["status"]]
-            if not as_json:
+            elif not as_json:
                 print(f"[{time.strftime('%H:%M:%S')}] " + format_text(r).splitlines()[0],
                       flush=True)
             await asyncio.sleep(1.0)

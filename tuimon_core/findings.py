@@ -28,6 +28,8 @@ class Finding:
     leaf: str | None = None
     fs: str | None = None
     job: str | None = None
+    # What reported the problem, when that is the component (a Prometheus scrape target).
+    target: str | None = None
     score: float = 0.0  # how strongly it explains an efficiency drop
     # Nodes a finding about several names them all (a leaf's nodes, lost nodes).
     nodes: tuple[str, ...] = ()
@@ -48,12 +50,14 @@ class Finding:
 
     @property
     def key(self) -> tuple[object, ...]:
-        return (self.kind, self.node, self.gpu, self.port, self.leaf, self.fs, self.job)
+        return (self.kind, self.node, self.gpu, self.port, self.leaf, self.fs, self.job,
+                self.target)
 
     def to_json(self) -> dict[str, object]:
         out: dict[str, object] = {"severity": self.severity, "kind": self.kind,
                                   "where": self.where, "message": self.message}
-        for name in ("node", "gpu", "port", "leaf", "fs", "job", "first_seen", "last_seen"):
+        for name in ("node", "gpu", "port", "leaf", "fs", "job", "target", "first_seen",
+                     "last_seen"):
             value = getattr(self, name)
             if value is not None:
                 out[name] = value

@@ -25,6 +25,9 @@ FLAPS = 2  # link downs in the window that make a port flapping
 CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 THERMAL = frozenset({"hw_thermal_slowdown", "sw_thermal_slowdown"})
 POWER = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "hw_slowdown"})
+ERROR_COUNTERS = frozenset({"symbol_errors", "link_downed", "rcv_errors",
+                            "link_error_recovery", "remote_physical_errors", "xmit_discards",
+                            "buffer_overruns", "local_link_integrity_errors"})
 PORT_ERRORS = ("rcv_errors", "link_error_recovery", "remote_physical_errors",
                "xmit_discards", "buffer_overruns", "local_link_integrity_errors")
 
@@ -152,6 +155,15 @@ class NodeRules:
                 out.append(Finding("warning", "symbol_errors", f"{where} +{symbols} symbol "
                                    "errors in 10 min (cable or transceiver)",
                                    node=node, port=pid, score=0.4))
+            stuck = sorted(set(p.get("saturated") or ()) & ERROR_COUNTERS)
+            if stuck:
+                # A narrow error counter at its maximum counts no more: the errors that
+                # filled it may still be coming, and nothing shows them.
+                out.append(Finding("warning", "counter_saturated",
+                                   f"{where} {', '.join(stuck)} counter stuck at its maximum: "
+                                   "errors reached it and new ones no longer show (clear the "
+                                   "port's counters: perfquery -R)", node=node, port=pid,
+                                   score=0.3))
             others = {k: _window(self._errors.get((pid, k), deque()), now, ERRORS_WINDOW_S)
                       for k in PORT_ERRORS}
             others = {k: n for k, n in others.items() if n}

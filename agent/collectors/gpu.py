@@ -69,6 +69,17 @@ def decode_clock_events(mask: int) -> list[str]:
     return names
 
 
+def _proc_memory(procs: list[Any]) -> int:
+    used = [p.usedGpuMemory for p in procs if isinstance(p.usedGpuMemory, int)]
+    return sum(u for u in used if u < 1 << 62)  # NVML_VALUE_NOT_AVAILABLE
+
+
+def _profile(name: str) -> str | None:
+    """`NVIDIA A100-SXM4-80GB MIG 2g.20gb` -> `2g.20gb` (NVML names a MIG device so)."""
+    _, sep, tail = name.rpartition(" MIG ")
+    return tail.strip() or None if sep else None
+
+
 def handle_key(handle: Any) -> Any:
     """A comparable key for an NVML handle: ctypes pointers compare by address."""
     try:
@@ -322,14 +333,61 @@ class GpuCollector:
         procs = r("procs", nvml.nvmlDeviceGetComputeRunningProcesses, h)
         if procs is not None:
             v["procs"] = len(procs)
-            used = [p.usedGpuMemory for p in procs if isinstance(p.usedGpuMemory, int)]
-            v["proc_mem"] = sum(u for u in used if u < 1 << 62)  # NVML_VALUE_NOT_AVAILABLE
+            v["proc_mem"] = _proc_memory(procs)
         else:
             v["procs"] = v["proc_mem"] = None
+
+        if slow:
+            mode = r("mig_mode", nvml.nvmlDeviceGetMigMode, h)
+            self._slow[(i, "mig_mode")] = int(mode[0]) if mode is not None else None
+        v["mig_mode"] = self._slow.get((i, "mig_mode"))
+        if v["mig_mode"]:
+            self._read_mig(h, r, v)
 
         if r.errors:
             v["errors"] = r.errors
         return v
+
+    def _read_mig(self, h: Any, r: _Reader, v: dict[str, Any]) -> None:
+        """A GPU in MIG mode: its instances through their own handles (memory, processes),
+        and what NVML will not say of the whole GPU, nil with the reason."""
+        nvml = self.nvml
+        for key in ("util", "mem_util"):
+            if v.get(key) is None:
+                r.errors.setdefault(key, "not available in MIG mode (per-instance activity "
+                                         "needs DCGM profiling)")
+        count = r("mig", nvml.nvmlDeviceGetMaxMigDeviceCount, h) or 0
+        instances = []
+        for slot in range(int(count)):
+            try:
+                mh = nvml.nvmlDeviceGetMigDeviceHandleByIndex(h, slot)
+            except nvml.NVMLError as exc:
+                if getattr(exc, "value", None) in FATAL_CODES:
+                    raise GpuFailed(_text(exc)) from None
+                continue  # an empty slot (NVML_ERROR_NOT_FOUND)
+            mr = _Reader(nvml)
+            gi = mr("gi", nvml.nvmlDeviceGetGpuInstanceId, mh)
+            if gi is None:
+                continue
+            mem = mr("mem", nvml.nvmlDeviceGetMemoryInfo, mh)
+            procs = mr("procs", nvml.nvmlDeviceGetComputeRunningProcesses, mh)
+            name = mr("name", nvml.nvmlDeviceGetName, mh)
+            uuid = mr("uuid", nvml.nvmlDeviceGetUUID, mh)
+            entry: dict[str, Any] = {
+                "gi": int(gi), "ci": mr("ci", nvml.nvmlDeviceGetComputeInstanceId, mh),
+                "profile": _profile(_text(name)) if name is not None else None,
+                "uuid": _text(uuid) if uuid is not None else None,
+                "mem_used": int(mem.used) if mem is not None else None,
+                "mem_total": int(mem.total) if mem is not None else None,
+                "procs": len(procs) if procs is not None else None,
+                "proc_mem": _proc_memory(procs) if procs is not None else None,
+            }
+            if mr.errors:
+                entry["errors"] = mr.errors
+            instances.append(entry)
+        v["mig"] = instances
+        if v.get("procs") is None and instances:
+            v["procs"] = sum(m["procs"] or 0 for m in instances)
 
     def _read_memory_health(self, i: int, h: Any, r: _Reader) -> None:
         """Remapped rows (Ampere and later) or retired pages (before): these change

@@ -24,6 +24,7 @@ from agent.collectors.storage_parsers import (
     Mount,
     disk_kind_from_name,
     lustre_fsname,
+    lustre_source_fsname,
     parse_diskstats,
     parse_llite_stats,
     parse_mmpmon_fs_io_s,
@@ -182,7 +183,22 @@ class StorageCollector:
 
     def _lustre(self, filesystems: dict[str, dict[str, Any]], mounts: list[Mount],
                 now: float) -> None:
-        by_name = {m.source.rsplit(":/", 1)[-1]: m for m in mounts if m.fstype == "lustre"}
+        """One entry per Lustre file system, its client statistics summed over every
+        llite instance of it. Each mount of a file system (the same one twice, or a
+        subdirectory of it) is a client instance of its own, and nothing under /proc or
+        /sys says which instance is which mount point; their sum is what this node reads
+        from and writes to that file system. The entry's id is its first mount point and
+        `mounts` lists them all."""
+        by_fs: dict[str, list[Mount]] = {}
+        for m in mounts:
+            if m.fstype == "lustre":
+                by_fs.setdefault(lustre_source_fsname(m.source), []).append(m)
+        for fs_mounts in by_fs.values():
+            fs_mounts.sort(key=lambda m: (len(m.mountpoint), m.mountpoint))
+            for extra in fs_mounts[1:]:  # one entry per file system, not per mount
+                filesystems.pop(extra.mountpoint, None)
+        sums: dict[str, dict[str, int]] = {}
+        errors: dict[str, str] = {}
         for base in LLITE_DIRS:
             try:
                 instances = self.files.listdir(base)
@@ -190,22 +206,35 @@ class StorageCollector:
                 continue
             for instance in instances:
                 fsname = lustre_fsname(instance)
-                mount = by_name.get(fsname)
-                mountpoint = mount.mountpoint if mount else f"lustre:{fsname}"
-                entry = filesystems.setdefault(mountpoint, {
-                    "id": mountpoint, "fstype": "lustre",
-                    "source": mount.source if mount else fsname})
                 path = f"{base}/{instance}/stats"
                 try:
                     st = parse_llite_stats(self.files.read_text(path))
                 except (ReadError, FormatError) as exc:
-                    entry["error"] = f"{path}: {getattr(exc, 'reason', exc)}"
+                    errors[fsname] = f"{path}: {getattr(exc, 'reason', exc)}"
                     continue
-                entry["totals"] = {"read_bytes": st.read_bytes, "write_bytes": st.write_bytes}
-                self._rate_fields(entry, mountpoint, now, {
-                    "read_bytes": st.read_bytes, "write_bytes": st.write_bytes,
-                    "read_ops": st.reads, "write_ops": st.writes,
-                    "metadata_ops": st.metadata_ops})
+                acc = sums.setdefault(fsname, {})
+                for key, value in (("read_bytes", st.read_bytes), ("write_bytes", st.write_bytes),
+                                   ("read_ops", st.reads), ("write_ops", st.writes),
+                                   ("metadata_ops", st.metadata_ops),
+                                   ("instances", 1)):
+                    acc[key] = acc.get(key, 0) + (value or 0)
+        for fsname in sorted(set(sums) | set(errors)):
+            fs_mounts = by_fs.get(fsname, [])
+            mountpoint = fs_mounts[0].mountpoint if fs_mounts else f"lustre:{fsname}"
+            entry = filesystems.setdefault(mountpoint, {
+                "id": mountpoint, "fstype": "lustre",
+                "source": fs_mounts[0].source if fs_mounts else fsname})
+            entry["fstype"] = "lustre"
+            if len(fs_mounts) > 1:
+                entry["mounts"] = [m.mountpoint for m in fs_mounts]
+            if fsname in errors:
+                entry["error"] = errors[fsname]
+            acc = sums.get(fsname)
+            if acc is None:
+                continue
+            entry["instances"] = acc.pop("instances")
+            entry["totals"] = {"read_bytes": acc["read_bytes"], "write_bytes": acc["write_bytes"]}
+            self._rate_fields(entry, mountpoint, now, acc)
 
     def _nfs(self, filesystems: dict[str, dict[str, Any]], now: float) -> None:
         try:
@@ -241,7 +270,17 @@ class StorageCollector:
                     now: float) -> None:
         mmpmon = self.config.mmpmon
         gpfs_mounts = {m.source.rsplit("/", 1)[-1]: m for m in mounts if m.fstype == "gpfs"}
-        if not mmpmon or not gpfs_mounts or not os.access(mmpmon, os.X_OK):
+        if not gpfs_mounts:
+            return
+        if not mmpmon or not os.access(mmpmon, os.X_OK):
+            # GPFS is mounted but its statistics cannot be asked for: say so on each.
+            why = ("no GPFS statistics: mmpmon is off (--mmpmon PATH)" if not mmpmon else
+                   f"no GPFS statistics: {mmpmon} is missing or not executable "
+                   "(--mmpmon PATH)")
+            for m in gpfs_mounts.values():
+                entry = filesystems.setdefault(m.mountpoint, {
+                    "id": m.mountpoint, "fstype": "gpfs", "source": m.source})
+                entry["error"] = why
             return
         if now - self._gpfs_at >= self.config.gpfs_period:
             self._gpfs_at = now

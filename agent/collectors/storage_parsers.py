@@ -75,6 +75,12 @@ def parse_llite_stats(text: str) -> LustreStats:
     return out
 
 
+def lustre_source_fsname(source: str) -> str:
+    """A Lustre mount's file system name from its source: `10.0.0.1@o2ib:/scratch` and
+    the subdirectory mount `10.0.0.1@o2ib:/scratch/projects` are both `scratch`."""
+    return source.rsplit(":/", 1)[-1].strip("/").split("/", 1)[0]
+
+
 def lustre_fsname(instance: str) -> str:
     """`scratch-ffff88105db50000` -> `scratch` (the instance suffix is a kernel address)."""
     head, sep, tail = instance.rpartition("-")

@@ -19,6 +19,7 @@ NVML_ERROR_UNINITIALIZED = 1
 NVML_ERROR_INVALID_ARGUMENT = 2
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NO_PERMISSION = 4
+NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
 NVML_ERROR_TIMEOUT = 10
 NVML_ERROR_LIBRARY_NOT_FOUND = 12
@@ -29,6 +30,7 @@ _MESSAGES = {
     2: "Invalid Argument",
     3: "Not Supported",
     4: "Insufficient Permissions",
+    6: "Not Found",
     9: "Driver Not Loaded",
     10: "Timeout",
     12: "NVML Shared Library Not Found",
@@ -86,6 +88,19 @@ class _EventData:
 
 
 @dataclass
+class FakeMig:
+    """One MIG instance (a GPU instance with its compute instance), as NVML reports it
+    through a MIG device handle."""
+
+    gi: int
+    profile: str = "1g.20gb"
+    ci: int = 0
+    mem_total: int = 19968 * 1024**2
+    mem_used: int = 12 * 1024**2
+    procs: list[tuple[int, int]] = field(default_factory=list)
+
+
+@dataclass
 class FakeGpu:
     """One GPU's state in NVML units. Tests set fields; the simulator updates them."""
 
@@ -120,6 +135,9 @@ class FakeGpu:
     # Function name -> error code, for errors other than "not supported".
     errors: dict[str, int] = field(default_factory=dict)
     lost: bool = False
+    # None: not MIG-capable (NVML says not supported); a list: MIG on with these
+    # instances (empty: capable, MIG off).
+    mig: list[FakeMig] | None = None
 
     def __post_init__(self) -> None:
         if not self.uuid:
@@ -159,6 +177,16 @@ class FakeNvml(types.ModuleType):
 
     def refresh(self, gpu: FakeGpu) -> None:
         """Hook the simulator overrides to move a GPU's values on before a read."""
+
+    def _mig(self, handle: Any, fn: str) -> FakeMig:
+        self.calls += 1
+        _, index, slot = handle
+        gpu = self.gpus[index]
+        if gpu.lost:
+            raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+        if fn in gpu.unsupported:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return (gpu.mig or [])[slot]
 
     def _gpu(self, handle: Any, fn: str) -> FakeGpu:
         self.calls += 1
@@ -203,17 +231,25 @@ class FakeNvml(types.ModuleType):
 
     # -- device -----------------------------------------------------------------------
 
-    def nvmlDeviceGetUUID(self, h: int) -> str:
+    def nvmlDeviceGetUUID(self, h: Any) -> str:
+        if isinstance(h, tuple):
+            m = self._mig(h, "nvmlDeviceGetUUID")
+            return f"MIG-{h[1]:08x}-{m.gi:04x}-fake-{m.ci:04x}"
         return self._gpu(h, "nvmlDeviceGetUUID").uuid
 
-    def nvmlDeviceGetName(self, h: int) -> str:
+    def nvmlDeviceGetName(self, h: Any) -> str:
+        if isinstance(h, tuple):
+            return f"{self.gpus[h[1]].name} MIG {self._mig(h, 'nvmlDeviceGetName').profile}"
         return self._gpu(h, "nvmlDeviceGetName").name
 
     def nvmlDeviceGetPciInfo(self, h: int) -> _Pci:
         g = self._gpu(h, "nvmlDeviceGetPciInfo")
         return _Pci(f"00000000:{0x18 + 0x10 * g.index:02X}:00.0")
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> _Memory:
+    def nvmlDeviceGetMemoryInfo(self, h: Any) -> _Memory:
+        if isinstance(h, tuple):
+            m = self._mig(h, "nvmlDeviceGetMemoryInfo")
+            return _Memory(m.mem_total, m.mem_used, m.mem_total - m.mem_used)
         g = self._gpu(h, "nvmlDeviceGetMemoryInfo")
         return _Memory(g.mem_total, g.mem_used, g.mem_total - g.mem_used)
 
@@ -230,6 +266,8 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetUtilizationRates(self, h: int) -> _Util:
         g = self._gpu(h, "nvmlDeviceGetUtilizationRates")
+        if g.mig:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)  # as NVML answers in MIG mode
         return _Util(g.util_gpu, g.util_mem)
 
     def nvmlDeviceGetTemperature(self, h: int, sensor: int) -> int:
@@ -278,9 +316,37 @@ class FakeNvml(types.ModuleType):
             out.append(_FieldValue(fid, ret, types.SimpleNamespace(ullVal=v or 0)))
         return out
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[_Proc]:
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[_Proc]:
+        if isinstance(h, tuple):
+            m = self._mig(h, "nvmlDeviceGetComputeRunningProcesses")
+            return [_Proc(pid, mem) for pid, mem in m.procs]
         g = self._gpu(h, "nvmlDeviceGetComputeRunningProcesses")
         return [_Proc(pid, mem) for pid, mem in g.procs]
+
+    # -- MIG ----------------------------------------------------------------------------
+
+    def nvmlDeviceGetMigMode(self, h: int) -> tuple[int, int]:
+        g = self._gpu(h, "nvmlDeviceGetMigMode")
+        if g.mig is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        mode = 1 if g.mig else 0
+        return mode, mode
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h: int) -> int:
+        self._gpu(h, "nvmlDeviceGetMaxMigDeviceCount")
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h: int, index: int) -> tuple[str, int, int]:
+        g = self._gpu(h, "nvmlDeviceGetMigDeviceHandleByIndex")
+        if not g.mig or index >= len(g.mig):
+            raise NVMLError(NVML_ERROR_NOT_FOUND)
+        return ("mig", g.index, index)
+
+    def nvmlDeviceGetGpuInstanceId(self, h: tuple[str, int, int]) -> int:
+        return self._mig(h, "nvmlDeviceGetGpuInstanceId").gi
+
+    def nvmlDeviceGetComputeInstanceId(self, h: tuple[str, int, int]) -> int:
+        return self._mig(h, "nvmlDeviceGetComputeInstanceId").ci
 
     # -- events -----------------------------------------------------------------------
 

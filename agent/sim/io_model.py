@@ -30,6 +30,8 @@ class IoTrouble:
     congested: bool = False  # under a badly cabled leaf: credits starve, xmit_wait climbs
     flapping_port: int | None = None  # a port whose link keeps dropping
     symbol_errors_port: int | None = None
+    symbol_errors_per_s: float = 15.0  # on that port (a bad cable: hundreds a second)
+    hot_ports: tuple[int, ...] = ()  # ports starved of credits on this node alone
     checkpoint_storm: bool = False  # checkpoint writes without pause, saturating Lustre
 
 
@@ -106,15 +108,16 @@ class SimIo:
             pkts = int(rate * dt / 4096)
             self.tx_pkts[p] += pkts
             self.rx_pkts[p] += pkts
-            wait = 2e5 if trouble.congested else 2e3
+            wait = 5e7 if p in trouble.hot_ports else 2e5 if trouble.congested else 2e3
             self.xmit_wait[p] += int(wait * dt * (0.5 + self.rng.random()))
             cnps = 5e4 if trouble.congested else 50
             self.cnp_sent[p] = (self.cnp_sent[p] + int(cnps * dt)) % 2**32
             self.cnp_handled[p] = (self.cnp_handled[p] + int(cnps * dt * 0.97)) % 2**32
             self.ecn_marked[p] = (self.ecn_marked[p] + int(cnps * dt * 1.1)) % 2**32
             if trouble.symbol_errors_port == p:
-                self.symbol_errors[p] = min(65535, self.symbol_errors[p] +
-                                            int(self.rng.random() * 30 * dt))
+                # A 16-bit counter: it saturates at 65535, as the real one does.
+                self.symbol_errors[p] = min(65535, self.symbol_errors[p] + int(
+                    trouble.symbol_errors_per_s * dt * 2 * self.rng.random()))
         # Data loading: ~1.5 GB/s per node of reads; checkpoints: 4 GB/s of writes.
         read_rate = 1.5e9 * util * (0.8 + 0.4 * self.rng.random())
         self.lustre["read_bytes"] += int(read_rate * dt)

@@ -14,7 +14,7 @@ from agent.sim.io_model import LUSTRE_MOUNT, IoTrouble
 from agent.sim.workload import NodeTrouble, troubles_for
 
 SCENARIOS = ("mixed", "healthy", "spine-imbalance", "thermal-straggler", "checkpoint-storm",
-             "xid-79", "link-flap")
+             "xid-79", "link-flap", "bad-cable", "hot-node")
 # The seed incident: a badly cabled spine took the job from 92 % to 68 % efficiency.
 SPINE_ALLREDUCE_FACTOR = 5.5
 
@@ -62,8 +62,16 @@ def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
         return Scenario(name, {victim: NodeTrouble(lost_gpu=gpu)},
                         components=[f"{node_name(victim)} GPU {gpu}"],
                         kinds=["gpu_failed", "xid"])
-    # link-flap
     port = rng.randrange(max(1, gpus))
+    if name == "bad-cable":  # symbol errors climbing steadily, the link never drops
+        return Scenario(name, {victim: NodeTrouble(io=IoTrouble(
+            symbol_errors_port=port, symbol_errors_per_s=500.0))},
+            components=[f"{node_name(victim)} mlx5_{port}:1"], kinds=["symbol_errors"])
+    if name == "hot-node":  # two of one node's ports starved of credits, no topology needed
+        hot = (port, (port + 1) % max(1, gpus))
+        return Scenario(name, {victim: NodeTrouble(io=IoTrouble(hot_ports=hot))},
+                        components=[node_name(victim)], kinds=["congestion"])
+    # link-flap
     return Scenario(name, {victim: NodeTrouble(io=IoTrouble(flapping_port=port,
                                                             symbol_errors_port=port))},
                     components=[f"{node_name(victim)} mlx5_{port}:1"],

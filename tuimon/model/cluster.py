@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuimon.model.heat import gpu_busy
 from tuimon.model.step_credit import merge_steps
 from tuimon_core.protocol import Event, Hello, Sample
 from tuimon_core.protocol.text import clean
@@ -104,6 +105,8 @@ class ClusterState:
         self.protocol_errors = 0
         # job -> the relay ledger's budget summary (batch.budget), when watching a relay.
         self.budgets: dict[str, dict[str, Any]] = {}
+        # Prometheus targets whose last scrape failed: "job instance" -> (node, reason).
+        self.scrape_failures: dict[str, tuple[str, str]] = {}
 
     def add_target(self, target: str) -> NodeState:
         node = self.nodes.get(target)
@@ -172,8 +175,8 @@ class ClusterState:
         if sample.dropped:
             node.dropped = sample.dropped
         for ring, g in zip(node.util_hist, sample.gpus or ()):
-            util = g.get("util")
-            ring.push(int(util * 100 + 0.5) if util is not None else 0)
+            busy = gpu_busy(g)[0]
+            ring.push(int(busy * 100 + 0.5) if busy is not None else 0)
         self._seen(node)
 
     def apply_event(self, target: str, event: Event) -> None:

@@ -42,6 +42,8 @@ class Diagnosis:
         now = self._wall()
         out: list[Finding] = []
         out += self._nodes(cluster)
+        out += [Finding("critical", "scrape_failed", reason, node=node, target=target)
+                for target, (node, reason) in cluster.scrape_failures.items()]
         out += self._node_local(cluster, now)
         out += self._congestion(cluster)
         out += self._storage(storage)

@@ -37,6 +37,21 @@ class HeatMetric:
         return max(0, min(LEVELS - 1, int(v * (LEVELS - 1) + 0.5)))
 
 
+# Where DCGM profiling gives it, SM activity says how busy a GPU is better than NVML's
+# utilization (which counts a single running kernel as 100 %); in MIG mode it is all
+# there is. The first present wins; views say which one they show.
+BUSY_FIELDS = (("sm_active", "SM active"), ("gr_active", "engine active"), ("util", "util"))
+
+
+def gpu_busy(v: dict[str, Any]) -> tuple[float | None, str | None]:
+    """How busy a GPU is (0..1) and what measured it."""
+    for key, label in BUSY_FIELDS:
+        value = v.get(key)
+        if value is not None:
+            return value, label
+    return None, None
+
+
 def _ratio(a: Any, b: Any) -> float | None:
     if a is None or not b:
         return None
@@ -56,7 +71,8 @@ def gpu_health(v: dict[str, Any], info: Any = None) -> float | None:
 
 
 GPU_METRICS: tuple[HeatMetric, ...] = (
-    HeatMetric("util", "GPU utilization", ("0 %", "100 %"), lambda v, i: v.get("util")),
+    HeatMetric("util", "GPU busy (SM active where DCGM gives it, else utilization)",
+               ("0 %", "100 %"), lambda v, i: gpu_busy(v)[0]),
     HeatMetric("mem", "memory used", ("0 %", "100 %"),
                lambda v, i: _ratio(v.get("mem_used"), v.get("mem_total"))),
     HeatMetric("temp", "temperature", ("30 °C", "90 °C"),

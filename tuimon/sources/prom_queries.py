@@ -2,12 +2,14 @@
 
 A fixed set of instant queries per refresh, whatever the node count: each query selects
 a family of series for every node at once (a `__name__` regex, or one `rate()` with the
-agent's and node_exporter's names joined by `or`). Three vocabularies are understood:
+agent's and node_exporter's names joined by `or`). Three vocabularies are understood,
+all from the one name table (tuimon_core.protocol.fields):
 
 - tuimon's own agent metrics (labels `node`, `gpu`, `uuid`, ...; docs/metrics.md);
-- NVIDIA dcgm-exporter (`DCGM_FI_DEV_*`, labels `Hostname`, `gpu`, `UUID`, `modelName`);
+- NVIDIA dcgm-exporter 2.x to 4.x (`DCGM_FI_DEV_*`, `DCGM_FI_PROF_*`; labels `gpu`,
+  `UUID`, `modelName`, `Hostname` or `hostname`, MIG's `GPU_I_ID` and `GPU_I_PROFILE`);
 - node_exporter (`node_infiniband_*`, `node_disk_*`, `node_mountstats_nfs_*`,
-  `node_cpu_seconds_total`, `node_memory_*`; the node is the host part of `instance`).
+  `node_filesystem_*`, `node_uname_info`, `node_cpu_seconds_total`, `node_memory_*`).
 
 `{m}` in a template is replaced by the site's extra label matchers (`--match`), so one
 Prometheus can hold several clusters.
@@ -15,72 +17,26 @@ Prometheus can hold several clusters.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS, MIB
 
-MIB = 1 << 20
+# Prometheus name -> (wire key, factor to the wire's unit, added to the others)
+Mapping = dict[str, tuple[str, float, bool]]
 
-# tuimon metric -> (wire key, scale)
-TUIMON_GPU: dict[str, tuple[str, float]] = {
-    "tuimon_gpu_utilization_ratio": ("util", 1.0),
-    "tuimon_gpu_memory_utilization_ratio": ("mem_util", 1.0),
-    "tuimon_gpu_memory_used_bytes": ("mem_used", 1.0),
-    "tuimon_gpu_memory_total_bytes": ("mem_total", 1.0),
-    "tuimon_gpu_temperature_celsius": ("temp", 1.0),
-    "tuimon_gpu_power_watts": ("power", 1.0),
-    "tuimon_gpu_power_limit_watts": ("power_limit", 1.0),
-    "tuimon_gpu_sm_clock_hertz": ("sm_clock", 1.0),
-    "tuimon_gpu_memory_clock_hertz": ("mem_clock", 1.0),
-    "tuimon_gpu_performance_state": ("pstate", 1.0),
-    "tuimon_gpu_ecc_corrected_errors_total": ("ecc_corrected", 1.0),
-    "tuimon_gpu_ecc_uncorrected_errors_total": ("ecc_uncorrected", 1.0),
-    "tuimon_gpu_remapped_rows": ("remapped_rows", 1.0),
-    "tuimon_gpu_remapped_rows_pending": ("remap_pending", 1.0),
-    "tuimon_gpu_remapped_rows_failed": ("remap_failed", 1.0),
-    "tuimon_gpu_retired_pages": ("retired_pages", 1.0),
-    "tuimon_gpu_pcie_transmit_bytes_per_second": ("pcie_tx", 1.0),
-    "tuimon_gpu_pcie_receive_bytes_per_second": ("pcie_rx", 1.0),
-    "tuimon_gpu_processes": ("procs", 1.0),
-    "tuimon_gpu_process_memory_bytes": ("proc_mem", 1.0),
-    "tuimon_gpu_xid_errors_total": ("xid_total", 1.0),
-    "tuimon_gpu_last_xid": ("last_xid", 1.0),
-    "tuimon_gpu_up": ("_up", 1.0),
-    "tuimon_gpu_sm_clock_max_hertz": ("_max_sm_clock", 1.0),
-}
+TUIMON_GPU: Mapping = {f.exposed: (f.key, 1.0, False) for f in GPU_FIELDS if f.exposed}
+TUIMON_GPU.update({"tuimon_gpu_up": ("_up", 1.0, False),
+                   "tuimon_gpu_sm_clock_max_hertz": ("_max_sm_clock", 1.0, False)})
+DCGM_GPU: Mapping = {d.name: (f.key, d.scale, d.add) for f in GPU_FIELDS for d in f.dcgm}
+DCGM_GPU.update({
+    "DCGM_FI_DEV_FB_FREE": ("_fb_free", MIB, False),
+    # The clock-event (throttle) bit mask; renamed in DCGM 3.
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("_throttle_bits", 1.0, False),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("_throttle_bits", 1.0, False),
+})
+# Which of several dcgm names for one field wins: the earlier in the table.
+DCGM_RANK = {d.name: i for f in GPU_FIELDS for i, d in enumerate(f.dcgm)}
 
-# dcgm-exporter's default counters (dcp-metrics-included.csv / default-counters.csv).
-DCGM_GPU: dict[str, tuple[str, float]] = {
-    "DCGM_FI_DEV_GPU_UTIL": ("util", 0.01),  # percent
-    "DCGM_FI_DEV_MEM_COPY_UTIL": ("mem_util", 0.01),
-    "DCGM_FI_DEV_FB_USED": ("mem_used", MIB),  # MiB
-    "DCGM_FI_DEV_FB_FREE": ("_fb_free", MIB),
-    "DCGM_FI_DEV_GPU_TEMP": ("temp", 1.0),
-    "DCGM_FI_DEV_POWER_USAGE": ("power", 1.0),
-    "DCGM_FI_DEV_POWER_MGMT_LIMIT": ("power_limit", 1.0),
-    "DCGM_FI_DEV_SM_CLOCK": ("sm_clock", 1e6),  # MHz
-    "DCGM_FI_DEV_MEM_CLOCK": ("mem_clock", 1e6),
-    "DCGM_FI_DEV_XID_ERRORS": ("last_xid", 1.0),  # the last XID's code, 0 for none
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": ("ecc_corrected", 1.0),
-    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_uncorrected", 1.0),
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("remap_failed", 1.0),
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": ("remapped_rows", 1.0),
-    "DCGM_FI_DEV_PCIE_TX_THROUGHPUT": ("pcie_tx", 1024.0),  # KB/s
-    "DCGM_FI_DEV_PCIE_RX_THROUGHPUT": ("pcie_rx", 1024.0),
-    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("_throttle_bits", 1.0),
-    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("_gr_active", 1.0),  # ratio, when DCP is on
-}
-
-TUIMON_HOST: dict[str, tuple[str, float]] = {
-    "tuimon_host_cpu_utilization_ratio": ("cpu_util", 1.0),
-    "tuimon_host_cpus": ("cpus", 1.0),
-    "tuimon_host_load1": ("load1", 1.0),
-    "tuimon_host_memory_total_bytes": ("mem_total", 1.0),
-    "tuimon_host_memory_available_bytes": ("mem_available", 1.0),
-    "tuimon_host_memory_used_bytes": ("mem_used", 1.0),
-    "tuimon_host_uptime_seconds": ("uptime", 1.0),
-    "node_memory_MemTotal_bytes": ("mem_total", 1.0),
-    "node_memory_MemAvailable_bytes": ("mem_available", 1.0),
-    "node_load1": ("load1", 1.0),
-}
+HOST: Mapping = {f.exposed: (f.key, 1.0, False) for f in HOST_FIELDS if f.exposed}
+HOST.update({f.node_exporter: (f.key, 1.0, False) for f in HOST_FIELDS if f.node_exporter})
 
 PORT_GAUGES: dict[str, str] = {
     "tuimon_ib_port_rate_bytes_per_second": "rate",
@@ -102,13 +58,21 @@ IB_ERRORS_TUIMON = ("symbol_errors|link_downed|receive_errors|link_error_recover
 IB_ERRORS_NODE = ("symbol_error|link_downed|port_errors_received|link_error_recovery|"
                   "port_receive_remote_physical_errors|port_discards_transmitted|"
                   "excessive_buffer_overrun_errors|local_link_integrity_errors")
+# File systems worth showing from node_filesystem (capacity, and the mount point of an
+# NFS export, which node_exporter's mountstats metrics do not carry).
+SHARED_FSTYPES = "nfs|nfs4|lustre|gpfs|beegfs|wekafs|cifs|ceph|fuse.glusterfs"
 
 
 def _names(table: dict[str, object]) -> str:
     return "|".join(table)
 
 
-def _either(tuimon: str, node: str, how: str = "rate({sel}[1m])") -> str:
+# Live rates from the last two scrapes (irate): a live view wants what happens now, and
+# rate() over a range is an average that reads low for a minute after a series starts.
+LIVE_RATE = "irate({sel}[1m])"
+
+
+def _either(tuimon: str, node: str, how: str = LIVE_RATE) -> str:
     return f"{how.format(sel=tuimon)} or {how.format(sel=node)}"
 
 
@@ -118,13 +82,24 @@ def _moved(by: str, selector: str) -> str:
     return f"clamp_min({now} - {before}, 0)"
 
 
+def _nfs(kind: str) -> str:
+    """NFS bytes through the page cache plus O_DIRECT bytes (which a training job's
+    checkpoint writes often are), per mount as node_exporter labels it."""
+    plain = f"irate(node_mountstats_nfs_{kind}_bytes_total{{{{{{mm}}}}}}[1m])"
+    direct = f"irate(node_mountstats_nfs_direct_{kind}_bytes_total{{{{{{mm}}}}}}[1m])"
+    return f"({plain} + {direct}) or {plain}"
+
+
 # name -> PromQL template. Every refresh runs all of them, concurrently (a few at once).
 LIVE_QUERIES: dict[str, str] = {
     "gpu": '{{__name__=~"' + _names(TUIMON_GPU) + '"{m}}}',
     "clock_events": "tuimon_gpu_clock_event_active{{{mm}}} == 1",
     "dcgm": '{{__name__=~"' + _names(DCGM_GPU) + '"{m}}}',
-    "host": '{{__name__=~"' + _names(TUIMON_HOST) + '"{m}}}',
+    "host": '{{__name__=~"' + _names(HOST) + '"{m}}}',
     "host_cpu": '1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"{m}}}[1m]))',
+    # Who is who: node_exporter's host name for its instance, and every target's health.
+    "uname": "node_uname_info{{{mm}}}",
+    "up": "up{{{mm}}}",
     "port_gauges": '{{__name__=~"' + _names(PORT_GAUGES) + '"{m}}}',
     "ib_tx": _either("tuimon_ib_port_transmit_bytes_total{{{mm}}}",
                      "node_infiniband_port_data_transmitted_bytes_total{{{mm}}}"),
@@ -139,10 +114,11 @@ LIVE_QUERIES: dict[str, str] = {
                '{{__name__=~"tuimon_ib_port_(' + IB_ERRORS_TUIMON + ')_total"{m}}}')
         + " or " + _moved("instance, device, port",
                           '{{__name__=~"node_infiniband_(' + IB_ERRORS_NODE + ')_total"{m}}}')),
-    "fs_read": _either("tuimon_fs_read_bytes_total{{{mm}}}",
-                       "node_mountstats_nfs_read_bytes_total{{{mm}}}"),
-    "fs_write": _either("tuimon_fs_write_bytes_total{{{mm}}}",
-                        "node_mountstats_nfs_write_bytes_total{{{mm}}}"),
+    "fs_read": "irate(tuimon_fs_read_bytes_total{{{mm}}}[1m]) or " + _nfs("read"),
+    "fs_write": "irate(tuimon_fs_write_bytes_total{{{mm}}}[1m]) or " + _nfs("write"),
+    "nfs_mounts": "node_mountstats_nfs_mountpoint_info{{{mm}}}",
+    "fs_size": 'node_filesystem_size_bytes{{fstype=~"' + SHARED_FSTYPES + '"{m}}}',
+    "fs_avail": 'node_filesystem_avail_bytes{{fstype=~"' + SHARED_FSTYPES + '"{m}}}',
     "disk_read": _either("tuimon_disk_read_bytes_total{{{mm}}}",
                          "node_disk_read_bytes_total{{{mm}}}"),
     "disk_write": _either("tuimon_disk_written_bytes_total{{{mm}}}",
@@ -177,20 +153,3 @@ def budget_queries(window_hours: float) -> dict[str, str]:
 def render(template: str, match: str) -> str:
     """Fill a template with the extra matchers: `{m}` after other matchers, `{mm}` alone."""
     return template.format(m=f",{match}" if match else "", mm=match)
-
-
-Mapper = Callable[[dict[str, str]], str | None]
-
-
-def node_of(labels: dict[str, str]) -> str | None:
-    """Which node a series belongs to: tuimon's `node`, DCGM's `Hostname`, else the host
-    part of node_exporter's `instance`."""
-    for key in ("node", "Hostname", "hostname", "nodename"):
-        if labels.get(key):
-            return labels[key]
-    instance = labels.get("instance")
-    if not instance:
-        return None
-    if instance.startswith("["):
-        return instance[1:].split("]", 1)[0]
-    return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import re
 import ssl
 import time
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +29,7 @@ import aiohttp
 from tuimon.model.cluster import ClusterState
 from tuimon.sources import prom_queries as q
 from tuimon.sources.agent_stream import describe_error
+from tuimon.sources.prom_nodes import NodeNames
 from tuimon_core.protocol import GpuInfo, Hello, ProtocolError, Sample, decode, encode
 from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
 from tuimon_core.version import __version__
@@ -55,6 +57,9 @@ class PromOptions:
     timeout: float = 10.0
     concurrency: int = 4
     recorder: Callable[[str, bytes], None] | None = None
+    # Node identity (tuimon.sources.prom_nodes): labels tried first, and renames.
+    node_labels: list[str] = field(default_factory=list)
+    node_aliases: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -62,6 +67,8 @@ class _Node:
     name: str
     gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
     gpu_info: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # GPU index -> GPU instance id -> values (dcgm-exporter in MIG mode)
+    mig: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
     host: dict[str, Any] = field(default_factory=dict)
     ports: dict[str, dict[str, Any]] = field(default_factory=dict)
     filesystems: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -94,25 +101,29 @@ class PromSource:
                     self.cluster.mark_stale(target, str(exc))
             await asyncio.sleep(max(0.5, self.options.every - (time.monotonic() - started)))
 
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.options.token}"} if self.options.token else {}
+
+    async def _get(self, path: str, params: dict[str, str]) -> Any:
+        try:
+            async with self.session.get(
+                    f"{self.url}{path}", params=params, headers=self._headers(),
+                    ssl=self.options.ssl_context or True,
+                    timeout=aiohttp.ClientTimeout(total=self.options.timeout)) as resp:
+                if resp.status == 401:
+                    raise PromError(f"prometheus {self.url}: wrong or missing token (401)")
+                try:
+                    return resp.status, await resp.json(content_type=None)
+                except ValueError:
+                    raise PromError(f"prometheus {self.url}: HTTP {resp.status}, not "
+                                    "a JSON answer") from None
+        except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+            raise PromError(f"prometheus {self.url}: {describe_error(exc)}") from None
+
     async def query(self, promql: str) -> Series:
-        headers = {"Authorization": f"Bearer {self.options.token}"} if self.options.token else {}
         async with self._sem:
             self.queries_run += 1
-            try:
-                async with self.session.get(
-                        f"{self.url}/api/v1/query", params={"query": promql}, headers=headers,
-                        ssl=self.options.ssl_context or True,
-                        timeout=aiohttp.ClientTimeout(total=self.options.timeout)) as resp:
-                    if resp.status == 401:
-                        raise PromError(f"prometheus {self.url}: wrong or missing token (401)")
-                    try:
-                        body = await resp.json(content_type=None)
-                    except ValueError:
-                        raise PromError(f"prometheus {self.url}: HTTP {resp.status}, not "
-                                        "a JSON answer") from None
-            except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
-                raise PromError(f"prometheus {self.url}: "
-                                f"{describe_error(exc)}") from None
+            _, body = await self._get("/api/v1/query", {"query": promql})
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
             raise PromError(f"prometheus {self.url}: query failed: {error or body!r:.200}"
@@ -131,6 +142,26 @@ class PromSource:
                 out.append((labels, value))
         return out
 
+    async def scrape_errors(self) -> dict[tuple[str, str], str]:
+        """(job, instance) -> why the last scrape failed, from the targets API; empty
+        where the server has none (Thanos, Mimir) or it answers nothing useful."""
+        try:
+            async with self._sem:
+                status, body = await self._get("/api/v1/targets", {"state": "active"})
+        except PromError:
+            return {}
+        if status != 200 or not isinstance(body, dict):
+            return {}
+        out = {}
+        for t in (body.get("data") or {}).get("activeTargets") or []:
+            if not isinstance(t, dict) or t.get("health") == "up":
+                continue
+            labels = t.get("labels") or {}
+            error = str(t.get("lastError") or "").strip()
+            if error:
+                out[(str(labels.get("job", "")), str(labels.get("instance", "")))] = error
+        return out
+
     async def refresh(self) -> None:
         names = list(q.LIVE_QUERIES)
         templates = [q.LIVE_QUERIES[n] for n in names]
@@ -144,7 +175,10 @@ class PromSource:
                                          for t in templates))
         answers = dict(zip(names, results))
         self.refreshes += 1
-        nodes = self._assemble(answers)
+        resolver = NodeNames(self.options.node_labels, self.options.node_aliases)
+        resolver.learn_uname(answers.get("uname", []))
+        nodes = self._assemble(answers, resolver)
+        failures = await self._failures(answers.get("up", []), resolver)
         ts = time.time()
         # A job's world is not a label: the highest rank seen on any node stands for it.
         worlds: dict[str, int] = {}
@@ -153,6 +187,10 @@ class PromSource:
                 worlds[job] = max(worlds.get(job, 0), max(ranks) + 1)
         for name, node in nodes.items():
             self._emit(name, node, ts, worlds)
+        self.cluster.scrape_failures = failures
+        for name, reason in {n: r for n, r in failures.values()}.items():
+            if name not in nodes:  # nothing else speaks for it: say why it is missing
+                self.cluster.mark_stale(name, reason)
         for target, state in self.cluster.nodes.items():
             if target not in nodes and state.status == "up":
                 self.cluster.mark_stale(target, "no series for this node in Prometheus")
@@ -160,13 +198,30 @@ class PromSource:
             self._last_budget = now
             self.cluster.apply_budget(_budget(answers, self.options.slo_hours))
 
+    async def _failures(self, up: Series,
+                        resolver: NodeNames) -> dict[str, tuple[str, str]]:
+        """Targets whose last scrape failed: "job instance" -> (node, reason)."""
+        down = [labels for labels, value in up if value == 0]
+        if not down:
+            return {}
+        errors = await self.scrape_errors()
+        out = {}
+        for labels in down:
+            job, instance = labels.get("job", ""), labels.get("instance", "")
+            name = resolver.of(labels) or instance
+            why = errors.get((job, instance)) or "up is 0 (the server gave no reason)"
+            out[f"{job} {instance}"] = (name, f"scrape of {job} at {instance} failed: {why}")
+        return out
+
     # -- answers to nodes -----------------------------------------------------------
 
-    def _assemble(self, a: dict[str, Series]) -> dict[str, _Node]:
+    def _assemble(self, a: dict[str, Series], resolver: NodeNames) -> dict[str, _Node]:
         nodes: dict[str, _Node] = {}
 
         def node(labels: dict[str, str]) -> _Node | None:
-            name = q.node_of(labels)
+            """The series' node, made only when the series carries something (a series
+            with no GPU, port or host value makes no phantom node)."""
+            name = resolver.of(labels)
             if name is None:
                 return None
             n = nodes.get(name)
@@ -174,30 +229,21 @@ class PromSource:
                 n = nodes[name] = _Node(name)
             return n
 
-        for source, table in (("dcgm", q.DCGM_GPU), ("gpu", q.TUIMON_GPU)):
-            for labels, value in a.get(source, []):
-                n = node(labels)
-                index = _int(labels.get("gpu"))
-                metric = labels.get("__name__", "")
-                if n is None or index is None or metric not in table:
-                    continue
-                key, scale = table[metric]
-                n.gpus.setdefault(index, {})[key] = value * scale
-                info = n.gpu_info.setdefault(index, {})
-                info.setdefault("uuid", labels.get("uuid") or labels.get("UUID"))
-                info.setdefault("name", labels.get("modelName") or labels.get("name"))
-                info.setdefault("pci_bus_id", labels.get("pci_bus_id"))
+        self._gpus(a, node)
         for labels, _ in a.get("clock_events", []):
-            n, index = node(labels), _int(labels.get("gpu"))
-            if n is not None and index is not None and labels.get("reason"):
-                n.gpus.setdefault(index, {}).setdefault("clock_events", []).append(
-                    labels["reason"])
+            index = _int(labels.get("gpu"))
+            if index is not None and labels.get("reason"):
+                n = node(labels)
+                if n is not None:
+                    n.gpus.setdefault(index, {}).setdefault("clock_events", []).append(
+                        labels["reason"])
         for labels, value in a.get("host", []):
-            n = node(labels)
             metric = labels.get("__name__", "")
-            if n is not None and metric in q.TUIMON_HOST:
-                key, scale = q.TUIMON_HOST[metric]
-                n.host.setdefault(key, value * scale)
+            if metric in q.HOST:
+                n = node(labels)
+                if n is not None:
+                    key, scale, _ = q.HOST[metric]
+                    n.host.setdefault(key, value * scale)
         for labels, value in a.get("host_cpu", []):
             n = node(labels)
             if n is not None:
@@ -206,23 +252,65 @@ class PromSource:
         self._storage(a, node)
         for key in ("wall", "compute", "samples", "steps"):
             for labels, value in a.get(f"job_{key}", []):
-                n, rank = node(labels), _int(labels.get("rank"))
+                rank = _int(labels.get("rank"))
                 job = labels.get("exported_job") or labels.get("job")
-                if n is not None and rank is not None and job:
-                    n.jobs.setdefault(job, {}).setdefault(rank, {})[key] = value
+                if rank is not None and job:
+                    n = node(labels)
+                    if n is not None:
+                        n.jobs.setdefault(job, {}).setdefault(rank, {})[key] = value
+        # `gpu001.cluster.local` and `gpu001` are one machine.
+        for long, short in NodeNames.short_forms(nodes).items():
+            _merge(nodes[short], nodes.pop(long))
         return nodes
+
+    def _gpus(self, a: dict[str, Series], node: Callable[[dict[str, str]], _Node | None]) -> None:
+        ranks: dict[tuple[str, int, int | None, str], int] = {}
+        for source, table in (("dcgm", q.DCGM_GPU), ("gpu", q.TUIMON_GPU)):
+            for labels, value in a.get(source, []):
+                index = _int(labels.get("gpu"))
+                metric = labels.get("__name__", "")
+                if index is None or metric not in table:
+                    continue
+                n = node(labels)
+                if n is None:
+                    continue
+                key, scale, add = table[metric]
+                gi = _int(labels.get("GPU_I_ID"))
+                if gi is not None:  # one MIG instance of the GPU
+                    values = n.mig.setdefault(index, {}).setdefault(gi, {})
+                    profile = labels.get("GPU_I_PROFILE")
+                    if profile and profile != "<<<NULL>>>":
+                        values["profile"] = profile
+                else:
+                    values = n.gpus.setdefault(index, {})
+                if add:
+                    values[key] = values.get(key, 0.0) + value * scale
+                else:
+                    # Of several names for one value, the table's first present wins.
+                    rank = q.DCGM_RANK.get(metric, 0) if source == "dcgm" else -1
+                    slot = (n.name, index, gi, key)
+                    if rank <= ranks.get(slot, rank):
+                        values[key] = value * scale
+                        ranks[slot] = rank
+                info = n.gpu_info.setdefault(index, {})
+                info.setdefault("uuid", labels.get("uuid") or labels.get("UUID"))
+                info.setdefault("name", labels.get("modelName") or labels.get("name"))
+                info.setdefault("pci_bus_id", labels.get("pci_bus_id"))
+                n.gpus.setdefault(index, {})
 
     def _ports(self, a: dict[str, Series], node: Callable[[dict[str, str]], _Node | None]) -> None:
         def port(labels: dict[str, str]) -> dict[str, Any] | None:
+            if not labels.get("device") or not labels.get("port"):
+                return None
             n = node(labels)
-            if n is None or not labels.get("device") or not labels.get("port"):
+            if n is None:
                 return None
             pid = f"{labels['device']}:{labels['port']}"
             return n.ports.setdefault(pid, {"id": pid})
 
         for labels, value in a.get("port_gauges", []):
-            p = port(labels)
             key = q.PORT_GAUGES.get(labels.get("__name__", ""))
+            p = port(labels) if key else None
             if p is not None and key:
                 p[key] = value
         for answer, key in (("ib_tx", "tx_bytes_s"), ("ib_rx", "rx_bytes_s"),
@@ -232,26 +320,70 @@ class PromSource:
                 if p is not None:
                     p[key] = value
         for labels, value in a.get("ib_errors", []):
-            p = port(labels)
-            if p is not None and value > 0:
-                p["errors_inc"] = {"symbol_errors": round(value)}
+            if value > 0:
+                p = port(labels)
+                if p is not None:
+                    p["errors_inc"] = {"symbol_errors": round(value)}
 
     def _storage(self, a: dict[str, Series],
                  node: Callable[[dict[str, str]], _Node | None]) -> None:
+        # node_exporter's mountstats name an NFS mount by its export; the mount point and
+        # the type (nfs or nfs4) come from mountpoint_info or node_filesystem.
+        mounts: dict[tuple[str | None, str], tuple[str, str | None]] = {}
+        for labels, _ in a.get("nfs_mounts", []):
+            if labels.get("export") and labels.get("mountpoint"):
+                key = (labels.get("instance"), labels["export"])
+                mounts.setdefault(key, (labels["mountpoint"], None))
+        capacity: dict[tuple[str | None, str], dict[str, Any]] = {}
+        for answer, key in (("fs_size", "size"), ("fs_avail", "avail")):
+            for labels, value in a.get(answer, []):
+                mp, device = labels.get("mountpoint"), labels.get("device")
+                if not mp:
+                    continue
+                entry = capacity.setdefault((labels.get("instance"), mp), {
+                    "fstype": labels.get("fstype"), "labels": labels})
+                entry[key] = value
+                if device:
+                    old = mounts.get((labels.get("instance"), device))
+                    mounts[(labels.get("instance"), device)] = (
+                        old[0] if old else mp, labels.get("fstype"))
         for answer, key in (("fs_read", "read_bytes_s"), ("fs_write", "write_bytes_s")):
             for labels, value in a.get(answer, []):
+                mount = labels.get("mount")
+                fstype = labels.get("fstype")
+                export = labels.get("export")
+                if not mount and export:
+                    mount, fstype = mounts.get((labels.get("instance"), export),
+                                               (export, None))
+                if not mount:
+                    continue
                 n = node(labels)
-                mount = labels.get("mount") or labels.get("export")
-                if n is not None and mount:
-                    fs = n.filesystems.setdefault(mount, {
-                        "id": mount, "fstype": labels.get("fstype") or "nfs"})
-                    fs[key] = value
+                if n is None:
+                    continue
+                fs = n.filesystems.setdefault(mount, {"id": mount,
+                                                      "fstype": fstype or "nfs"})
+                if fstype:
+                    fs["fstype"] = fstype
+                if export:
+                    fs["source"] = export
+                fs[key] = fs.get(key, 0.0) + value  # tcp and udp transports of one mount
+        for (_, mp), entry in capacity.items():
+            n = node(entry["labels"])
+            if n is None:
+                continue
+            fs = n.filesystems.setdefault(mp, {"id": mp, "fstype": entry["fstype"] or "-"})
+            fs["fstype"] = entry["fstype"] or fs["fstype"]
+            if entry.get("size") is not None:
+                fs["size"] = round(entry["size"])
+            if entry.get("avail") is not None:
+                fs["avail"] = round(entry["avail"])
         for answer, key in (("disk_read", "read_bytes_s"), ("disk_write", "write_bytes_s")):
             for labels, value in a.get(answer, []):
-                n = node(labels)
-                if n is not None and labels.get("device"):
-                    n.disks.setdefault(labels["device"], {"id": labels["device"],
-                                                          "kind": "disk"})[key] = value
+                if labels.get("device"):
+                    n = node(labels)
+                    if n is not None:
+                        n.disks.setdefault(labels["device"], {"id": labels["device"],
+                                                              "kind": "disk"})[key] = value
 
     # -- nodes to frames ------------------------------------------------------------
 
@@ -261,9 +393,12 @@ class PromSource:
         gpus = []
         for i in indices:
             raw = n.gpus[i]
+            if i in n.mig:
+                raw = _mig_parent(raw, n.mig[i])
             info = n.gpu_info.get(i, {})
             if "mem_total" not in raw and "_fb_free" in raw and "mem_used" in raw:
-                raw["mem_total"] = raw["mem_used"] + raw["_fb_free"]
+                raw["mem_total"] = raw["mem_used"] + raw["_fb_free"] + raw.get(
+                    "mem_reserved", 0)
             if "_throttle_bits" in raw and "clock_events" not in raw:
                 bits = int(raw["_throttle_bits"])
                 raw["clock_events"] = [v for b, v in q.THROTTLE_BITS.items() if bits & b]
@@ -292,7 +427,9 @@ class PromSource:
             out.pop("rate", None)
             ports.append(out)
         inventory = (tuple((g.index, g.uuid, g.name) for g in gpus_info),
-                     tuple(sorted(n.ports)), tuple(sorted(n.filesystems)), tuple(sorted(n.disks)))
+                     tuple(sorted(n.ports)),
+                     tuple(sorted((f["id"], f["fstype"]) for f in n.filesystems.values())),
+                     tuple(sorted(n.disks)))
         target = name
         if self._inventory.get(target) != inventory:
             self._inventory[target] = inventory
@@ -302,7 +439,8 @@ class PromSource:
                           gpu_status=None if gpus_info else "no GPU series in Prometheus",
                           extra={"ports": [{"id": p["id"], "rate": p.get("rate")}
                                            for p in n.ports.values()],
-                                 "filesystems": [{"id": f["id"], "fstype": f["fstype"]}
+                                 "filesystems": [{"id": f["id"], "fstype": f["fstype"],
+                                                  "source": f.get("source")}
                                                  for f in n.filesystems.values()],
                                  "disks": [{"id": d, "kind": "disk"} for d in n.disks]})
             self._deliver(target, encode(hello))
@@ -338,6 +476,66 @@ class PromSource:
             self.cluster.note_protocol_error(target, exc.reason)
             return
         self.cluster.apply_message(target, message, data)
+
+
+_ACTIVITY = ("gr_active", "sm_active", "tensor_active", "dram_active")
+# Values each MIG instance repeats for the whole GPU: taken once.
+_WHOLE_GPU = ("power", "power_limit", "energy", "temp", "sm_clock", "mem_clock", "pstate",
+              "last_xid", "_throttle_bits", "ecc_corrected", "ecc_uncorrected",
+              "remapped_rows", "remap_failed", "remap_pending")
+_SLICES = re.compile(r"(\d+)g\.")
+
+
+def _mig_parent(raw: dict[str, Any], instances: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """A GPU in MIG mode from its instances' series: memory summed, the whole GPU's values
+    once, activity weighted by each instance's share of the GPU (its slices)."""
+    out = dict(raw)
+    out["mig_mode"] = 1
+    mig = []
+    weights = 0.0
+    activity: dict[str, float] = {}
+    used = total = 0.0
+    for gi, v in sorted(instances.items()):
+        match = _SLICES.match(v.get("profile") or "")
+        slices = float(match.group(1)) if match else 1.0
+        inst_used = v.get("mem_used")
+        inst_total = v.get("mem_total")
+        if inst_total is None and inst_used is not None and v.get("_fb_free") is not None:
+            inst_total = inst_used + v["_fb_free"] + v.get("mem_reserved", 0.0)
+        used += inst_used or 0.0
+        total += inst_total or 0.0
+        entry = {"gi": gi, "ci": None, "profile": v.get("profile"),
+                 "mem_used": round(inst_used) if inst_used is not None else None,
+                 "mem_total": round(inst_total) if inst_total is not None else None}
+        for key in _ACTIVITY:
+            if v.get(key) is not None:
+                entry[key] = v[key]
+                activity[key] = activity.get(key, 0.0) + v[key] * slices
+        weights += slices
+        mig.append(entry)
+        for key in _WHOLE_GPU:
+            if v.get(key) is not None:
+                out[key] = max(out.get(key, v[key]), v[key])
+    out["mig"] = mig
+    if used or total:
+        out["mem_used"] = used
+        out["mem_total"] = max(total, out.get("mem_total") or 0.0)
+        out.pop("_fb_free", None)
+    for key, weighted in activity.items():
+        out.setdefault(key, weighted / weights)
+    return out
+
+
+def _merge(into: _Node, other: _Node) -> None:
+    for key, value in other.gpus.items():
+        into.gpus.setdefault(key, {}).update(value)
+    for key, value in other.gpu_info.items():
+        into.gpu_info.setdefault(key, value)
+    for key, value in other.mig.items():
+        into.mig.setdefault(key, {}).update(value)
+    for attr in ("host", "ports", "filesystems", "disks", "jobs"):
+        getattr(into, attr).update({k: v for k, v in getattr(other, attr).items()
+                                    if k not in getattr(into, attr)})
 
 
 def _budget(a: dict[str, Series], window_hours: float) -> dict[str, dict[str, Any]]:

@@ -9,7 +9,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tuimon.model.cluster import ClusterState, NodeState
-from tuimon.model.heat import gpu_health
+from tuimon.model.heat import gpu_busy, gpu_health
 from tuimon.ui.text import rate, safe, size, sparkline
 
 
@@ -65,8 +65,9 @@ class NodeScreen(Screen[None]):
             return "[b]GPUs[/b]  waiting for the agent's hello"
         if not n.hello.gpus:
             return f"[b]GPUs[/b]  none: {safe(n.hello.gpu_status or 'no GPUs', 120)}"
-        lines = ["[b]GPUs[/b]  util (5 min)                          temp   power        "
+        lines = ["[b]GPUs[/b]  busy (5 min)                          temp   power        "
                  "mem        SM clock  P  ECC c/u  XID  procs  clock events"]
+        sources: set[str] = set()
         values = n.gpu_values()
         for i in range(len(n.hello.gpus)):
             g = values[i] if i < len(values) else {}
@@ -77,17 +78,30 @@ class NodeScreen(Screen[None]):
             health = gpu_health(g)
             mark = "[$error]!![/]" if health == 1.0 else "[$warning]! [/]" if health else "  "
             events = ", ".join(e.replace("_", " ") for e in (g.get("clock_events") or [])) or "-"
+            busy, source = gpu_busy(g)
+            if source:
+                sources.add(source)
             lines.append(
                 f"{mark}{i:>1} [$heat-4]{sparkline([float(x) for x in hist], 30, 100.0):<30}[/] "
-                f"{_f(g.get('util'), '{:>4.0f}%', 0.01)}  {_f(g.get('temp'), '{:>3.0f}C')}  "
+                f"{_f(busy, '{:>4.0f}%', 0.01)}  {_f(g.get('temp'), '{:>3.0f}C')}  "
                 f"{_f(g.get('power'), '{:>4.0f}')}/{_f(g.get('power_limit'), '{:.0f}W')}  "
                 f"{_f(g.get('mem_used'), '{:>4.0f}', 2**30)}/"
                 f"{_f(g.get('mem_total'), '{:.0f}G', 2**30)}"
                 f"  {_f(g.get('sm_clock'), '{:>5.0f}', 1e6)}MHz  {_f(g.get('pstate'))}  "
                 f"{_f(g.get('ecc_corrected'))}/{_f(g.get('ecc_uncorrected'))}  "
                 f"{g.get('xid_total') or 0:>3}  {_f(g.get('procs')):>5}  {safe(events, 60)}")
+            for m in g.get("mig") or ():
+                active = " ".join(f"{label} {m[key] * 100:.0f}%" for key, label in (
+                    ("sm_active", "SM"), ("gr_active", "engine"), ("tensor_active", "tensor"))
+                    if isinstance(m.get(key), (int, float)))
+                lines.append(
+                    f"      MIG {m.get('gi')} {safe(str(m.get('profile') or '?'), 10):<10} "
+                    f"mem {_f(m.get('mem_used'), '{:.1f}', 2**30)}/"
+                    f"{_f(m.get('mem_total'), '{:.0f}G', 2**30)}  procs {_f(m.get('procs'))}"
+                    + (f"  {active}" if active else ""))
         lines.append(f"     {safe(n.hello.gpus[0].name or '', 40)}  driver "
-                     f"{safe(n.hello.driver_version or '-', 20)}")
+                     f"{safe(n.hello.driver_version or '-', 20)}  busy: "
+                     f"{', '.join(sorted(sources)) or '-'}")
         return "\n".join(lines)
 
     def _fabric(self) -> str:

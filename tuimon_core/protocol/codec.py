@@ -434,6 +434,11 @@ def _check_fields(values: dict[str, Any], spec: dict[str, str], where: str) -> N
             ok = t is list and all(type(s) is str and len(s) <= MAX_STR for s in value)
             if ok and not all(s.isprintable() for s in value):
                 values[key] = [clean(s) for s in value]
+        elif kind == "maplist":  # MIG instances: a short list of flat maps
+            ok = t is list and len(value) <= MAX_GPUS and all(type(m) is dict for m in value)
+            if ok:
+                for j, item in enumerate(value):
+                    _check_values(item, f"{where}.{key}[{j}]", depth=1)
         else:  # dict of str -> str
             ok = t is dict and all(type(s) is str for s in value.values())
             if ok and not all(k.isprintable() and s.isprintable() for k, s in value.items()):
@@ -452,6 +457,7 @@ _KIND_WORDS = {
     "str": f"a string of at most {MAX_STR} characters or nil",
     "strlist": "a list of strings or nil",
     "dict": "a map of strings or nil",
+    "maplist": f"a list of at most {MAX_GPUS} maps or nil",
 }
 
 

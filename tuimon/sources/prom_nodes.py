@@ -1,0 +1,90 @@
+"""Which machine a Prometheus series belongs to, whatever exporter wrote it.
+
+Exporters name the machine differently: tuimon's agent by `node`, dcgm-exporter by
+`Hostname` (2.x to 4.x; `hostname` in newer builds), which is the node's name on bare
+metal but the exporter pod's or container's name in some Kubernetes and Docker
+deployments; node_exporter by its scrape address `instance` (often an IP and port), with
+the real host name in `node_uname_info{nodename}`. So one GPU node would show as two (its
+GPUs under one name, its InfiniBand ports and NFS mounts under another). The order:
+
+1. the labels given with `--node-label` (or `node_labels` in the config), in order;
+2. `node`, `kubernetes_node`, `node_name` (tuimon's agent; Kubernetes relabelling of
+   `__meta_kubernetes_pod_node_name`, which is how a pod-network exporter is joined);
+3. `Hostname` or `hostname`, unless it names a pod or container (equal to the series'
+   `pod` label, a 12 or 64 hex character container id, or an exporter DaemonSet pod name
+   such as `nvidia-dcgm-exporter-ml2wh`);
+4. the host part of `instance`, replaced by node_exporter's `nodename` for the same
+   host (its `node_uname_info`), so dcgm-exporter on `10.0.0.5:9400` and node_exporter
+   on `10.0.0.5:9100` are one node;
+5. finally `--node-alias OLD=NEW` (`node_aliases` in the config) renames what is left,
+   and a fully qualified name becomes its short form when that short form is a node.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+BUILTIN_LABELS = ("node", "kubernetes_node", "node_name")
+HOSTNAME_LABELS = ("Hostname", "hostname")
+_CONTAINER_ID = re.compile(r"[0-9a-f]{12}|[0-9a-f]{64}")
+_EXPORTER_POD = re.compile(r".*(dcgm|exporter).*-[a-z0-9]{5}")
+_IP = re.compile(r"[0-9.]+|.*:.*")
+
+
+def instance_host(instance: str | None) -> str | None:
+    if not instance:
+        return None
+    if instance.startswith("["):
+        return instance[1:].split("]", 1)[0]
+    return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
+
+
+def names_a_pod(value: str, labels: dict[str, str]) -> bool:
+    return (value == labels.get("pod") or bool(_CONTAINER_ID.fullmatch(value))
+            or bool(_EXPORTER_POD.fullmatch(value)))
+
+
+class NodeNames:
+    """The resolver for one refresh: learn node_exporter's host names, then name series."""
+
+    def __init__(self, labels: Iterable[str] = (), aliases: dict[str, str] | None = None) -> None:
+        self.labels = tuple(labels)
+        self.aliases = dict(aliases or {})
+        self._by_host: dict[str, str] = {}
+
+    def learn_uname(self, series: Iterable[tuple[dict[str, str], float]]) -> None:
+        for labels, _ in series:
+            host = instance_host(labels.get("instance"))
+            name = labels.get("nodename")
+            if host and name:
+                self._by_host[host] = name
+
+    def of(self, labels: dict[str, str]) -> str | None:
+        name = self._raw(labels)
+        return self.aliases.get(name, name) if name is not None else None
+
+    def _raw(self, labels: dict[str, str]) -> str | None:
+        for key in (*self.labels, *BUILTIN_LABELS):
+            if labels.get(key):
+                return labels[key]
+        for key in HOSTNAME_LABELS:
+            value = labels.get(key)
+            if value and not names_a_pod(value, labels):
+                return value
+        host = instance_host(labels.get("instance"))
+        if host is None:
+            return None
+        return self._by_host.get(host, host)
+
+    @staticmethod
+    def short_forms(names: Iterable[str]) -> dict[str, str]:
+        """`gpu001.cluster.local` -> `gpu001` where `gpu001` is itself a node name."""
+        names = set(names)
+        out = {}
+        for name in names:
+            if "." in name and not _IP.fullmatch(name):
+                short = name.split(".", 1)[0]
+                if short in names:
+                    out[name] = short
+        return out
