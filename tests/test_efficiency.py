@@ -63,8 +63,9 @@ def test_sli_throughput_budget_and_a_straggler() -> None:
     sli, throughput = job.window(60, clock.now)
     # 6 ranks at 0.9 s and 2 at 1.08 s of compute in 1.2 s steps.
     assert sli == pytest.approx((6 * 0.9 + 2 * 1.08) / (8 * 1.2))
-    assert throughput == pytest.approx(80.0)  # 8 ranks x 10 samples a second
-    assert view.scaling_efficiency(job, throughput) == pytest.approx(80 / (8 * 5.0))
+    # 8 ranks x 10 samples a step of 1.2 s: by the steps' own clock, not the viewer's.
+    assert throughput == pytest.approx(8 * 10 / 1.2)
+    assert view.scaling_efficiency(job, throughput) == pytest.approx(8 * 10 / 1.2 / (8 * 5.0))
     burn = job.burn.burn_rates(clock.now)
     assert burn["5m"] == pytest.approx((1 - sli) / 0.1)
     assert job.burn.consumed_hours == pytest.approx(40 * 1.2 * (1 - sli) / 3600)
@@ -96,6 +97,6 @@ def test_mfu_from_flops_per_sample_and_the_gpus_peak() -> None:
         clock.now += 1.0
     job = view.jobs["j"]
     _, throughput = job.window(60, view.now)
-    assert throughput == pytest.approx(80.0)
-    assert view.mfu(job, throughput) == pytest.approx(80 * 6e12 / (8 * 989e12))
+    assert throughput == pytest.approx(8 * 10 / 1.2)
+    assert view.mfu(job, throughput) == pytest.approx(8 * 10 / 1.2 * 6e12 / (8 * 989e12))
     assert len(view.sli_series(job, 5)) == 5

@@ -85,3 +85,99 @@ async def test_a_steady_fault_is_in_every_snapshot_of_a_watch(
     seen = [a for a in lines[-1]["seen"] if a["kind"] == kind]
     assert seen and seen[0]["first_seen"] < seen[0]["last_seen"]
     assert code in (1, 2)
+
+
+# -- exit codes an on-call engineer can trust -------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_nothing_reached_is_unknown_not_ok() -> None:
+    dead = [f"127.0.0.1:{_free_port()}" for _ in range(3)]
+    code, out = await _status(*dead, "--json")
+    report = json.loads(out)
+    assert code == 3 and report["status"] == "unknown", out
+    assert report["nodes"]["unreached"] == 3 and report["nodes"]["up"] == 0
+    (alert,) = report["alerts"]
+    assert alert["kind"] == "unreached" and "connection refused" in alert["message"]
+    code, out = await _status(*dead)
+    assert code == 3 and out.startswith("UNKNOWN: nodes 0 up") and "3 never reached" in out
+
+
+async def test_some_nodes_down_is_critical(unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="healthy")
+    async with sim:
+        code, out = await _status(*sim.targets, f"127.0.0.1:{_free_port()}")
+    assert code == 2, out
+    assert "nodes 2 up / 0 stale / 0 down / 1 never reached" in out
+    assert "1 node never reached" in out
+
+
+async def test_a_node_whose_gpus_cannot_be_read_is_critical(unused_tcp_port_factory,
+                                                            tmp_path: Path) -> None:
+    """A real agent on this machine (no NVIDIA driver here) beside simulated GPU nodes:
+    a node with no GPUs and a reason, in a cluster of GPU nodes, is a fault; named as a
+    CPU node, it is not."""
+    port = _free_port()
+    agent = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{port}", "--no-steps",
+        "--node-name", "broken-gpu01", "--log-level", "warning", cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
+    sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="healthy")
+    try:
+        for _ in range(100):  # the agent up and serving
+            try:
+                _, w = await asyncio.open_connection("127.0.0.1", port)
+                w.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        async with sim:
+            code, out = await _status(*sim.targets, f"127.0.0.1:{port}", "--json")
+            report = json.loads(out)
+            kinds = {a["kind"]: a for a in report["alerts"]}
+            assert code == 2 and "gpu_init_failed" in kinds, out
+            assert kinds["gpu_init_failed"]["node"] == "broken-gpu01"
+            assert "NVML" in kinds["gpu_init_failed"]["message"]
+            code, out = await _status(*sim.targets, f"127.0.0.1:{port}",
+                                      "--cpu-nodes", "broken-gpu01")
+            assert code == 0, out
+    finally:
+        agent.terminate()
+        await agent.wait()
+
+
+async def test_a_job_below_its_slo_is_a_warning(unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="spine-imbalance", fault_at=0.0, nodes_per_leaf=2)
+    async with sim:
+        code, out = await _status(*sim.targets, "--json")
+    report = json.loads(out)
+    job = report["jobs"]["llm-pretrain"]
+    assert job["sli_1m"] < 0.9 and code == 1, out
+    assert any(a["kind"] == "burn_ticket" for a in report["alerts"])
+
+
+async def test_a_one_shot_status_says_the_same_every_time(unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="healthy")
+    async with sim:
+        reports = []
+        for _ in range(4):
+            code, out = await _status(*sim.targets, "--json")
+            reports.append(json.loads(out))
+        _code, out = await _status(*sim.targets, "--watch", "3", "--json")
+        reports.append(json.loads(out.splitlines()[-1]))
+    jobs = [r["jobs"].get("llm-pretrain") for r in reports]
+    assert all(j is not None and j["sli_1m"] is not None for j in jobs), jobs
+    rates = [j["samples_per_s"] for j in jobs]
+    assert max(rates) / min(rates) < 1.15, rates
+    assert all(abs(j["sli_1m"] - jobs[0]["sli_1m"]) < 0.03 for j in jobs), jobs

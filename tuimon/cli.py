@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import re
 import sys
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -56,9 +57,11 @@ def _target_options(p: argparse.ArgumentParser) -> None:
                    help="ask for samples at most every S seconds (slower links)")
     p.add_argument("--topology", metavar="F",
                    help="Slurm topology.conf: group the fabric map by leaf switch")
-    p.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s",
+    p.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=RATE",
                    help="provisioned throughput of a shared file system, e.g. "
-                        "/lustre/scratch=400")
+                        "/lustre/scratch=400GB/s")
+    p.add_argument("--cpu-nodes", metavar="HOSTLIST", default="",
+                   help="nodes known to have no GPU (login nodes): no GPU there is no fault")
 
 
 def _view_options(p: argparse.ArgumentParser) -> None:
@@ -138,7 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     prom.add_argument("--name", default="cluster", help="cluster name shown in the header")
     prom.add_argument("--topology", metavar="F",
                       help="Slurm topology.conf: group nodes by leaf switch")
-    prom.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=GB/s")
+    prom.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=RATE")
+    prom.add_argument("--cpu-nodes", metavar="HOSTLIST", default="",
+                      help="nodes known to have no GPU: no GPU there is no fault")
     _view_options(prom)
     _slo_options(prom)
     rep = sub.add_parser("replay", help="play a recording back in the app: space pauses, "
@@ -236,7 +241,8 @@ def _run_app(cluster: ClusterState, feed: Feed,
              before: Callable[[], Awaitable[None]] | None = None,
              after: Callable[[], Awaitable[None]] | None = None,
              record: str | None = None,
-             wall: Callable[[], float] | None = None) -> int:
+             wall: Callable[[], float] | None = None,
+             cpu_nodes: frozenset[str] = frozenset()) -> int:
     from tuimon.sources.recording import RecordingWriter
     from tuimon.ui.app import TuimonApp
 
@@ -257,7 +263,7 @@ def _run_app(cluster: ClusterState, feed: Feed,
     try:
         TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
                   provisioned=provisioned, slo=slo[0], baselines=slo[1],
-                  flops_per_sample=slo[2], wall=wall).run()
+                  flops_per_sample=slo[2], wall=wall, cpu_nodes=cpu_nodes).run()
     finally:
         if writer is not None:
             writer.close()
@@ -265,16 +271,25 @@ def _run_app(cluster: ClusterState, feed: Feed,
     return 0
 
 
+_RATE_UNITS = {"": 1e9, "g": 1e9, "gb": 1e9, "gb/s": 1e9, "t": 1e12, "tb": 1e12,
+               "tb/s": 1e12, "m": 1e6, "mb": 1e6, "mb/s": 1e6, "gib/s": 2**30,
+               "tib/s": 2**40}
+
+
 def _provisioned(items: list[str]) -> dict[str, float]:
+    """`MOUNT=400`, `MOUNT=400GB/s`, `MOUNT=3.2 TB/s`, `MOUNT=500MB/s` (default GB/s)."""
     out = {}
     for item in items:
         mount, sep, value = item.rpartition("=")
+        m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z/]*)\s*", value)
+        scale = _RATE_UNITS.get(m.group(2).lower()) if m else None
+        if not sep or not mount or m is None or scale is None:
+            raise TargetError(f"--provisioned {item!r}: expected MOUNT=RATE, e.g. "
+                              "/lustre/scratch=400GB/s (GB/s, TB/s or MB/s; GB/s if none)")
         try:
-            out[mount] = float(value) * 1e9
+            out[mount] = float(m.group(1)) * scale
         except ValueError:
-            raise TargetError(f"--provisioned {item!r}: expected MOUNT=GB/s") from None
-        if not sep or not mount:
-            raise TargetError(f"--provisioned {item!r}: expected MOUNT=GB/s")
+            raise TargetError(f"--provisioned {item!r}: {m.group(1)!r} is not a number") from None
     return out
 
 
@@ -313,8 +328,13 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], St
     items = list(args.targets)
     if args.targets_file:
         items += read_targets_file(args.targets_file)
+    # `http://host:port` (as a browser or curl would have it) means host:port; https and
+    # wss mean TLS too.
+    if any(str(i).startswith(("https://", "wss://")) for i in [*items, *args.relay]):
+        args.tls = True
+    items = [_strip_scheme(i) for i in items]
     targets = parse_targets(items)
-    relays = parse_targets(args.relay, DEFAULT_RELAY_PORT)
+    relays = parse_targets([_strip_scheme(r) for r in args.relay], DEFAULT_RELAY_PORT)
     if not targets and not relays:
         raise TargetError("no targets: give host[:port] arguments, --relay HOST or "
                           "--targets-file")
@@ -334,10 +354,24 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], St
                                           subscribe=subscribe)
 
 
+def _cpu_nodes(args: argparse.Namespace) -> frozenset[str]:
+    text = getattr(args, "cpu_nodes", "") or ""
+    return frozenset(expand_hostlists([text])) if text else frozenset()
+
+
+def _strip_scheme(item: str) -> str:
+    for scheme in ("https://", "http://", "wss://", "ws://"):
+        if item.startswith(scheme):
+            return item[len(scheme):].split("/", 1)[0]
+    return item
+
+
 def _cluster_config(args: argparse.Namespace) -> Any:
     from tuimon import config
 
     path = Path(args.config).expanduser() if args.config else None
+    if path is not None and not path.exists():
+        raise TargetError(f"--config {args.config}: file not found")
     clusters = config.load(path)
     if args.cluster not in clusters:
         known = ", ".join(sorted(clusters)) or "none"
@@ -382,6 +416,8 @@ def _apply_config(args: argparse.Namespace) -> None:
         args.node_label = [str(x) for x in c.get("node_labels", [])] + args.node_label
         args.node_alias = [f"{k}={v}" for k, v in c.get("node_aliases", {}).items()] + \
             args.node_alias
+    if hasattr(args, "cpu_nodes") and not args.cpu_nodes and c.get("cpu_nodes"):
+        args.cpu_nodes = str(c.get("cpu_nodes"))
     if getattr(args, "theme", None) is None and c.get("theme"):
         args.theme = c.get("theme")
     if args.name == "cluster":
@@ -429,7 +465,8 @@ def _status(args: argparse.Namespace) -> int:
                                   topology=_topology(args.topology,
                                                      getattr(args, "leaves", None)),
                                   provisioned=_provisioned(args.provisioned), slo=slo,
-                                  baselines=baselines, as_json=args.json, name=args.name))
+                                  baselines=baselines, as_json=args.json, name=args.name,
+                                  cpu_nodes=_cpu_nodes(args)))
 
 
 def _connect_app(args: argparse.Namespace) -> int:
@@ -439,7 +476,8 @@ def _connect_app(args: argparse.Namespace) -> int:
     for t in [*targets, *relays]:
         cluster.add_target(t)
     return _run_app(cluster, _agent_feed(targets, options, relays), args.theme, topology,
-                    _provisioned(args.provisioned), _slo(args), record=args.record)
+                    _provisioned(args.provisioned), _slo(args), record=args.record,
+                    cpu_nodes=_cpu_nodes(args))
 
 
 async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
@@ -504,7 +542,8 @@ def _prom(args: argparse.Namespace) -> int:
     if args.plain:
         return asyncio.run(_watch(cluster, feed, args.once, args.record))
     return _run_app(cluster, feed, args.theme, _topology(args.topology),
-                    _provisioned(args.provisioned), _slo(args), record=args.record)
+                    _provisioned(args.provisioned), _slo(args), record=args.record,
+                    cpu_nodes=_cpu_nodes(args))
 
 
 def _demo_app(args: argparse.Namespace) -> int:

@@ -49,6 +49,7 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     "slo_target": (int, float), "slo_hours": (int, float), "slo_days": (int, float),
     "baselines": dict, "flops_per_sample": dict, "provisioned": dict, "name": str,
     "relay": str, "prometheus": str, "match": str, "node_labels": list, "node_aliases": dict,
+    "cpu_nodes": str,
 }
 
 

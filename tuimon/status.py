@@ -1,5 +1,11 @@
 """`tuimon status`: one snapshot of the cluster, or a watch, as text or JSON, with an exit
-code a monitoring system understands: 0 ok, 1 warning, 2 critical."""
+code a monitoring system understands (Nagios' convention): 0 ok, 1 warning, 2 critical,
+3 unknown (no node could be reached at all).
+
+A one-shot status waits for what it needs before it judges: two samples from every node
+that answers (or that node's failure), and, from every node that reports training
+steps, step sums twice, within a bound. Nodes never reached by then count as down,
+with the reason."""
 
 from __future__ import annotations
 
@@ -10,14 +16,16 @@ import time
 from typing import Any
 
 from tuimon.model.cluster import ClusterState
-from tuimon.model.diagnosis import Diagnosis, Finding, sort_key
+from tuimon.model.diagnosis import Diagnosis, Finding, sort_key, unreached
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.protocol.text import clean_lines
 
-EXIT = {"ok": 0, "warning": 1, "critical": 2}
+EXIT = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
+FIRST_VERDICT_S = 5.0  # at most this long for every node's first two samples
+STEPS_WAIT_S = 5.0  # and then at most this long for step sums from every reporting node
 
 
 def level(findings: list[Finding]) -> str:
@@ -31,7 +39,10 @@ def level(findings: list[Finding]) -> str:
 def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
            worst_seen: str) -> dict[str, Any]:
     now = eff.now
-    counts = cluster.counts()
+    # Down means lost: a node never reached is counted apart (connecting or refused).
+    counts = {"up": 0, "stale": 0, "down": 0, "unreached": 0}
+    for n in cluster.nodes.values():
+        counts["unreached" if n.last_seen is None else n.status] += 1
     hottest = []
     for n in cluster.nodes.values():
         for i, g in enumerate(n.gpu_values()):
@@ -42,7 +53,10 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         sli, throughput = job.window(60, now)
         used = job.burn.consumed_hours if job.burn else 0.0
         burn = job.burn.burn_rates(now) if job.burn else {}
+        age = job.age(now)
         jobs[job.job] = {"world": job.world, "sli_1m": sli, "samples_per_s": throughput,
+                         "ranks_reporting": job.ranks_reporting(now, 60.0),
+                         "steps_age_s": None if age is None else round(age, 1),
                          "budget_hours": eff.slo.budget_hours,
                          "budget_left_hours": eff.slo.remaining_hours(used),
                          "burn_rate_5m": burn.get("5m"), "burn_rate_1h": burn.get("1h"),
@@ -59,15 +73,26 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
     }
 
 
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def format_text(r: dict[str, Any]) -> str:
     n = r["nodes"]
+    extra = f" / {n['unreached']} never reached" if n.get("unreached") else ""
     lines = [f"{r['status'].upper()}: nodes {n['up']} up / {n['stale']} stale / "
-             f"{n['down']} down, {r['gpus']} GPUs; hottest: {', '.join(r['hottest_gpus']) or '-'}"]
+             f"{n['down']} down{extra}, {r['gpus']} GPUs; hottest: "
+             f"{', '.join(r['hottest_gpus']) or '-'}"]
     for name, j in r["jobs"].items():
         sli = f"{j['sli_1m']:.2f}" if j["sli_1m"] is not None else "-"
-        burn = f"{j['burn_rate_5m']:.1f}x" if j["burn_rate_5m"] is not None else "-"
-        lines.append(f"job {name} ({j['world']} ranks): SLI {sli}, "
-                     f"{j['samples_per_s'] or 0:,.0f} samples/s, budget "
+        burn = " ".join(f"{w} {j[f'burn_rate_{w}']:.1f}x" for w in ("5m", "1h")
+                        if j.get(f"burn_rate_{w}") is not None) or "-"
+        ranks = (f"{j['ranks_reporting']} of {j['world']} ranks reporting"
+                 if j["ranks_reporting"] < j["world"] else plural(j["world"], "rank"))
+        stale = (f", no step reports for {j['steps_age_s']:.0f} s"
+                 if (j["steps_age_s"] or 0) > 30 else "")
+        rate = f"{j['samples_per_s']:,.0f} samples/s" if j["samples_per_s"] else "- samples/s"
+        lines.append(f"job {name} ({ranks}{stale}): SLI {sli}, {rate}, budget "
                      f"{j['budget_left_hours']:.1f} of {j['budget_hours']:.0f} h left, "
                      f"burn {burn}" + (f"; stragglers: {', '.join(j['stragglers'])}"
                                        if j["stragglers"] else ""))
@@ -84,34 +109,34 @@ def format_text(r: dict[str, Any]) -> str:
 async def run_status(targets: list[str], options: StreamOptions, *, watch: float,
                      relays: list[str] | None = None,
                      topology: dict[str, str], provisioned: dict[str, float], slo: Slo,
-                     baselines: dict[str, float], as_json: bool, name: str) -> int:
+                     baselines: dict[str, float], as_json: bool, name: str,
+                     cpu_nodes: frozenset[str] = frozenset()) -> int:
     cluster = ClusterState(name)
     eff = EfficiencyView(slo, baselines)
     storage = StorageView(provisioned)
-    diagnosis = Diagnosis(topology)
+    diagnosis = Diagnosis(topology, cpu_nodes=cpu_nodes)
     worst = "ok"
     seen: dict[tuple[object, ...], Finding] = {}  # every finding of the watch
     async with watching(targets, cluster, options, relays=relays or []):
-        # Two samples from every node (or 5 s) before the first verdict.
-        deadline = time.monotonic() + max(5.0, watch)
-        first = time.monotonic() + 5.0
-        while time.monotonic() < first and not all(
-                n.sample is not None and n.sample.seq >= 2 for n in cluster.nodes.values()):
-            await asyncio.sleep(0.2)
+        deadline = time.monotonic() + max(FIRST_VERDICT_S, watch)
+        await _first_samples(cluster, eff)
         while True:
             cluster.refresh_ages()
             storage.update(cluster)
             eff.update(cluster)
             findings = diagnosis.update(cluster, eff, storage)
+            final = not watch or time.monotonic() >= deadline
+            findings = findings + _unreached(cluster, final)
             for f in findings:
                 before = seen.get(f.key)
                 seen[f.key] = f if before is None else dataclasses.replace(
                     f, first_seen=before.first_seen)
             now_level = level(findings)
+            if not any(n.last_seen is not None for n in cluster.nodes.values()):
+                now_level = "unknown"  # reached nothing: no verdict is possible
             if EXIT[now_level] > EXIT[worst]:
                 worst = now_level
             r = report(cluster, eff, findings, worst if watch else now_level)
-            final = not watch or time.monotonic() >= deadline
             if watch and as_json:
                 # JSON Lines: one snapshot a second, then the last one with every finding
                 # seen during the watch (first and last seen).
@@ -129,3 +154,36 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
                 print(f"[{time.strftime('%H:%M:%S')}] " + format_text(r).splitlines()[0],
                       flush=True)
             await asyncio.sleep(1.0)
+
+
+async def _first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
+    """Wait for what a verdict needs: two samples from every node that answers (or its
+    failure), then step sums twice from every node that reports steps; both bounded."""
+    start = time.monotonic()
+    while time.monotonic() - start < FIRST_VERDICT_S and not all(
+            (n.sample is not None and n.sample.seq >= 2) or n.status in ("stale", "down")
+            for n in cluster.nodes.values()):
+        await asyncio.sleep(0.2)
+    counted: dict[str, int] = {}
+    steps_deadline = time.monotonic() + STEPS_WAIT_S
+    while time.monotonic() < steps_deadline:
+        for n in cluster.nodes.values():
+            if n.pending_steps:
+                counted[n.target] = counted.get(n.target, 0) + 1
+        eff.update(cluster)  # takes the pending sums: counted above, credited here
+        reporting = [n for n in cluster.nodes.values()
+                     if n.status == "up" and n.sample is not None and "steps" in n.sample.extra]
+        # Nobody reporting yet may be a long first step: wait for it, within the bound.
+        if reporting and all(counted.get(n.target, 0) >= 2 for n in reporting):
+            return
+        await asyncio.sleep(0.25)
+
+
+def _unreached(cluster: ClusterState, final: bool) -> list[Finding]:
+    """At the end, nodes still connecting were never reached either: down, with why."""
+    waiting = [n for n in cluster.nodes.values() if n.status == "connecting"]
+    if not final or not waiting:
+        return []
+    for n in waiting:
+        n.reason = n.reason or "no answer within the snapshot"
+    return [unreached(waiting, "not reached within the snapshot")]

@@ -46,7 +46,13 @@ class Finding:
             if self.port is not None:
                 return f"{self.node} {self.port}"
             return self.node
-        return self.leaf or self.fs or self.job or self.kind
+        if self.leaf or self.fs or self.job:
+            return self.leaf or self.fs or self.job or ""
+        if self.nodes:
+            from tuimon_core.hostlist import collect_hostlist
+
+            return collect_hostlist(self.nodes)
+        return self.kind
 
     @property
     def key(self) -> tuple[object, ...]:

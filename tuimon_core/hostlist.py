@@ -96,3 +96,12 @@ def expand_hostlists(items: Iterable[str], limit: int = MAX_TARGETS) -> list[str
     for item in items:
         out.extend(hostlist.expand_hostlist(item))
     return out
+
+
+def collect_hostlist(names: Iterable[str]) -> str:
+    """`gpu001 gpu002 gpu003 gpu007` -> `gpu[001-003,007]` (python-hostlist)."""
+    names = list(names)
+    try:
+        return str(hostlist.collect_hostlist(names))
+    except Exception:  # an odd name the library cannot group: list them
+        return ",".join(names)

@@ -15,10 +15,11 @@ import statistics
 import time
 from collections.abc import Callable
 
-from tuimon.model.cluster import ClusterState
+from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
 from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
+from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.node_rules import CRITICAL_XIDS, NodeRules
 
 __all__ = ["CRITICAL_XIDS", "SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
@@ -26,15 +27,33 @@ __all__ = ["CRITICAL_XIDS", "SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"
 CONGESTED_WAIT = 1e4  # xmit_wait ticks/s: sustained above this, senders starve
 OUTLIER_FACTOR = 10.0  # a port or leaf this many times its peers' median stands out
 DROP_POINTS = 0.10
+RECOVER_POINTS = 0.03  # a drop clears once the SLI is back within this of where it was
+
+
+def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
+    """Nodes the viewer never heard from, as one finding with their names as a host list
+    and the reason (the same for all, usually)."""
+    names = sorted(n.name for n in nodes)
+    reasons = {n.reason for n in nodes if n.reason}
+    why = reasons.pop() if len(reasons) == 1 else (
+        "no answer yet" if not reasons else f"{len(reasons)} different reasons")
+    count = f"{len(names)} node{'s' if len(names) != 1 else ''}"
+    return Finding("critical", "unreached", f"{count} {what}: {collect_hostlist(names)} "
+                   f"({why})", nodes=tuple(names))
 
 
 class Diagnosis:
     def __init__(self, topology: dict[str, str] | None = None,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 cpu_nodes: set[str] | frozenset[str] = frozenset()) -> None:
         self.topology = dict(topology or {})
+        # Nodes known to have no GPU (login nodes): no GPU there is no fault.
+        self.cpu_nodes = frozenset(cpu_nodes)
         self.findings: list[Finding] = []
         self.book = FindingBook()
         self._rules: dict[str, NodeRules] = {}
+        # job -> (the SLI it dropped from, when): the drop stands until the SLI is back.
+        self._drops: dict[str, tuple[float, float]] = {}
         self._wall = wall
 
     def update(self, cluster: ClusterState, eff: EfficiencyView,
@@ -45,6 +64,7 @@ class Diagnosis:
         out += [Finding("critical", "scrape_failed", reason, node=node, target=target)
                 for target, (node, reason) in cluster.scrape_failures.items()]
         out += self._node_local(cluster, now)
+        out += self._gpu_init(cluster)
         out += self._congestion(cluster)
         out += self._storage(storage)
         out += self._stragglers(eff)
@@ -55,10 +75,34 @@ class Diagnosis:
     # -- rules -------------------------------------------------------------------------
 
     def _nodes(self, cluster: ClusterState) -> list[Finding]:
-        return [Finding("critical", "node_lost",
-                        f"{n.name} {n.status}: {n.reason or 'no frames'}", node=n.name,
-                        score=0.5)
-                for n in cluster.nodes.values() if n.status in ("stale", "down")]
+        out = [Finding("critical", "node_lost",
+                       f"{n.name} {n.status}: {n.reason or 'no frames'}", node=n.name,
+                       score=0.5)
+               for n in cluster.nodes.values()
+               if n.status in ("stale", "down") and n.last_seen is not None]
+        never = [n for n in cluster.nodes.values()
+                 if n.status in ("stale", "down") and n.last_seen is None]
+        if never:  # one finding: twenty thousand lines would say less
+            out.append(unreached(never))
+        return out
+
+    def _gpu_init(self, cluster: ClusterState) -> list[Finding]:
+        """A node whose agent sees no GPU, with a reason (NVML failed to start, the driver
+        is gone), is a fault unless it is known to be a CPU node. Where the NVML library is
+        simply not installed, it is one only if other nodes of the cluster have GPUs."""
+        gpus_elsewhere = any(n.gpu_count for n in cluster.nodes.values())
+        out = []
+        for n in cluster.nodes.values():
+            h = n.hello
+            if (n.status != "up" or h is None or h.gpus or not h.gpu_status
+                    or n.name in self.cpu_nodes):
+                continue
+            if "Library Not Found" in h.gpu_status and not gpus_elsewhere:
+                continue  # most likely a CPU-only cluster or node: nothing says otherwise
+            out.append(Finding("critical", "gpu_init_failed",
+                               f"{n.name}: no GPUs seen: {h.gpu_status}", node=n.name,
+                               score=0.6))
+        return out
 
     def _node_local(self, cluster: ClusterState, now: float) -> list[Finding]:
         out: list[Finding] = []
@@ -186,13 +230,23 @@ class Diagnosis:
                 break  # the most urgent condition is enough
             short, _ = job.window(60, now)
             long, _ = job.window(3600, now)
-            if short is None or long is None or long - short < DROP_POINTS:
+            drop = self._drops.get(job.job)
+            if drop is None:
+                if short is None or long is None or long - short < DROP_POINTS:
+                    continue
+                drop = self._drops[job.job] = (long, now)
+            elif short is None:
+                continue  # no step reports now: the strip says so; the drop is not judged
+            elif short >= drop[0] - RECOVER_POINTS and short >= eff.slo.target:
+                del self._drops[job.job]  # back where it was, and within the SLO
                 continue
+            # The 1 h level absorbs a drop that lasts: compare with where it dropped from.
             causes = sorted((f for f in signals if f.score > 0), key=lambda f: -f.score)[:3]
             because = "; likely: " + " > ".join(f"{c.kind} {c.where}" for c in causes) \
                 if causes else ""
+            since = time.strftime("%H:%M", time.localtime(drop[1]))
             out.append(Finding("critical", "efficiency_drop",
-                               f"{job.job} SLI {short:.2f} vs {long:.2f} over 1 h{because}",
-                               job=job.job))
+                               f"{job.job} SLI {short:.2f}, down from {drop[0]:.2f} since "
+                               f"{since}{because}", job=job.job))
         return out
 

@@ -46,25 +46,33 @@ class JobState:
     rank_compute: dict[int, deque[tuple[float, float]]] = field(default_factory=dict)
     rank_where: dict[int, tuple[str, int | None]] = field(default_factory=dict)
     stragglers: list[Straggler] = field(default_factory=list)
+    rank_last: dict[int, float] = field(default_factory=dict)  # rank -> last credited
+    last_update: float | None = None  # when steps last arrived
 
     def window(self, seconds: float, now: float) -> tuple[float | None, float | None]:
-        """(SLI, samples/s) over the last `seconds`."""
+        """(SLI, samples/s) over the last `seconds`.
+
+        Throughput is samples over the run time the step reports cover (rank-seconds over
+        the world size), not over the time the viewer happened to watch: it reads the
+        same whether the viewer ticked once or sixty times, one-shot or watching."""
         wall = compute = 0.0
-        samples = n = 0
-        first = now
+        samples = 0
         for ts, w, c, s in reversed(self.history):
             if ts < now - seconds:
                 break
             wall += w
             compute += c
             samples += s
-            n += 1
-            first = ts
         if wall <= 0:
             return None, None
-        # n updates stand for n intervals of training: spread the span accordingly.
-        span = (now - first) * n / (n - 1) if n > 1 and now > first else 1.0
-        return compute / wall, samples / span
+        ranks = self.world or max(1, len(self.rank_last))
+        return compute / wall, samples / (wall / ranks)
+
+    def ranks_reporting(self, now: float, within: float) -> int:
+        return sum(1 for ts in self.rank_last.values() if ts >= now - within)
+
+    def age(self, now: float) -> float | None:
+        return None if self.last_update is None else max(0.0, now - self.last_update)
 
 
 class EfficiencyView:
@@ -110,6 +118,7 @@ class EfficiencyView:
                 acc.compute += job.compute
                 acc.samples += job.samples
                 for r in job.ranks:
+                    state.rank_last[r.rank] = now
                     if r.steps:
                         q = state.rank_compute.setdefault(r.rank, deque())
                         q.append((now, r.compute / r.steps))
@@ -125,6 +134,7 @@ class EfficiencyView:
                     break
         for job, acc in sums.items():
             state = self.jobs[job]
+            state.last_update = now
             state.history.append((now, acc.wall, acc.compute, acc.samples))
             if isinstance(state.burn, BurnTracker) and state.world:
                 state.burn.add(now, acc.wall / state.world, acc.compute / state.world)

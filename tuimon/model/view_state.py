@@ -24,6 +24,7 @@ class ViewState:
     filter_text: str = ""
     sort: str = "name"
     topology: dict[str, str] = field(default_factory=dict)  # node name -> leaf switch
+    cpu_nodes: frozenset[str] = frozenset()  # known to have no GPU
     _pattern: re.Pattern[str] | None = None
 
     def set_filter(self, text: str) -> None:

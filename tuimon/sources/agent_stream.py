@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import ssl
 from collections.abc import AsyncIterator, Callable
@@ -307,9 +308,17 @@ async def watching(targets: list[str], cluster: StreamSink,
 
 
 def describe_error(exc: BaseException) -> str:
-    """A connection failure in words for the node's reason column."""
+    """A connection failure in words for the node's reason column (`connection refused`,
+    not Python's `Connect call failed ('10.0.0.5', 9477)`)."""
     if isinstance(exc, aiohttp.ClientConnectorError):
-        return f"cannot connect: {exc.os_error.strerror or exc.os_error}"
+        err = exc.os_error
+        errno_ = getattr(err, "errno", None)
+        if errno_ and errno_ > 0:
+            return f"cannot connect: {os.strerror(errno_).lower()}"
+        text = str(getattr(err, "strerror", None) or err)
+        if "Connect call failed" in text:
+            return "cannot connect: connection refused"
+        return f"cannot connect: {text}"
     if isinstance(exc, asyncio.TimeoutError):
         return "timed out"
     return str(exc) or type(exc).__name__

@@ -436,7 +436,8 @@ class PromSource:
             hello = Hello(node=name, agent_version=f"prometheus via tuimon {__version__}",
                           boot_id=None, interval=self.options.every, ts=ts, gpus=gpus_info,
                           families=["gpu", "host", "fabric", "storage", "steps"],
-                          gpu_status=None if gpus_info else "no GPU series in Prometheus",
+                          # No GPU series is not a failure: the host may have none.
+                          gpu_status=None,
                           extra={"ports": [{"id": p["id"], "rate": p.get("rate")}
                                            for p in n.ports.values()],
                                  "filesystems": [{"id": f["id"], "fstype": f["fstype"],

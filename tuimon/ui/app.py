@@ -129,19 +129,20 @@ class TuimonApp(App[None]):
                  baselines: dict[str, float] | None = None,
                  flops_per_sample: dict[str, float] | None = None,
                  wall: Callable[[], float] | None = None,
-                 diagnosis: Diagnosis | None = None) -> None:
+                 diagnosis: Diagnosis | None = None,
+                 cpu_nodes: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.clock_text = clock_text
         self.cluster = cluster
         self._make_sources = sources
         self._tasks: list[asyncio.Task[None]] = []
-        self.view = ViewState(topology=dict(topology or {}))
+        self.view = ViewState(topology=dict(topology or {}), cpu_nodes=cpu_nodes)
         self.storage = StorageView(provisioned)
         # `wall`: the clock windows are kept on; the demo passes its simulated one.
         self.efficiency = EfficiencyView(slo, baselines, flops_per_sample=flops_per_sample,
                                          **({"wall": wall} if wall is not None else {}))
         self.job_index = 0
-        self.diagnosis = diagnosis or Diagnosis(topology)
+        self.diagnosis = diagnosis or Diagnosis(topology, cpu_nodes=cpu_nodes)
         self.refresh_every = refresh
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()

@@ -138,7 +138,14 @@ class HeatmapView(ScrollView, can_focus=True):
     def _cell_count(self, node: NodeState) -> int:
         if self.kind == "fabric":
             return len(node.hello.extra.get("ports", [])) if node.hello else 0
-        return node.gpu_count
+        return node.gpu_count or (1 if self._gpus_missing(node) else 0)
+
+    def _gpus_missing(self, node: NodeState) -> bool:
+        """The agent sees no GPU and says why, on a node not known to be GPU-less: one
+        failed cell, so the tile is not blank."""
+        h = node.hello
+        return (h is not None and not h.gpus and bool(h.gpu_status)
+                and node.name not in self.view.cpu_nodes)
 
     def _tile_width(self) -> int:
         return 2 if self.folded else NAME_W + 1 + self._hm_cells + GAP
@@ -248,6 +255,8 @@ class HeatmapView(ScrollView, can_focus=True):
             info = {p["id"]: p for p in node.hello.extra.get("ports", [])} if node.hello else {}
             ports = (node.sample.extra.get("fabric") or {}).get("ports") or []
             return [metric.level(p, info.get(p["id"])) for p in ports]
+        if self._gpus_missing(node):
+            return [FAILED]
         infos = node.hello.gpus if node.hello else []
         return [metric.level(g, infos[i] if i < len(infos) else None)
                 for i, g in enumerate(node.gpu_values())]

@@ -15,6 +15,7 @@ from tuimon.model.storage import StorageView
 from tuimon.ui.text import rate, safe, size, sparkline
 
 SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$success"}
+STALE_STEPS_S = 15.0  # a job whose steps stopped this long ago is shown as stale
 
 
 class HeaderBar(Static):
@@ -92,11 +93,21 @@ class SloStrip(Static):
             mfu = eff.mfu(state, throughput)
             spark = sparkline(eff.sli_series(state, 30), 30, 1.0)
             which = f" [{selected + 1}/{len(jobs)}, J: next]" if len(jobs) > 1 else ""
-            line = (f" [b]{safe(state.job, 24)}[/b]{which} ({state.world} ranks)  "
+            reporting = state.ranks_reporting(now, 60.0)
+            ranks = (f"[$warning]{reporting} of {state.world} ranks[/]"
+                     if reporting < state.world else
+                     f"{state.world} rank{'s' if state.world != 1 else ''}")
+            age = state.age(now)
+            stale = age is not None and age > STALE_STEPS_S
+            if stale:  # old inputs say so: no silent numbers from before the outage
+                status = f"[$warning]no step reports for {age:.0f} s[/]"
+            elif reporting < state.world and not firing:
+                status = "[$warning]degraded[/]"  # a rank is silent: not "ok"
+            line = (f" [b]{safe(state.job, 24)}[/b]{which} ({ranks})  "
                     f"[{sli_color}]SLI[/] [$heat-4]{spark}[/] {sli_text}  {effic}"
                     + (f"  MFU [b]{mfu:.2f}[/b]" if mfu is not None else "")
-                    + f"  {throughput or 0:,.0f} samples/s"
-                    f"  budget{_budget_scope(state.burn)} [$heat-4]{bar}[/] "
+                    + (f"  {throughput:,.0f} samples/s" if throughput else "  - samples/s")
+                    + f"  budget{_budget_scope(state.burn)} [$heat-4]{bar}[/] "
                     f"{left:.1f}/{eff.slo.budget_hours:.0f} h"
                     f"{empty}  burn {burn_text or '-'} {status}")
             if state.stragglers:
@@ -107,7 +118,9 @@ class SloStrip(Static):
             if width < 150:  # one short line: the numbers an on-call engineer needs first
                 line = (f" [b]{safe(state.job, 16)}[/b] [{sli_color}]SLI[/] "
                         f"{sli_text.split('  ')[0]}  {left:.1f} h left  burn "
-                        f"{burn_text.split(' ')[-1] if burn_text else '-'}")
+                        f"{burn_text.split(' ')[-1] if burn_text else '-'}"
+                        + (f"  {status}" if stale or "PAGE" in status or "TICKET" in status
+                           else ""))
             lines.append(line)
         self.update("\n".join(lines))
 
