@@ -24,6 +24,7 @@ from agent.security import (
 from agent.serve import serve
 from tuimon_core.ports import DEFAULT_PORT, DEFAULT_RELAY_PORT
 from tuimon_core.protocol.messages import Sample
+from tuimon_core.protocol.text import clean_lines
 from tuimon_core.version import __version__
 
 log = logging.getLogger("tuimon.agent")
@@ -310,6 +311,8 @@ def once_report(agent: NodeAgent, sample: Sample) -> dict[str, Any]:
         "driver_version": hello.driver_version,
         "gpu_status": hello.gpu_status or ("ok" if hello.gpus else "no GPUs"),
         "inventory": [g.to_wire() for g in hello.gpus],
+        "ports": hello.extra.get("ports") or [],
+        "fabric_status": hello.extra.get("fabric_status"),
         "sample": sample.to_wire(),
     }
 
@@ -347,7 +350,57 @@ def format_once(report: dict[str, Any]) -> str:
         f"{_fmt(h.get('mem_total'), 2**30, '', 1)} GiB, up {_fmt(h.get('uptime'), 3600, ' h', 1)}")
     for field, reason in sorted((h.get("errors") or {}).items()):
         lines.append(f"  host {field}: {reason}")
-    return "\n".join(lines)
+    lines += _once_fabric(report, sample.get("fabric") or {})
+    lines += _once_storage(sample.get("storage") or {})
+    # Names come from /sys, /proc and NVML: nothing raw reaches the terminal.
+    return clean_lines("\n".join(lines))
+
+
+def _rate(v: Any) -> str:
+    if v is None:
+        return "-"
+    for unit, scale in (("GB/s", 1e9), ("MB/s", 1e6), ("kB/s", 1e3)):
+        if v >= scale:
+            return f"{v / scale:.1f} {unit}"
+    return f"{v:.0f} B/s"
+
+
+def _once_fabric(report: dict[str, Any], fabric: dict[str, Any]) -> list[str]:
+    ports = fabric.get("ports") or []
+    if not ports:
+        return [f"fabric: no ports ({report.get('fabric_status') or 'none found'})"]
+    info = {p["id"]: p for p in report.get("ports") or []}
+    lines = [f"{'port':<14} {'state':<8} {'rate':>10} {'tx':>11} {'rx':>11} "
+             f"{'xmit_wait/s':>12}  errors"]
+    for p in ports:
+        errors = ", ".join(f"+{n} {k}" for k, n in sorted((p.get("errors_inc") or {}).items())
+                           if n) or "-"
+        lines.append(f"{p['id']:<14} {(p.get('state_name') or '-'):<8} "
+                     f"{_rate(info.get(p['id'], {}).get('rate')):>10} "
+                     f"{_rate(p.get('tx_bytes_s')):>11} {_rate(p.get('rx_bytes_s')):>11} "
+                     f"{_fmt(p.get('xmit_wait_s')):>12}  {errors}")
+    for n in fabric.get("nics") or []:
+        lines.append(f"{n['id']:<14} {(n.get('operstate') or '-'):<8} {'':>10} "
+                     f"{_rate(n.get('tx_bytes_s')):>11} {_rate(n.get('rx_bytes_s')):>11}")
+    return lines
+
+
+def _once_storage(storage: dict[str, Any]) -> list[str]:
+    lines = []
+    for f in storage.get("filesystems") or []:
+        used = (f"{_fmt(f['size'] - f['free'], 1e12, ' TB', 1)} / "
+                f"{_fmt(f['size'], 1e12, ' TB', 1)}"
+                if f.get("size") and f.get("free") is not None else "-")
+        lines.append(f"{f['id']:<24} {f.get('fstype', '-'):<7} "
+                     f"read {_rate(f.get('read_bytes_s')):>10} "
+                     f"write {_rate(f.get('write_bytes_s')):>10}  used {used}"
+                     + (f"  {f['error']}" if f.get("error") else ""))
+    for d in storage.get("disks") or []:
+        lines.append(f"{d['id']:<24} {d.get('kind', '-'):<7} "
+                     f"read {_rate(d.get('read_bytes_s')):>10} "
+                     f"write {_rate(d.get('write_bytes_s')):>10}  busy "
+                     f"{_fmt(d.get('busy'), 0.01, '%')}")
+    return lines or ["storage: no file systems or disks found"]
 
 
 def _sim(args: argparse.Namespace) -> int:

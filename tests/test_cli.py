@@ -50,3 +50,87 @@ def test_bad_interval_is_a_clear_error() -> None:
     out = _run("once", "--interval", "0")
     assert out.returncode == 2
     assert "interval must be between" in out.stderr
+
+
+def _wait_port(port: int, timeout: float = 20.0) -> None:
+    import socket
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port}")
+
+
+def test_a_second_agent_is_refused_and_the_first_keeps_its_telemetry(tmp_path: Path) -> None:
+    import socket
+
+    from agent.reporter import StepReporter
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    sock = str(tmp_path / "steps.sock")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "agent", "run", "--listen", f"127.0.0.1:{port}",
+         "--steps-socket", sock, "--log-level", "warning"], cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.DEVNULL)
+    try:
+        _wait_port(port)
+        for args in ([f"127.0.0.1:{port}", "--steps-socket", str(tmp_path / "other.sock")],
+                     [f"127.0.0.1:{port + 1}", "--steps-socket", sock]):
+            second = subprocess.run(
+                [sys.executable, "-m", "agent", "run", "--listen", *args], cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                timeout=30)
+            assert second.returncode == 2, second.stderr
+            assert "in use" in second.stderr and "Traceback" not in second.stderr
+        reporter = StepReporter("train", 0, 1, socket_path=sock)
+        reporter.report(1.0, 0.5)
+        assert reporter.sent == 1 and Path(sock).exists()
+    finally:
+        first.terminate()
+        first.wait(10)
+    assert not Path(sock).exists()  # the first removes its own on the way out
+
+
+def test_a_second_demo_takes_free_ports_and_says_so() -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        base = s.getsockname()[1] // 4 * 4 % 50000 + 10000
+    first = subprocess.Popen(
+        [sys.executable, "-m", "tuimon.cli", "demo", "--nodes", "2", "--gpus", "1",
+         "--base-port", str(base), "--plain"], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        _wait_port(base + 1)
+        second = subprocess.run(
+            [sys.executable, "-m", "tuimon.cli", "demo", "--nodes", "2", "--gpus", "1",
+             "--base-port", str(base), "--once"], cwd=ROOT, capture_output=True, text=True,
+            timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        first.terminate()
+        first.wait(10)
+    assert second.returncode == 0, second.stderr
+    assert "are in use" in second.stderr
+    assert "nodes up 2" in second.stdout and "sim-node000" in second.stdout
+
+
+def test_once_text_shows_ports_file_systems_and_disks(tmp_path: Path) -> None:
+    from tests.trees import diskstats_line, unttar, write
+
+    root = write_proc(tmp_path)
+    unttar((ROOT / "tests/fixtures/real/sysfs_infiniband_mlx5_0.ttar").read_text(), root)
+    write(root / "proc/self/mounts", "/dev/md0 /data xfs rw 0 0\n")
+    (root / "data").mkdir()
+    write(root / "proc/diskstats", diskstats_line(259, 0, "nvme0n1", reads=5, rsect=8))
+    out = _run("once", "--interval", "0.2", "--root", str(root), "--node-name", "n1")
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "mlx5_0:1" in text and "ACTIVE" in text  # the port, from a real mlx5 tree
+    assert "/data" in text and "xfs" in text and "nvme0n1" in text

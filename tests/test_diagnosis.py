@@ -56,7 +56,7 @@ def test_link_down_flapping_symbol_errors_gpu_faults_and_lost_nodes() -> None:
     assert ("ecc", "gpu002 GPU 1", "critical") in found
     assert ("remap", "gpu002 GPU 1", "critical") in found
     assert ("gpu_failed", "gpu002 GPU 2", "critical") in found
-    assert ("unreached", "c", "critical") in found  # never seen: not lost, unreached
+    assert ("unreached", "c:1", "critical") in found  # never seen: not lost, unreached
 
 
 def test_an_efficiency_drop_names_the_likely_causes_in_order() -> None:

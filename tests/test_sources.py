@@ -106,7 +106,9 @@ def test_demo_once_prints_the_simulated_cluster(unused_tcp_port: int) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["connect"], "no targets"),
     (["connect", "gpu[3-1]"], "bad host list"),
-    (["connect", "a:1", "--provisioned", "oops"], "expected MOUNT=GB/s"),
+    (["connect", "a:1", "--provisioned", "oops"], "expected MOUNT=RATE"),
+    (["connect", "a:1", "--provisioned", "/x=4 PB/s"], "expected MOUNT=RATE"),
+    (["--config", "/nonexistent/tuimon.toml", "--cluster", "x"], "file not found"),
     (["connect", "a:1", "--topology", "/nonexistent/topology.conf"], "No such file"),
     (["connect", "a:1", "--slo-target", "1.5"], "SLO target must be between 0 and 1"),
     (["connect", "a:1", "--baseline", "job=fast"], "expected JOB=SAMPLES/S"),

@@ -172,7 +172,7 @@ async def test_a_one_shot_status_says_the_same_every_time(unused_tcp_port_factor
     async with sim:
         reports = []
         for _ in range(4):
-            code, out = await _status(*sim.targets, "--json")
+            _, out = await _status(*sim.targets, "--json")
             reports.append(json.loads(out))
         _code, out = await _status(*sim.targets, "--watch", "3", "--json")
         reports.append(json.loads(out.splitlines()[-1]))

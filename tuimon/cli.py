@@ -546,10 +546,22 @@ def _prom(args: argparse.Namespace) -> int:
                     cpu_nodes=_cpu_nodes(args))
 
 
+def _demo_ports(args: argparse.Namespace) -> None:
+    from agent.sim.cluster import free_port_block
+
+    base = free_port_block("127.0.0.1", args.base_port, args.nodes)
+    if base != args.base_port:
+        print(f"tuimon demo: ports {args.base_port}-{args.base_port + args.nodes - 1} are in "
+              f"use (another demo?); the simulated nodes listen on {base}-"
+              f"{base + args.nodes - 1}", file=sys.stderr)
+        args.base_port = base
+
+
 def _demo_app(args: argparse.Namespace) -> int:
     from agent.sim.cluster import SimCluster
     from agent.sim.io_model import LUSTRE_MOUNT
 
+    _demo_ports(args)
     sim = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port, seed=args.seed,
                      scenario=args.scenario, fault_at=args.fault_at, speed=args.speed)
     if args.truth:
@@ -573,6 +585,7 @@ async def _connect(args: argparse.Namespace) -> int:
 async def _demo(args: argparse.Namespace) -> int:
     from agent.sim.cluster import SimCluster
 
+    _demo_ports(args)
     cluster = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port,
                          seed=args.seed, scenario=args.scenario, fault_at=args.fault_at,
                          speed=args.speed)

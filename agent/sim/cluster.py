@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -213,6 +214,26 @@ class SimCluster:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def ports_free(host: str, base: int, count: int) -> bool:
+    for port in range(base, base + count):
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                return False
+    return True
+
+
+def free_port_block(host: str, base: int, count: int) -> int:
+    """`base` if its `count` ports are free, else the next block of them that is (a
+    second demo beside a running one gets ports of its own instead of watching the
+    first one's agents under the wrong names)."""
+    for start in range(base, 65536 - count, count):
+        if ports_free(host, start, count):
+            return start
+    raise OSError(f"no {count} free ports on {host} from {base}")
 
 
 async def serve_forever(cluster: SimCluster) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from tuimon.model.heat import gpu_busy
 from tuimon.model.step_credit import merge_steps
+from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol import Event, Hello, Sample
 from tuimon_core.protocol.text import clean
 from tuimon_core.timing import DOWN_AFTER
@@ -93,6 +94,13 @@ class NodeState:
         return (self.sample.gpus or []) if self.sample is not None else []
 
 
+def _name_of(target: str) -> str:
+    """What to call a node before its hello says: the host, or host:port when the port
+    is not the agent's (several agents on one address, as the simulator runs them)."""
+    host, sep, port = target.rpartition(":")
+    return host if sep and port == str(DEFAULT_PORT) else target
+
+
 class ClusterState:
     """All nodes and events; the one object views draw from."""
 
@@ -111,7 +119,7 @@ class ClusterState:
     def add_target(self, target: str) -> NodeState:
         node = self.nodes.get(target)
         if node is None:
-            node = self.nodes[target] = NodeState(target, clean(target.rsplit(":", 1)[0]))
+            node = self.nodes[target] = NodeState(target, clean(_name_of(target)))
             self.version += 1
         return node
 

@@ -202,12 +202,14 @@ class HeatmapView(ScrollView, can_focus=True):
     def render_line(self, y: int) -> Strip:
         li = y + self.scroll_offset.y
         if li >= len(self._hm_lines):
-            return Strip.blank(self.size.width)
+            # Every segment has a style: Textual's monochrome filter (NO_COLOR) reads it.
+            return Strip.blank(self.size.width, self._style("name"))
         key = self._key(li)
         cached = self._hm_strips.get(li)
         if cached is not None and cached[0] == key:
             return cached[1]
-        strip = self._draw(self._hm_lines[li]).adjust_cell_length(self.size.width)
+        strip = self._draw(self._hm_lines[li]).adjust_cell_length(self.size.width,
+                                                                  self._style("name"))
         self._hm_strips[li] = (key, strip)
         return strip
 
@@ -240,11 +242,11 @@ class HeatmapView(ScrollView, can_focus=True):
                                       else f"fault-{fault}" if fault else "name"))
             # By cells, not characters: a wide (CJK) name must not push the row over.
             segments.append(Segment(set_cell_size(node.name, NAME_W), name_style))
-            segments.append(Segment(" "))
+            segments.append(Segment(" ", self._style("name")))
             for level in levels:
                 segments.append(Segment(self._glyph(node, level), self._cell_style(node, level)))
             pad = self._hm_cells - len(levels) + GAP
-            segments.append(Segment(" " * pad))
+            segments.append(Segment(" " * pad, self._style("name")))
         return Strip(segments)
 
     def _levels(self, node: NodeState) -> list[int]:
