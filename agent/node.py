@@ -87,7 +87,7 @@ class NodeAgent:
         self._monotonic = monotonic
         self._wall = wall
         self.files = files or FileTree(config.root)
-        self.gpu = GpuCollector(nvml_loader)
+        self.gpu = GpuCollector(nvml_loader, self.files)
         self.host = HostCollector(self.files)
         self.fabric = FabricCollector(self.files)
         self.storage = StorageCollector(self.files, config.storage)

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from agent.collectors.processes import ProcessNames, processes
+from agent.files import FileTree
 from agent.rates import RateTracker
 from tuimon_core.protocol.fields import CLOCK_EVENT_REASONS
 from tuimon_core.protocol.messages import Event, GpuInfo
@@ -116,8 +118,11 @@ class _Reader:
 class GpuCollector:
     """Reads every GPU of the node; one GPU's failure never stops the others."""
 
-    def __init__(self, nvml_loader: Callable[[], Any] = load_nvml) -> None:
+    def __init__(self, nvml_loader: Callable[[], Any] = load_nvml,
+                 files: FileTree | None = None) -> None:
         self._loader = nvml_loader
+        # /proc under the agent's root, to name the processes on each GPU.
+        self._names = ProcessNames(files) if files is not None else None
         self.nvml: Any = None
         self.status: str | None = "NVML not initialised yet"
         self.driver_version: str | None = None
@@ -334,6 +339,8 @@ class GpuCollector:
         if procs is not None:
             v["procs"] = len(procs)
             v["proc_mem"] = _proc_memory(procs)
+            if self._names is not None and procs:
+                v["processes"] = processes(procs, self._names)
         else:
             v["procs"] = v["proc_mem"] = None
 
@@ -382,6 +389,8 @@ class GpuCollector:
                 "procs": len(procs) if procs is not None else None,
                 "proc_mem": _proc_memory(procs) if procs is not None else None,
             }
+            if procs and self._names is not None:
+                entry["processes"] = processes(procs, self._names)
             if mr.errors:
                 entry["errors"] = mr.errors
             instances.append(entry)

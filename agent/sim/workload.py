@@ -40,6 +40,10 @@ class NodeTrouble:
 
 
 _NO_TROUBLE = NodeTrouble()
+# Who the simulated job runs as, and its Slurm job id, for the per-GPU process view.
+SIM_UID = 4021
+SIM_PASSWD = "root:x:0:0:root:/root:/bin/bash\nana:x:4021:4021::/home/ana:/bin/bash\n"
+SIM_SLURM_JOB = 812345
 
 
 @dataclass
@@ -157,7 +161,25 @@ class SimNodeModel:
             "proc/meminfo": self._meminfo,
             "proc/uptime": self._uptime,
             "proc/sys/kernel/random/boot_id": lambda: self.boot_id + "\n",
+            "etc/passwd": lambda: SIM_PASSWD,
+            **{f"proc/{pid}/{name}": (lambda rank=rank, pid=pid, name=name:
+                                      self._proc_file(pid, rank, name))
+               for rank, pid in enumerate(self._pids)
+               for name in ("stat", "status", "cmdline", "cgroup")},
         }
+
+    def _proc_file(self, pid: int, rank: int, name: str) -> str:
+        """One rank's process as the kernel shows it: a Slurm job's task under cgroup v2."""
+        if name == "stat":
+            return (f"{pid} (python3) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 "
+                    f"12 0 {int(self.uptime0 * 100)} 0 0\n")
+        if name == "status":
+            return f"Name:\tpython3\nUid:\t{SIM_UID}\t{SIM_UID}\t{SIM_UID}\t{SIM_UID}\n"
+        if name == "cmdline":
+            return "\0".join(["python3", "-u", "pretrain.py", "--config",
+                              "configs/70b.yaml", f"--local-rank={rank}"]) + "\0"
+        return (f"0::/system.slice/slurmstepd.scope/job_{SIM_SLURM_JOB}/step_0/user/"
+                f"task_{rank}\n")
 
     def _stat(self) -> str:
         now = self.clock()

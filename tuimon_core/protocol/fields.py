@@ -128,11 +128,17 @@ GPU_FIELDS: tuple[Field, ...] = (
           "tuimon_gpu_xid_errors", counter=True),
     Field("last_xid", "int", "code", "the most recent XID code seen, nil when none",
           "tuimon_gpu_last_xid", dcgm=(Dcgm("DCGM_FI_DEV_XID_ERRORS"),)),
+    Field("processes", "maplist", "processes", "the compute processes (at most 16, the "
+          "largest memory users first), each a map: `pid`, `mem` (bytes of GPU memory), "
+          "and where /proc tells: `user`, `command`, `job` (Slurm job id, from the "
+          "cgroup), `pod_uid`, `namespace` and `pod` (Kubernetes), `container` (12 "
+          "characters of its id) and `runtime` (containerd, crio, docker)"),
     Field("mig_mode", "int", "0/1", "1 when the GPU is partitioned into MIG instances",
           "tuimon_gpu_mig_mode"),
     Field("mig", "maplist", "instances", "MIG instances, each a map: `gi` (GPU instance id), "
           "`ci` (compute instance id or nil), `profile` (e.g. `2g.20gb`), `uuid`, "
-          "`mem_used`, `mem_total` (bytes), `procs`, and where known `gr_active`, "
+          "`mem_used`, `mem_total` (bytes), `procs`, `processes` (as the GPU's), and where "
+          "known `gr_active`, "
           "`sm_active`, `tensor_active`, `dram_active` (ratios); the GPU's own values "
           "stand for the whole GPU (memory summed, power once)"),
     Field("failed", "str", "reason", "set when the GPU could not be read at all (e.g. GPU lost)"),
