@@ -53,7 +53,7 @@ async def test_cursor_moves_with_arrows_and_hjkl_and_enter_opens_the_node() -> N
         title = str(app.screen.query_one("#node-title").render())
         assert "sim-node002" in title and "up" in title
         gpus = str(app.screen.query_one("#node-gpus").render())
-        assert "NVIDIA H" in gpus and "MHz" in gpus
+        assert "NVIDIA H" in gpus and "procs" in gpus
         fabric = str(app.screen.query_one("#node-fabric").render())
         assert "mlx5_0:1" in fabric and "ACTIVE" in fabric
         await pilot.press("escape")
@@ -83,6 +83,14 @@ async def test_filter_by_regex_and_clear() -> None:
         assert "filter /node00[1-3]/" in str(app.query_one("#legend").render())
         await pilot.press("escape")
         assert len(heat._hm_order) == 16
+        # The host-list syntax used everywhere else, and a leaf switch's name.
+        await pilot.press("slash", *"sim-node[008-010,015]", "enter")
+        assert [n.name for n in heat._hm_order] == [
+            "sim-node008", "sim-node009", "sim-node010", "sim-node015"]
+        leaf = app.view.topology["sim-node003"]
+        await pilot.press("escape", "slash", *leaf, "enter")
+        assert {n.name for n in heat._hm_order} == {
+            n for n, lf in app.view.topology.items() if lf == leaf}
 
 
 async def test_bad_filter_is_refused_with_the_reason() -> None:
@@ -196,7 +204,7 @@ async def test_a_stopped_node_goes_stale_and_comes_back_in_the_app(
             await until(lambda: "0 stale" in str(app.query_one("#header").render()))
 
 
-@pytest.mark.parametrize("size", [(200, 50), (80, 24)])
+@pytest.mark.parametrize("size", [(200, 50), (80, 24), (120, 40), (250, 60)])
 def test_snapshot_main_screen(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
     app = asyncio.run(make_app(32))
     assert snap_compare(app, terminal_size=size)
@@ -207,9 +215,10 @@ def test_snapshot_fabric_map(snap_compare) -> None:  # type: ignore[no-untyped-d
     assert snap_compare(app, terminal_size=(160, 40), press=["tab", "2"])
 
 
-def test_snapshot_node_screen(snap_compare) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("size", [(160, 50), (80, 24)])
+def test_snapshot_node_screen(snap_compare, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
     app = asyncio.run(make_app(8))
-    assert snap_compare(app, terminal_size=(160, 50), press=["right", "enter"])
+    assert snap_compare(app, terminal_size=size, press=["right", "enter"])
 
 
 def test_control_characters_in_names_are_escaped() -> None:
@@ -253,3 +262,178 @@ async def test_job_selector_cycles_the_efficiency_strip() -> None:
         await pilot.press("J")
         strip = str(app.query_one("#slo").render())
         assert "beta" in strip and "[2/2, J: next]" in strip
+
+
+def rendered_lines(widget) -> list[str]:  # type: ignore[no-untyped-def]
+    """What a widget shows, line by line, as the terminal gets it."""
+    from textual.geometry import Region
+
+    size = widget.size
+    return [strip.text for strip in widget.render_lines(Region(0, 0, size.width, size.height))]
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (100, 30), (120, 40), (160, 45),
+                                          (200, 50), (250, 60)])
+async def test_every_width_lays_out_without_wrapping(width: int, height: int) -> None:
+    app = await make_app(32)
+    async with app.run_test(size=(width, height)) as pilot:
+        now = app.efficiency.now
+        job = app.efficiency._job("llm-pretrain-70b-long-name")
+        job.world = 256
+        job.history.extend((now - 60 + i, 8.0, 5.6, 256) for i in range(60))
+        app.tick()
+        await pilot.pause()
+        # One line each: a wrapped header or strip would push the map down a line.
+        for widget_id in ("#header", "#slo", "#legend"):
+            widget = app.query_one(widget_id)
+            assert widget.size.height == 1, (widget_id, widget.size)
+            assert widget.size.width == width
+        # Every panel line fits its width, cut with an ellipsis where it must be.
+        for widget_id in ("#header", "#slo", "#legend", "#storage", "#events"):
+            for line in rendered_lines(app.query_one(widget_id)):
+                assert len(line.rstrip()) <= width
+        header = rendered_lines(app.query_one("#header"))[0]
+        assert "32 up" in header and ":00:00" in header  # counts and clock survive at 80
+        slo = rendered_lines(app.query_one("#slo"))[0]
+        assert "burn" in slo
+        diag = app.query_one("#diagnosis")
+        assert diag.size.height >= 3  # the diagnosis always has room
+        # The map is as tall as its rows, never taller: no blank rows above the findings.
+        heat = app.active_map
+        assert heat.size.height <= max(2, len(heat._hm_lines))
+
+
+async def test_node_screen_keys_do_not_move_the_map_below() -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("right", "enter")
+        assert isinstance(app.screen, NodeScreen)
+        heat = app.map_views()[0] if hasattr(app, "map_views") else app.query_one("#gpu-map")
+        before = (heat.current.name, heat.metric.key, app.view.sort, app.view.reverse,
+                  app.view.filter_text)
+        await pilot.press("right", "down", "l", "j", "3", "s", "S", "tab", "J")
+        assert isinstance(app.screen, NodeScreen) and app.screen.node.name == "sim-node001"
+        after = (heat.current.name, heat.metric.key, app.view.sort, app.view.reverse,
+                 app.view.filter_text)
+        assert after == before
+        assert heat.display and not app.query_one("#fabric-map").display
+        await pilot.press("escape")
+        assert app.active_map.current.name == "sim-node001"
+
+
+async def test_node_screen_lists_each_gpus_processes_with_their_job() -> None:
+    app = await make_app(4)
+    async with app.run_test(size=(200, 50)) as pilot:
+        await pilot.press("enter")
+        gpus = str(app.screen.query_one("#node-gpus").render())
+        assert "MHz" in gpus  # wide: clocks, P-state, ECC, XIDs
+        rows = [ln for ln in gpus.splitlines() if "slurm job" in ln]
+        assert len(rows) == 8  # one process per GPU in the simulated job
+        assert all("ana" in r and "pretrain.py" in r and "slurm job 812345" in r
+                   for r in rows)
+        assert "--local-rank=3" in rows[3]
+
+
+async def test_a_down_node_says_why_first() -> None:
+    app = await make_app(4)
+    victim = next(n for n in app.cluster.nodes.values() if n.name == "sim-node002")
+    app.cluster.mark_stale(victim.target, "connection refused by 127.0.0.1:9477")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("right", "right", "enter")
+        assert app.screen.node is victim
+        why = app.screen.query_one("#node-why")
+        assert why.display
+        text = str(why.render())
+        assert "connection refused by 127.0.0.1:9477" in text
+        assert "last values" in text or "last ones received" in text
+
+
+async def test_tab_keeps_the_selected_node_on_the_other_map() -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(160, 40)) as pilot:
+        await pilot.press("right", "right", "right", "down")
+        chosen = app.active_map.current
+        await pilot.press("tab")
+        assert app.active_map.kind == "fabric"
+        assert app.active_map.current is chosen
+        await pilot.press("tab")
+        assert app.active_map.current is chosen
+
+
+async def test_sort_reverses_with_shift_s() -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("3", "s")
+        heat = app.active_map
+        hottest = heat._hm_order[0]
+        await pilot.press("S")
+        assert heat._hm_order[-1] is hottest and heat._hm_order[0] is not hottest
+        assert "sorted by temp \u2191" in str(app.query_one("#legend").render())
+        await pilot.press("s")  # back to names, still reversed
+        assert heat._hm_order[0].name == "sim-node015"
+
+
+async def test_help_fits_80x24_names_J_and_scrolls() -> None:
+    app = await make_app(4)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        box = app.screen.query_one("VerticalScroll")
+        assert box.size.width <= 80 and box.outer_size.height <= 24
+        text = str(app.screen.query_one("Static").render())
+        assert "J " in text and "next job" in text and "reverse" in text
+        assert all(len(line) <= 76 for line in text.splitlines())
+        await pilot.press("escape")
+        await pilot.press("J")  # one job or none: a visible answer, not silence
+        await pilot.pause()
+        assert any("job" in str(n.message) for n in app._notifications)
+
+
+async def test_replay_keys_are_in_the_help() -> None:
+    from tuimon.sources.recording import ReplayControl
+    from tuimon.ui.app import ReplayApp
+
+    cluster, _ = await seeded_cluster(4)
+    app = ReplayApp(cluster, ReplayControl(), 60.0, refresh=3600)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("question_mark")
+        text = str(app.screen.query_one("Static").render())
+        assert "Replay" in text and "pause" in text and "faster" in text
+
+
+async def test_findings_grouped_and_opened_from_the_diagnosis_pane() -> None:
+    cluster, sim = await seeded_cluster(20, gpus=2)
+    for m in sim.members[1:18]:
+        cluster.mark_stale(m.target, "connection refused")
+    diagnosis, _ = judged(cluster)
+    app = TuimonApp(cluster, refresh=3600, diagnosis=diagnosis)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        pane = app.query_one("#diagnosis")
+        lost = [g for g in pane.groups if g.kind == "node_lost"]
+        assert len(lost) == 1, [g.text for g in pane.groups]
+        assert lost[0].text.startswith("17 nodes lost: sim-node[001-017]")
+        await pilot.press("f")
+        assert pane.has_focus
+        # Open the first line: 17 nodes, so the map is filtered to them.
+        pane.highlighted = 1 + pane.groups.index(lost[0])
+        await pilot.press("enter")
+        await pilot.pause()
+        assert len(app.active_map._hm_order) == 17
+        assert "filter /sim-node[001-017]/" in str(app.query_one("#legend").render())
+
+
+async def test_a_finding_on_one_node_opens_that_node() -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        pane = app.query_one("#diagnosis")
+        index = next(i for i, g in enumerate(pane.groups) if len(g.nodes) == 1)
+        node_name = pane.groups[index].nodes[0]
+        await pilot.press("f")
+        pane.highlighted = index + 1
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, NodeScreen) and app.screen.node.name == node_name
+        await pilot.press("escape")
+        assert app.active_map.current.name == node_name

@@ -64,8 +64,13 @@ async def test_cluster_from_the_config_file_and_flags_win(tmp_path: Path,
     async with sim:
         code, out, err = await _tuimon("--config", str(f), "--cluster", "lab", "status",
                                        "--json")
-        assert code == 0, err
-        assert json.loads(out)["nodes"]["up"] == 2
+        report = json.loads(out)
+        assert report["nodes"]["up"] == 2
+        # The file's SLO applies: the healthy job's ~0.91 is below 0.95, so it burns its
+        # budget and the status is a warning (exit 1), not ok.
+        assert report["jobs"]["llm-pretrain"]["sli_1m"] < 0.95
+        assert code == 1 and report["status"] == "warning", err
+        assert any(a["kind"].startswith("burn_") for a in report["alerts"])
         code, out, err = await _tuimon("--config", str(f), "--cluster", "lab", "status",
                                        sim.targets[0], "--json")
         assert json.loads(out)["nodes"]["up"] == 1  # the flag's targets win

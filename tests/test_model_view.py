@@ -56,8 +56,15 @@ def test_folded_node_level_worst_for_health_mean_for_util() -> None:
 
 
 def test_filter_text_and_regex() -> None:
-    view = ViewState()
+    # Brackets are a host list first, as everywhere else in tuimon...
+    view = ViewState(known_names=frozenset({"gpu011", "gpu012", "gpu021"}))
     view.set_filter("gpu0[12]")
+    assert view._names == {"gpu012"}
+    # ...and a regular expression when no node has one of the listed names.
+    view.set_filter("gpu0[12]1")
+    assert view._pattern is not None and view._pattern.search("gpu011")
+    assert view._pattern.search("gpu021") and not view._pattern.search("gpu012")
+    view.set_filter("gpu0")
     assert view._pattern is not None and view._pattern.search("gpu011")
     with pytest.raises(FilterError, match="bad filter"):
         view.set_filter("gpu[")

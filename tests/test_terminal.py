@@ -79,3 +79,31 @@ def test_plain_outputs_escape_hostile_names(args: list[str]) -> None:
                               capture_output=True, text=True, timeout=60, check=False)
     text = proc.stdout + proc.stderr
     assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
+
+
+@pytest.mark.parametrize("env,term", [
+    ({"NO_COLOR": "1"}, "xterm-256color"),  # Textual's monochrome filter
+    ({"TERM": "dumb"}, "xterm-256color"),  # no colour, no capabilities claimed
+    ({}, "xterm-16color"),  # the 16 ANSI colours: themes mapped down
+], ids=["NO_COLOR", "TERM=dumb", "16-colours"])
+def test_the_demo_draws_in_plain_terminals(env: dict[str, str], term: str) -> None:
+    need_tmux()
+    with Tmux([str(BIN / "tuimon"), "demo", "--nodes", "8", "--scenario", "hot-node"],
+              width=100, height=30, env=env, term=term) as t:
+        t.wait_for(lambda s: "sim-node000" in s and "diagnosis" in s, timeout=60,
+                   what="the map and the diagnosis")
+        t.keys("Enter")
+        t.wait_for(lambda s: "GPUs" in s and "fabric" in s, what="the node screen")
+        # A key right after escape would arrive as alt+key: wait between them.
+        t.keys("Escape")
+        time.sleep(0.5)
+        t.keys("?")
+        t.wait_for(lambda s: "Moving" in s, what="the help")
+        t.keys("Escape")
+        time.sleep(0.5)
+        t.keys("t")  # another theme, mapped to what the terminal has
+        time.sleep(1.5)
+        screen = t.screen()
+        assert not t.dead(), screen
+        assert "Traceback" not in screen and "Error" not in screen, screen
+        assert screen.splitlines()[0].lstrip().startswith("tuimon"), screen

@@ -18,7 +18,7 @@ from typing import Any
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding, sort_key, unreached
 from tuimon.model.efficiency import EfficiencyView
-from tuimon.model.slo import Slo
+from tuimon.model.slo import Slo, burn_text
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.protocol.text import clean_lines
@@ -53,6 +53,7 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         sli, throughput = job.window(60, now)
         used = job.burn.consumed_hours if job.burn else 0.0
         burn = job.burn.burn_rates(now) if job.burn else {}
+        firing = job.burn.firing(now) if job.burn else []
         age = job.age(now)
         jobs[job.job] = {"world": job.world, "sli_1m": sli, "samples_per_s": throughput,
                          "ranks_reporting": job.ranks_reporting(now, 60.0),
@@ -60,6 +61,11 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                          "budget_hours": eff.slo.budget_hours,
                          "budget_left_hours": eff.slo.remaining_hours(used),
                          "burn_rate_5m": burn.get("5m"), "burn_rate_1h": burn.get("1h"),
+                         "burn_rates": burn,
+                         "burn": burn_text(burn, firing),
+                         "burn_alert": ({"severity": firing[0][0], "long": firing[0][1],
+                                         "short": firing[0][2], "threshold": firing[0][3]}
+                                        if firing else None),
                          "stragglers": [f"{s.node} GPU {s.gpu} x{s.ratio:.2f}"
                                         for s in job.stragglers]}
     return {
@@ -85,8 +91,7 @@ def format_text(r: dict[str, Any]) -> str:
              f"{', '.join(r['hottest_gpus']) or '-'}"]
     for name, j in r["jobs"].items():
         sli = f"{j['sli_1m']:.2f}" if j["sli_1m"] is not None else "-"
-        burn = " ".join(f"{w} {j[f'burn_rate_{w}']:.1f}x" for w in ("5m", "1h")
-                        if j.get(f"burn_rate_{w}") is not None) or "-"
+        burn = j["burn"]
         ranks = (f"{j['ranks_reporting']} of {j['world']} ranks reporting"
                  if j["ranks_reporting"] < j["world"] else plural(j["world"], "rank"))
         stale = (f", no step reports for {j['steps_age_s']:.0f} s"

@@ -110,6 +110,9 @@ class ClusterState:
         self.nodes: dict[str, NodeState] = {}
         self.events: deque[ClusterEvent] = deque(maxlen=MAX_EVENTS)
         self.version = 0
+        # Bumped when a node comes, goes or says hello (its name and GPU count): what
+        # a map's layout depends on, apart from its own sort and filter.
+        self.layout_version = 0
         self.protocol_errors = 0
         # job -> the relay ledger's budget summary (batch.budget), when watching a relay.
         self.budgets: dict[str, dict[str, Any]] = {}
@@ -121,6 +124,7 @@ class ClusterState:
         if node is None:
             node = self.nodes[target] = NodeState(target, clean(_name_of(target)))
             self.version += 1
+            self.layout_version += 1
         return node
 
     def claim(self, source: str, relay: str) -> bool:
@@ -136,6 +140,7 @@ class ClusterState:
         """Drop a target that turned out not to be a node (a relay's own address)."""
         if self.nodes.pop(target, None) is not None:
             self.version += 1
+            self.layout_version += 1
 
     # -- sources call these -------------------------------------------------------
 
@@ -164,6 +169,9 @@ class ClusterState:
         node = self.add_target(target)
         rebooted = node.hello is not None and hello.boot_id and node.hello.boot_id not in (
             None, hello.boot_id)
+        if node.hello is None or node.name != hello.node or \
+                len(node.hello.gpus) != len(hello.gpus):
+            self.layout_version += 1
         node.hello = hello
         node.name = hello.node
         n = len(hello.gpus)

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.slo import burn_text
 from tuimon.model.storage import StorageView
 from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
 from tuimon_core.hostlist import collect_hostlist
@@ -219,15 +220,14 @@ class Diagnosis:
         out = []
         now = eff.now
         for job in eff.jobs.values():
-            for severity, long_w, short_w, threshold in (job.burn.firing(now)
-                                                         if job.burn else []):
-                rate = job.burn.burn_rates(now)[long_w] or 0.0
+            firing = job.burn.firing(now) if job.burn else []
+            if firing:  # the most urgent condition is enough
+                severity = firing[0][0]
                 out.append(Finding("critical" if severity == "page" else "warning",
                                    f"burn_{severity}",
-                                   f"{job.job} burns its error budget at {rate:.1f}x over "
-                                   f"{long_w} and {short_w} (threshold {threshold:.1f}x, "
-                                   f"{severity})", job=job.job))
-                break  # the most urgent condition is enough
+                                   f"{job.job} burns its error budget: burn "
+                                   f"{burn_text(job.burn.burn_rates(now), firing)}",
+                                   job=job.job))
             short, _ = job.window(60, now)
             long, _ = job.window(3600, now)
             drop = self._drops.get(job.job)

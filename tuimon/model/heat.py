@@ -71,7 +71,7 @@ def gpu_health(v: dict[str, Any], info: Any = None) -> float | None:
 
 
 GPU_METRICS: tuple[HeatMetric, ...] = (
-    HeatMetric("util", "GPU busy (SM active where DCGM gives it, else utilization)",
+    HeatMetric("util", "GPU busy (SM active, else utilization)",
                ("0 %", "100 %"), lambda v, i: gpu_busy(v)[0]),
     HeatMetric("mem", "memory used", ("0 %", "100 %"),
                lambda v, i: _ratio(v.get("mem_used"), v.get("mem_total"))),
@@ -122,17 +122,66 @@ FABRIC_METRICS: tuple[HeatMetric, ...] = (
 )
 
 
-def node_level(metric: HeatMetric, gpus: list[dict[str, Any]], infos: list[Any]) -> int:
-    """One cell for a whole node (folded view): failed wins, else the worst GPU for
-    health and temperature, the mean for the rest."""
-    if not gpus:
-        return NO_DATA
-    levels = [metric.level(g, infos[i] if i < len(infos) else None) for i, g in enumerate(gpus)]
+# Metrics where the worst cell speaks for a folded node; the rest fold to their mean.
+WORST_WINS = frozenset({"health", "temp", "errors", "congestion"})
+
+
+def fold(metric: HeatMetric, levels: list[int]) -> int:
+    """One cell for a whole node (the folded map, sorting by metric): failed wins, else
+    the worst cell for health, temperature, errors and congestion, the mean for the
+    rest; nothing known is NO_DATA."""
     if FAILED in levels:
         return FAILED
     known = [lv for lv in levels if lv >= 0]
     if not known:
         return NO_DATA
-    if metric.key in ("health", "temp"):
+    if metric.key in WORST_WINS:
         return max(known)
     return round(sum(known) / len(known))
+
+
+def node_level(metric: HeatMetric, gpus: list[dict[str, Any]], infos: list[Any]) -> int:
+    """A node's GPUs folded to one cell."""
+    if not gpus:
+        return NO_DATA
+    return fold(metric, [metric.level(g, infos[i] if i < len(infos) else None)
+                         for i, g in enumerate(gpus)])
+
+
+@dataclass(frozen=True, slots=True)
+class MapKind:
+    """A heatmap's kind: what its cells are (a node's GPUs, or its fabric ports), the
+    metrics they can show, and how a node folds to one cell."""
+
+    key: str  # "gpu" | "fabric"
+    title: str
+    metrics: tuple[HeatMetric, ...]
+
+    def cells(self, node: Any) -> list[tuple[dict[str, Any], Any]]:
+        """(values, static info) of each cell of a node, in order."""
+        if node.sample is None:
+            return []
+        if self.key == "fabric":
+            info = {p["id"]: p for p in node.hello.extra.get("ports", [])} if node.hello else {}
+            ports = (node.sample.extra.get("fabric") or {}).get("ports") or []
+            return [(p, info.get(p["id"])) for p in ports]
+        infos = node.hello.gpus if node.hello else []
+        return [(g, infos[i] if i < len(infos) else None)
+                for i, g in enumerate(node.gpu_values())]
+
+    def cell_count(self, node: Any) -> int:
+        if self.key == "fabric":
+            return len(node.hello.extra.get("ports", [])) if node.hello else 0
+        return node.gpu_count
+
+    def levels(self, node: Any, metric: HeatMetric) -> list[int]:
+        if node.sample is None:
+            return [NO_DATA] * self.cell_count(node)
+        return [metric.level(v, i) for v, i in self.cells(node)]
+
+    def node_level(self, node: Any, metric: HeatMetric) -> int:
+        return fold(metric, self.levels(node, metric))
+
+
+GPU_MAP = MapKind("gpu", "GPUs", GPU_METRICS)
+FABRIC_MAP = MapKind("fabric", "fabric", FABRIC_METRICS)

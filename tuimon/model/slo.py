@@ -27,6 +27,26 @@ ALERTS = (
 )
 
 
+def burn_parts(rates: dict[str, float | None],
+               firing: list[tuple[str, str, str, float]]) -> tuple[str, str]:
+    """Burn rates named the same way everywhere (strip, status, diagnosis): the windows
+    of the most urgent alert that fires, long then short, else the page windows 1h and
+    5m (`1d 3.1x 6h 3.4x`); and the alert, if one fires (`ticket at 3.0x`)."""
+    if firing:
+        severity, long_w, short_w, threshold = firing[0]
+    else:
+        severity, long_w, short_w, threshold = "", "1h", "5m", 0.0
+    shown = " ".join(f"{w} {rates[w]:.1f}x" for w in (long_w, short_w)
+                     if rates.get(w) is not None) or "-"
+    return shown, (f"{severity} at {threshold:.1f}x" if severity else "")
+
+
+def burn_text(rates: dict[str, float | None],
+              firing: list[tuple[str, str, str, float]]) -> str:
+    shown, alert = burn_parts(rates, firing)
+    return f"{shown}, {alert}" if alert else shown
+
+
 @dataclass(frozen=True, slots=True)
 class Slo:
     target: float  # e.g. 0.90

@@ -10,13 +10,15 @@ import re
 from dataclasses import dataclass, field
 
 from tuimon.model.cluster import ClusterState, NodeState
-from tuimon.model.heat import NO_DATA, HeatMetric, node_level
+from tuimon.model.heat import GPU_MAP, NO_DATA, HeatMetric, MapKind
+from tuimon_core.hostlist import TargetError, expand_hostlists
 
 SORTS = ("name", "metric")
+_HOSTLIST = re.compile(r"\[[0-9,\-]+\]")
 
 
 class FilterError(ValueError):
-    """A filter that is not a valid regular expression."""
+    """A filter that is neither a leaf, a host list nor a valid regular expression."""
 
 
 @dataclass
@@ -25,30 +27,59 @@ class ViewState:
     sort: str = "name"
     topology: dict[str, str] = field(default_factory=dict)  # node name -> leaf switch
     cpu_nodes: frozenset[str] = frozenset()  # known to have no GPU
+    reverse: bool = False  # sort the other way (best first, or names Z to A)
     _pattern: re.Pattern[str] | None = None
+    _names: frozenset[str] | None = None
+    # The names the view has: a host list that names none of them is read as a regex.
+    known_names: frozenset[str] = frozenset()
 
     def set_filter(self, text: str) -> None:
-        """Plain text matches as a substring; anything else as a regular expression."""
+        """A leaf switch's name (`leaf01`), a Slurm host list (`gpu[008-015]`, as
+        everywhere else), or else text as a substring or regular expression."""
         text = text.strip()
+        self._pattern = self._names = None
         if not text:
-            self.filter_text, self._pattern = "", None
+            self.filter_text = ""
             return
-        try:
-            pattern = re.compile(text, re.IGNORECASE)
-        except re.error as exc:
-            raise FilterError(f"bad filter {text!r}: {exc}") from None
-        self.filter_text, self._pattern = text, pattern
+        if text in set(self.topology.values()):
+            self._names = frozenset(n for n, leaf in self.topology.items() if leaf == text)
+        elif _HOSTLIST.search(text) or ("," in text and " " not in text):
+            try:
+                self._names = frozenset(expand_hostlists([text]))
+            except TargetError as exc:
+                raise FilterError(f"bad filter {text!r}: {exc}") from None
+            if self.known_names and not self._names & self.known_names:
+                # No node has one of those names: it was a regular expression
+                # (`node00[1-3]`) after all.
+                self._names = None
+                self._pattern = re.compile(text, re.IGNORECASE)
+        else:
+            try:
+                self._pattern = re.compile(text, re.IGNORECASE)
+            except re.error as exc:
+                raise FilterError(f"bad filter {text!r}: {exc}") from None
+        self.filter_text = text
 
-    def visible(self, cluster: ClusterState, metric: HeatMetric | None = None) -> list[NodeState]:
-        nodes = [n for n in cluster.nodes.values()
-                 if self._pattern is None or self._pattern.search(n.name)]
+    def shows(self, node: NodeState) -> bool:
+        if self._names is not None:
+            return node.name in self._names or node.target.rsplit(":", 1)[0] in self._names
+        return self._pattern is None or bool(self._pattern.search(node.name))
+
+    def visible(self, cluster: ClusterState, metric: HeatMetric | None = None,
+                kind: MapKind = GPU_MAP) -> list[NodeState]:
+        nodes = [n for n in cluster.nodes.values() if self.shows(n)]
         if self.sort == "metric" and metric is not None:
+            # The map's own fold: a fabric metric sorts by the node's ports, not its GPUs.
             def key(n: NodeState) -> tuple[int, str]:
-                infos = n.hello.gpus if n.hello else []
-                level = node_level(metric, n.gpu_values(), infos)
+                level = kind.node_level(n, metric)
                 return (-(level if level != NO_DATA else -3), n.name)
-            return sorted(nodes, key=key)
-        return sorted(nodes, key=lambda n: n.name)
+            ordered = sorted(nodes, key=key)
+            if self.reverse:  # best first, nodes without data still last
+                known = [n for n in ordered if kind.node_level(n, metric) != NO_DATA]
+                seen = {id(n) for n in known}
+                ordered = known[::-1] + [n for n in ordered if id(n) not in seen]
+            return ordered
+        return sorted(nodes, key=lambda n: n.name, reverse=self.reverse)
 
     def groups(self, nodes: list[NodeState]) -> list[tuple[str, list[NodeState]]]:
         """Nodes grouped by leaf switch when the topology is known, in leaf order."""

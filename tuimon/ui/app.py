@@ -13,56 +13,87 @@ from collections.abc import Awaitable, Callable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding
 from tuimon.model.efficiency import EfficiencyView
-from tuimon.model.heat import FABRIC_METRICS, GPU_METRICS
+from tuimon.model.heat import FABRIC_MAP, GPU_MAP
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.model.view_state import FilterError, ViewState
 from tuimon.sources.recording import ReplayControl
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.node_screen import NodeScreen
-from tuimon.ui.panels import EventsPane, HeaderBar, Legend, SloStrip, StoragePanel
+from tuimon.ui.panels import (
+    DiagnosisPane,
+    EventsPane,
+    HeaderBar,
+    Legend,
+    SloStrip,
+    StoragePanel,
+)
 from tuimon.ui.text import safe
 from tuimon.ui.theme_files import DEFAULT_THEME, load_themes
+from tuimon_core.hostlist import collect_hostlist
 
 HELP = """\
 [b]tuimon[/b]: the whole cluster, live
 
 [b]Moving[/b]
-  arrows / h j k l   move between nodes        enter / double click  open the node
-  tab                switch GPU / fabric map   esc                   back, clear filter
+  arrows, h j k l   move between nodes
+  enter, dbl-click  open the node
+  tab               GPU / fabric map (the same node stays selected)
+  f                 to the diagnosis: up/down pick, enter opens its node
+  esc               back; clear the filter
 [b]What the map shows[/b]
-  1..6               GPU metric: utilization, memory, temperature, power, SM clock, health
-  1..3 (fabric)      port metric: utilization, congestion (xmit_wait), errors
-  s                  sort by name / by the metric (worst first)
-  /                  filter nodes by name (text or regular expression)
+  1..6              GPU: busy (SM active, else utilization), memory,
+                    temperature, power, SM clock, health
+  1..3 (fabric)     ports: utilization, congestion (xmit_wait), errors
+  s  S              sort by name / by the metric (worst first); reverse
+  /                 filter: host list (gpu[008-015]), leaf, text, regex
 [b]Other[/b]
-  t                  next theme              ?   this help              q   quit
+  J                 next job in the efficiency strip
+  t                 next theme        ?  this help        q  quit
 
-Cells: a block's height and colour follow the metric. [$error]\u2717[/] a failed GPU or
-port, \u2591 a stale or lost node (old data), \u00b7 no data. When the cluster is larger than
-the screen the map folds to one cell per node; move the cursor to see which node.
-A stale node keeps its last values and its reason; tuimon reconnects on its own.
+Cells follow the metric in height and colour. [$error]\u2717[/] a failed GPU or
+port, or GPUs the agent cannot see; \u2591 a stale or lost node (old
+data); \u00b7 no data. Larger than the screen, the map folds to one cell
+per node. A stale node keeps its last values and its reason; tuimon
+reconnects on its own.{extra}
 
-Press esc or ? to close."""
+esc or ? closes this."""
+
+REPLAY_HELP = """
+
+[b]Replay[/b]
+  space             pause / play      .    step a second (pauses)
+  [ ]               a minute back / ahead   + -  faster / slower"""
+
+# Keys that act on the map: not while another screen (a node, the help) is up.
+MAP_ACTIONS = frozenset({"switch_map", "sort", "reverse_sort", "filter", "clear_filter",
+                         "next_job", "focus_diagnosis"})
 
 
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close", id="close_help")]
     DEFAULT_CSS = """
     HelpScreen { align: center middle; }
-    HelpScreen > Static { width: 96; height: auto; border: round $primary; padding: 1 2;
-                          background: $surface; }
+    HelpScreen > VerticalScroll { width: 100%; max-width: 78; height: auto; max-height: 100%;
+                                  border: round $primary; background: $surface; }
+    HelpScreen Static { padding: 0 1; }
     """
 
+    def __init__(self, extra: str = "") -> None:
+        super().__init__()
+        self.extra = extra
+
     def compose(self) -> ComposeResult:
-        yield Static(HELP)
+        # Scrolls where the terminal is smaller than the help (80x24).
+        with VerticalScroll():
+            yield Static(HELP.format(extra=self.extra))
 
 
 class FilterScreen(ModalScreen[str | None]):
@@ -73,19 +104,21 @@ class FilterScreen(ModalScreen[str | None]):
                               border: round $primary; padding: 0 1; }
     """
 
-    def __init__(self, current: str) -> None:
+    def __init__(self, current: str, topology: dict[str, str] | None = None) -> None:
         super().__init__()
         self.current = current
+        self.topology = topology or {}
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Static("filter nodes: text or regular expression (empty: all)")
+            yield Static("filter nodes: a host list (gpu[008-015]), a leaf switch, text or "
+                         "a regular expression (empty: all)")
             yield Input(value=self.current, id="filter-input")
             yield Static("", id="filter-error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         try:
-            ViewState().set_filter(event.value)
+            ViewState(topology=self.topology).set_filter(event.value)
         except FilterError as exc:
             self.query_one("#filter-error", Static).update(f"[$error]{safe(str(exc))}[/]")
             return
@@ -99,8 +132,9 @@ class TuimonApp(App[None]):
     TITLE = "tuimon"
     CSS = """
     Screen { layout: vertical; }
-    #maps { height: 1fr; }
-    #gpu-map, #fabric-map { height: 1fr; }
+    /* The map as tall as its rows (up to 70%), the diagnosis the rest: no blank map
+       rows above a clipped list of findings. */
+    #maps { height: auto; }
     .hidden { display: none; }
     """
     BINDINGS = [
@@ -108,18 +142,17 @@ class TuimonApp(App[None]):
         Binding("question_mark", "help", "help", id="help"),
         Binding("slash", "filter", "filter", id="filter"),
         Binding("s", "sort", "sort", id="sort"),
+        Binding("S", "reverse_sort", "reverse", show=False, id="reverse_sort"),
         Binding("t", "next_theme", "theme", id="theme"),
         Binding("tab", "switch_map", "GPU/fabric", id="switch_map", priority=True),
-        Binding("J", "next_job", "next job", show=False, id="next_job"),
-        Binding("enter", "open_node", "open node", id="open_node"),
+        Binding("J", "next_job", "next job", id="next_job"),
+        Binding("f", "focus_diagnosis", "findings", id="focus_diagnosis"),
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
-        Binding("left,h", "move(-1,0)", "left", show=False, id="left"),
-        Binding("right,l", "move(1,0)", "right", show=False, id="right"),
-        Binding("up,k", "move(0,-1)", "up", show=False, id="up"),
-        Binding("down,j", "move(0,1)", "down", show=False, id="down"),
-        *[Binding(str(i + 1), f"metric({i})", "metric", show=i == 0, id=f"metric_{i + 1}",
-                  key_display="1-6") for i in range(6)],
     ]
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # The node screen and the help sit above the map: its keys must not move it.
+        return not (action in MAP_ACTIONS and len(self.screen_stack) > 1)
 
     def __init__(self, cluster: ClusterState, *,
                  sources: Callable[[ClusterState], list[Awaitable[None]]] | None = None,
@@ -157,10 +190,11 @@ class TuimonApp(App[None]):
         yield SloStrip(id="slo")
         yield Legend(id="legend")
         with Vertical(id="maps"):
-            yield HeatmapView(self.cluster, self.view, GPU_METRICS, kind="gpu", id="gpu-map")
-            yield HeatmapView(self.cluster, self.view, FABRIC_METRICS, kind="fabric",
-                              id="fabric-map", classes="hidden")
+            yield HeatmapView(self.cluster, self.view, GPU_MAP, id="gpu-map")
+            yield HeatmapView(self.cluster, self.view, FABRIC_MAP, id="fabric-map",
+                              classes="hidden")
         yield StoragePanel(id="storage")
+        yield DiagnosisPane(id="diagnosis")
         yield EventsPane(id="events")
         yield Footer()
 
@@ -182,7 +216,7 @@ class TuimonApp(App[None]):
         if self._make_sources is not None:
             self._tasks = [asyncio.create_task(s) for s in self._make_sources(self.cluster)]
         self.active_map.focus()
-        self._known_nodes = -1
+        self._layout_seen = -1
         self.tick()
         self.set_interval(self.refresh_every, self.tick)
 
@@ -209,8 +243,8 @@ class TuimonApp(App[None]):
         for view in self.query(HeatmapView):
             view.faults = faults
         heat = self.active_map
-        if len(self.cluster.nodes) != self._known_nodes or self.view.sort == "metric":
-            self._known_nodes = len(self.cluster.nodes)
+        if self.cluster.layout_version != self._layout_seen or self.view.sort == "metric":
+            self._layout_seen = self.cluster.layout_version
             for view in self.query(HeatmapView):
                 view.relayout()
         else:
@@ -221,8 +255,8 @@ class TuimonApp(App[None]):
         self.query_one(SloStrip).update_from(width, self.efficiency, self.job_index)
         self._update_legend()
         self.query_one(StoragePanel).update_from(self.storage, width, compact)
-        self.query_one(EventsPane).update_from(self.cluster, 2 if compact else 5, width,
-                                               self.diagnosis.findings)
+        self.query_one(DiagnosisPane).update_from(self.diagnosis.findings, width)
+        self.query_one(EventsPane).update_from(self.cluster, width)
 
     def _faults(self, findings: list[Finding]) -> dict[str, str]:
         """Nodes the diagnosis names (a leaf's finding names its nodes), worst severity
@@ -250,12 +284,14 @@ class TuimonApp(App[None]):
                 age = node.age()
                 cursor += f" {age:.0f}s: {safe(node.reason, 60)}" if age else \
                     f": {safe(node.reason, 60)}"
-        title = "GPUs" if heat.kind == "gpu" else "fabric"
+        title = heat.map_kind.title
         extra = []
         if self.view.filter_text:
             extra.append(f"filter /{safe(self.view.filter_text, 30)}/")
-        if self.view.sort != "name":
-            extra.append(f"sorted by {heat.metric.key}")
+        if self.view.sort != "name" or self.view.reverse:
+            key = heat.metric.key if self.view.sort != "name" else "name"
+            arrow = "\u2191" if self.view.reverse else "\u2193"
+            extra.append(f"sorted by {key} {arrow}")
         if extra:
             cursor += "  \u2502 " + ", ".join(extra)
         self.query_one(Legend).update_from(title, heat.metric, heat.metrics, cursor,
@@ -263,30 +299,36 @@ class TuimonApp(App[None]):
 
     # -- actions ---------------------------------------------------------------------------
 
-    def action_move(self, dx: int, dy: int) -> None:
-        self.active_map.move(dx, dy)
-        self._update_legend()
-
-    def action_metric(self, index: int) -> None:
-        heat = self.active_map
-        if index < len(heat.metrics):
-            heat.set_metric(index)
-            self._update_legend()
-
     def action_switch_map(self) -> None:
+        selected = self.active_map.current
         for view in self.query(HeatmapView):
             view.toggle_class("hidden")
         heat = self.active_map
         heat.relayout()
+        heat.select(selected)  # the same node on the other map
         heat.focus()
         self._update_legend()
 
     def action_next_job(self) -> None:
-        self.job_index += 1
+        jobs = sorted(self.efficiency.jobs)
+        if len(jobs) <= 1:
+            self.notify(f"one job reports steps: {safe(jobs[0], 40)}" if jobs else
+                        "no job reports steps", timeout=3)
+            return
+        self.job_index = (self.job_index + 1) % len(jobs)
         self.query_one(SloStrip).update_from(self.size.width, self.efficiency, self.job_index)
+        self.notify(f"job {self.job_index + 1} of {len(jobs)}: "
+                    f"{safe(jobs[self.job_index], 40)}", timeout=2)
 
     def action_sort(self) -> None:
         self.view.sort = "metric" if self.view.sort == "name" else "name"
+        self._resort()
+
+    def action_reverse_sort(self) -> None:
+        self.view.reverse = not self.view.reverse
+        self._resort()
+
+    def _resort(self) -> None:
         for view in self.query(HeatmapView):
             view.relayout()
         self._update_legend()
@@ -295,13 +337,14 @@ class TuimonApp(App[None]):
         def apply(value: str | None) -> None:
             if value is None:
                 return
+            self.view.known_names = frozenset(n.name for n in self.cluster.nodes.values())
             self.view.set_filter(value)
             for view in self.query(HeatmapView):
                 view.cursor = 0
                 view.relayout()
             self._update_legend()
 
-        self.push_screen(FilterScreen(self.view.filter_text), apply)
+        self.push_screen(FilterScreen(self.view.filter_text, self.view.topology), apply)
 
     def action_clear_filter(self) -> None:
         if self.view.filter_text:
@@ -317,12 +360,9 @@ class TuimonApp(App[None]):
         self.notify(f"theme: {self.theme}", timeout=2)
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        self.push_screen(HelpScreen(self.help_extra))
 
-    def action_open_node(self) -> None:
-        node = self.active_map.current
-        if node is not None:
-            self.push_screen(NodeScreen(self.cluster, node))
+    help_extra = ""
 
     def on_heatmap_view_opened(self, message: HeatmapView.Opened) -> None:
         self.push_screen(NodeScreen(self.cluster, message.node))
@@ -330,9 +370,38 @@ class TuimonApp(App[None]):
     def on_heatmap_view_cursor_moved(self, message: HeatmapView.CursorMoved) -> None:
         self._update_legend()
 
+    def action_focus_diagnosis(self) -> None:
+        self.query_one(DiagnosisPane).focus()
+
+    def action_focus_map(self) -> None:
+        self.active_map.focus()
+
+    def on_diagnosis_pane_picked(self, message: DiagnosisPane.Picked) -> None:
+        """Open the node behind a finding; a leaf's finding filters the map to the leaf;
+        a group of nodes filters the map to them."""
+        g = message.group
+        nodes = g.nodes
+        if len(nodes) == 1:
+            node = next((n for n in self.cluster.nodes.values() if n.name == nodes[0]), None)
+            if node is not None:
+                self.active_map.select(node)
+                self.push_screen(NodeScreen(self.cluster, node))
+                return
+        text = g.leaf or (collect_hostlist(nodes) if nodes else "")
+        if text:
+            self.view.known_names = frozenset(n.name for n in self.cluster.nodes.values())
+            self.view.set_filter(text)
+            self._resort()
+            self.active_map.focus()
+
+    def on_heatmap_view_metric_changed(self, message: HeatmapView.MetricChanged) -> None:
+        self._update_legend()
+
 
 class ReplayApp(TuimonApp):
     """The app over a recording, with the keys of a player."""
+
+    help_extra = REPLAY_HELP
 
     BINDINGS = [
         Binding("space", "toggle_pause", "pause", id="replay_pause"),

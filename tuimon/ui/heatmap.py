@@ -15,6 +15,7 @@ from typing import Any
 from rich.cells import set_cell_size
 from rich.segment import Segment
 from rich.style import Style
+from textual.binding import Binding
 from textual.events import Click, Resize
 from textual.geometry import Size
 from textual.message import Message
@@ -22,7 +23,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tuimon.model.cluster import ClusterState, NodeState
-from tuimon.model.heat import FAILED, GLYPHS, NO_DATA, HeatMetric
+from tuimon.model.heat import FAILED, GLYPHS, GPU_MAP, NO_DATA, HeatMetric, MapKind, fold
 from tuimon.model.view_state import ViewState
 
 NAME_W = 12
@@ -35,11 +36,29 @@ class _Line:
     nodes: list[NodeState]
 
 
+MAP_SHARE = 0.45  # of the terminal's height, at most, for the map; the diagnosis gets the rest
+MIN_ROWS = 2
+
+
 class HeatmapView(ScrollView, can_focus=True):
-    """A heatmap of the cluster: one tile per node, one cell per GPU (or port)."""
+    """A heatmap of the cluster: one tile per node, one cell per GPU (or port). Its keys
+    are its own (arrows, h j k l, enter, 1..6): they act only while it has the focus."""
+
+    BINDINGS = [
+        Binding("left,h", "move(-1,0)", "left", show=False, id="left"),
+        Binding("right,l", "move(1,0)", "right", show=False, id="right"),
+        Binding("up,k", "move(0,-1)", "up", show=False, id="up"),
+        Binding("down,j", "move(0,1)", "down", show=False, id="down"),
+        Binding("enter", "open", "open node", id="open_node"),
+        *[Binding(str(i + 1), f"metric({i})", "metric", show=i == 0, id=f"metric_{i + 1}",
+                  key_display="1-6") for i in range(6)],
+    ]
+
+    class MetricChanged(Message):
+        pass
 
     DEFAULT_CSS = """
-    HeatmapView { height: 1fr; background: $surface; }
+    HeatmapView { height: 2; background: $surface; }
     HeatmapView:focus { background: $surface; }
     """
 
@@ -53,14 +72,14 @@ class HeatmapView(ScrollView, can_focus=True):
             super().__init__()
             self.node = node
 
-    def __init__(self, cluster: ClusterState, view: ViewState, metrics: tuple[HeatMetric, ...],
-                 *, kind: str = "gpu", id: str | None = None, classes: str | None = None) -> None:
+    def __init__(self, cluster: ClusterState, view: ViewState, kind: MapKind = GPU_MAP,
+                 *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.cluster = cluster
         self.view = view
-        self.metrics = metrics
+        self.map_kind = kind
+        self.metrics = kind.metrics
         self.metric_index = 0
-        self.kind = kind  # "gpu" or "fabric"
         self.cursor = 0
         self.folded = False
         self._hm_order: list[NodeState] = []
@@ -87,6 +106,27 @@ class HeatmapView(ScrollView, can_focus=True):
         self.metric_index = index % len(self.metrics)
         self.relayout()
 
+    def action_move(self, dx: int, dy: int) -> None:
+        self.move(dx, dy)
+
+    def action_metric(self, index: int) -> None:
+        if index < len(self.metrics):
+            self.set_metric(index)
+            self.post_message(self.MetricChanged())
+
+    def action_open(self) -> None:
+        self.open_current()
+
+    def select(self, node: NodeState | None) -> None:
+        """Put the cursor on this node, if the map shows it."""
+        if node is None:
+            return
+        for i, n in enumerate(self._hm_order):
+            if n.target == node.target:
+                self.cursor = i
+                self._after_move()
+                return
+
     def theme_changed(self) -> None:
         self._hm_styles.clear()
         self._hm_theme_gen += 1
@@ -95,15 +135,17 @@ class HeatmapView(ScrollView, can_focus=True):
     def relayout(self) -> None:
         """Recompute which node goes where (nodes, filter, sort or size changed)."""
         current = self.current
-        self._hm_order = self.view.visible(self.cluster, self.metric)
+        self._hm_order = self.view.visible(self.cluster, self.metric, self.map_kind)
         if current is not None and current in self._hm_order:
             self.cursor = self._hm_order.index(current)
         self.cursor = min(self.cursor, max(0, len(self._hm_order) - 1))
         self._hm_cells = max([self._cell_count(n) for n in self._hm_order] or [8]) or 1
         width = max(1, self.scrollable_content_region.width or self.size.width or 80)
-        height = max(1, self.scrollable_content_region.height or self.size.height or 20)
+        # The map's share of the screen, not its own height: the map is as tall as its
+        # rows (up to that share) and the diagnosis takes the rest.
+        height = self.row_budget()
         order = self._hm_order
-        groups = self.view.groups(order) if self.kind == "fabric" else [("", order)]
+        groups = self.view.groups(order) if self.map_kind.key == "fabric" else [("", order)]
         lines = self._layout(groups, width, folded=False)
         self.folded = len(lines) > height and len(self._hm_order) > 1
         if self.folded:
@@ -117,7 +159,15 @@ class HeatmapView(ScrollView, can_focus=True):
                 x += self._tile_width()
         self._hm_strips.clear()
         self.virtual_size = Size(width, len(lines))
+        rows = max(MIN_ROWS, min(len(lines), height))
+        if self.styles.height is None or self.styles.height.value != rows:
+            self.styles.height = rows
         self.refresh()
+
+    def row_budget(self) -> int:
+        """The most rows the map may take before it folds, then scrolls."""
+        screen = self.app.size.height if self.is_attached else 0
+        return max(MIN_ROWS, int((screen or 24) * MAP_SHARE))
 
     def refresh_changed(self) -> None:
         """Redraw only the visible lines whose content changed since they were drawn."""
@@ -135,10 +185,13 @@ class HeatmapView(ScrollView, can_focus=True):
 
     # -- layout --------------------------------------------------------------------------
 
+    @property
+    def kind(self) -> str:
+        return self.map_kind.key
+
     def _cell_count(self, node: NodeState) -> int:
-        if self.kind == "fabric":
-            return len(node.hello.extra.get("ports", [])) if node.hello else 0
-        return node.gpu_count or (1 if self._gpus_missing(node) else 0)
+        count = self.map_kind.cell_count(node)
+        return count or (1 if self.kind == "gpu" and self._gpus_missing(node) else 0)
 
     def _gpus_missing(self, node: NodeState) -> bool:
         """The agent sees no GPU and says why, on a node not known to be GPU-less: one
@@ -222,15 +275,7 @@ class HeatmapView(ScrollView, can_focus=True):
         for node in line.nodes:
             levels = self._levels(node)
             if self.folded:
-                known = [lv for lv in levels if lv >= 0]
-                if FAILED in levels:
-                    level = FAILED
-                elif not known:
-                    level = NO_DATA  # not connected yet, or nothing readable
-                elif self.metric.key in ("health", "temp", "errors", "congestion"):
-                    level = max(known)  # the worst cell speaks for the node
-                else:
-                    level = round(sum(known) / len(known))
+                level = fold(self.metric, levels)  # the same fold the sort uses
                 style = self._cell_style(node, level)
                 if node is cur:
                     style = style + Style(reverse=True)
@@ -250,18 +295,9 @@ class HeatmapView(ScrollView, can_focus=True):
         return Strip(segments)
 
     def _levels(self, node: NodeState) -> list[int]:
-        metric = self.metric
-        if node.sample is None:
-            return [NO_DATA] * self._cell_count(node)
-        if self.kind == "fabric":
-            info = {p["id"]: p for p in node.hello.extra.get("ports", [])} if node.hello else {}
-            ports = (node.sample.extra.get("fabric") or {}).get("ports") or []
-            return [metric.level(p, info.get(p["id"])) for p in ports]
-        if self._gpus_missing(node):
+        if self.kind == "gpu" and self._gpus_missing(node):
             return [FAILED]
-        infos = node.hello.gpus if node.hello else []
-        return [metric.level(g, infos[i] if i < len(infos) else None)
-                for i, g in enumerate(node.gpu_values())]
+        return self.map_kind.levels(node, self.metric)
 
     def _glyph(self, node: NodeState, level: int) -> str:
         if node.status in ("stale", "down"):

@@ -17,12 +17,30 @@ def _f(v: object, fmt: str = "{:.0f}", scale: float = 1.0) -> str:
     return "-" if v is None else fmt.format(v / scale)  # type: ignore[operator]
 
 
+def _process(p: dict[str, object], width: int) -> str:
+    """One process on a GPU: pid, user, GPU memory, its job or pod, then the command."""
+    owner = "-"
+    if p.get("job"):
+        owner = f"slurm job {p['job']}"
+    elif p.get("pod"):
+        owner = f"pod {p.get('namespace')}/{p['pod']}"
+    elif p.get("pod_uid"):
+        owner = f"pod {str(p['pod_uid'])[:8]}"
+    elif p.get("container"):
+        owner = f"{p.get('runtime') or 'container'} {p['container']}"
+    head = (f"[$accent]{_f(p.get('pid')):>7}[/] {safe(str(p.get('user') or '-'), 10):<10} "
+            f"{_f(p.get('mem'), '{:>5.1f}G', 2**30)}  {safe(owner, 40):<24}")
+    room = max(10, width - 50)
+    return f"{head} {safe(str(p.get('command') or '-'), room)}"
+
+
 class NodeScreen(Screen[None]):
     BINDINGS = [Binding("escape", "app.pop_screen", "back", id="back"),
                 Binding("q", "app.pop_screen", "back", show=False, id="back_q")]
     DEFAULT_CSS = """
-    NodeScreen Static { padding: 0 1; }
+    NodeScreen Static { padding: 0 1; text-wrap: nowrap; text-overflow: ellipsis; }
     #node-title { background: $panel; height: 1; padding: 0 1; }
+    #node-why { border: round $error; padding: 0 1; }
     """
 
     def __init__(self, cluster: ClusterState, node: NodeState) -> None:
@@ -33,6 +51,7 @@ class NodeScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="node-title")
         with VerticalScroll():
+            yield Static(id="node-why")
             yield Static(id="node-gpus")
             yield Static(id="node-fabric")
             yield Static(id="node-storage")
@@ -49,10 +68,20 @@ class NodeScreen(Screen[None]):
         status = {"up": "$success", "stale": "$warning", "down": "$error"}.get(
             n.status, "$foreground")
         age = n.age()
-        title = (f"[b]{safe(n.name, 40)}[/b]  [{status}]{n.status}[/]"
-                 + (f" for {age:.0f}s: {safe(n.reason or '', 80)}" if n.status != "up" and age
-                    else "") + f"  {safe(n.target, 40)}")
+        title = f"[b]{safe(n.name, 40)}[/b]  [{status}]{n.status}[/]  {safe(n.target, 40)}"
         self.query_one("#node-title", Static).update(title)
+        why = self.query_one("#node-why", Static)
+        if n.status == "up":
+            why.display = False
+        else:
+            # Why it is not up, first and in full: what an on-call engineer came for.
+            seen = (f"last frame {age:.0f} s ago" if age is not None else
+                    "never reached")
+            shown = "the values below are the last ones received" if n.sample else \
+                "no values received"
+            why.update(f"[{status}][b]{n.status}[/b][/]: {safe(n.reason or 'no frames', 200)}"
+                       f"\n{seen}; {shown}; tuimon keeps reconnecting")
+            why.display = True
         self.query_one("#node-gpus", Static).update(self._gpus())
         self.query_one("#node-fabric", Static).update(self._fabric())
         self.query_one("#node-storage", Static).update(self._storage())
@@ -65,10 +94,13 @@ class NodeScreen(Screen[None]):
             return "[b]GPUs[/b]  waiting for the agent's hello"
         if not n.hello.gpus:
             return f"[b]GPUs[/b]  none: {safe(n.hello.gpu_status or 'no GPUs', 120)}"
-        lines = ["[b]GPUs[/b]  busy (5 min)                          temp   power        "
-                 "mem        SM clock  P  ECC c/u  XID  procs  clock events"]
-        sources: set[str] = set()
+        width = self.size.width or 120
+        spark = 12 if width < 110 else 30  # the sparkline gives way on narrow terminals
+        wide = width >= 150
+        lines = [f"[b]GPUs[/b]  {'busy (5 min)':<{spark + 4}}  temp power        mem       "
+                 + ("SM clock  P  ECC c/u  XID procs  clock events" if wide else "procs")]
         values = n.gpu_values()
+        sources: set[str] = set()
         for i in range(len(n.hello.gpus)):
             g = values[i] if i < len(values) else {}
             hist = n.util_hist[i].values() if i < len(n.util_hist) else []
@@ -77,19 +109,24 @@ class NodeScreen(Screen[None]):
                 continue
             health = gpu_health(g)
             mark = "[$error]!![/]" if health == 1.0 else "[$warning]! [/]" if health else "  "
-            events = ", ".join(e.replace("_", " ") for e in (g.get("clock_events") or [])) or "-"
             busy, source = gpu_busy(g)
             if source:
                 sources.add(source)
-            lines.append(
-                f"{mark}{i:>1} [$heat-4]{sparkline([float(x) for x in hist], 30, 100.0):<30}[/] "
-                f"{_f(busy, '{:>4.0f}%', 0.01)}  {_f(g.get('temp'), '{:>3.0f}C')}  "
-                f"{_f(g.get('power'), '{:>4.0f}')}/{_f(g.get('power_limit'), '{:.0f}W')}  "
-                f"{_f(g.get('mem_used'), '{:>4.0f}', 2**30)}/"
-                f"{_f(g.get('mem_total'), '{:.0f}G', 2**30)}"
-                f"  {_f(g.get('sm_clock'), '{:>5.0f}', 1e6)}MHz  {_f(g.get('pstate'))}  "
-                f"{_f(g.get('ecc_corrected'))}/{_f(g.get('ecc_uncorrected'))}  "
-                f"{g.get('xid_total') or 0:>3}  {_f(g.get('procs')):>5}  {safe(events, 60)}")
+            line = sparkline([float(x) for x in hist], spark, 100.0)
+            row = (f"{mark}{i:>1} [$heat-4]{line:<{spark}}[/] "
+                   f"{_f(busy, '{:>4.0f}%', 0.01)}  {_f(g.get('temp'), '{:>3.0f}C')} "
+                   f"{_f(g.get('power'), '{:>4.0f}')}/{_f(g.get('power_limit'), '{:.0f}W')} "
+                   f"{_f(g.get('mem_used'), '{:>4.0f}', 2**30)}/"
+                   f"{_f(g.get('mem_total'), '{:.0f}G', 2**30)}")
+            if wide:
+                events = ", ".join(e.replace("_", " ") for e in (g.get("clock_events") or []))
+                row += (f"  {_f(g.get('sm_clock'), '{:>5.0f}', 1e6)}MHz  {_f(g.get('pstate'))}  "
+                        f"{_f(g.get('ecc_corrected'))}/{_f(g.get('ecc_uncorrected'))}  "
+                        f"{g.get('xid_total') or 0:>3} {_f(g.get('procs')):>5}  "
+                        f"{safe(events or '-', 60)}")
+            else:
+                row += f"  {_f(g.get('procs')):>5}"
+            lines.append(row)
             for m in g.get("mig") or ():
                 active = " ".join(f"{label} {m[key] * 100:.0f}%" for key, label in (
                     ("sm_active", "SM"), ("gr_active", "engine"), ("tensor_active", "tensor"))
@@ -99,6 +136,10 @@ class NodeScreen(Screen[None]):
                     f"mem {_f(m.get('mem_used'), '{:.1f}', 2**30)}/"
                     f"{_f(m.get('mem_total'), '{:.0f}G', 2**30)}  procs {_f(m.get('procs'))}"
                     + (f"  {active}" if active else ""))
+                for p in m.get("processes") or ():
+                    lines.append("        " + _process(p, width - 10))
+            for p in g.get("processes") or ():
+                lines.append("      " + _process(p, width - 8))
         lines.append(f"     {safe(n.hello.gpus[0].name or '', 40)}  driver "
                      f"{safe(n.hello.driver_version or '-', 20)}  busy: "
                      f"{', '.join(sorted(sources)) or '-'}")

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
-from textual.widgets import Static
+from textual.binding import Binding
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import OptionList, Static
+from textual.widgets.option_list import Option
 
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Finding
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
+from tuimon.model.finding_groups import FindingGroup, group
 from tuimon.model.heat import HeatMetric
-from tuimon.model.slo import LedgerBurn
+from tuimon.model.slo import LedgerBurn, burn_parts
 from tuimon.model.storage import StorageView
 from tuimon.ui.text import rate, safe, size, sparkline
 
@@ -19,7 +25,12 @@ STALE_STEPS_S = 15.0  # a job whose steps stopped this long ago is shown as stal
 
 
 class HeaderBar(Static):
-    DEFAULT_CSS = "HeaderBar { height: 1; background: $panel; color: $foreground; }"
+    # No panel wraps (a wrapped line lands in column 0 and pushes the map): lines are cut
+    # with an ellipsis at the edge instead, and each panel puts what matters first.
+    DEFAULT_CSS = """
+    HeaderBar { height: 1; background: $panel; color: $foreground; text-wrap: nowrap;
+                text-overflow: ellipsis; }
+    """
 
     def update_from(self, cluster: ClusterState, folded: bool, width: int = 200,
                     now_text: str | None = None) -> None:
@@ -27,16 +38,21 @@ class HeaderBar(Static):
         interval = cluster.interval()
         down = f"[$error]{c['down']} down[/]" if c["down"] else "0 down"
         stale = f"[$warning]{c['stale']} stale[/]" if c["stale"] else "0 stale"
+        narrow = width < 100  # 80 columns: the counts and the clock, the name shortened
+        sep = "/" if narrow else " / "
         parts = [
-            f"[b]tuimon[/b] [$accent]{safe(cluster.name, 40)}[/]",
-            f"nodes [$success]{c['up']} up[/] / {stale} / {down}"
+            f"[b]tuimon[/b] [$accent]{safe(cluster.name, 16 if narrow else 40)}[/]",
+            f"nodes [$success]{c['up']} up[/]{sep}{stale}{sep}{down}"
             + (f" / {c['connecting']} connecting" if c["connecting"] else ""),
             f"{cluster.gpu_total()} GPUs",
             f"every {interval:g}s" if interval else "interval -",
             now_text or time.strftime("%H:%M:%S"),
         ]
         if folded:
-            parts.insert(3, "[$warning]folded: 1 cell per node[/]")
+            parts.insert(3, "[$warning]folded[/]" if narrow else
+                         "[$warning]folded: 1 cell per node[/]")
+        if narrow:
+            parts[1] = parts[1].replace("nodes ", "", 1)
         if width < 120:
             parts = [p for p in parts if not p.startswith("every")]
             self.update(" \u2502 ".join(parts))
@@ -46,7 +62,8 @@ class HeaderBar(Static):
 
 class SloStrip(Static):
     DEFAULT_CSS = """
-    SloStrip { height: auto; max-height: 3; background: $panel; color: $foreground; }
+    SloStrip { height: auto; max-height: 3; background: $panel; color: $foreground;
+               text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def update_from(self, width: int, eff: EfficiencyView | None = None,
@@ -67,9 +84,8 @@ class SloStrip(Static):
         selected %= len(jobs)
         for state in (jobs[selected:] + jobs[:selected])[:1]:
             slis = {w: state.window(sec, now) for w, sec in WINDOWS.items()}
-            sli_text = " ".join(
-                f"{w} [b]{v[0]:.2f}[/b]" if v[0] is not None else f"{w} -"
-                for w, v in slis.items())
+            sli_texts = [f"{w} [b]{v[0]:.2f}[/b]" if v[0] is not None else f"{w} -"
+                         for w, v in slis.items()]
             throughput = slis["1m"][1]
             scaling = eff.scaling_efficiency(state, throughput)
             sli_now = slis["1m"][0]
@@ -81,17 +97,14 @@ class SloStrip(Static):
             burn = state.burn.burn_rates(now) if state.burn else {}
             used = state.burn.consumed_hours if state.burn else 0.0
             left = eff.slo.remaining_hours(used)
-            burn_text = " ".join(f"{w} {burn[w]:.1f}x" for w in ("5m", "1h")
-                                 if burn.get(w) is not None)
             firing = state.burn.firing(now) if state.burn else []
+            burn_windows, burn_alert = burn_parts(burn, firing)
             status = ("[$error]PAGE[/]" if any(f[0] == "page" for f in firing) else
                       "[$warning]TICKET[/]" if firing else "[$success]ok[/]")
             share = max(0.0, min(1.0, left / eff.slo.budget_hours))
             bar = "\u2588" * round(share * 10) + "\u2591" * (10 - round(share * 10))
             to_empty = eff.slo.hours_to_exhaustion(used, burn.get("1h") or 0.0)
-            empty = f", empty in {to_empty:.0f} h" if to_empty is not None else ""
             mfu = eff.mfu(state, throughput)
-            spark = sparkline(eff.sli_series(state, 30), 30, 1.0)
             which = f" [{selected + 1}/{len(jobs)}, J: next]" if len(jobs) > 1 else ""
             reporting = state.ranks_reporting(now, 60.0)
             ranks = (f"[$warning]{reporting} of {state.world} ranks[/]"
@@ -103,26 +116,47 @@ class SloStrip(Static):
                 status = f"[$warning]no step reports for {age:.0f} s[/]"
             elif reporting < state.world and not firing:
                 status = "[$warning]degraded[/]"  # a rank is silent: not "ok"
-            line = (f" [b]{safe(state.job, 24)}[/b]{which} ({ranks})  "
-                    f"[{sli_color}]SLI[/] [$heat-4]{spark}[/] {sli_text}  {effic}"
-                    + (f"  MFU [b]{mfu:.2f}[/b]" if mfu is not None else "")
-                    + (f"  {throughput:,.0f} samples/s" if throughput else "  - samples/s")
-                    + f"  budget{_budget_scope(state.burn)} [$heat-4]{bar}[/] "
-                    f"{left:.1f}/{eff.slo.budget_hours:.0f} h"
-                    f"{empty}  burn {burn_text or '-'} {status}")
+            straggler = ""
             if state.stragglers:
-                s = state.stragglers[0]
-                line += (f"  [$warning]straggler[/] {safe(s.node, 20)} x{s.ratio:.2f}"
-                         + (f" +{len(state.stragglers) - 1} ranks"
-                            if len(state.stragglers) > 1 else f" GPU {s.gpu}"))
-            if width < 150:  # one short line: the numbers an on-call engineer needs first
-                line = (f" [b]{safe(state.job, 16)}[/b] [{sli_color}]SLI[/] "
-                        f"{sli_text.split('  ')[0]}  {left:.1f} h left  burn "
-                        f"{burn_text.split(' ')[-1] if burn_text else '-'}"
-                        + (f"  {status}" if stale or "PAGE" in status or "TICKET" in status
-                           else ""))
-            lines.append(line)
+                st = state.stragglers[0]
+                straggler = (f"[$warning]straggler[/] {safe(st.node, 20)} x{st.ratio:.2f}"
+                             + (f" +{len(state.stragglers) - 1} ranks"
+                                if len(state.stragglers) > 1 else f" GPU {st.gpu}"))
+            # What an on-call engineer needs first stays at any width: the job, the SLI,
+            # the budget left, the burn and the verdict; the rest comes as room allows,
+            # in the order of `keep` (higher stays longer).
+            parts = [
+                (9, f" [b]{safe(state.job, 24 if width >= 120 else 16)}[/b]"),
+                (3, which), (6, f" ({ranks})"),
+                (9, f"  [{sli_color}]SLI[/]"),
+                (2, f" [$heat-4]{sparkline(eff.sli_series(state, 30), 30, 1.0)}[/]"),
+                (9, f" {sli_texts[0]}"), (6, " " + " ".join(sli_texts[1:])),
+                (5, f"  {effic}"),
+                (1, f"  MFU [b]{mfu:.2f}[/b]" if mfu is not None else ""),
+                (4, f"  {throughput:,.0f} samples/s" if throughput else "  - samples/s"),
+                (6, f"  budget{_budget_scope(state.burn)}"), (3, f" [$heat-4]{bar}[/]"),
+                (9, f"  {left:.1f}/{eff.slo.budget_hours:.0f} h left"),
+                (4, f", empty in {to_empty:.0f} h" if to_empty is not None else ""),
+                (9, f"  burn {burn_windows}"), (5, f", {burn_alert}" if burn_alert else ""),
+                (9, f" {status}"),
+                (7, f"  {straggler}" if straggler else ""),
+            ]
+            lines.append(fit(parts, width))
         self.update("\n".join(lines))
+
+
+def fit(parts: list[tuple[int, str]], width: int) -> str:
+    """Join markup parts, dropping the least kept ones until the line fits `width`
+    cells; what must stay (the highest `keep`) is cut with an ellipsis only as a last
+    resort, by the widget."""
+    shown = [(keep, text) for keep, text in parts if text]
+    def cells(items: list[tuple[int, str]]) -> int:
+        return Content.from_markup("".join(t for _, t in items)).cell_length
+    for level in sorted({k for k, _ in shown}):
+        if cells(shown) <= width:
+            break
+        shown = [(k, t) for k, t in shown if k > level]
+    return "".join(t for _, t in shown)
 
 
 def _budget_scope(burn: object) -> str:
@@ -135,7 +169,9 @@ def _budget_scope(burn: object) -> str:
 
 
 class Legend(Static):
-    DEFAULT_CSS = "Legend { height: 1; color: $foreground; }"
+    DEFAULT_CSS = """
+    Legend { height: 1; color: $foreground; text-wrap: nowrap; text-overflow: ellipsis; }
+    """
 
     def update_from(self, title: str, metric: HeatMetric, metrics: tuple[HeatMetric, ...],
                     cursor_text: str, width: int = 200) -> None:
@@ -153,14 +189,15 @@ class Legend(Static):
 
 class StoragePanel(Static):
     DEFAULT_CSS = """
-    StoragePanel { height: auto; max-height: 8; border-top: solid $panel; color: $foreground; }
+    StoragePanel { height: auto; max-height: 8; border-top: solid $panel; color: $foreground;
+                   text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
     def update_from(self, storage: StorageView, width: int, compact: bool = False) -> None:
         if not storage.filesystems:
             self.update(" [b]storage[/b]  no shared file system reported by any node")
             return
-        if compact or width < 120:
+        if compact or width < 150:
             self.update("\n".join(self._compact_line(storage, mount, fs, width)
                                   for mount, fs in sorted(storage.filesystems.items())))
             return
@@ -196,30 +233,70 @@ class StoragePanel(Static):
                 f"[$heat-4]{sparkline(fs.read_hist, spark, prov)}[/]")  # type: ignore[attr-defined]
 
 
+class DiagnosisPane(OptionList):
+    """The findings, grouped, worst first: as tall as they are, up to half the screen,
+    then scrolls. `f` focuses it; up and down pick a finding, enter opens its node (or
+    filters the map to its leaf); escape goes back to the map."""
+
+    DEFAULT_CSS = """
+    DiagnosisPane { height: auto; max-height: 50%; min-height: 3; border: none;
+                    border-top: solid $panel; padding: 0; background: $surface; text-wrap: nowrap;
+                    text-overflow: ellipsis; }
+    DiagnosisPane:focus { border: none; border-top: solid $primary; }
+    """
+    BINDINGS = [Binding("escape", "app.focus_map", "back to the map", id="diagnosis_back")]
+
+    class Picked(Message):
+        def __init__(self, group: FindingGroup) -> None:
+            super().__init__()
+            self.group = group
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.groups: list[FindingGroup] = []
+        self._shown: list[str] = []
+
+    def update_from(self, findings: list[Finding], width: int) -> None:
+        self.groups = group(findings)
+        header = (f"[b]diagnosis[/b]  {len(findings)} finding{'s' if len(findings) != 1 else ''}"
+                  f" in {len(self.groups)} line{'s' if len(self.groups) != 1 else ''}, worst "
+                  "first  (f: select, enter: open)") if findings else \
+            "[b]diagnosis[/b]  nothing wrong found"
+        lines = [header] + [
+            f"[{SEVERITY.get(g.severity, '$foreground')}]{g.severity:<8}[/] "
+            f"{safe(g.text, max(20, width - 14))}" for g in self.groups]
+        if lines == self._shown:
+            return  # unchanged: keep the highlight where the user left it
+        self._shown = lines
+        keep = self.highlighted
+        self.clear_options()
+        self.add_options([Option(Content.from_markup(lines[0]), disabled=True)]
+                         + [Option(Content.from_markup(t)) for t in lines[1:]])
+        if keep is not None and self.groups:
+            self.highlighted = min(keep, len(self.groups))
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        event.stop()
+        index = event.option_index - 1
+        if 0 <= index < len(self.groups):
+            self.post_message(self.Picked(self.groups[index]))
+
+
 class EventsPane(Static):
     DEFAULT_CSS = """
-    EventsPane { height: auto; max-height: 9; border-top: solid $panel; color: $foreground; }
+    EventsPane { height: 1fr; min-height: 3; border-top: solid $panel; color: $foreground;
+                 text-wrap: nowrap; text-overflow: ellipsis; }
     """
 
-    def update_from(self, cluster: ClusterState, rows: int, width: int = 200,
-                    findings: list[Finding] | None = None) -> None:
-        lines = []
-        findings = findings or []
-        if findings:
-            shown = findings[: max(1, rows // 2 + 1)]
-            more = f" (+{len(findings) - len(shown)} more)" if len(findings) > len(shown) else ""
-            lines.append(f" [b]diagnosis[/b]  {len(findings)} finding(s), worst first{more}")
-            for f in shown:
-                color = SEVERITY.get(f.severity, "$foreground")
-                text = safe(f.message, max(40, width - 14))
-                lines.append(f"  [{color}]{f.severity:<8}[/] {text}")
-            rows = max(1, rows - len(shown))
+    def update_from(self, cluster: ClusterState, width: int = 200) -> None:
+        """As many of the newest events as the pane has lines (it takes what the map and
+        the diagnosis leave)."""
         if not cluster.events:
-            lines.append(" [b]events[/b]  none yet")
-            self.update("\n".join(lines))
+            self.update(" [b]events[/b]  none yet")
             return
-        lines.append(f" [b]events[/b]  newest first ({len(cluster.events)} kept)")
-        for ev in list(cluster.events)[:rows]:
+        rows = max(2, self.content_size.height - 1)
+        lines = [f" [b]events[/b]  newest first ({len(cluster.events)} kept)"]
+        for ev in itertools.islice(cluster.events, rows):
             color = SEVERITY.get(ev.severity, "$foreground")
             when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
             if width < 120:
@@ -227,5 +304,5 @@ class EventsPane(Static):
                              f"{safe(ev.message, max(20, width - 16))}")
             else:
                 lines.append(f"  {when} [{color}]{ev.severity:<8}[/] {safe(ev.node, 20):<20} "
-                             f"{safe(ev.message, 140)}")
+                             f"{safe(ev.message, max(20, width - 42))}")
         self.update("\n".join(lines))
