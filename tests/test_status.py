@@ -181,3 +181,18 @@ async def test_a_one_shot_status_says_the_same_every_time(unused_tcp_port_factor
     rates = [j["samples_per_s"] for j in jobs]
     assert max(rates) / min(rates) < 1.15, rates
     assert all(abs(j["sli_1m"] - jobs[0]["sli_1m"]) < 0.03 for j in jobs), jobs
+
+
+async def test_the_text_status_groups_many_nodes_with_one_fault() -> None:
+    from tests.seeded import judged, seeded_cluster
+    from tuimon.model.efficiency import EfficiencyView
+    from tuimon.status import format_text, report
+
+    cluster, sim = await seeded_cluster(12, gpus=1)
+    for m in sim.members[2:9]:
+        cluster.mark_stale(m.target, "connection reset")
+    _, findings = judged(cluster)
+    text = format_text(report(cluster, EfficiencyView(), findings, "critical"))
+    lost = [line for line in text.splitlines() if "lost" in line]
+    assert len(lost) == 1, text
+    assert lost[0].startswith("critical") and "7 nodes lost: sim-node[002-008]" in lost[0]

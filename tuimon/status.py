@@ -18,6 +18,7 @@ from typing import Any
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding, sort_key, unreached
 from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.finding_groups import group
 from tuimon.model.slo import Slo, burn_text
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
@@ -76,6 +77,8 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         "proxy_efficiency": None if jobs else eff.proxy,
         "jobs": jobs,
         "alerts": [f.to_json() for f in findings],
+        # The same findings grouped for a person, as the app's diagnosis pane shows them.
+        "summary": [{"severity": g.severity, "text": g.text} for g in group(findings)],
     }
 
 
@@ -105,8 +108,8 @@ def format_text(r: dict[str, Any]) -> str:
         proxy = r["proxy_efficiency"]
         lines.append("no step telemetry" + (f"; GPU utilization proxy {proxy:.2f}"
                                             if proxy is not None else ""))
-    for a in r["alerts"]:
-        lines.append(f"{a['severity']:<8} {a['message']}")
+    for g in r["summary"]:
+        lines.append(f"{g['severity']:<8} {g['text']}")
     # Names and messages came from the network: nothing raw reaches the terminal.
     return clean_lines("\n".join(lines))
 
