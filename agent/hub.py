@@ -10,46 +10,9 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
 
-from tuimon_core.protocol.codec import encode_map
+from tuimon_core.protocol.families import Frame, wants_events
 from tuimon_core.protocol.messages import Event, Hello, Sample
-
-# Which top-level sample key each subscribable family owns.
-FAMILY_KEYS: dict[str, str] = {
-    "gpu": "gpus",
-    "host": "host",
-    "fabric": "fabric",
-    "storage": "storage",
-    "steps": "steps",
-}
-
-
-@dataclass(slots=True)
-class Frame:
-    """One message to send, with its encodings cached per family filter."""
-
-    message: Hello | Sample | Event
-    _cache: dict[frozenset[str] | None, bytes] = field(default_factory=dict)
-
-    def wire(self, families: frozenset[str] | None) -> dict[str, Any]:
-        wire = self.message.to_wire()
-        if families is not None and isinstance(self.message, Sample):
-            for family, key in FAMILY_KEYS.items():
-                if family not in families:
-                    wire.pop(key, None)
-        return wire
-
-    def encoded(self, families: frozenset[str] | None, dropped: int = 0) -> bytes:
-        if dropped and isinstance(self.message, Sample):
-            wire = self.wire(families)
-            wire["dropped"] = dropped
-            return encode_map(wire)
-        data = self._cache.get(families)
-        if data is None:
-            data = self._cache[families] = encode_map(self.wire(families))
-        return data
 
 
 class StreamClient:
@@ -74,7 +37,7 @@ class StreamClient:
         self.families = frozenset(families) if families is not None else None
 
     def wants_events(self) -> bool:
-        return self.families is None or "events" in self.families
+        return wants_events(self.families)
 
     def offer(self, frame: Frame) -> None:
         if len(self.queue) >= self.max_frames:

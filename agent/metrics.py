@@ -15,6 +15,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
+from tuimon_core.serving.metrics import connection_metrics
 from tuimon_core.version import __version__
 
 if TYPE_CHECKING:
@@ -309,24 +310,6 @@ def _step_metrics(node: str, steps: Any) -> Iterator[Metric]:
         labels=["node"])
     clipped.add_metric([node], steps.clipped)
     yield clipped
-
-
-def connection_metrics(prefix: str, node: str | None, guard: Any) -> Iterator[Metric]:
-    """The connection guard's counts (agent.serve), for the agent and the relay."""
-    labels = ["node"] if node is not None else []
-    values = [node] if node is not None else []
-    pending = GaugeMetricFamily(f"{prefix}_pending_connections",
-                                "Connections that have not yet sent an admitted request",
-                                labels=labels)
-    pending.add_metric(values, guard.pending)
-    yield pending
-    closed = CounterMetricFamily(
-        f"{prefix}_connections_closed_unadmitted",
-        "Connections closed before an admitted request: evicted (too many pending) or "
-        "timed_out (no request in time)", labels=[*labels, "reason"])
-    closed.add_metric([*values, "evicted"], guard.evicted)
-    closed.add_metric([*values, "timed_out"], guard.timed_out)
-    yield closed
 
 
 def make_registry(agent: NodeAgent, guard: Any = None) -> CollectorRegistry:

@@ -14,11 +14,12 @@ from collections.abc import AsyncIterator
 from aiohttp import WSCloseCode, web
 from prometheus_client import CollectorRegistry
 
-from agent.hub import Frame, StreamClient
+from agent.hub import StreamClient
 from agent.metrics import make_registry, render
 from agent.node import NodeAgent
-from agent.serve import guard_of
-from agent.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
+from tuimon_core.protocol.families import Frame
+from tuimon_core.serving.guard import guard_of
+from tuimon_core.serving.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 
 AGENT = web.AppKey("agent", NodeAgent)
 TOKEN = web.AppKey("token", str)

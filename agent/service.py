@@ -1,8 +1,7 @@
-"""Run the agent (or any tuimon aiohttp application) inside an existing asyncio program.
+"""Run the agent inside an existing asyncio program.
 
-The commands (`tuimon-agent run`, `tuimon-agent relay`) hand their application to
-`aiohttp.web.run_app`, which owns the process. A program that already has an event loop
-(a scheduler plug-in, a notebook, a login-node service) uses `Service` instead:
+`tuimon-agent run` owns its process. A program that already has an event loop (a
+scheduler plug-in, a notebook, a login-node service) uses `AgentService` instead:
 
     from agent.service import AgentService
     from agent.node import AgentConfig
@@ -18,60 +17,11 @@ task the agent started; nothing is left running on the loop.
 from __future__ import annotations
 
 import ssl
-from types import TracebackType
-
-from aiohttp import web
 
 from agent.node import AgentConfig, NodeAgent
-from agent.security import ListenAddress, check_bind_rule, parse_listen
-from agent.serve import GuardedSite, bind, guard_of, runner_for
 from tuimon_core.ports import DEFAULT_PORT
-
-
-class Service:
-    """An aiohttp application served on the caller's event loop."""
-
-    def __init__(self, app: web.Application, listen: ListenAddress,
-                 ssl_context: ssl.SSLContext | None = None) -> None:
-        self.app = app
-        self.listen = listen
-        self.ssl_context = ssl_context
-        self._runner: web.AppRunner | None = None
-        self.port: int | None = None
-
-    @property
-    def url(self) -> str:
-        scheme = "https" if self.ssl_context else "http"
-        host = f"[{self.listen.host}]" if ":" in self.listen.host else self.listen.host
-        return f"{scheme}://{host}:{self.port}"
-
-    async def start(self) -> None:
-        if self._runner is not None:
-            raise RuntimeError("already started")
-        sock = bind(self.listen)  # first: a port in use fails before anything starts
-        self.port = sock.getsockname()[1]  # the port actually bound, for listen port 0
-        runner = runner_for(self.app)
-        try:
-            await runner.setup()  # runs the app's cleanup_ctx start halves
-            await GuardedSite(runner, sock, guard_of(self.app), self.ssl_context).start()
-        except BaseException:
-            await runner.cleanup()
-            sock.close()
-            raise
-        self._runner = runner
-
-    async def stop(self) -> None:
-        runner, self._runner = self._runner, None
-        if runner is not None:
-            await runner.cleanup()  # shutdown (closes streams), then cleanup_ctx halves
-
-    async def __aenter__(self) -> Service:
-        await self.start()
-        return self
-
-    async def __aexit__(self, exc_type: type[BaseException] | None,
-                        exc: BaseException | None, tb: TracebackType | None) -> None:
-        await self.stop()
+from tuimon_core.serving.security import check_bind_rule, parse_listen
+from tuimon_core.serving.service import Service
 
 
 class AgentService(Service):

@@ -3,7 +3,7 @@
 Three processes, so each cost is measured alone:
   - the replay server (bench/replay_server.py): N node endpoints at 1 Hz, each frame
     stamped with `ts` just before it is sent;
-  - the relay, `tuimon-agent relay` exactly as an admin runs it, with its SQLite ledger,
+  - the relay, `tuimon relay` exactly as an admin runs it, with its SQLite ledger,
     batching to each viewer every 0.25 s (its default);
   - this process: V viewers on real websockets, each receiving every node's frames in
     batches and reading, for every 8th frame, the sample's `ts`: arrival minus `ts` is
@@ -107,7 +107,7 @@ def measure(nodes: int, viewers: int, seconds: float, warmup: float,
         profile = os.environ.get("TUIMON_BENCH_PROFILE")
         prefix = ["-m", "cProfile", "-o", profile] if profile else []
         relay = subprocess.Popen(
-            [sys.executable, *prefix, "-m", "agent", "relay", "--targets-file", str(targets),
+            [sys.executable, *prefix, "-m", "tuimon.cli", "relay", "--targets-file", str(targets),
              "--listen", f"127.0.0.1:{relay_port}", "--ledger", str(tmp / "ledger.db"),
              "--log-level", "warning"], env=env, cwd=ROOT)
         time.sleep(3.0)

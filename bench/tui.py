@@ -13,7 +13,7 @@ Three processes, so each cost is measured alone:
 
     .venv/bin/python bench/tui.py [--nodes 256 1024] [--seconds 30]
 
-`--via relay` puts a real relay (`tuimon-agent relay`, its own process) between the
+`--via relay` puts a real relay (`tuimon relay`, its own process) between the
 nodes and the app; `--via both` measures each size both ways.
 
 Targets (issues #4, #7): at 1024 nodes of 8 GPUs, at most 25 % of one core; 4096 nodes
@@ -120,7 +120,7 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
             targets.write_text("".join(f"127.0.0.1:{base_port + i}\n" for i in range(nodes)))
             relay_port = base_port - 1
             relay = subprocess.Popen(
-                [sys.executable, "-m", "agent", "relay", "--targets-file", str(targets),
+                [sys.executable, "-m", "tuimon.cli", "relay", "--targets-file", str(targets),
                  "--listen", f"127.0.0.1:{relay_port}", "--ledger", str(tmp / "ledger.db"),
                  "--log-level", "warning"], env=env, cwd=ROOT)
             relay_args = ["--relay", f"127.0.0.1:{relay_port}"]

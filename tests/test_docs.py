@@ -9,12 +9,12 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.metrics import make_registry, render
-from agent.serve import ConnectionGuard
 from agent.sim.fake_nvml import FakeNvml
 from tests.conftest import make_agent
 from tests.trees import HW, diskstats_line, ib_port, nic, write
 from tuimon_core.protocol import Event
 from tuimon_core.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS
+from tuimon_core.serving.guard import ConnectionGuard
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

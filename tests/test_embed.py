@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from agent.node import AgentConfig
-from agent.security import ConfigError
 from agent.service import AgentService
 from agent.sim.fake_nvml import FakeNvml
 from tests.conftest import make_agent
 from tuimon.model.cluster import ClusterState
 from tuimon.relay import Relay, RelayConfig
 from tuimon.sources.agent_stream import watching
+from tuimon_core.serving.security import ConfigError
 
 
 def _others() -> set[asyncio.Task]:

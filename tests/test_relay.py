@@ -18,7 +18,6 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from agent.security import ConfigError
 from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
 from tuimon.model.efficiency import EfficiencyView
@@ -29,6 +28,7 @@ from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger, LedgerError
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.protocol import Batch, Hello, Sample, Subscribe, decode, encode
+from tuimon_core.serving.security import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "relay-token-0123456789abcdef"
@@ -407,8 +407,8 @@ def test_relay_command_refuses_bad_settings(tmp_path: Path) -> None:
 
 def test_hello_only_sources_are_not_lost() -> None:
     """A viewer that connects sees hellos before samples of the same node."""
-    from agent.hub import Frame
     from tuimon.relay.fanout import FanOut, ViewerFeed
+    from tuimon_core.protocol.families import Frame
 
     fan = FanOut()
     hello = Hello(node="n1", agent_version="t", boot_id=None, interval=1.0, ts=1.0)

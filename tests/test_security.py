@@ -12,16 +12,16 @@ import aiohttp
 import pytest
 import trustme
 
-from agent.security import (
+from agent.sim.fake_nvml import FakeNvml
+from tests.conftest import make_agent, receive, serve
+from tuimon_core.protocol import Hello
+from tuimon_core.serving.security import (
     ConfigError,
     check_bind_rule,
     load_token,
     parse_listen,
     token_matches,
 )
-from agent.sim.fake_nvml import FakeNvml
-from tests.conftest import make_agent, receive, serve
-from tuimon_core.protocol import Hello
 
 TOKEN = "s3cr3t-token-0123456789abcdef"
 
@@ -83,7 +83,7 @@ async def test_tls_serves_wss_with_a_self_signed_certificate(
 
 
 def test_server_ssl_context_loads_cert_and_key_files(tmp_path: Path) -> None:
-    from agent.security import server_ssl_context
+    from tuimon_core.serving.security import server_ssl_context
 
     ca = trustme.CA()
     cert = ca.issue_cert("localhost")

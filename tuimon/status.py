@@ -21,6 +21,7 @@ from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.finding_groups import group
 from tuimon.model.slo import Slo, burn_text
 from tuimon.model.storage import StorageView
+from tuimon.model.watch import ClusterWatch
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.protocol.text import clean_lines
 
@@ -122,17 +123,14 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
     cluster = ClusterState(name)
     eff = EfficiencyView(slo, baselines)
     storage = StorageView(provisioned)
-    diagnosis = Diagnosis(topology, cpu_nodes=cpu_nodes)
+    judge = ClusterWatch(cluster, storage, eff, Diagnosis(topology, cpu_nodes=cpu_nodes))
     worst = "ok"
     seen: dict[tuple[object, ...], Finding] = {}  # every finding of the watch
     async with watching(targets, cluster, options, relays=relays or []):
         deadline = time.monotonic() + max(FIRST_VERDICT_S, watch)
         await _first_samples(cluster, eff)
         while True:
-            cluster.refresh_ages()
-            storage.update(cluster)
-            eff.update(cluster)
-            findings = diagnosis.update(cluster, eff, storage)
+            findings = judge.update()
             final = not watch or time.monotonic() >= deadline
             findings = findings + _unreached(cluster, final)
             for f in findings:

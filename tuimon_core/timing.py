@@ -6,3 +6,14 @@ STALE_AFTER_INTERVALS = 3.0
 STALE_AT_LEAST_S = 5.0
 # Stale for this long without a frame: down.
 DOWN_AFTER = 60.0
+
+
+def lost_state(last_seen: float | None, now: float) -> str:
+    """The state of a node that just stopped answering: stale while its last frame is
+    recent, down when it is older than DOWN_AFTER or there never was one."""
+    return "stale" if last_seen is not None and now - last_seen <= DOWN_AFTER else "down"
+
+
+def aged_state(state: str, last_seen: float | None, now: float) -> str:
+    """Once a second: a stale node goes down when its last frame gets too old."""
+    return lost_state(last_seen, now) if state == "stale" else state

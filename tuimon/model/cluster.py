@@ -17,7 +17,7 @@ from tuimon.model.step_credit import merge_steps
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol import Event, Hello, Sample
 from tuimon_core.protocol.text import clean
-from tuimon_core.timing import DOWN_AFTER
+from tuimon_core.timing import aged_state, lost_state
 
 HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
 MAX_EVENTS = 2000
@@ -207,8 +207,7 @@ class ClusterState:
         node = self.add_target(target)
         was = node.status
         node.reason = reason
-        age = node.age(self.clock())
-        node.status = "down" if age is None or age > DOWN_AFTER else "stale"
+        node.status = lost_state(node.last_seen, self.clock())
         node.version += 1
         self.version += 1
         if was == "up":
@@ -222,11 +221,12 @@ class ClusterState:
     # -- housekeeping ---------------------------------------------------------------
 
     def refresh_ages(self) -> None:
-        """Stale nodes become down after DOWN_AFTER; call about once a second."""
+        """Stale nodes become down (tuimon_core.timing); call about once a second."""
         now = self.clock()
         for node in self.nodes.values():
-            if node.status == "stale" and (node.age(now) or 0) > DOWN_AFTER:
-                node.status = "down"
+            state = aged_state(node.status, node.last_seen, now)
+            if state != node.status:
+                node.status = state
                 node.version += 1
                 self.version += 1
 

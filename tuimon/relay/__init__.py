@@ -1,7 +1,7 @@
 """The login-node relay: fan-in from many agents (or relays), fan-out of batches to many
 viewers, and the run's SLO ledger.
 
-As a command: `tuimon-agent relay TARGET...`. Inside an existing asyncio program:
+As a command: `tuimon relay TARGET...`. Inside an existing asyncio program:
 
     from tuimon.relay import Relay, RelayConfig
 
@@ -22,14 +22,14 @@ from pathlib import Path
 
 from aiohttp import web
 
-from agent.security import check_bind_rule, check_token_transport, parse_listen
-from agent.service import Service
 from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger, LedgerError
 from tuimon.relay.server import RelayState, build_relay_app
 from tuimon.sources.agent_stream import StreamOptions
 from tuimon.sources.targets import parse_targets
 from tuimon_core.ports import DEFAULT_RELAY_PORT
+from tuimon_core.serving.security import check_bind_rule, check_token_transport, parse_listen
+from tuimon_core.serving.service import Service
 
 __all__ = ["DEFAULT_RELAY_PORT", "LedgerError", "Relay", "RelayConfig", "build_relay"]
 

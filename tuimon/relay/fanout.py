@@ -18,22 +18,15 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from agent.hub import FAMILY_KEYS, Frame
 from tuimon.model.step_credit import StepCredit, merge_steps
 from tuimon_core.hostlist import expand_hostlists
 from tuimon_core.protocol import Batch, Event, Hello, Sample, encode, encode_map, unpack
-from tuimon_core.timing import DOWN_AFTER
+from tuimon_core.protocol.families import Frame, keep_families, wants_events
+from tuimon_core.timing import aged_state, lost_state
 
 # One batch message stays under this many bytes of frames; more makes another message.
 BATCH_BYTES = 1 << 20
 MAX_VIEWER_EVENTS = 1000
-
-
-def _source_frame(message: Hello | Event, raw: bytes) -> Frame:
-    frame = Frame(message)
-    if raw:
-        frame._cache[None] = raw  # the agent's own bytes, when nothing is filtered out
-    return frame
 
 
 _AS_SENT = object()
@@ -63,11 +56,7 @@ class SampleFrame:
             wire = unpack(self.raw)
             if self.steps is not _AS_SENT:
                 wire["steps"] = self.steps
-            if families is not None:
-                for family, key in FAMILY_KEYS.items():
-                    if family not in families:
-                        wire.pop(key, None)
-            data = self._cache[families] = encode_map(wire)
+            data = self._cache[families] = encode_map(keep_families(wire, families))
         return data
 
 
@@ -123,7 +112,7 @@ class ViewerFeed:
         return self.nodes is None or any(n in self.nodes for n in source.names())
 
     def wants_events(self) -> bool:
-        return self.families is None or "events" in self.families
+        return wants_events(self.families)
 
     def offer_state(self, source: Source) -> None:
         self.states[source.name] = (source.state, source.reason)
@@ -289,7 +278,7 @@ class FanOut:
             for feed in self._feeds(source):
                 feed.offer_sample(target, sample)
             return
-        frame = _source_frame(message, raw)
+        frame = Frame(message, raw)
         if isinstance(message, Hello):
             source.hello = frame
             source.node = message.node
@@ -302,9 +291,7 @@ class FanOut:
 
     def mark_stale(self, target: str, reason: str) -> None:
         source = self.add_target(target)
-        now = self.clock()
-        recent = source.last_seen is not None and now - source.last_seen <= DOWN_AFTER
-        self._set_state(source, "stale" if recent else "down", reason)
+        self._set_state(source, lost_state(source.last_seen, self.clock()), reason)
 
     def note_protocol_error(self, target: str, reason: str) -> None:
         self.stats.bad_frames += 1
@@ -318,12 +305,11 @@ class FanOut:
         """An upstream relay's ledger; this relay keeps its own from the same steps."""
 
     def refresh(self) -> None:
-        """Stale sources become down after DOWN_AFTER; call about once a second."""
+        """Stale sources become down (tuimon_core.timing); call about once a second."""
         now = self.clock()
         for source in self.sources.values():
-            if source.state == "stale" and (source.last_seen is None
-                                            or now - source.last_seen > DOWN_AFTER):
-                self._set_state(source, "down", source.reason)
+            self._set_state(source, aged_state(source.state, source.last_seen, now),
+                            source.reason)
 
     # -- internals ------------------------------------------------------------------
 

@@ -20,14 +20,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agent.metrics import connection_metrics
-from agent.serve import guard_of
-from agent.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 from tuimon.relay.fanout import FanOut, ViewerFeed
 from tuimon.relay.ledger import Ledger
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.hostlist import TargetError
 from tuimon_core.protocol import ProtocolError, Subscribe
+from tuimon_core.serving.guard import guard_of
+from tuimon_core.serving.metrics import connection_metrics
+from tuimon_core.serving.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 from tuimon_core.version import __version__
 
 

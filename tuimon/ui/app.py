@@ -24,6 +24,7 @@ from tuimon.model.heat import FABRIC_MAP, GPU_MAP
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.model.view_state import FilterError, ViewState
+from tuimon.model.watch import ClusterWatch
 from tuimon.sources.recording import ReplayControl
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.node_screen import NodeScreen
@@ -176,6 +177,7 @@ class TuimonApp(App[None]):
                                          **({"wall": wall} if wall is not None else {}))
         self.job_index = 0
         self.diagnosis = diagnosis or Diagnosis(topology, cpu_nodes=cpu_nodes)
+        self.watch = ClusterWatch(cluster, self.storage, self.efficiency, self.diagnosis)
         self.refresh_every = refresh
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()
@@ -235,10 +237,7 @@ class TuimonApp(App[None]):
 
     def tick(self) -> None:
         """Once a second: ages, aggregates, and redraw of what changed."""
-        self.cluster.refresh_ages()
-        self.storage.update(self.cluster)
-        self.efficiency.update(self.cluster)
-        findings = self.diagnosis.update(self.cluster, self.efficiency, self.storage)
+        findings = self.watch.update()
         faults = self._faults(findings)
         for view in self.query(HeatmapView):
             view.faults = faults

@@ -15,10 +15,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from agent.security import token_matches
-from agent.serve import guard_of
 from tuimon_core.protocol import ProtocolError, Subscribe, decode
 from tuimon_core.protocol.text import clean
+from tuimon_core.serving.guard import guard_of
+from tuimon_core.serving.security import token_matches
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def bearer_auth(token_of: Callable[[web.Application], str | None]) -> Callable[.
             raise web.HTTPUnauthorized(
                 text="401: missing or wrong bearer token\n",
                 headers={"WWW-Authenticate": 'Bearer realm="tuimon"'})
-        # Past the token: no longer a pending connection (agent.serve's guard).
+        # Past the token: no longer a pending connection (tuimon_core.serving.guard's guard).
         guard_of(request.app).admit(request.transport)
         return await handler(request)
     return auth

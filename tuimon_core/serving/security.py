@@ -10,10 +10,12 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuimon_core.errors import UsageError
+
 MAX_TOKEN_FILE = 4096
 
 
-class ConfigError(Exception):
+class ConfigError(UsageError):
     """A start-up setting that cannot be used; the message says which and why."""
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 from aiohttp import web
 
-from agent.security import ConfigError, ListenAddress
+from tuimon_core.serving.security import ConfigError, ListenAddress
 
 log = logging.getLogger(__name__)
 

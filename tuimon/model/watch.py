@@ -1,0 +1,28 @@
+"""The once-a-second judgement every front end makes (the app, `tuimon status`): ages,
+storage aggregates, efficiency windows, then the diagnosis over all of them, in that
+order, so each sees what the one before it computed this second."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tuimon.model.cluster import ClusterState
+from tuimon.model.diagnosis import Diagnosis
+from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.storage import StorageView
+from tuimon_core.findings import Finding
+
+
+@dataclass
+class ClusterWatch:
+    cluster: ClusterState
+    storage: StorageView
+    efficiency: EfficiencyView
+    diagnosis: Diagnosis
+
+    def update(self) -> list[Finding]:
+        """Call once a second; returns the findings that hold now."""
+        self.cluster.refresh_ages()
+        self.storage.update(self.cluster)
+        self.efficiency.update(self.cluster)
+        return self.diagnosis.update(self.cluster, self.efficiency, self.storage)

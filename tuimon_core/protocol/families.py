@@ -1,0 +1,64 @@
+"""The families a viewer may subscribe to, and a message's encodings per family set.
+
+A sample carries one top-level key per family; a subscriber that asked for fewer gets
+the sample without the others. The agent's hub and the relay's fan-out both send
+through `Frame`, so a sample is encoded once per distinct family set, however many
+subscribers share it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuimon_core.protocol.codec import encode_map
+from tuimon_core.protocol.messages import Event, Hello, Sample
+
+# Which top-level sample key each subscribable family owns ("events" is a family too:
+# it selects event messages, not a sample key).
+FAMILY_KEYS: dict[str, str] = {
+    "gpu": "gpus",
+    "host": "host",
+    "fabric": "fabric",
+    "storage": "storage",
+    "steps": "steps",
+}
+
+
+def keep_families(wire: dict[str, Any], families: frozenset[str] | None) -> dict[str, Any]:
+    """Drop, in place, the sample keys of families not in `families` (None: all)."""
+    if families is not None:
+        for family, key in FAMILY_KEYS.items():
+            if family not in families:
+                wire.pop(key, None)
+    return wire
+
+
+def wants_events(families: frozenset[str] | None) -> bool:
+    return families is None or "events" in families
+
+
+class Frame:
+    """One message to send, its encodings cached per family set. `raw` is the message's
+    bytes as received (a relay forwards an agent's own bytes when nothing is filtered)."""
+
+    __slots__ = ("_cache", "message")
+
+    def __init__(self, message: Hello | Sample | Event, raw: bytes = b"") -> None:
+        self.message = message
+        self._cache: dict[frozenset[str] | None, bytes] = {}
+        if raw:
+            self._cache[None] = raw
+
+    def wire(self, families: frozenset[str] | None) -> dict[str, Any]:
+        wire = self.message.to_wire()
+        return keep_families(wire, families) if isinstance(self.message, Sample) else wire
+
+    def encoded(self, families: frozenset[str] | None, dropped: int = 0) -> bytes:
+        if dropped and isinstance(self.message, Sample):
+            wire = self.wire(families)
+            wire["dropped"] = dropped
+            return encode_map(wire)
+        data = self._cache.get(families)
+        if data is None:
+            data = self._cache[families] = encode_map(self.wire(families))
+        return data
