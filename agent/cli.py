@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,24 +16,28 @@ from aiohttp import web
 
 from agent.collectors.storage import DEFAULT_MMPMON, StorageConfig
 from agent.node import AgentConfig, NodeAgent
-from agent.security import (
+from agent.sim.scenarios import add_scenario_options
+from tuimon_core.cli_types import positive_float, positive_int
+from tuimon_core.errors import UsageError
+from tuimon_core.ports import DEFAULT_PORT
+from tuimon_core.protocol.messages import Sample
+from tuimon_core.protocol.text import clean_lines
+from tuimon_core.serving.guard import serve
+from tuimon_core.serving.security import (
     ConfigError,
     check_bind_rule,
     load_token,
     parse_listen,
     server_ssl_context,
 )
-from agent.serve import serve
-from tuimon_core.ports import DEFAULT_PORT, DEFAULT_RELAY_PORT
-from tuimon_core.protocol.messages import Sample
-from tuimon_core.protocol.text import clean_lines
 from tuimon_core.version import __version__
 
 log = logging.getLogger("tuimon.agent")
 
 
 def _common(p: argparse.ArgumentParser, log_level: str = "info") -> None:
-    p.add_argument("--interval", type=float, default=1.0, metavar="S",
+    p.add_argument("--interval", type=positive_float(3600.0, least=0.01), default=1.0,
+                   metavar="S",
                    help="sampling interval in seconds (default 1)")
     p.add_argument("--root", default="/", metavar="DIR",
                    help="prefix for every /sys and /proc path (e.g. /host in a container)")
@@ -42,20 +48,8 @@ def _common(p: argparse.ArgumentParser, log_level: str = "info") -> None:
                         " empty: off)")
     p.add_argument("--log-level", default=log_level,
                    choices=["debug", "info", "warning", "error"])
-
-
-def _scenario_options(p: argparse.ArgumentParser) -> None:
-    from agent.sim.scenarios import SCENARIOS
-
-    p.add_argument("--scenario", default="mixed", choices=SCENARIOS,
-                   help="fault to simulate (default: mixed, a bit of everything from the "
-                        "start)")
-    p.add_argument("--fault-at", type=float, default=60.0, metavar="SECONDS",
-                   help="seconds after start when the scenario's fault begins (default 60)")
-    p.add_argument("--truth", metavar="FILE",
-                   help="write the ground truth (scenario, onset, components) as JSON")
-    p.add_argument("--speed", type=float, default=1.0, metavar="X",
-                   help="simulated seconds per real second (e.g. 60: an hour a minute)")
+    p.add_argument("--debug", action="store_true",
+                   help="show the traceback of any error, usage errors too")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -76,14 +70,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="allow a non-loopback address without a token")
     run.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS/WSS with this certificate")
     run.add_argument("--tls-key", metavar="FILE", help="the certificate's private key")
-    run.add_argument("--max-clients", type=int, default=256,
+    run.add_argument("--max-clients", type=positive_int(100_000), default=256,
                      help="stream clients served at once (default 256)")
     run.add_argument("--steps-socket", metavar="PATH",
                      help="Unix datagram socket training ranks report steps to (default "
                           "$TUIMON_STEPS_SOCKET, /run/tuimon/steps.sock, "
                           "$XDG_RUNTIME_DIR/tuimon-steps.sock or /tmp/tuimon-steps.sock)")
     run.add_argument("--no-steps", action="store_true", help="do not listen for step reports")
-    run.add_argument("--queue-frames", type=int, default=32,
+    run.add_argument("--queue-frames", type=positive_int(100_000), default=32,
                      help="frames queued per stream client before the oldest drop (default 32)")
 
     once = sub.add_parser(
@@ -93,28 +87,32 @@ def build_parser() -> argparse.ArgumentParser:
     _common(once, log_level="warning")
     once.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    relay = sub.add_parser("relay", help="fan in many agents (or relays), fan out batches to "
-                                         "viewers, keep the run's SLO ledger")
-    _relay_options(relay)
+    sub.add_parser("relay", help="the relay is `tuimon relay` (in the viewer's install); "
+                   "this runs it when that is installed", add_help=False)
 
     sim = sub.add_parser("sim", help="simulate a cluster: one real agent endpoint per node")
-    sim.add_argument("--nodes", type=int, default=4)
-    sim.add_argument("--gpus", type=int, default=8)
+    sim.add_argument("--nodes", type=positive_int(20_000), default=4)
+    sim.add_argument("--gpus", type=positive_int(64), default=8)
     sim.add_argument("--base-port", type=int, default=19400, metavar="P",
                      help="node i listens on 127.0.0.1:(P+i) (default 19400)")
     sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--interval", type=float, default=1.0, metavar="S")
+    sim.add_argument("--interval", type=positive_float(3600.0, least=0.01), default=1.0,
+                     metavar="S")
     sim.add_argument("--targets-file", metavar="F", help="write one host:port per line here")
     sim.add_argument("--topology-file", metavar="F",
                      help="write the simulated fabric as a Slurm topology.conf here")
-    _scenario_options(sim)
+    add_scenario_options(sim)
     sim.add_argument("--log-level", default="info",
                      choices=["debug", "info", "warning", "error"])
+    sim.add_argument("--debug", action="store_true",
+                     help="show the traceback of any error, usage errors too")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list[:1] == ["relay"]:
+        return _relay_alias(args_list[1:])
     if not args_list or args_list[0] not in ("run", "once", "sim", "relay", "-h", "--help",
                                              "--version"):
         args_list.insert(0, "run")
@@ -126,17 +124,25 @@ def main(argv: list[str] | None = None) -> int:
             return _once(args)
         if args.command == "sim":
             return _sim(args)
-        if args.command == "relay":
-            return _relay(args)
         return _run(args)
-    except ConfigError as exc:
-        print(f"tuimon-agent: {exc}", file=sys.stderr)
-        return 2
-    except ValueError as exc:
+    except UsageError as exc:  # what the user typed or configured: no traceback
+        if args.debug:
+            raise
         print(f"tuimon-agent: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _relay_alias(rest: list[str]) -> int:
+    """`tuimon-agent relay`, from before the relay moved to the viewer's install: run
+    `tuimon relay` when it is installed (the agent itself never imports the viewer)."""
+    if importlib.util.find_spec("tuimon") is None:
+        print("tuimon-agent: the relay is `tuimon relay`, part of the viewer's install "
+              "(pip install tuimon)", file=sys.stderr)
+        return 2
+    os.execv(sys.executable, [sys.executable, "-m", "tuimon.cli", "relay", *rest])
+    return 0  # not reached: execv replaces this process
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -172,96 +178,6 @@ def _run(args: argparse.Namespace) -> int:
             refuse_if_live(steps)
         except StepSocketError as exc:
             raise ConfigError(str(exc)) from None
-    serve(app, listen, ssl_ctx)
-    return 0
-
-
-def _relay_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("targets", nargs="*", metavar="TARGET",
-                   help="agents: host[:port], Slurm host lists (gpu[001-128]:9477)")
-    p.add_argument("--relay", action="append", default=[], metavar="HOST[:PORT]",
-                   help="an upstream relay (relay of relays; default port 9478), which may "
-                        "speak for the nodes it carries; repeatable")
-    p.add_argument("--targets-file", metavar="F", help="one target per line")
-    p.add_argument("--listen", default="127.0.0.1:9478", metavar="HOST:PORT",
-                   help="address viewers connect to (default 127.0.0.1:9478)")
-    p.add_argument("--name", default="", help="relay name sent to viewers (default: host name)")
-    p.add_argument("--token-file", metavar="F",
-                   help="bearer token viewers must send; required off loopback")
-    p.add_argument("--insecure", action="store_true",
-                   help="allow a non-loopback address without a token")
-    p.add_argument("--tls-cert", metavar="F", help="serve viewers over HTTPS/WSS")
-    p.add_argument("--tls-key", metavar="F", help="the certificate's private key")
-    p.add_argument("--upstream-token-file", metavar="F", help="bearer token for the agents")
-    p.add_argument("--upstream-tls", action="store_true", help="connect to agents with TLS")
-    p.add_argument("--upstream-tls-ca", metavar="F", help="CA bundle that signed the agents' "
-                                                          "certificates")
-    p.add_argument("--upstream-tls-insecure", action="store_true",
-                   help="do not verify the agents' certificates")
-    p.add_argument("--upstream-insecure", action="store_true",
-                   help="send the upstream token over plain HTTP to non-loopback agents "
-                        "anyway (the network is trusted)")
-    p.add_argument("--ledger", metavar="FILE",
-                   help="SQLite file of the SLO ledger (default: $STATE_DIRECTORY/ledger.db "
-                        "or ~/.local/state/tuimon/ledger.db)")
-    p.add_argument("--no-ledger", action="store_true", help="keep no ledger")
-    p.add_argument("--keep-days", type=float, default=30.0, help="ledger retention (default 30)")
-    p.add_argument("--flush-every", type=float, default=10.0, metavar="S",
-                   help="seconds between ledger writes: at most this much is lost to a "
-                        "kill -9 (default 10)")
-    p.add_argument("--slo-hours", type=float, default=720.0,
-                   help="SLO window the budget is counted over (default 720)")
-    p.add_argument("--interval", type=float, default=0.25, metavar="S",
-                   help="seconds between batches to each viewer (default 0.25)")
-    p.add_argument("--max-viewers", type=int, default=256)
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-
-
-def default_ledger_path() -> Path:
-    import os
-
-    state = os.environ.get("STATE_DIRECTORY")  # systemd's StateDirectory=
-    if state:
-        return Path(state.split(":")[0]) / "ledger.db"
-    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-    return Path(base) / "tuimon" / "ledger.db"
-
-
-def _relay(args: argparse.Namespace) -> int:
-    import socket
-
-    from agent.security import client_ssl_context
-    from tuimon.relay import LedgerError, RelayConfig, build_relay
-    from tuimon.sources.targets import TargetError, read_targets_file
-
-    items = list(args.targets)
-    try:
-        if args.targets_file:
-            items += read_targets_file(args.targets_file)
-        listen = parse_listen(args.listen, DEFAULT_RELAY_PORT)
-        token = load_token(args.token_file) if args.token_file else None
-        check_bind_rule(listen, token, args.insecure)
-        upstream_ssl = (client_ssl_context(args.upstream_tls_ca, args.upstream_tls_insecure)
-                        if args.upstream_tls or args.upstream_tls_ca
-                        or args.upstream_tls_insecure else None)
-        config = RelayConfig(
-            targets=items, relays=list(args.relay), listen=args.listen,
-            name=args.name or socket.gethostname(),
-            ledger=None if args.no_ledger else (args.ledger or default_ledger_path()),
-            ledger_keep_days=args.keep_days, slo_hours=args.slo_hours,
-            interval=args.interval, max_viewers=args.max_viewers, token=token,
-            flush_every=args.flush_every,
-            insecure=args.insecure,
-            upstream_token=(load_token(args.upstream_token_file)
-                            if args.upstream_token_file else None),
-            upstream_ssl=upstream_ssl, upstream_insecure=args.upstream_insecure)
-        app, state = build_relay(config)
-    except (TargetError, LedgerError) as exc:
-        raise ConfigError(str(exc)) from None
-    ssl_ctx = server_ssl_context(args.tls_cert, args.tls_key)
-    log.info("tuimon relay %s on %s://%s: %d targets, %d relays, ledger %s", __version__,
-             "https" if ssl_ctx else "http", listen, len(state.targets), len(state.relays),
-             state.ledger.path if state.ledger else "off")
     serve(app, listen, ssl_ctx)
     return 0
 

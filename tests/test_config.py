@@ -22,8 +22,10 @@ def test_a_valid_file_loads_its_clusters(tmp_path: Path) -> None:
                  'slo_days = 30\n[clusters.prod.provisioned]\n"/lustre/scratch" = 400\n'
                  '[clusters.prod.leaves]\nleaf1 = "gpu[001-002]"\n')
     clusters = load(f)
-    assert clusters["prod"].get("slo_target") == 0.95
-    assert clusters["prod"].get("provisioned") == {"/lustre/scratch": 400}
+    prod = clusters["prod"]
+    assert prod.slo_target == 0.95 and prod.slo_hours == 30 * 24
+    assert prod.provisioned == {"/lustre/scratch": 400.0}
+    assert prod.targets == ("gpu[001-004]:9477",) and prod.leaves == {"leaf1": "gpu[001-002]"}
     assert load(tmp_path / "absent.toml") == {}
 
 

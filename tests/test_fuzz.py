@@ -224,7 +224,8 @@ def test_config_loader(tmp_path_factory: pytest.TempPathFactory, text: str) -> N
         assert str(path) in str(exc)
         return
     for c in clusters.values():
-        assert isinstance(c.values, dict)
+        assert isinstance(c.targets, tuple) and all(isinstance(t, str) for t in c.targets)
+        assert c.slo_target is None or 0 < c.slo_target < 1
 
 
 @FUZZ

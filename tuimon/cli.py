@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import logging
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -15,10 +16,12 @@ from typing import Any
 
 import aiohttp
 
-from agent.security import ConfigError, check_token_transport, client_ssl_context, load_token
+from agent.sim.scenarios import add_scenario_options
+from tuimon.config import ClusterConfig, cluster_defaults, set_cluster_defaults
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import Slo
 from tuimon.readout import render
+from tuimon.relay.command import add_relay_options, run_relay
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.sources.targets import (
     TargetError,
@@ -27,7 +30,14 @@ from tuimon.sources.targets import (
     parse_targets,
     read_targets_file,
 )
+from tuimon_core.cli_types import positive_float, positive_int, slo_target
+from tuimon_core.errors import UsageError
 from tuimon_core.protocol import Subscribe
+from tuimon_core.serving.security import (
+    check_token_transport,
+    client_ssl_context,
+    load_token,
+)
 from tuimon_core.version import __version__
 
 
@@ -53,7 +63,7 @@ def _target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--families", metavar="LIST",
                    help="only these families, comma-separated: gpu,host,fabric,storage,steps,"
                         "events")
-    p.add_argument("--every", type=float, metavar="S",
+    p.add_argument("--every", type=positive_float(3600.0), metavar="S",
                    help="ask for samples at most every S seconds (slower links)")
     p.add_argument("--topology", metavar="F",
                    help="Slurm topology.conf: group the fabric map by leaf switch")
@@ -76,9 +86,9 @@ def _view_options(p: argparse.ArgumentParser) -> None:
 
 
 def _slo_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--slo-target", type=float, default=0.90,
+    p.add_argument("--slo-target", type=slo_target, default=0.90,
                    help="SLO target for the effective training time ratio (default 0.90)")
-    p.add_argument("--slo-hours", type=float, default=720.0,
+    p.add_argument("--slo-hours", type=positive_float(1e6), default=720.0,
                    help="SLO window: the run's planned hours or rolling days x 24 (720)")
     p.add_argument("--baseline", action="append", default=[], metavar="JOB=SAMPLES/S",
                    help="single-GPU throughput of a job, for scaling efficiency")
@@ -109,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tuimon", description="Live monitor for GPU "
                                      "training clusters.")
     parser.add_argument("--version", action="version", version=f"tuimon {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of any error, usage errors too")
     parser.add_argument("--cluster", metavar="NAME",
                         help="a cluster from the config file (alone: connect to it)")
     parser.add_argument("--config", metavar="FILE",
@@ -129,7 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="do not verify the server's certificate")
     prom.add_argument("--match", default="", metavar="MATCHERS",
                       help="label matchers added to every query, e.g. 'cluster=\"prod\"'")
-    prom.add_argument("--every", type=float, default=5.0, metavar="S",
+    prom.add_argument("--every", type=positive_float(3600.0, least=0.5), default=5.0,
+                      metavar="S",
                       help="seconds between refreshes (default 5)")
     prom.add_argument("--node-label", action="append", default=[], metavar="LABEL",
                       help="a label that names the node, tried before the built-in order "
@@ -149,7 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("replay", help="play a recording back in the app: space pauses, "
                                         ". steps, [ ] seek a minute, + - speed")
     rep.add_argument("file")
-    rep.add_argument("--speed", type=float, default=1.0)
+    rep.add_argument("--speed", type=positive_float(10000.0), default=1.0,
+                     help="seconds of the recording per second (default 1)")
     rep.add_argument("--theme")
     rep.add_argument("--topology", metavar="F")
     status = sub.add_parser("status", help="no screen: one snapshot (or --watch), exit code "
@@ -160,49 +174,105 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     _slo_options(status)
     demo = sub.add_parser("demo", help="simulate a cluster on loopback and watch it")
-    demo.add_argument("--nodes", type=int, default=32)
-    demo.add_argument("--gpus", type=int, default=8)
+    demo.add_argument("--nodes", type=positive_int(20_000), default=32)
+    demo.add_argument("--gpus", type=positive_int(64), default=8)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--base-port", type=int, default=19400)
     _view_options(demo)
     _slo_options(demo)
-    from agent.cli import _scenario_options
-
-    _scenario_options(demo)
+    add_scenario_options(demo)
+    rules = sub.add_parser("rules", help="write Prometheus recording and burn-rate alerting "
+                                         "rules for the training SLO (the app's windows and "
+                                         "thresholds)")
+    rules.add_argument("--slo-target", type=slo_target, default=0.90,
+                       help="SLO target for the effective training time ratio (default 0.90)")
+    window = rules.add_mutually_exclusive_group()
+    window.add_argument("--slo-hours", type=positive_float(1e6), default=720.0,
+                        help="SLO window in hours: the run's planned hours (default 720)")
+    window.add_argument("--slo-days", type=positive_float(36500.0), metavar="DAYS",
+                        help="SLO window in days (rolling), instead of --slo-hours")
+    rules.add_argument("--job-label", default="exported_job", metavar="LABEL",
+                       help="the label holding the training job's name (default "
+                            "exported_job: Prometheus renames the agent's `job` on a clash)")
+    rules.add_argument("--match", default="", metavar="MATCHERS",
+                       help="label matchers for one cluster, e.g. 'cluster=\"prod\"' (kept "
+                            "on the records and alerts, so one file per cluster)")
+    rules.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    relay = sub.add_parser("relay", help="fan in many agents (or relays), fan out batches to "
+                                         "viewers, keep the run's SLO ledger")
+    add_relay_options(relay)
     return parser
 
 
-COMMANDS = ("connect", "status", "replay", "demo", "prom")
+COMMANDS = ("connect", "status", "replay", "demo", "prom", "relay", "rules")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
     try:
-        if not any(a in COMMANDS for a in argv) and "--cluster" in argv:
-            # `tuimon --cluster prod` watches that cluster, through Prometheus if that is
-            # what the config file names for it.
-            argv = _implicit_command(argv)
-        args = build_parser().parse_args(argv)
-        if args.cluster and args.command in ("connect", "status", "prom"):
-            _apply_config(args)
-        if args.command == "demo":
-            if args.once or args.plain:
-                return asyncio.run(_demo(args))
-            return _demo_app(args)
-        if args.command == "status":
-            return _status(args)
-        if args.command == "replay":
-            return _replay(args)
-        if args.command == "prom":
-            return _prom(args)
-        if args.once or args.plain:
-            return asyncio.run(_connect(args))
-        return _connect_app(args)
-    except (ConfigError, TargetError, ValueError, OSError) as exc:  # config file errors too
+        return _main(argv)
+    except UsageError as exc:  # what the user typed or configured: no traceback
+        if debug:
+            raise
         print(f"tuimon: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def _main(argv: list[str]) -> int:
+    parser = build_parser()
+    cluster = _cluster_of(argv)
+    if cluster is not None:
+        if not any(a in COMMANDS for a in argv):
+            # `tuimon --cluster prod` watches that cluster, through Prometheus if that is
+            # what the config file names for it.
+            argv = _implicit_command(argv, cluster)
+        # The cluster's settings are the defaults: an option typed on the command line
+        # always wins, whatever its value.
+        set_cluster_defaults(parser, cluster_defaults(cluster))
+    args = parser.parse_args(argv)
+    if cluster is not None:
+        _fill_targets(args, cluster)
+    if args.command == "demo":
+        if args.once or args.plain:
+            return asyncio.run(_demo(args))
+        return _demo_app(args)
+    if args.command == "status":
+        return _status(args)
+    if args.command == "replay":
+        return _replay(args)
+    if args.command == "prom":
+        return _prom(args)
+    if args.command == "rules":
+        return _rules(args)
+    if args.command == "relay":
+        logging.basicConfig(level="DEBUG" if args.debug else args.log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return run_relay(args)
+    if args.once or args.plain:
+        return asyncio.run(_connect(args))
+    return _connect_app(args)
+
+
+def _rules(args: argparse.Namespace) -> int:
+    from tuimon.model.prom_rules import rules_yaml
+
+    hours = args.slo_days * 24.0 if args.slo_days else args.slo_hours
+    try:
+        text = rules_yaml(Slo(args.slo_target, hours), job_label=args.job_label,
+                          selector=args.match)
+    except ValueError as exc:
+        raise UsageError(f"rules: {exc}") from None
+    if not args.output:
+        sys.stdout.write(text)
+        return 0
+    try:
+        Path(args.output).write_text(text)
+    except OSError as exc:
+        raise UsageError(f"--output {args.output}: {exc.strerror or exc}") from None
+    return 0
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -210,8 +280,6 @@ def _replay(args: argparse.Namespace) -> int:
     from tuimon.ui.app import ReplayApp
 
     rec = read_recording(args.file)
-    if not 0 < args.speed <= 10000:
-        raise TargetError(f"--speed must be in (0, 10000], got {args.speed}")
     control = ReplayControl(speed=args.speed)
     cluster = ClusterState(f"replay of {rec.name or args.file}")
     ReplayApp(cluster, control, rec.duration,
@@ -344,8 +412,6 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], St
     check_token_transport([*targets, *relays], token, ssl_ctx is not None, args.insecure)
     subscribe = None
     if args.nodes or args.families or args.every:
-        if args.every is not None and not 0 < args.every <= 3600:
-            raise TargetError(f"--every must be in (0, 3600] seconds, got {args.every}")
         families = ([f.strip() for f in args.families.split(",") if f.strip()]
                     if args.families else None)
         expand_hostlists(args.nodes or [])  # a bad host list is an error here, not on the relay
@@ -366,75 +432,49 @@ def _strip_scheme(item: str) -> str:
     return item
 
 
-def _cluster_config(args: argparse.Namespace) -> Any:
+def _cluster_of(argv: list[str]) -> ClusterConfig | None:
+    """The cluster named by --cluster (and --config), read before the real parse so that
+    its settings can be the parser's defaults."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--cluster")
+    pre.add_argument("--config")
+    known, _ = pre.parse_known_args(argv)
+    if not known.cluster:
+        return None
     from tuimon import config
 
-    path = Path(args.config).expanduser() if args.config else None
+    path = Path(known.config).expanduser() if known.config else None
     if path is not None and not path.exists():
-        raise TargetError(f"--config {args.config}: file not found")
+        raise TargetError(f"--config {known.config}: file not found")
     clusters = config.load(path)
-    if args.cluster not in clusters:
-        known = ", ".join(sorted(clusters)) or "none"
-        raise TargetError(f"no cluster {args.cluster!r} in "
-                          f"{path or config.default_path()} (clusters: {known})")
-    return clusters[args.cluster]
+    if known.cluster not in clusters:
+        names = ", ".join(sorted(clusters)) or "none"
+        raise TargetError(f"no cluster {known.cluster!r} in "
+                          f"{path or config.default_path()} (clusters: {names})")
+    return clusters[known.cluster]
 
 
-def _implicit_command(argv: list[str]) -> list[str]:
+def _implicit_command(argv: list[str], cluster: ClusterConfig) -> list[str]:
     """The global options, then the command the cluster's config implies, then the rest
     (which are that command's options)."""
     pre = argparse.ArgumentParser(add_help=False)
     pre.add_argument("--cluster")
     pre.add_argument("--config")
+    pre.add_argument("--debug", action="store_true")
     known, rest = pre.parse_known_args(argv)
-    c = _cluster_config(known)
-    front = ["--cluster", known.cluster] + (["--config", known.config] if known.config else [])
-    if c.get("prometheus") and not (c.get("targets") or c.get("relay")):
-        return [*front, "prom", c.get("prometheus"), *rest]
+    front = ["--cluster", known.cluster] + (["--config", known.config] if known.config
+                                            else []) + (["--debug"] if known.debug else [])
+    if cluster.prometheus and not (cluster.targets or cluster.relay):
+        return [*front, "prom", cluster.prometheus, *rest]
     return [*front, "connect", *rest]
 
 
-def _apply_config(args: argparse.Namespace) -> None:
-    """Fill the options not given on the command line from the named cluster."""
-    c = _cluster_config(args)
-
-    def home(v: str) -> str:
-        return str(Path(v).expanduser())
-
+def _fill_targets(args: argparse.Namespace, c: ClusterConfig) -> None:
+    """Targets typed on the command line replace the cluster's targets and relay; with
+    none typed, the cluster's are used."""
     if hasattr(args, "targets") and not args.targets and not args.relay:
-        args.targets = list(c.get("targets", []))
-        args.relay = [c.get("relay")] if c.get("relay") else []
-    for key in ("targets_file", "token_file", "tls_ca", "topology"):
-        if getattr(args, key, "") is None and c.get(key):
-            setattr(args, key, home(c.get(key)))
-    for key in ("tls", "tls_insecure"):
-        if hasattr(args, key) and not getattr(args, key) and c.get(key):
-            setattr(args, key, True)
-    if getattr(args, "match", None) == "" and c.get("match"):
-        args.match = c.get("match")
-    if hasattr(args, "node_label"):
-        args.node_label = [str(x) for x in c.get("node_labels", [])] + args.node_label
-        args.node_alias = [f"{k}={v}" for k, v in c.get("node_aliases", {}).items()] + \
-            args.node_alias
-    if hasattr(args, "cpu_nodes") and not args.cpu_nodes and c.get("cpu_nodes"):
-        args.cpu_nodes = str(c.get("cpu_nodes"))
-    if getattr(args, "theme", None) is None and c.get("theme"):
-        args.theme = c.get("theme")
-    if args.name == "cluster":
-        args.name = c.get("name", args.cluster)
-    if args.slo_target == 0.90 and "slo_target" in c.values:
-        args.slo_target = float(c.get("slo_target"))
-    if args.slo_hours == 720.0:
-        if "slo_hours" in c.values:
-            args.slo_hours = float(c.get("slo_hours"))
-        elif "slo_days" in c.values:
-            args.slo_hours = 24.0 * float(c.get("slo_days"))
-    args.baseline = [f"{k}={v}" for k, v in c.get("baselines", {}).items()] + args.baseline
-    args.flops_per_sample = [f"{k}={v}" for k, v in c.get("flops_per_sample", {}).items()] \
-        + args.flops_per_sample
-    args.provisioned = [f"{k}={v}" for k, v in c.get("provisioned", {}).items()] \
-        + args.provisioned
-    args.leaves = dict(c.get("leaves", {}))
+        args.targets = list(c.targets)
+        args.relay = [c.relay] if c.relay else []
 
 
 def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[str, str]:
@@ -508,8 +548,6 @@ def _prom_options(args: argparse.Namespace) -> Any:
     if not args.url.startswith(("http://", "https://")):
         raise TargetError(f"prometheus URL {args.url!r}: expected http://HOST:PORT or "
                           "https://...")
-    if not 0.5 <= args.every <= 3600:
-        raise TargetError(f"--every must be in [0.5, 3600] seconds, got {args.every}")
     ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
                if args.tls_ca or args.tls_insecure else None)
     aliases = {}

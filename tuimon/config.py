@@ -26,6 +26,7 @@ naming the file, the line and the key.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import sys
@@ -33,13 +34,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tuimon_core.errors import UsageError
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 
-class ConfigFileError(ValueError):
+class ConfigFileError(UsageError, ValueError):
     """`FILE:LINE: KEY: problem`."""
 
 
@@ -53,13 +56,101 @@ KEYS: dict[str, type | tuple[type, ...]] = {
 }
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClusterConfig:
-    name: str
-    values: dict[str, Any] = field(default_factory=dict)
+    """One `[clusters.NAME]` table, checked: each setting with its type, None or empty
+    when the file does not set it."""
 
-    def get(self, key: str, default: Any = None) -> Any:
-        return self.values.get(key, default)
+    name: str
+    display_name: str | None = None  # `name = "..."`: shown in the header
+    targets: tuple[str, ...] = ()
+    targets_file: str | None = None
+    relay: str | None = None
+    prometheus: str | None = None
+    match: str | None = None
+    node_labels: tuple[str, ...] = ()
+    node_aliases: dict[str, str] = field(default_factory=dict)
+    token_file: str | None = None
+    tls: bool = False
+    tls_ca: str | None = None
+    tls_insecure: bool = False
+    topology: str | None = None
+    leaves: dict[str, str] = field(default_factory=dict)
+    theme: str | None = None
+    slo_target: float | None = None
+    slo_hours: float | None = None  # from slo_hours, or slo_days x 24
+    baselines: dict[str, float] = field(default_factory=dict)
+    flops_per_sample: dict[str, float] = field(default_factory=dict)
+    provisioned: dict[str, float] = field(default_factory=dict)
+    cpu_nodes: str | None = None
+
+    @classmethod
+    def from_table(cls, name: str, v: dict[str, Any]) -> ClusterConfig:
+        """From a table `load` has checked key by key."""
+        hours = v.get("slo_hours")
+        if hours is None and v.get("slo_days") is not None:
+            hours = 24.0 * float(v["slo_days"])
+        return cls(
+            name=name, display_name=v.get("name"),
+            targets=tuple(str(t) for t in v.get("targets", ())),
+            targets_file=v.get("targets_file"), relay=v.get("relay"),
+            prometheus=v.get("prometheus"), match=v.get("match"),
+            node_labels=tuple(str(x) for x in v.get("node_labels", ())),
+            node_aliases={str(k): str(x) for k, x in v.get("node_aliases", {}).items()},
+            token_file=v.get("token_file"), tls=bool(v.get("tls", False)),
+            tls_ca=v.get("tls_ca"), tls_insecure=bool(v.get("tls_insecure", False)),
+            topology=v.get("topology"),
+            leaves={str(k): str(x) for k, x in v.get("leaves", {}).items()},
+            theme=v.get("theme"),
+            slo_target=float(v["slo_target"]) if "slo_target" in v else None,
+            slo_hours=float(hours) if hours is not None else None,
+            baselines={k: float(x) for k, x in v.get("baselines", {}).items()},
+            flops_per_sample={k: float(x) for k, x in v.get("flops_per_sample", {}).items()},
+            provisioned={k: float(x) for k, x in v.get("provisioned", {}).items()},
+            cpu_nodes=v.get("cpu_nodes"))
+
+
+def cluster_defaults(c: ClusterConfig) -> dict[str, Any]:
+    """The cluster's settings as defaults for the command line's options (argparse
+    destinations). Flags typed by the user then win whatever their value; list options
+    (`--baseline`, `--provisioned`, `--node-label`, `--node-alias`) add to the file's."""
+
+    def home(v: str | None) -> str | None:
+        return str(Path(v).expanduser()) if v else None
+
+    out: dict[str, Any] = {
+        "name": c.display_name or c.name,
+        "targets_file": home(c.targets_file), "token_file": home(c.token_file),
+        "tls_ca": home(c.tls_ca), "topology": home(c.topology),
+        "tls": c.tls, "tls_insecure": c.tls_insecure, "theme": c.theme,
+        "match": c.match or "", "cpu_nodes": c.cpu_nodes or "",
+        "node_label": list(c.node_labels),
+        "node_alias": [f"{k}={v}" for k, v in c.node_aliases.items()],
+        "baseline": [f"{k}={v}" for k, v in c.baselines.items()],
+        "flops_per_sample": [f"{k}={v}" for k, v in c.flops_per_sample.items()],
+        "provisioned": [f"{k}={v}" for k, v in c.provisioned.items()],
+        "leaves": dict(c.leaves),
+    }
+    if c.slo_target is not None:
+        out["slo_target"] = c.slo_target
+    if c.slo_hours is not None:
+        out["slo_hours"] = c.slo_hours
+    return out
+
+
+def set_cluster_defaults(parser: argparse.ArgumentParser, defaults: dict[str, Any],
+                         commands: tuple[str, ...] = ("connect", "status", "prom", "rules"),
+                         ) -> None:
+    """Make `defaults` the defaults of those subcommands, each for the options it has
+    (and `leaves`, which has no flag, where there is a topology)."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for command in commands:
+            sub = action.choices[command]
+            dests = {a.dest for a in sub._actions}
+            sub.set_defaults(**{k: v for k, v in defaults.items()
+                                if k in dests or (k == "leaves" and "topology" in dests)})
 
 
 def default_path() -> Path:
@@ -120,7 +211,7 @@ def load(path: Path | None = None) -> dict[str, ClusterConfig]:
         if "slo_target" in values and not 0 < values["slo_target"] < 1:
             raise ConfigFileError(f"{path}:{_line_of(text, 'slo_target')}: "
                                   f"clusters.{name}.slo_target: must be between 0 and 1")
-        out[name] = ClusterConfig(name, dict(values))
+        out[name] = ClusterConfig.from_table(name, values)
     return out
 
 

@@ -12,11 +12,13 @@ from collections.abc import Iterable
 
 import hostlist
 
+from tuimon_core.errors import UsageError
+
 MAX_TARGETS = 100_000
 MAX_HOSTLIST_CHARS = 65536
 
 
-class TargetError(ValueError):
+class TargetError(UsageError, ValueError):
     """A target or host list that cannot be parsed; the message names it."""
 
 

@@ -7,11 +7,13 @@ diagnosis names (`--truth FILE` writes them as JSON).
 
 from __future__ import annotations
 
+import argparse
 import random
 from dataclasses import dataclass, field
 
 from agent.sim.io_model import LUSTRE_MOUNT, IoTrouble
 from agent.sim.workload import NodeTrouble, troubles_for
+from tuimon_core.cli_types import positive_float
 
 SCENARIOS = ("mixed", "healthy", "spine-imbalance", "thermal-straggler", "checkpoint-storm",
              "xid-79", "link-flap", "bad-cable", "hot-node")
@@ -76,3 +78,16 @@ def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
                                                             symbol_errors_port=port))},
                     components=[f"{node_name(victim)} mlx5_{port}:1"],
                     kinds=["link_down", "flapping", "symbol_errors"])
+
+
+def add_scenario_options(p: argparse.ArgumentParser) -> None:
+    """--scenario, --fault-at, --truth, --speed: for `tuimon-agent sim` and `tuimon demo`."""
+    p.add_argument("--scenario", default="mixed", choices=SCENARIOS,
+                   help="fault to simulate (default: mixed, a bit of everything from the "
+                        "start)")
+    p.add_argument("--fault-at", type=float, default=60.0, metavar="SECONDS",
+                   help="seconds after start when the scenario's fault begins (default 60)")
+    p.add_argument("--truth", metavar="FILE",
+                   help="write the ground truth (scenario, onset, components) as JSON")
+    p.add_argument("--speed", type=positive_float(10000.0), default=1.0, metavar="X",
+                   help="simulated seconds per real second (e.g. 60: an hour a minute)")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tuimon.model.slo import BURN_WINDOWS_S
+from tuimon_core.errors import UsageError
 from tuimon_core.protocol.text import clean
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ ON CONFLICT (job, minute) DO UPDATE SET total_s = total_s + excluded.total_s,
 MAX_PENDING = 100_000
 
 
-class LedgerError(Exception):
+class LedgerError(UsageError):
     """The ledger file cannot be opened; the message names the path and the reason."""
 
 

@@ -19,13 +19,14 @@ from pathlib import Path
 import msgpack
 
 from tuimon.model.cluster import ClusterState
+from tuimon_core.errors import UsageError
 from tuimon_core.protocol import Batch, ProtocolError, Subscribe, decode
 
 FORMAT_VERSION = 1
 MAX_FRAME = 16 << 20
 
 
-class RecordingError(ValueError):
+class RecordingError(UsageError, ValueError):
     """A file that is not a tuimon recording, or is damaged; the message says where."""
 
 
@@ -89,6 +90,10 @@ def read_recording(path: str | Path) -> Recording:
                 pass  # cut short (the recorder was killed): keep what is whole
     except RecordingError:
         raise
+    except FileNotFoundError:
+        raise RecordingError(f"{path}: no such file") from None
+    except PermissionError:
+        raise RecordingError(f"{path}: permission denied") from None
     except (OSError, EOFError, ValueError, msgpack.UnpackException) as exc:
         raise RecordingError(f"{path}: not a tuimon recording ({exc})") from None
     return rec

@@ -1,0 +1,126 @@
+"""Both command lines: typed flags beat the config file whatever their value, usage
+errors say what to type (exit 2, no traceback), bugs keep their traceback, `--version`,
+`tuimon rules` through the real promtool, and `tuimon relay` (with the agent's alias)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tuimon.cli
+from tuimon.cli import build_parser
+from tuimon.config import cluster_defaults, load, set_cluster_defaults
+from tuimon_core.version import __version__
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(module: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", module, *args], capture_output=True,
+                          text=True, timeout=60, env=env, cwd=ROOT)
+
+
+def _parse_with_config(tmp_path: Path, toml: str, argv: list[str]):  # type: ignore[no-untyped-def]
+    f = tmp_path / "config.toml"
+    f.write_text(toml)
+    cluster = load(f)["lab"]
+    parser = build_parser()
+    set_cluster_defaults(parser, cluster_defaults(cluster))
+    return parser.parse_args(argv)
+
+
+def test_a_typed_flag_wins_even_when_it_equals_the_default(tmp_path: Path) -> None:
+    toml = ('[clusters.lab]\ntargets = ["gpu001"]\nslo_target = 0.95\nslo_days = 7\n'
+            'name = "the lab"\n[clusters.lab.baselines]\nllm = 30\n')
+    # The default target is 0.90: typed, it must beat the file's 0.95.
+    args = _parse_with_config(tmp_path, toml, ["status", "--slo-target", "0.9",
+                                               "--slo-hours", "720", "--name", "cluster"])
+    assert args.slo_target == 0.9 and args.slo_hours == 720.0 and args.name == "cluster"
+    # Not typed: the file's values.
+    args = _parse_with_config(tmp_path, toml, ["status"])
+    assert args.slo_target == 0.95 and args.slo_hours == 7 * 24 and args.name == "the lab"
+    # Lists add to the file's.
+    args = _parse_with_config(tmp_path, toml, ["connect", "--baseline", "bert=12"])
+    assert args.baseline == ["llm=30.0", "bert=12"]
+
+
+def test_the_config_file_does_not_configure_the_relay(tmp_path: Path) -> None:
+    # A cluster's token file is the agents' token; for a relay --token-file is the one
+    # its viewers send: the cluster must not slip it in.
+    toml = '[clusters.lab]\ntargets = ["gpu001"]\ntoken_file = "/etc/agents.token"\n'
+    args = _parse_with_config(tmp_path, toml, ["relay", "gpu001"])
+    assert args.token_file is None
+    args = _parse_with_config(tmp_path, toml, ["connect"])
+    assert args.token_file == "/etc/agents.token"
+
+
+@pytest.mark.parametrize("module,args,expected", [
+    ("tuimon.cli", ["connect", "--every", "0", "h"], "argument --every: must be in (0, 3600]"),
+    ("tuimon.cli", ["replay", "--speed", "-1", "f"], "argument --speed: must be in (0, 10000]"),
+    ("tuimon.cli", ["status", "--slo-target", "90", "h"], "must be between 0 and 1"),
+    ("tuimon.cli", ["demo", "--nodes", "0"], "argument --nodes: must be in 1..20000"),
+    ("tuimon.cli", ["prom", "http://p:9090", "--every", "0.1"], "must be in [0.5, 3600]"),
+    ("tuimon.cli", ["replay", "/nonexistent/recording"], "/nonexistent/recording: no such "),
+    ("tuimon.cli", ["rules", "--match", "not a matcher"], "not a PromQL label matcher"),
+    ("agent", ["once", "--interval", "0"], "argument --interval: must be in [0.01, 3600]"),
+    ("agent", ["run", "--token-file", "/nonexistent/token"], "/nonexistent/token"),
+    ("agent", ["sim", "--speed", "0"], "argument --speed: must be in (0, 10000]"),
+])
+def test_usage_errors_say_what_to_type_without_a_traceback(module: str, args: list[str],
+                                                          expected: str) -> None:
+    out = _cli(module, *args)
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert expected in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_debug_shows_the_traceback_of_a_usage_error() -> None:
+    out = _cli("tuimon.cli", "--debug", "replay", "/nonexistent/recording")
+    assert out.returncode == 1 and "Traceback" in out.stderr
+    assert "RecordingError" in out.stderr
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(args: object) -> int:
+        raise KeyError("a bug, not a usage error")
+
+    monkeypatch.setattr(tuimon.cli, "_status", broken)
+    with pytest.raises(KeyError):
+        tuimon.cli.main(["status", "127.0.0.1:1"])
+
+
+@pytest.mark.parametrize("module,name", [("tuimon.cli", "tuimon"), ("agent", "tuimon-agent")])
+def test_version(module: str, name: str) -> None:
+    out = _cli(module, "--version")
+    assert out.returncode == 0 and out.stdout.strip() == f"{name} {__version__}"
+
+
+def test_rules_from_the_command_line_load_in_promtool(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("promtool is missing under CI: .ci/run installs prometheus")
+        pytest.skip("promtool not installed (apt-get install prometheus; CI installs it)")
+    target = tmp_path / "tuimon.yml"
+    out = _cli("tuimon.cli", "rules", "--slo-target", "0.95", "--slo-days", "30",
+               "--match", 'cluster="prod"', "-o", str(target))
+    assert out.returncode == 0, out.stderr
+    text = target.read_text()
+    assert "SLO target 0.95" in text and 'cluster="prod"' in text
+    check = subprocess.run([promtool, "check", "rules", str(target)], capture_output=True,
+                           text=True, timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert "SUCCESS: 16 rules found" in check.stdout
+
+
+def test_the_relay_is_tuimon_relay_and_the_agents_alias_runs_it() -> None:
+    for module, args in (("tuimon.cli", ["relay", "--help"]), ("agent", ["relay", "--help"])):
+        out = _cli(module, *args)
+        assert out.returncode == 0, out.stderr
+        assert "usage: tuimon relay" in out.stdout and "--ledger" in out.stdout

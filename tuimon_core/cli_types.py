@@ -1,0 +1,51 @@
+"""Argument types both command lines share: a bad value is refused by argparse itself,
+with the option's name and the usage line, before anything starts."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def positive_float(most: float, least: float = 0.0) -> Callable[[str], float]:
+    """A number in (least, most] (or [least, most] when least > 0)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        low_ok = value >= least if least > 0 else value > 0
+        if math.isnan(value) or not low_ok or value > most:
+            bound = f"[{least:g}, {most:g}]" if least > 0 else f"(0, {most:g}]"
+            raise argparse.ArgumentTypeError(f"must be in {bound}, got {text}")
+        return value
+
+    parse.__name__ = "number"  # argparse names the type in its messages
+    return parse
+
+
+def positive_int(most: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not 0 < value <= most:
+            raise argparse.ArgumentTypeError(f"must be in 1..{most}, got {text}")
+        return value
+
+    parse.__name__ = "count"
+    return parse
+
+
+def slo_target(text: str) -> float:
+    """An SLO target: a ratio strictly between 0 and 1 (0.90, not 90)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (e.g. 0.9), got {text}")
+    return value
