@@ -93,3 +93,15 @@ def test_a_job_that_restarts_is_charged_for_reported_time_only() -> None:
     assert tracker.burn_rates(t0 + 80 * 60)["30m"] == pytest.approx(1.0)
     # Nothing reported in the last 5 minutes of a gap: no rate, not a zero.
     assert tracker.burn_rates(t0 + 100 * 60)["5m"] is None
+
+
+def test_a_job_burning_slower_than_its_budget_never_alerts_on_a_short_run() -> None:
+    """On a one-week run the 3d window's 10% share of the budget is 0.23x: a job at SLI
+    0.97 (0.3x, which would leave 70% of the budget at the end) must not ticket."""
+    slo = Slo(0.90, 168)
+    assert min(slo.alert_threshold(w, share) for w, share in
+               (("1h", 0.02), ("6h", 0.05), ("1d", 0.10), ("3d", 0.10))) == 1.0
+    t = BurnTracker(slo)
+    for minute in range(3 * 24 * 60):
+        t.add(minute * 60.0, 60.0, 60.0 * 0.97)
+    assert t.firing(3 * 24 * 3600.0) == []

@@ -73,10 +73,12 @@ class Slo:
         return error_ratio / (1 - self.target)
 
     def alert_threshold(self, long_window: str, budget_share: float) -> float:
-        """Burn rate at which `budget_share` of the budget goes in `long_window`, capped
-        below the highest possible burn rate so that the alert can fire at all."""
+        """Burn rate at which `budget_share` of the budget goes in `long_window`, never
+        below 1x (a job burning slower than that never runs out: on a one-week run the
+        3d window's share would otherwise ticket a healthy job at 0.23x) and capped below
+        the highest possible burn rate so that the alert can fire at all."""
         hours = BURN_WINDOWS_S[long_window] / 3600
-        classic = budget_share * self.window_hours / hours
+        classic = max(1.0, budget_share * self.window_hours / hours)
         return min(classic, 0.9 * self.max_burn_rate)
 
     def hours_to_exhaustion(self, consumed_hours: float, burn_rate: float) -> float | None:
