@@ -80,3 +80,25 @@ def test_topology_conf_parse_matches_the_simulator() -> None:
             "SwitchName=l1 Nodes=gpu[001-003],login1\nSwitchName=l2 Nodes=gpu[004-005]\n")
     assert parse_topology_conf(text) == {"gpu001": "l1", "gpu002": "l1", "gpu003": "l1",
                                          "login1": "l1", "gpu004": "l2", "gpu005": "l2"}
+
+
+async def test_sorting_the_fabric_map_by_congestion_puts_the_most_congested_first() -> None:
+    """The fabric map sorts by its own metric over each node's ports (it sorted by name:
+    every node had "no data" on a GPU fold of a fabric metric)."""
+    from tests.seeded import seeded_cluster
+    from tuimon.model.heat import FABRIC_MAP
+
+    cluster, _ = await seeded_cluster(6, gpus=1, samples=2)
+    last = next(n for n in cluster.nodes.values() if n.name == "sim-node005")
+    for port in last.sample.extra["fabric"]["ports"]:
+        port["xmit_wait_s"] = 5e6  # starved of credits
+    for node in cluster.nodes.values():
+        if node is not last:
+            for port in node.sample.extra["fabric"]["ports"]:
+                port["xmit_wait_s"] = 50.0  # quiet
+    congestion = next(m for m in FABRIC_METRICS if m.key == "congestion")
+    view = ViewState(sort="metric")
+    order = view.visible(cluster, congestion, FABRIC_MAP)
+    assert order[0] is last
+    view.reverse = True
+    assert view.visible(cluster, congestion, FABRIC_MAP)[-1] is last
