@@ -9,6 +9,7 @@ import pytest
 from agent.sim.cluster import SimCluster
 from tests.seeded import judged, seeded_cluster
 from tuimon.model.cluster import ClusterState
+from tuimon.model.heat import GLYPHS
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.ui.app import HelpScreen, TuimonApp
@@ -143,6 +144,71 @@ async def test_theme_cycles_and_heatmap_colours_follow() -> None:
         after = heat.render_line(0)
         assert after.text == before.text
         assert [s.style for s in after] != [s.style for s in before]
+
+
+async def test_a_textual_builtin_theme_still_draws_the_heat_scale() -> None:
+    """A theme without tuimon's heat variables (one of Textual's own, from the command
+    palette) falls back to the packaged scale instead of failing the CSS."""
+    app = await make_app(4)
+    async with app.run_test(size=(120, 40)) as pilot:
+        heat = app.active_map
+        app.theme = "nord"
+        await pilot.pause()
+        assert app.theme == "nord"
+        cells = [s for s in heat.render_line(0) if s.text.strip() and s.text[0] in GLYPHS]
+        assert cells and all(s.style is not None and s.style.color is not None for s in cells)
+
+
+async def test_the_map_is_styled_by_component_classes_that_css_can_override() -> None:
+    class Restyled(TuimonApp):
+        CSS = "HeatmapView > .heatmap--cursor { background: #123456; }"
+
+    cluster, _ = await seeded_cluster(4)
+    app = Restyled(cluster, refresh=3600)
+    async with app.run_test(size=(120, 40)):
+        name = next(s for s in app.active_map.render_line(0) if "sim-node000" in s.text)
+        assert name.style is not None and name.style.bgcolor is not None
+        assert name.style.bgcolor.triplet is not None
+        assert name.style.bgcolor.triplet.hex == "#123456"
+
+
+async def test_moving_the_cursor_redraws_only_the_lines_it_left_and_entered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    app = await make_app(16)
+    async with app.run_test(size=(120, 40)) as pilot:
+        heat = app.active_map
+        await pilot.pause()
+        assert len(heat._hm_lines) >= 3
+        redrawn: list[int] = []
+        real = heat.refresh_line
+
+        def spy(y: int) -> None:
+            redrawn.append(y)
+            real(y)
+        monkeypatch.setattr(heat, "refresh_line", spy)
+        await pilot.press("down")
+        assert sorted(redrawn) == [0, 1]
+        redrawn.clear()
+        for _ in range(100):  # the screen draws them at its next update
+            if all(heat._key(li) in heat._hm_strips for li in (0, 1)):
+                break
+            await pilot.pause(0.02)
+        redrawn.clear()
+        await pilot.press("right")  # along the same line
+        assert redrawn == [1]
+
+
+async def test_the_strip_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tuimon.ui.heatmap as heatmap
+
+    monkeypatch.setattr(heatmap, "STRIP_CACHE_LINES", 3)
+    app = await make_app(16)
+    async with app.run_test(size=(120, 40)):
+        heat = app.active_map
+        for y in range(len(heat._hm_lines)):
+            heat.render_line(y)
+        assert len(heat._hm_lines) > 3 and len(heat._hm_strips) <= 3
+        assert heat.render_line(0).text == heat.render_line(0).text  # drawn again on demand
 
 
 async def test_help_screen_opens_and_closes() -> None:

@@ -151,37 +151,71 @@ def node_level(metric: HeatMetric, gpus: list[dict[str, Any]], infos: list[Any])
 @dataclass(frozen=True, slots=True)
 class MapKind:
     """A heatmap's kind: what its cells are (a node's GPUs, or its fabric ports), the
-    metrics they can show, and how a node folds to one cell."""
+    metrics they can show, and how a node folds to one cell. The map widget and the sort
+    ask the kind; neither switches on which kind it is."""
 
     key: str  # "gpu" | "fabric"
     title: str
     metrics: tuple[HeatMetric, ...]
+    grouped: bool = False  # laid out under its leaf switches when the topology is known
 
     def cells(self, node: Any) -> list[tuple[dict[str, Any], Any]]:
         """(values, static info) of each cell of a node, in order."""
+        raise NotImplementedError
+
+    def cell_count(self, node: Any, cpu_nodes: frozenset[str] = frozenset()) -> int:
+        raise NotImplementedError
+
+    def levels(self, node: Any, metric: HeatMetric,
+               cpu_nodes: frozenset[str] = frozenset()) -> list[int]:
+        if node.sample is None:
+            return [NO_DATA] * self.cell_count(node, cpu_nodes)
+        return [metric.level(v, i) for v, i in self.cells(node)]
+
+    def node_level(self, node: Any, metric: HeatMetric,
+                   cpu_nodes: frozenset[str] = frozenset()) -> int:
+        """The node as one cell: what a folded map draws and what sorting by metric uses."""
+        return fold(metric, self.levels(node, metric, cpu_nodes))
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMapKind(MapKind):
+    def cells(self, node: Any) -> list[tuple[dict[str, Any], Any]]:
         if node.sample is None:
             return []
-        if self.key == "fabric":
-            info = {p["id"]: p for p in node.hello.extra.get("ports", [])} if node.hello else {}
-            ports = (node.sample.extra.get("fabric") or {}).get("ports") or []
-            return [(p, info.get(p["id"])) for p in ports]
         infos = node.hello.gpus if node.hello else []
         return [(g, infos[i] if i < len(infos) else None)
                 for i, g in enumerate(node.gpu_values())]
 
-    def cell_count(self, node: Any) -> int:
-        if self.key == "fabric":
-            return len(node.hello.extra.get("ports", [])) if node.hello else 0
-        return node.gpu_count
+    def cell_count(self, node: Any, cpu_nodes: frozenset[str] = frozenset()) -> int:
+        return node.gpu_count or (1 if gpus_missing(node, cpu_nodes) else 0)
 
-    def levels(self, node: Any, metric: HeatMetric) -> list[int]:
+    def levels(self, node: Any, metric: HeatMetric,
+               cpu_nodes: frozenset[str] = frozenset()) -> list[int]:
+        if gpus_missing(node, cpu_nodes):
+            return [FAILED]
+        return MapKind.levels(self, node, metric, cpu_nodes)
+
+
+@dataclass(frozen=True, slots=True)
+class FabricMapKind(MapKind):
+    def cells(self, node: Any) -> list[tuple[dict[str, Any], Any]]:
         if node.sample is None:
-            return [NO_DATA] * self.cell_count(node)
-        return [metric.level(v, i) for v, i in self.cells(node)]
+            return []
+        info = {p["id"]: p for p in node.hello.extra.get("ports", [])} if node.hello else {}
+        ports = (node.sample.extra.get("fabric") or {}).get("ports") or []
+        return [(p, info.get(p["id"])) for p in ports]
 
-    def node_level(self, node: Any, metric: HeatMetric) -> int:
-        return fold(metric, self.levels(node, metric))
+    def cell_count(self, node: Any, cpu_nodes: frozenset[str] = frozenset()) -> int:
+        return len(node.hello.extra.get("ports", [])) if node.hello else 0
 
 
-GPU_MAP = MapKind("gpu", "GPUs", GPU_METRICS)
-FABRIC_MAP = MapKind("fabric", "fabric", FABRIC_METRICS)
+def gpus_missing(node: Any, cpu_nodes: frozenset[str] = frozenset()) -> bool:
+    """The agent sees no GPU and says why, on a node not known to be GPU-less: one failed
+    cell, so its tile is not blank and it sorts with the failed."""
+    h = node.hello
+    return h is not None and not h.gpus and bool(h.gpu_status) and node.name not in cpu_nodes
+
+
+GPU_MAP: MapKind = GpuMapKind("gpu", "GPUs", GPU_METRICS)
+FABRIC_MAP: MapKind = FabricMapKind("fabric", "fabric", FABRIC_METRICS, grouped=True)

@@ -70,12 +70,14 @@ class ViewState:
         nodes = [n for n in cluster.nodes.values() if self.shows(n)]
         if self.sort == "metric" and metric is not None:
             # The map's own fold: a fabric metric sorts by the node's ports, not its GPUs.
+            levels = {id(n): kind.node_level(n, metric, self.cpu_nodes) for n in nodes}
+
             def key(n: NodeState) -> tuple[int, str]:
-                level = kind.node_level(n, metric)
+                level = levels[id(n)]
                 return (-(level if level != NO_DATA else -3), n.name)
             ordered = sorted(nodes, key=key)
             if self.reverse:  # best first, nodes without data still last
-                known = [n for n in ordered if kind.node_level(n, metric) != NO_DATA]
+                known = [n for n in ordered if levels[id(n)] != NO_DATA]
                 seen = {id(n) for n in known}
                 ordered = known[::-1] + [n for n in ordered if id(n) not in seen]
             return ordered

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -37,7 +39,7 @@ from tuimon.ui.panels import (
     StoragePanel,
 )
 from tuimon.ui.text import safe
-from tuimon.ui.theme_files import DEFAULT_THEME, load_themes
+from tuimon.ui.theme_files import DEFAULT_THEME, heat_variable_defaults, load_themes
 from tuimon_core.hostlist import collect_hostlist
 
 HELP = """\
@@ -156,7 +158,7 @@ class TuimonApp(App[None]):
         return not (action in MAP_ACTIONS and len(self.screen_stack) > 1)
 
     def __init__(self, cluster: ClusterState, *,
-                 sources: Callable[[ClusterState], list[Awaitable[None]]] | None = None,
+                 sources: Callable[[ClusterState], list[Coroutine[Any, Any, None]]] | None = None,
                  theme: str | None = None, topology: dict[str, str] | None = None,
                  provisioned: dict[str, float] | None = None, refresh: float = 1.0,
                  clock_text: Callable[[], str] | None = None, slo: Slo | None = None,
@@ -174,10 +176,10 @@ class TuimonApp(App[None]):
         self.storage = StorageView(provisioned)
         # `wall`: the clock windows are kept on; the demo passes its simulated one.
         self.efficiency = EfficiencyView(slo, baselines, flops_per_sample=flops_per_sample,
-                                         **({"wall": wall} if wall is not None else {}))
+                                         wall=wall if wall is not None else time.time)
         self.job_index = 0
         self.diagnosis = diagnosis or Diagnosis(topology, cpu_nodes=cpu_nodes)
-        self.watch = ClusterWatch(cluster, self.storage, self.efficiency, self.diagnosis)
+        self.cluster_watch = ClusterWatch(cluster, self.storage, self.efficiency, self.diagnosis)
         self.refresh_every = refresh
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()
@@ -229,6 +231,9 @@ class TuimonApp(App[None]):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        return {**super().get_theme_variable_defaults(), **heat_variable_defaults()}
+
     def _on_theme_changed(self, _theme: object) -> None:
         for view in self.query(HeatmapView):
             view.theme_changed()
@@ -237,7 +242,7 @@ class TuimonApp(App[None]):
 
     def tick(self) -> None:
         """Once a second: ages, aggregates, and redraw of what changed."""
-        findings = self.watch.update()
+        findings = self.cluster_watch.update()
         faults = self._faults(findings)
         for view in self.query(HeatmapView):
             view.faults = faults

@@ -1,10 +1,12 @@
 """The cluster heatmaps: Line API widgets with cached strips.
 
 Each line of the map is a row of node tiles (name, then one cell per GPU or port), or a
-group label (a leaf switch). `render_line` builds a line's `Strip` once and caches it
-under a key of everything it shows (the nodes' versions, the metric, the cursor, the
-theme); the refresh timer asks for a redraw only of lines whose key changed. When the
-cluster is larger than the screen, the map folds to one cell per node.
+group label (a leaf switch). `render_line` builds a line's `Strip` once and keeps it in a
+bounded LRU cache under a key of everything it shows (the nodes' versions, the metric,
+the cursor, the theme); the refresh timer and the cursor ask for a redraw only of lines
+whose key changed. When the cluster is larger than the screen, the map folds to one cell
+per node. Colours come from component classes styled with theme variables, so a theme
+file (or the user's CSS) restyles the map without code.
 """
 
 from __future__ import annotations
@@ -16,14 +18,16 @@ from rich.cells import set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.events import Click, Resize
 from textual.geometry import Size
 from textual.message import Message
+from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tuimon.model.cluster import ClusterState, NodeState
-from tuimon.model.heat import FAILED, GLYPHS, GPU_MAP, NO_DATA, HeatMetric, MapKind, fold
+from tuimon.model.heat import FAILED, GLYPHS, GPU_MAP, LEVELS, NO_DATA, HeatMetric, MapKind, fold
 from tuimon.model.view_state import ViewState
 
 NAME_W = 12
@@ -38,6 +42,12 @@ class _Line:
 
 MAP_SHARE = 0.45  # of the terminal's height, at most, for the map; the diagnosis gets the rest
 MIN_ROWS = 2
+# Drawn lines kept: a few screens of a 200-row terminal; scrolling a 16k-node unfolded map
+# must not keep every line it ever drew.
+STRIP_CACHE_LINES = 1024
+
+_HEAT_CSS = "\n".join(f"    HeatmapView > .heatmap--heat-{i} {{ color: $heat-{i}; }}"
+                      for i in range(LEVELS))
 
 
 class HeatmapView(ScrollView, can_focus=True):
@@ -57,10 +67,32 @@ class HeatmapView(ScrollView, can_focus=True):
     class MetricChanged(Message):
         pass
 
+    COMPONENT_CLASSES = {
+        "heatmap--name", "heatmap--cursor", "heatmap--stale", "heatmap--down",
+        "heatmap--failed", "heatmap--fault-critical", "heatmap--fault-warning",
+        "heatmap--label", "heatmap--rule", "heatmap--nodata",
+        *(f"heatmap--heat-{i}" for i in range(LEVELS)),
+    }
+
     DEFAULT_CSS = """
     HeatmapView { height: 2; background: $surface; }
     HeatmapView:focus { background: $surface; }
-    """
+    HeatmapView > .heatmap--name { color: $foreground; }
+    HeatmapView > .heatmap--cursor { color: $background; background: $primary; text-style: bold; }
+    HeatmapView > .heatmap--stale { color: $heat-stale; text-style: italic; }
+    HeatmapView > .heatmap--down { color: $error; text-style: strike; }
+    HeatmapView > .heatmap--failed { color: $error; text-style: bold; }
+    HeatmapView > .heatmap--fault-critical { color: $error; text-style: bold underline; }
+    HeatmapView > .heatmap--fault-warning { color: $warning; text-style: bold underline; }
+    HeatmapView > .heatmap--label { color: $accent; text-style: bold; }
+    HeatmapView > .heatmap--rule { color: $heat-stale; }
+    HeatmapView > .heatmap--nodata { color: $heat-nodata; }
+""" + _HEAT_CSS + "\n"
+
+    # Which node the cursor is on, by its index in the map's order. Every assignment
+    # (always_update) scrolls it into view, redraws the lines it left and entered, and
+    # tells the app; the layout moves it silently (set_reactive) when the order changes.
+    cursor: reactive[int] = reactive(0, repaint=False, always_update=True, init=False)
 
     class CursorMoved(Message):
         def __init__(self, node: NodeState | None) -> None:
@@ -80,14 +112,13 @@ class HeatmapView(ScrollView, can_focus=True):
         self.map_kind = kind
         self.metrics = kind.metrics
         self.metric_index = 0
-        self.cursor = 0
         self.folded = False
         self._hm_order: list[NodeState] = []
         self._hm_lines: list[_Line] = []
         self._hm_where: dict[str, tuple[int, int]] = {}  # target -> (line, x)
         self._hm_cells = 8
-        self._hm_strips: dict[int, tuple[tuple[Any, ...], Strip]] = {}
-        self._hm_styles: dict[str, Style] = {}
+        # Keyed by what a line shows, so a line whose content changed is simply a miss.
+        self._hm_strips: LRUCache[tuple[Any, ...], Strip] = LRUCache(STRIP_CACHE_LINES)
         self._hm_theme_gen = 0
         # Node name -> "critical" | "warning": named by the diagnosis, drawn highlighted.
         self.faults: dict[str, str] = {}
@@ -124,11 +155,23 @@ class HeatmapView(ScrollView, can_focus=True):
         for i, n in enumerate(self._hm_order):
             if n.target == node.target:
                 self.cursor = i
-                self._after_move()
                 return
 
+    def validate_cursor(self, value: int) -> int:
+        return max(0, min(value, len(self._hm_order) - 1))
+
+    def watch_cursor(self) -> None:
+        node = self.current
+        if node is not None:
+            li, _ = self._hm_where.get(node.target, (0, 0))
+            if li < self.scroll_offset.y:
+                self.scroll_to(y=li, animate=False)
+            elif li >= self.scroll_offset.y + self.size.height:
+                self.scroll_to(y=li - self.size.height + 1, animate=False)
+        self.refresh_changed()
+        self.post_message(self.CursorMoved(node))
+
     def theme_changed(self) -> None:
-        self._hm_styles.clear()
         self._hm_theme_gen += 1
         self.refresh()
 
@@ -136,16 +179,19 @@ class HeatmapView(ScrollView, can_focus=True):
         """Recompute which node goes where (nodes, filter, sort or size changed)."""
         current = self.current
         self._hm_order = self.view.visible(self.cluster, self.metric, self.map_kind)
+        index = self.cursor
         if current is not None and current in self._hm_order:
-            self.cursor = self._hm_order.index(current)
-        self.cursor = min(self.cursor, max(0, len(self._hm_order) - 1))
-        self._hm_cells = max([self._cell_count(n) for n in self._hm_order] or [8]) or 1
+            index = self._hm_order.index(current)
+        self.set_reactive(HeatmapView.cursor, min(index, max(0, len(self._hm_order) - 1)))
+        cpu_nodes = self.view.cpu_nodes
+        self._hm_cells = max([self.map_kind.cell_count(n, cpu_nodes) for n in self._hm_order]
+                             or [8]) or 1
         width = max(1, self.scrollable_content_region.width or self.size.width or 80)
         # The map's share of the screen, not its own height: the map is as tall as its
         # rows (up to that share) and the diagnosis takes the rest.
         height = self.row_budget()
         order = self._hm_order
-        groups = self.view.groups(order) if self.map_kind.key == "fabric" else [("", order)]
+        groups = self.view.groups(order) if self.map_kind.grouped else [("", order)]
         lines = self._layout(groups, width, folded=False)
         self.folded = len(lines) > height and len(self._hm_order) > 1
         if self.folded:
@@ -176,8 +222,7 @@ class HeatmapView(ScrollView, can_focus=True):
             li = top + y
             if li >= len(self._hm_lines):
                 break
-            cached = self._hm_strips.get(li)
-            if cached is None or cached[0] != self._key(li):
+            if self._key(li) not in self._hm_strips:
                 self.refresh_line(y)
 
     def refresh_line(self, y: int) -> None:
@@ -188,17 +233,6 @@ class HeatmapView(ScrollView, can_focus=True):
     @property
     def kind(self) -> str:
         return self.map_kind.key
-
-    def _cell_count(self, node: NodeState) -> int:
-        count = self.map_kind.cell_count(node)
-        return count or (1 if self.kind == "gpu" and self._gpus_missing(node) else 0)
-
-    def _gpus_missing(self, node: NodeState) -> bool:
-        """The agent sees no GPU and says why, on a node not known to be GPU-less: one
-        failed cell, so the tile is not blank."""
-        h = node.hello
-        return (h is not None and not h.gpus and bool(h.gpu_status)
-                and node.name not in self.view.cpu_nodes)
 
     def _tile_width(self) -> int:
         return 2 if self.folded else NAME_W + 1 + self._hm_cells + GAP
@@ -218,32 +252,8 @@ class HeatmapView(ScrollView, can_focus=True):
     # -- drawing ------------------------------------------------------------------------
 
     def _style(self, name: str) -> Style:
-        style = self._hm_styles.get(name)
-        if style is None:
-            v = self.app.theme_variables
-            fg = v.get("foreground", "#d0d0d0")
-            if name.startswith("heat-"):
-                style = Style(color=v.get(name, fg))
-            elif name == "name":
-                style = Style(color=fg)
-            elif name == "cursor":
-                style = Style(color=v.get("background", "#000000"), bgcolor=v.get("primary"),
-                              bold=True)
-            elif name == "stale":
-                style = Style(color=v.get("heat-stale", "#808080"), italic=True)
-            elif name == "down":
-                style = Style(color=v.get("error", "#ff0000"), strike=True)
-            elif name == "failed":
-                style = Style(color=v.get("error", "#ff0000"), bold=True)
-            elif name.startswith("fault-"):
-                color = v.get("error" if name == "fault-critical" else "warning", fg)
-                style = Style(color=color, bold=True, underline=True)
-            elif name == "label":
-                style = Style(color=v.get("accent", fg), bold=True)
-            else:
-                style = Style(color=fg)
-            self._hm_styles[name] = style
-        return style
+        """The Rich style of a component class (Textual caches it until the CSS changes)."""
+        return self.get_component_rich_style(f"heatmap--{name}")
 
     def _key(self, li: int) -> tuple[Any, ...]:
         line = self._hm_lines[li]
@@ -258,18 +268,17 @@ class HeatmapView(ScrollView, can_focus=True):
             # Every segment has a style: Textual's monochrome filter (NO_COLOR) reads it.
             return Strip.blank(self.size.width, self._style("name"))
         key = self._key(li)
-        cached = self._hm_strips.get(li)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        strip = self._draw(self._hm_lines[li]).adjust_cell_length(self.size.width,
-                                                                  self._style("name"))
-        self._hm_strips[li] = (key, strip)
+        strip = self._hm_strips.get(key)
+        if strip is None:
+            strip = self._draw(self._hm_lines[li]).adjust_cell_length(self.size.width,
+                                                                      self._style("name"))
+            self._hm_strips[key] = strip
         return strip
 
     def _draw(self, line: _Line) -> Strip:
         if line.label is not None:
             return Strip([Segment(f" {line.label} ", self._style("label")),
-                          Segment("\u2500" * 40, self._style("heat-stale"))])
+                          Segment("\u2500" * 40, self._style("rule"))])
         segments: list[Segment] = []
         cur = self.current
         for node in line.nodes:
@@ -295,9 +304,7 @@ class HeatmapView(ScrollView, can_focus=True):
         return Strip(segments)
 
     def _levels(self, node: NodeState) -> list[int]:
-        if self.kind == "gpu" and self._gpus_missing(node):
-            return [FAILED]
-        return self.map_kind.levels(node, self.metric)
+        return self.map_kind.levels(node, self.metric, self.view.cpu_nodes)
 
     def _glyph(self, node: NodeState, level: int) -> str:
         if node.status in ("stale", "down"):
@@ -314,7 +321,7 @@ class HeatmapView(ScrollView, can_focus=True):
         if level == FAILED:
             return self._style("failed")
         if level == NO_DATA:
-            return self._style("heat-nodata")
+            return self._style("nodata")
         return self._style(f"heat-{level}")
 
     # -- interaction ----------------------------------------------------------------------
@@ -329,7 +336,7 @@ class HeatmapView(ScrollView, can_focus=True):
         if node is None:
             self.cursor = 0
         elif dy == 0:
-            self.cursor = max(0, min(len(self._hm_order) - 1, self.cursor + dx))
+            self.cursor += dx
         else:
             li, x = self._hm_where.get(node.target, (0, 0))
             target_line = li + dy
@@ -339,18 +346,8 @@ class HeatmapView(ScrollView, can_focus=True):
                 row = self._hm_lines[target_line].nodes
                 col = min(len(row) - 1, x // self._tile_width())
                 self.cursor = self._hm_order.index(row[col])
-        self._after_move()
-
-    def _after_move(self) -> None:
-        node = self.current
-        if node is not None:
-            li, _ = self._hm_where.get(node.target, (0, 0))
-            if li < self.scroll_offset.y:
-                self.scroll_to(y=li, animate=False)
-            elif li >= self.scroll_offset.y + self.size.height:
-                self.scroll_to(y=li - self.size.height + 1, animate=False)
-        self.refresh()
-        self.post_message(self.CursorMoved(node))
+            else:
+                self.cursor = self.cursor  # at the edge: still say where the cursor is
 
     def on_click(self, event: Click) -> None:
         li = event.y + self.scroll_offset.y
@@ -359,7 +356,6 @@ class HeatmapView(ScrollView, can_focus=True):
             col = event.x // self._tile_width()
             if 0 <= col < len(row):
                 self.cursor = self._hm_order.index(row[col])
-                self._after_move()
                 if event.chain >= 2:
                     self.post_message(self.Opened(row[col]))
 

@@ -7,6 +7,7 @@ files in $XDG_CONFIG_HOME/tuimon/themes/ (default ~/.config/tuimon/themes/).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -66,6 +67,20 @@ def load_theme_file(path: Path) -> Theme:
     kwargs = {k: data[k] for k in THEME_FIELDS if isinstance(data.get(k), str)}
     return Theme(name=name, dark=bool(data.get("dark", True)),
                  variables={k: str(v) for k, v in variables.items()}, **kwargs)
+
+
+@functools.cache
+def heat_variable_defaults() -> dict[str, str]:
+    """The heatmap variables of the packaged default theme: what a theme without them (one
+    of Textual's own, picked from the command palette) falls back to, so the map's CSS
+    always resolves."""
+    try:
+        variables = load_theme_file(packaged_theme_dir() / "dark.toml").variables
+    except ThemeFileError as exc:
+        log.warning("%s", exc)
+        variables = {}
+    grey = {v: "#808080" for v in REQUIRED_VARIABLES}
+    return {**grey, **{k: v for k, v in variables.items() if k in REQUIRED_VARIABLES}}
 
 
 def load_themes(extra_dirs: list[Path] | None = None) -> tuple[list[Theme], list[str]]:
