@@ -21,10 +21,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check agent tuimon tuimon_core tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
 	$(BIN)/ruff check agent tuimon tuimon_core tests bench
+	$(BIN)/mypy
 	$(BIN)/ruff format --check agent tuimon tuimon_core tests bench
 
 bench: $(STAMP)

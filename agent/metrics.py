@@ -64,7 +64,8 @@ NIC_COUNTER_METRICS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _family(name: str, kind: str, doc: str, labels: list[str]) -> Metric:
+def _family(name: str, kind: str, doc: str,
+            labels: list[str]) -> CounterMetricFamily | GaugeMetricFamily:
     if kind == "counter":
         return CounterMetricFamily(name, doc, labels=labels)
     return GaugeMetricFamily(name, doc, labels=labels)
@@ -266,11 +267,11 @@ def _storage_metrics(node: str, storage: dict[str, Any], collector: Any) -> Iter
                            ("avail", "tuimon_fs_avail_bytes", "Bytes available to users"),
                            ("inodes", "tuimon_fs_inodes", "Inodes in all"),
                            ("inodes_free", "tuimon_fs_inodes_free", "Free inodes")):
-        fam = GaugeMetricFamily(name, doc, labels=fs_labels)
+        gauge = GaugeMetricFamily(name, doc, labels=fs_labels)
         for f in filesystems:
             if f.get(key) is not None:
-                fam.add_metric([node, f["id"], f["fstype"]], f[key])
-        yield fam
+                gauge.add_metric([node, f["id"], f["fstype"]], f[key])
+        yield gauge
 
 
 def _step_metrics(node: str, steps: Any) -> Iterator[Metric]:

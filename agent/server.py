@@ -23,7 +23,8 @@ from tuimon_core.serving.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, r
 
 AGENT = web.AppKey("agent", NodeAgent)
 TOKEN = web.AppKey("token", str)
-STREAMS = web.AppKey("streams", weakref.WeakSet)
+STREAMS: web.AppKey[weakref.WeakSet[web.WebSocketResponse]] = web.AppKey(
+    "streams", weakref.WeakSet)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 
 
@@ -35,7 +36,8 @@ async def _agent_lifecycle(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _close_streams(app: web.Application) -> None:
-    for ws in list(app[STREAMS]):
+    streams = app[STREAMS]  # bound first: list()'s context would skew the key's type
+    for ws in list(streams):
         await ws.close(code=WSCloseCode.GOING_AWAY, message=b"agent shutting down")
 
 

@@ -86,10 +86,11 @@ def decode_step(data: bytes) -> dict[str, Any]:
                         "name_too_long")
     if type(rank) is not int or type(world) is not int or not 0 <= rank < world <= 1 << 20:
         raise StepError(f"rank/world: expected 0 <= rank < world, got {rank!r}/{world!r}")
-    out = {"job": clean(job), "rank": rank, "world": world}
+    out: dict[str, Any] = {"job": clean(job), "rank": rank, "world": world}
     for key in ("wall", "compute"):
         v = m.get(key)
-        if type(v) not in (int, float) or not math.isfinite(v) or not 0 <= v <= 86400:
+        if not (type(v) is int or type(v) is float) or not math.isfinite(v) \
+                or not 0 <= v <= 86400:
             raise StepError(f"{key}: expected seconds in [0, 86400], got {v!r}")
         out[key] = float(v)
     if out["compute"] > out["wall"] * 1.001 + 1e-6:

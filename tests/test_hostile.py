@@ -22,7 +22,7 @@ from tests.conftest import make_agent, receive, serve
 from tuimon.model.cluster import ClusterState
 from tuimon.relay import Relay, RelayConfig
 from tuimon.sources.agent_stream import StreamOptions, watching
-from tuimon_core.protocol import Hello, Sample, encode, encode_map
+from tuimon_core.protocol import Hello, Sample, Subscribe, encode, encode_map
 
 
 async def _closed(ws: aiohttp.ClientWebSocketResponse) -> aiohttp.WSMessage:
@@ -172,6 +172,13 @@ async def truncated(ws: web.WebSocketResponse, _: web.Request) -> None:
     await asyncio.sleep(30)
 
 
+async def subscriber(ws: web.WebSocketResponse, _: web.Request) -> None:
+    """A peer that says hello, then sends what only a viewer sends."""
+    await ws.send_bytes(_hello("subscriber"))
+    await ws.send_bytes(encode(Subscribe(nodes=["honest"], families=["gpu"], interval=1.0)))
+    await asyncio.sleep(30)
+
+
 async def slow_drip(ws: web.WebSocketResponse, request: web.Request) -> None:
     await ws.send_bytes(_hello("drip"))
     await ws.send_bytes(_sample(1))
@@ -185,10 +192,10 @@ async def slow_drip(ws: web.WebSocketResponse, request: web.Request) -> None:
 
 
 async def test_viewer_against_hostile_agents() -> None:
-    async with fake_agents([honest, oversized, truncated, slow_drip]) as targets:
+    async with fake_agents([honest, oversized, truncated, slow_drip, subscriber]) as targets:
         cluster = ClusterState()
         async with watching(targets, cluster, StreamOptions(min_backoff=5, max_backoff=10)):
-            honest_node, big, cut, drip = (cluster.nodes[t] for t in targets)
+            honest_node, big, cut, drip, sub = (cluster.nodes[t] for t in targets)
 
             async def until(check: Callable[[], bool], what: str) -> None:
                 deadline = time.monotonic() + 15
@@ -198,6 +205,10 @@ async def test_viewer_against_hostile_agents() -> None:
 
             await until(lambda: "exceeds the limit" in (big.reason or ""), "oversized named")
             await until(lambda: "bad frame" in (cut.reason or ""), "truncated named")
+            # Not taken as the node's own frame (it marked the node up and went on to the
+            # relay's viewers): refused and named.
+            await until(lambda: "only a viewer sends" in (sub.reason or ""), "subscribe named")
+            assert sub.status != "up"
             await until(lambda: drip.status in ("stale", "down")
                         and "no frame for" in (drip.reason or ""), "slow drip stale")
             assert honest_node.status == "up"

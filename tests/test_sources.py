@@ -110,7 +110,8 @@ def test_demo_once_prints_the_simulated_cluster(unused_tcp_port: int) -> None:
     (["connect", "a:1", "--provisioned", "/x=4 PB/s"], "expected MOUNT=RATE"),
     (["--config", "/nonexistent/tuimon.toml", "--cluster", "x"], "file not found"),
     (["connect", "a:1", "--topology", "/nonexistent/topology.conf"], "No such file"),
-    (["connect", "a:1", "--slo-target", "1.5"], "SLO target must be between 0 and 1"),
+    (["connect", "a:1", "--slo-target", "1.5"],
+     "--slo-target: must be between 0 and 1 (e.g. 0.9), got 1.5"),
     (["connect", "a:1", "--baseline", "job=fast"], "expected JOB=SAMPLES/S"),
 ])
 def test_connect_refuses_bad_arguments_with_a_clear_message(args: list[str],

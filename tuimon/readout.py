@@ -81,9 +81,9 @@ def render(cluster: ClusterState, max_rows: int = 40) -> str:
     if storage:
         lines.append("")
         lines.append(f"{'file system':<24} {'type':<7} {'read':>10} {'write':>10} {'nodes':>5}")
-        for mount, (fstype, read, write, nodes) in sorted(storage.items()):
+        for mount, (fstype, read, write, n_nodes) in sorted(storage.items()):
             lines.append(f"{mount[:24]:<24} {fstype:<7} {read / 1e9:>8.1f}GB/s "
-                         f"{write / 1e9:>8.1f}GB/s {nodes:>5}")
+                         f"{write / 1e9:>8.1f}GB/s {n_nodes:>5}")
     if cluster.events:
         lines.append("")
         lines.append("recent events:")

@@ -324,11 +324,12 @@ class FabricCollector:
             else:
                 p.stuck.discard(name)
             before = prev.get(name)
-            unknown = is_saturated or before is None or raw < before  # saturated, first, reset
+            # Unknown when saturated, read for the first time, or reset.
+            delta = None if is_saturated or before is None or raw < before else raw - before
             if is_error:
-                increments[name] = None if unknown else raw - before
+                increments[name] = delta
             else:
-                v[f"{name}_s"] = None if unknown or dt <= 0 else (raw - before) * scale / dt
+                v[f"{name}_s"] = None if delta is None or dt <= 0 else delta * scale / dt
         p.prev, p.prev_t = cur, now
         rate = p.info.get("rate")
         tx, rx = v.get("tx_bytes_s"), v.get("rx_bytes_s")
@@ -379,9 +380,9 @@ class FabricCollector:
             if reason:
                 v.setdefault("counter_errors", {})[counter] = reason
         self.nic_totals[info["id"]] = totals
-        speed = info.get("speed")
-        v["rx_util"] = min(1.0, v["rx_bytes_s"] / speed) if speed and v["rx_bytes_s"] is not None \
-            else None
-        v["tx_util"] = min(1.0, v["tx_bytes_s"] / speed) if speed and v["tx_bytes_s"] is not None \
-            else None
+        link_speed = info.get("speed")
+        v["rx_util"] = min(1.0, v["rx_bytes_s"] / link_speed) \
+            if link_speed and v["rx_bytes_s"] is not None else None
+        v["tx_util"] = min(1.0, v["tx_bytes_s"] / link_speed) \
+            if link_speed and v["tx_bytes_s"] is not None else None
         return v

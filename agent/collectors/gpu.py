@@ -182,7 +182,8 @@ class GpuCollector:
             changed = bool(self.inventory)
             self.inventory, self._handles = [], []
             return changed
-        handles, inventory = [], []
+        handles: list[Any] = []  # NVML device handles; None for a GPU without one
+        inventory: list[GpuInfo] = []
         for i in range(count):
             try:
                 h = nvml.nvmlDeviceGetHandleByIndex(i)

@@ -13,7 +13,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -177,7 +177,7 @@ class StorageCollector:
             return []
 
     def _rate_fields(self, entry: dict[str, Any], key: str, now: float,
-                     counters: dict[str, int | None]) -> None:
+                     counters: Mapping[str, int | None]) -> None:
         for name, value in counters.items():
             entry[f"{name}_s"] = self._rates.rate((key, name), value, now)
 
@@ -229,12 +229,13 @@ class StorageCollector:
                 entry["mounts"] = [m.mountpoint for m in fs_mounts]
             if fsname in errors:
                 entry["error"] = errors[fsname]
-            acc = sums.get(fsname)
-            if acc is None:
+            summed = sums.get(fsname)
+            if summed is None:
                 continue
-            entry["instances"] = acc.pop("instances")
-            entry["totals"] = {"read_bytes": acc["read_bytes"], "write_bytes": acc["write_bytes"]}
-            self._rate_fields(entry, mountpoint, now, acc)
+            entry["instances"] = summed.pop("instances")
+            entry["totals"] = {"read_bytes": summed["read_bytes"],
+                               "write_bytes": summed["write_bytes"]}
+            self._rate_fields(entry, mountpoint, now, summed)
 
     def _nfs(self, filesystems: dict[str, dict[str, Any]], now: float) -> None:
         try:

@@ -43,6 +43,16 @@ class SimNode:
         return f"127.0.0.1:{self.port}"
 
 
+def _nvml_of(model: SimNodeModel) -> Callable[[], object]:
+    """The node agent's NVML loader: the simulated node's NVML."""
+    return lambda: model.nvml
+
+
+def _slowdown_of(member: SimNode, gpu: int) -> Callable[[], float]:
+    """A rank's compute multiplier now, as its simulated GPU says."""
+    return lambda: member.model.rank_slowdown(gpu)
+
+
 @dataclass
 class SimCluster:
     """A simulated cluster; `start()` opens every node's port, `stop()` closes them."""
@@ -103,14 +113,13 @@ class SimCluster:
                             storage=StorageConfig(mmpmon=None, statvfs=model.io.statvfs,
                                                   statvfs_inline=True)),
                 files=GeneratedTree(model.files()),
-                nvml_loader=lambda m=model: m.nvml,
+                nvml_loader=_nvml_of(model),
                 executor=self._executor,
                 monotonic=self.clock,
                 wall=self.wall,
             )
             self.members.append(SimNode(i, name, self.base_port + i, model, agent))
-        plans = [RankPlan(m.index, g, m.index * self.gpus + g,
-                          lambda m=m, g=g: m.model.rank_slowdown(g))
+        plans = [RankPlan(m.index, g, m.index * self.gpus + g, _slowdown_of(m, g))
                  for m in self.members for g in range(self.gpus)]
         faulty = lambda: self.clock() >= onset  # noqa: E731
         fabric = FabricState(
@@ -196,7 +205,7 @@ class SimCluster:
             m.runner = None
             # A restarted agent starts from scratch, as a real one would.
             m.agent = NodeAgent(m.agent.config, files=m.agent.files,  # same simulated machine
-                                nvml_loader=lambda mm=m.model: mm.nvml,
+                                nvml_loader=_nvml_of(m.model),
                                 executor=self._executor)
 
     async def stop(self) -> None:

@@ -148,45 +148,15 @@ class SimIo:
     def files(self) -> dict[str, Callable[[], str]]:
         out: dict[str, Callable[[], str]] = {}
         for p in range(self.ports):
-            dev = f"sys/class/infiniband/mlx5_{p}"
-            base = f"{dev}/ports/1"
-            out[f"{dev}/hca_type"] = _const("MT4129\n")
-            out[f"{dev}/board_id"] = _const("MT_0000000838\n")
-            out[f"{dev}/fw_ver"] = _const("28.39.1002\n")
-            out[f"{base}/rate"] = _const("400 Gb/sec (4X NDR)\n")
-            out[f"{base}/link_layer"] = _const("InfiniBand\n")
-            out[f"{base}/state"] = self._reader(
-                lambda p=p: "4: ACTIVE" if self.port_state[p] == 4 else "1: DOWN")
-            out[f"{base}/phys_state"] = self._reader(
-                lambda p=p: "5: LinkUp" if self.port_state[p] == 4 else "2: Polling")
-            counters = {
-                "port_xmit_data": lambda p=p: self.tx_words[p],
-                "port_rcv_data": lambda p=p: self.rx_words[p],
-                "port_xmit_packets": lambda p=p: self.tx_pkts[p],
-                "port_rcv_packets": lambda p=p: self.rx_pkts[p],
-                "port_xmit_wait": lambda p=p: self.xmit_wait[p],
-                "symbol_error": lambda p=p: self.symbol_errors[p],
-                "link_downed": lambda p=p: min(255, self.link_downed[p]),
-            }
-            for name in ("port_rcv_errors", "port_rcv_remote_physical_errors",
-                         "port_xmit_discards", "link_error_recovery",
-                         "excessive_buffer_overrun_errors", "local_link_integrity_errors"):
-                counters[name] = lambda: 0
-            for name, fn in counters.items():
-                out[f"{base}/counters/{name}"] = self._reader(fn)
-            hw = {"np_cnp_sent": lambda p=p: self.cnp_sent[p],
-                  "rp_cnp_handled": lambda p=p: self.cnp_handled[p],
-                  "np_ecn_marked_roce_packets": lambda p=p: self.ecn_marked[p],
-                  "out_of_sequence": lambda: 0, "local_ack_timeout_err": lambda: 0}
-            for name, fn in hw.items():
-                out[f"{base}/hw_counters/{name}"] = self._reader(fn)
+            self._port_files(out, p)
         eth = "sys/class/net/eth0"
         out[f"{eth}/device/vendor"] = _const("0x15b3\n")
         out[f"{eth}/speed"] = _const("25000\n")
         out[f"{eth}/operstate"] = _const("up\n")
-        stats = {"rx_bytes": lambda: self.eth_rx, "tx_bytes": lambda: self.eth_tx,
-                 "rx_packets": lambda: self.eth_rx // 1500,
-                 "tx_packets": lambda: self.eth_tx // 1500}
+        stats: dict[str, Callable[[], int]] = {
+            "rx_bytes": lambda: self.eth_rx, "tx_bytes": lambda: self.eth_tx,
+            "rx_packets": lambda: self.eth_rx // 1500,
+            "tx_packets": lambda: self.eth_tx // 1500}
         for name in ("rx_errors", "tx_errors", "rx_dropped", "tx_dropped"):
             stats[name] = lambda: 0
         for name, fn in stats.items():
@@ -204,6 +174,42 @@ class SimIo:
             out[f"sys/block/nvme{d}n1/size"] = _const("15002931888\n")
         out["sys/devices/virtual/block/md0/size"] = _const("60011727552\n")
         return out
+
+    def _port_files(self, out: dict[str, Callable[[], str]], p: int) -> None:
+        """HCA port p's files, added to out (a method, so each closure holds its own p)."""
+        dev = f"sys/class/infiniband/mlx5_{p}"
+        base = f"{dev}/ports/1"
+        out[f"{dev}/hca_type"] = _const("MT4129\n")
+        out[f"{dev}/board_id"] = _const("MT_0000000838\n")
+        out[f"{dev}/fw_ver"] = _const("28.39.1002\n")
+        out[f"{base}/rate"] = _const("400 Gb/sec (4X NDR)\n")
+        out[f"{base}/link_layer"] = _const("InfiniBand\n")
+        out[f"{base}/state"] = self._reader(
+            lambda: "4: ACTIVE" if self.port_state[p] == 4 else "1: DOWN")
+        out[f"{base}/phys_state"] = self._reader(
+            lambda: "5: LinkUp" if self.port_state[p] == 4 else "2: Polling")
+        counters: dict[str, Callable[[], int]] = {
+            "port_xmit_data": lambda: self.tx_words[p],
+            "port_rcv_data": lambda: self.rx_words[p],
+            "port_xmit_packets": lambda: self.tx_pkts[p],
+            "port_rcv_packets": lambda: self.rx_pkts[p],
+            "port_xmit_wait": lambda: self.xmit_wait[p],
+            "symbol_error": lambda: self.symbol_errors[p],
+            "link_downed": lambda: min(255, self.link_downed[p]),
+        }
+        for name in ("port_rcv_errors", "port_rcv_remote_physical_errors",
+                     "port_xmit_discards", "link_error_recovery",
+                     "excessive_buffer_overrun_errors", "local_link_integrity_errors"):
+            counters[name] = lambda: 0
+        for name, fn in counters.items():
+            out[f"{base}/counters/{name}"] = self._reader(fn)
+        hw: dict[str, Callable[[], int]] = {
+            "np_cnp_sent": lambda: self.cnp_sent[p],
+            "rp_cnp_handled": lambda: self.cnp_handled[p],
+            "np_ecn_marked_roce_packets": lambda: self.ecn_marked[p],
+            "out_of_sequence": lambda: 0, "local_ack_timeout_err": lambda: 0}
+        for name, fn in hw.items():
+            out[f"{base}/hw_counters/{name}"] = self._reader(fn)
 
     def _reader(self, fn: Callable[[], object], raw: bool = False) -> Callable[[], str]:
         def read() -> str:

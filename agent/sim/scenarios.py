@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.sim.io_model import LUSTRE_MOUNT, IoTrouble
@@ -32,7 +33,7 @@ class Scenario:
 
 
 def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
-          node_name: callable, leaf_of: callable) -> Scenario:  # type: ignore[valid-type]
+          node_name: Callable[[int], str], leaf_of: Callable[[int], str]) -> Scenario:
     if name not in SCENARIOS:
         raise ValueError(f"unknown scenario {name!r}; scenarios: {', '.join(SCENARIOS)}")
     rng = random.Random(seed * 31 + nodes)

@@ -8,6 +8,7 @@ a power-capped node, a slow node (straggler) and, now and then, an XID.
 
 from __future__ import annotations
 
+import functools
 import math
 import random
 import time
@@ -162,8 +163,7 @@ class SimNodeModel:
             "proc/uptime": self._uptime,
             "proc/sys/kernel/random/boot_id": lambda: self.boot_id + "\n",
             "etc/passwd": lambda: SIM_PASSWD,
-            **{f"proc/{pid}/{name}": (lambda rank=rank, pid=pid, name=name:
-                                      self._proc_file(pid, rank, name))
+            **{f"proc/{pid}/{name}": functools.partial(self._proc_file, pid, rank, name)
                for rank, pid in enumerate(self._pids)
                for name in ("stat", "status", "cmdline", "cgroup")},
         }

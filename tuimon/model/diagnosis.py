@@ -220,13 +220,14 @@ class Diagnosis:
         out = []
         now = eff.now
         for job in eff.jobs.values():
-            firing = job.burn.firing(now) if job.burn else []
-            if firing:  # the most urgent condition is enough
+            burn = job.burn
+            firing = burn.firing(now) if burn is not None else []
+            if burn is not None and firing:  # the most urgent condition is enough
                 severity = firing[0][0]
                 out.append(Finding("critical" if severity == "page" else "warning",
                                    f"burn_{severity}",
                                    f"{job.job} burns its error budget: burn "
-                                   f"{burn_text(job.burn.burn_rates(now), firing)}",
+                                   f"{burn_text(burn.burn_rates(now), firing)}",
                                    job=job.job))
             short, _ = job.window(60, now)
             long, _ = job.window(3600, now)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tuimon.model.cluster import ClusterState
@@ -77,7 +78,7 @@ class JobState:
 
 class EfficiencyView:
     def __init__(self, slo: Slo | None = None, baselines: dict[str, float] | None = None,
-                 wall: callable = time.time,  # type: ignore[valid-type]
+                 wall: Callable[[], float] = time.time,
                  flops_per_sample: dict[str, float] | None = None,
                  peak_flops: float | None = None) -> None:
         self.slo = slo or Slo(0.90, 720)
@@ -132,15 +133,15 @@ class EfficiencyView:
                     self.gpu_peak = next((p for prefix, p in PEAK_FLOPS
                                           if name.startswith(prefix)), None)
                     break
-        for job, acc in sums.items():
-            state = self.jobs[job]
+        for name, acc in sums.items():
+            state = self.jobs[name]
             state.last_update = now
             state.history.append((now, acc.wall, acc.compute, acc.samples))
             if isinstance(state.burn, BurnTracker) and state.world:
                 state.burn.add(now, acc.wall / state.world, acc.compute / state.world)
-        for job, summary in cluster.budgets.items():
+        for name, summary in cluster.budgets.items():
             # The relay has counted the whole run; the viewer has seen only its session.
-            self._job(job).burn = LedgerBurn(self.slo, summary)
+            self._job(name).burn = LedgerBurn(self.slo, summary)
         for state in self.jobs.values():
             while state.history and state.history[0][0] < now - max(WINDOWS.values()):
                 state.history.popleft()

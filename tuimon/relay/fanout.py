@@ -149,8 +149,8 @@ class ViewerFeed:
             entries.append((name, frame.encoded(self.families)))
         for name, frame in self.events:
             entries.append((name, frame.encoded(self.families)))
-        for name, frame in self.samples.items():
-            entries.append((name, frame.encoded(self.families)))
+        for name, sample_frame in self.samples.items():
+            entries.append((name, sample_frame.encoded(self.families)))
         states = [(name, state, reason) for name, (state, reason) in self.states.items()]
         self.hellos.clear()
         self.events.clear()

@@ -52,7 +52,8 @@ class RelayState:
 
 
 STATE = web.AppKey("relay", RelayState)
-STREAMS = web.AppKey("streams", weakref.WeakSet)
+STREAMS: web.AppKey[weakref.WeakSet[web.WebSocketResponse]] = web.AppKey(
+    "streams", weakref.WeakSet)
 REGISTRY = web.AppKey("registry", CollectorRegistry)
 
 
@@ -93,7 +94,8 @@ async def _periodic(state: RelayState) -> None:
 
 
 async def _close_streams(app: web.Application) -> None:
-    for ws in list(app[STREAMS]):
+    streams = app[STREAMS]  # bound first: list()'s context would skew the key's type
+    for ws in list(streams):
         await ws.close(code=WSCloseCode.GOING_AWAY, message=b"relay shutting down")
 
 

@@ -151,7 +151,7 @@ class AgentStream:
             with contextlib.suppress(asyncio.TimeoutError, aiohttp.ClientError, OSError):
                 await asyncio.wait_for(ws.close(), CLOSE_WAIT_S)
 
-    async def _read(self, ws: aiohttp.ClientWebSocketResponse) -> bool:
+    async def _read(self, ws: aiohttp.ClientWebSocketResponse[bool]) -> bool:
         got = False
         interval = 1.0
         if self.options.subscribe is not None:
@@ -172,6 +172,8 @@ class AgentStream:
                         raise ProtocolError(
                             f"a node's message of {len(msg.data)} bytes exceeds the "
                             f"limit of {MAX_MESSAGE_BYTES}")
+                    if isinstance(message, Subscribe):
+                        raise ProtocolError("sent a subscribe, which only a viewer sends")
                     if message is not None and isinstance(message, Batch) != self.relay:
                         raise TrustError(
                             f"{self.target} sent relay batches but is not configured as a "
@@ -222,8 +224,10 @@ class AgentStream:
                             exc.reason)
                 self.cluster.note_protocol_error(source, exc.reason)
                 continue
-            if isinstance(message, Batch):
-                self.cluster.note_protocol_error(source, "a batch inside a batch")
+            if isinstance(message, (Batch, Subscribe)):
+                what = "a batch inside a batch" if isinstance(message, Batch) else \
+                    "a subscribe inside a batch (only a viewer sends one)"
+                self.cluster.note_protocol_error(source, what)
                 continue
             if isinstance(message, Hello):
                 if not self._wanted_name(source, message.node):

@@ -17,6 +17,8 @@ Prometheus can hold several clusters.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS, MIB
 
 # Prometheus name -> (wire key, factor to the wire's unit, added to the others)
@@ -63,7 +65,7 @@ IB_ERRORS_NODE = ("symbol_error|link_downed|port_errors_received|link_error_reco
 SHARED_FSTYPES = "nfs|nfs4|lustre|gpfs|beegfs|wekafs|cifs|ceph|fuse.glusterfs"
 
 
-def _names(table: dict[str, object]) -> str:
+def _names(table: Iterable[str]) -> str:
     return "|".join(table)
 
 

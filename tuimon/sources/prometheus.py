@@ -30,7 +30,16 @@ from tuimon.model.cluster import ClusterState
 from tuimon.sources import prom_queries as q
 from tuimon.sources.agent_stream import describe_error
 from tuimon.sources.prom_nodes import NodeNames
-from tuimon_core.protocol import GpuInfo, Hello, ProtocolError, Sample, decode, encode
+from tuimon_core.protocol import (
+    Batch,
+    GpuInfo,
+    Hello,
+    ProtocolError,
+    Sample,
+    Subscribe,
+    decode,
+    encode,
+)
 from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
 from tuimon_core.version import __version__
 
@@ -332,8 +341,8 @@ class PromSource:
         mounts: dict[tuple[str | None, str], tuple[str, str | None]] = {}
         for labels, _ in a.get("nfs_mounts", []):
             if labels.get("export") and labels.get("mountpoint"):
-                key = (labels.get("instance"), labels["export"])
-                mounts.setdefault(key, (labels["mountpoint"], None))
+                mount_key = (labels.get("instance"), labels["export"])
+                mounts.setdefault(mount_key, (labels["mountpoint"], None))
         capacity: dict[tuple[str | None, str], dict[str, Any]] = {}
         for answer, key in (("fs_size", "size"), ("fs_avail", "avail")):
             for labels, value in a.get(answer, []):
@@ -476,7 +485,8 @@ class PromSource:
             log.warning("prometheus data for %s refused: %s", target, exc.reason)
             self.cluster.note_protocol_error(target, exc.reason)
             return
-        self.cluster.apply_message(target, message, data)
+        if not isinstance(message, (Subscribe, Batch)):  # never: the data is our own frame
+            self.cluster.apply_message(target, message, data)
 
 
 _ACTIVITY = ("gr_active", "sm_active", "tensor_active", "dram_active")
@@ -528,12 +538,12 @@ def _mig_parent(raw: dict[str, Any], instances: dict[int, dict[str, Any]]) -> di
 
 
 def _merge(into: _Node, other: _Node) -> None:
-    for key, value in other.gpus.items():
-        into.gpus.setdefault(key, {}).update(value)
-    for key, value in other.gpu_info.items():
-        into.gpu_info.setdefault(key, value)
-    for key, value in other.mig.items():
-        into.mig.setdefault(key, {}).update(value)
+    for index, values in other.gpus.items():
+        into.gpus.setdefault(index, {}).update(values)
+    for index, info in other.gpu_info.items():
+        into.gpu_info.setdefault(index, info)
+    for index, instances in other.mig.items():
+        into.mig.setdefault(index, {}).update(instances)
     for attr in ("host", "ports", "filesystems", "disks", "jobs"):
         getattr(into, attr).update({k: v for k, v in getattr(other, attr).items()
                                     if k not in getattr(into, attr)})

@@ -52,8 +52,7 @@ def parse_targets(items: list[str], default_port: int = DEFAULT_PORT) -> list[st
                 raise TargetError(f"target {_short(item)}: {_short(name)} is not a host name "
                                   "(letters, digits, '.', '-' and '_' only)")
             out.append(f"{name}:{port}")
-    seen: set[str] = set()
-    return [t for t in out if not (t in seen or seen.add(t))]
+    return list(dict.fromkeys(out))  # drop repeats, keep the first order
 
 
 def read_targets_file(path: str | Path) -> list[str]:

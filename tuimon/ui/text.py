@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tuimon_core.protocol.text import clean
 
 
@@ -43,7 +45,7 @@ def size(v: float | None) -> str:
 SPARKS = "\u2581\u2582\u2583\u2584\u2585\u2586\u2587\u2588"
 
 
-def sparkline(values: list[float] | tuple[float, ...], width: int, top: float | None = None) -> str:
+def sparkline(values: Iterable[float], width: int, top: float | None = None) -> str:
     data = list(values)[-width:]
     if not data:
         return ""

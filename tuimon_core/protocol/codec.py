@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeGuard
 
 import msgpack
 
@@ -158,7 +159,9 @@ def _hello(m: dict[str, Any]) -> Hello:
         _check_fields(g, _INFO_SPEC, where)
         if not _is_int(g.get("index")):
             raise ProtocolError(f"{where}.index: required integer, got {_show(g.get('index'))}")
-        gpus.append(GpuInfo(**{f.key: g.get(f.key) for f in GPU_INFO_FIELDS}))
+        # Checked against _INFO_SPEC above; absent fields are None.
+        info: dict[str, Any] = {f.key: g.get(f.key) for f in GPU_INFO_FIELDS}
+        gpus.append(GpuInfo(**info))
     extra = {k: v for k, v in inventory.items() if k not in ("gpus", "driver_version",
                                                               "gpu_status")}
     families = m.get("families") or []
@@ -385,18 +388,19 @@ def _check_steps(steps: Any) -> None:
             _check_values(rank, f"{where}.ranks[{j}]", depth=1)
 
 
-_BUILDERS = {"hello": _hello, "sample": _sample, "event": _event, "subscribe": _subscribe,
-             "batch": _batch}
+_BUILDERS: dict[str, Callable[[dict[str, Any]], Message]] = {
+    "hello": _hello, "sample": _sample, "event": _event, "subscribe": _subscribe,
+    "batch": _batch}
 
 
 # -- value checks ------------------------------------------------------------------
 
 
-def _is_int(v: Any) -> bool:
+def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _is_num(v: Any) -> bool:
+def _is_num(v: Any) -> TypeGuard[float]:
     if isinstance(v, bool):
         return False
     if isinstance(v, int):

@@ -14,6 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp.typedefs import Middleware
 
 from tuimon_core.protocol import ProtocolError, Subscribe, decode
 from tuimon_core.protocol.text import clean
@@ -28,7 +29,7 @@ PROTECTED = ("/v1/", "/metrics")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def bearer_auth(token_of: Callable[[web.Application], str | None]) -> Callable[..., object]:
+def bearer_auth(token_of: Callable[[web.Application], str | None]) -> Middleware:
     """Middleware: 401 on protected paths unless `Authorization: Bearer <token>` matches
     (constant time); the peer and path are logged, never the token."""
 
