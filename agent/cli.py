@@ -15,8 +15,10 @@ from typing import Any
 from aiohttp import web
 
 from agent.collectors.storage import DEFAULT_MMPMON, StorageConfig
+from agent.manual import SECTIONS as MANUAL_SECTIONS
 from agent.node import AgentConfig, NodeAgent
 from agent.sim.scenarios import add_scenario_options
+from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_types import positive_float, positive_int
 from tuimon_core.errors import UsageError
 from tuimon_core.ports import DEFAULT_PORT
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="tuimon node agent: streams GPU and host metrics as msgpack frames "
                     "over a WebSocket and serves /metrics for Prometheus.")
     parser.add_argument("--version", action="version", version=f"tuimon-agent {__version__}")
+    add_doc_options(parser, MANUAL_SECTIONS)
     sub = parser.add_subparsers(dest="command")
 
     run = sub.add_parser("run", help="run the agent (the default)")
@@ -114,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     if args_list[:1] == ["relay"]:
         return _relay_alias(args_list[1:])
     if not args_list or args_list[0] not in ("run", "once", "sim", "relay", "-h", "--help",
-                                             "--version"):
+                                             "--version", "--print-completion",
+                                             "--print-man"):
         args_list.insert(0, "run")
     args = build_parser().parse_args(args_list)
     logging.basicConfig(level=args.log_level.upper(),

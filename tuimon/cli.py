@@ -9,7 +9,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import aiohttp
 
 from agent.sim.scenarios import add_scenario_options
 from tuimon.config import ClusterConfig, cluster_defaults, set_cluster_defaults
+from tuimon.manual import SECTIONS as MANUAL_SECTIONS
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import Slo
 from tuimon.readout import render
@@ -30,6 +31,7 @@ from tuimon.sources.targets import (
     parse_targets,
     read_targets_file,
 )
+from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_types import positive_float, positive_int, slo_target
 from tuimon_core.errors import UsageError
 from tuimon_core.protocol import Subscribe
@@ -119,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tuimon", description="Live monitor for GPU "
                                      "training clusters.")
     parser.add_argument("--version", action="version", version=f"tuimon {__version__}")
+    add_doc_options(parser, MANUAL_SECTIONS)
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of any error, usage errors too")
     parser.add_argument("--cluster", metavar="NAME",
@@ -316,7 +319,7 @@ def _run_app(cluster: ClusterState, feed: Feed,
 
     writer = RecordingWriter(record, cluster.name) if record else None
 
-    def sources(state: ClusterState) -> list[Awaitable[None]]:
+    def sources(state: ClusterState) -> list[Coroutine[Any, Any, None]]:
         async def run_all() -> None:
             if before is not None:
                 await before()

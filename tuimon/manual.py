@@ -1,0 +1,33 @@
+"""The parts of `tuimon`'s manual that are not options: shown at the end of `--help` and
+as sections of `tuimon --print-man`."""
+
+from __future__ import annotations
+
+SECTIONS: dict[str, str] = {
+    "Examples": """\
+  tuimon demo                                  # a simulated cluster, to look around
+  tuimon connect 'gpu[001-128]:9477' --topology /etc/slurm/topology.conf
+  tuimon connect --relay login1:9478 --token-file ~/.tuimon/token
+  tuimon prom http://prometheus:9090 --match 'cluster="a"'
+  tuimon status 'gpu[001-128]:9477' --json; echo $?
+  tuimon rules --slo-target 0.9 --slo-days 30 > /etc/prometheus/rules/tuimon.yml
+  tuimon --cluster prod                        # what the config file says of prod""",
+    "Exit status": """\
+  0    ok: every node answered and nothing was found (status), or a clean exit
+  1    warning (status): a job below its SLO or burning at a ticket rate, throttling
+  2    critical (status): a node down or lost, a lost GPU, a page-rate burn;
+       or, for any command, a usage error: the message says what to type
+  3    unknown (status): no node was reached, nothing was checked
+  130  interrupted""",
+    "Files": """\
+  $XDG_CONFIG_HOME/tuimon/config.toml     clusters: targets, relay, prometheus, SLO
+  $XDG_CONFIG_HOME/tuimon/themes/*.toml   your own themes (heat-0 .. heat-8 and more)
+  $STATE_DIRECTORY/ledger.db              the relay's SLO ledger under systemd, else
+  $XDG_STATE_HOME/tuimon/ledger.db        (default ~/.local/state/tuimon/ledger.db)""",
+    "Environment": """\
+  NO_COLOR         no colours: the heat scale is still read from the cell glyphs
+  XDG_CONFIG_HOME  where the config file and themes are (default ~/.config)
+  XDG_STATE_HOME   where the relay keeps its ledger when systemd gives none""",
+    "See also": "tuimon-agent(1); docs/operations.md, docs/protocol.md and "
+                "docs/metrics.md in the source tree.",
+}
