@@ -23,6 +23,7 @@ from agent.collectors.gpu_events import XidWatcher
 from agent.collectors.host import HostCollector
 from agent.collectors.storage import StorageCollector, StorageConfig
 from agent.files import FileTree
+from agent.findings import NodeFindings
 from agent.hub import FrameHub
 from agent.steps import StepAggregator, StepSocket, StepSocketError
 from tuimon_core.ports import DEFAULT_PORT  # noqa: F401  (re-exported for callers)
@@ -92,6 +93,7 @@ class NodeAgent:
         self.fabric = FabricCollector(self.files)
         self.storage = StorageCollector(self.files, config.storage)
         self.steps = StepAggregator(interval=config.interval, clock=monotonic)
+        self.findings = NodeFindings(config.node_name, monotonic)
         self._steps_socket: StepSocket | None = None
         self.steps_status: str | None = "off"
         self.hub = FrameHub(config.max_clients, config.queue_frames)
@@ -292,6 +294,7 @@ class NodeAgent:
         self.latest = sample
         self.stats.samples += 1
         self.hub.publish_sample(sample)
+        self.findings.observe(self.hello, sample)
         return sample
 
     async def _sample_loop(self) -> None:

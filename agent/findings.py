@@ -1,0 +1,33 @@
+"""The node's own findings, judged where its data is.
+
+The shared node-local rules (tuimon_core.node_rules: GPUs failed or throttling, XIDs,
+ECC, row remapping, links down or flapping, port errors, NFS latency, step reports)
+run over each sample the agent takes, through a `FindingBook` for the hold and the
+hysteresis, exactly as the viewer runs them. The active findings go to `/metrics` as
+`tuimon_finding`, so Prometheus and Alertmanager can page on what tuimon diagnoses on a
+node whether or not anyone has the app open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tuimon_core.findings import Finding, FindingBook
+from tuimon_core.node_rules import NodeRules
+
+
+class NodeFindings:
+    """The rules' windows for this node and the findings they hold now."""
+
+    def __init__(self, node: str, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._rules = NodeRules(node)
+        self._book = FindingBook()
+        self.active: list[Finding] = []
+
+    def observe(self, hello: Any, sample: Any) -> list[Finding]:
+        now = self._clock()
+        self._rules.observe(hello, sample, now)
+        self.active = self._book.update(self._rules.conditions(now), now)
+        return self.active

@@ -1,0 +1,92 @@
+"""The agent judges its own node with the shared node-local rules and exports what holds
+as `tuimon_finding` on /metrics, for Prometheus and Alertmanager to page on."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.files import FileTree
+from agent.metrics import make_registry, render
+from agent.node import AgentConfig, NodeAgent
+from agent.sim.fake_nvml import FakeNvml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def findings_on_metrics(agent: NodeAgent) -> dict[tuple[str, str], str]:
+    text = render(make_registry(agent)).decode()
+    assert "# TYPE tuimon_finding gauge" in text  # declared even while nothing holds
+    samples = [s for f in text_string_to_metric_families(text) if f.name == "tuimon_finding"
+               for s in f.samples]
+    assert all(s.value == 1 and s.labels["node"] == "node-a" for s in samples)
+    return {(s.labels["kind"], s.labels["component"]): s.labels["severity"]
+            for s in samples}
+
+
+async def test_the_agent_exports_its_findings_with_the_apps_hold_and_hysteresis(
+        proc_root: Path) -> None:
+    nvml = FakeNvml(2)
+    clock = Clock()
+    agent = NodeAgent(AgentConfig(node_name="node-a", root=str(proc_root), watch_xid=False),
+                      files=FileTree(proc_root), nvml_loader=lambda: nvml, monotonic=clock)
+    await agent.start(sampling=False)
+    try:
+        assert findings_on_metrics(agent) == {}  # present before any sample, empty
+        await agent.sample_once()
+        assert findings_on_metrics(agent) == {}
+        nvml.gpus[0].ecc_uncorrected = 2
+        nvml.gpus[1].clock_events = 0x40  # hardware thermal slowdown
+        nvml.gpus[1].temp = 93
+        await agent.sample_once()
+        # An uncorrected ECC error shows at once; throttling must hold a few seconds.
+        assert findings_on_metrics(agent) == {("ecc", "node-a GPU 0"): "critical"}
+        for _ in range(4):
+            clock.now += 1.0
+            await agent.sample_once()
+        assert findings_on_metrics(agent) == {("ecc", "node-a GPU 0"): "critical",
+                                              ("thermal", "node-a GPU 1"): "warning"}
+        # The GPU cools: the finding stays a minute (no flapping), then clears.
+        nvml.gpus[1].clock_events = 0x1
+        clock.now += 1.0
+        await agent.sample_once()
+        assert ("thermal", "node-a GPU 1") in findings_on_metrics(agent)
+        clock.now += 61.0
+        await agent.sample_once()
+        assert ("thermal", "node-a GPU 1") not in findings_on_metrics(agent)
+        assert ("ecc", "node-a GPU 0") in findings_on_metrics(agent)
+    finally:
+        await agent.stop()
+
+
+def test_the_documented_alert_rule_is_valid_prometheus(tmp_path: Path) -> None:
+    """The example in docs/operations.md, checked by the real promtool."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        import os
+
+        if os.environ.get("CI") == "true":
+            pytest.fail("promtool not found: CI installs it (apt-get install prometheus)")
+        pytest.skip("promtool not installed (apt-get install prometheus); CI installs it")
+    doc = (ROOT / "docs" / "operations.md").read_text()
+    block = re.search(r"```yaml\n(# tuimon-findings\.yml.*?)```", doc, re.S)
+    assert block is not None, "the alert rule example is missing from docs/operations.md"
+    rules = tmp_path / "tuimon-findings.yml"
+    rules.write_text(block.group(1))
+    out = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS: 2 rules found" in out.stdout
