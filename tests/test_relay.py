@@ -94,6 +94,30 @@ async def test_fan_in_and_fan_out(unused_tcp_port_factory) -> None:
             assert relay.state.fanout.counts()["up"] == 6
 
 
+async def test_a_snapshot_split_over_several_batches_reaches_the_viewer_whole(
+        unused_tcp_port_factory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past 1 MiB owed (about 110 full nodes: a viewer joining a 256-node relay) the relay
+    splits what it sends; each part must declare the nodes whose frames it carries, or
+    the viewer refuses them as undeclared, for good (it saw 0 nodes up)."""
+    import tuimon.relay.fanout as fanout
+
+    monkeypatch.setattr(fanout, "BATCH_BYTES", 4000)  # a frame or two a batch
+    sim = SimCluster(nodes=12, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, Relay(relay_config(sim.targets, interval=0.5)) as relay:
+        url = f"http://127.0.0.1:{relay.port}/v1/stream"
+        await until(lambda: relay.state.fanout.counts()["up"] == 12, what="relay sees all")
+        batches = await raw_batches(url, None, 3)
+        assert len(batches) >= 3  # split
+        for _, batch in batches:
+            declared = {source for source, _, _ in batch.sources}
+            assert {source for source, _ in batch.frames} <= declared
+        viewer = ClusterState("viewer")
+        async with watching([], viewer, relays=[f"127.0.0.1:{relay.port}"]):
+            names = {m.name for m in sim.members}
+            await until(lambda: up(viewer) == names, what="every node up in the viewer")
+
+
 async def test_subscriptions_nodes_families_and_interval(unused_tcp_port_factory) -> None:
     sim = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
                      scenario="healthy")

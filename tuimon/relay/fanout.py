@@ -79,6 +79,17 @@ class Source:
         return (self.name, host, self.node) if self.node else (self.name, host)
 
 
+def _declared(chunk: list[tuple[str, bytes]],
+              owed: dict[str, tuple[str, str, str | None]]) -> list[tuple[str, str, str | None]]:
+    """The owed states of the nodes this chunk has frames for, taken from `owed`."""
+    out = []
+    for name, _ in chunk:
+        state = owed.pop(name, None)
+        if state is not None:
+            out.append(state)
+    return out
+
+
 class ViewerFeed:
     """What one viewer subscribed to and what it is still owed."""
 
@@ -163,15 +174,20 @@ class ViewerFeed:
     def _messages(self, ts: float, relay: str, entries: list[tuple[str, bytes]],
                   states: list[tuple[str, str, str | None]],
                   budget: dict[str, dict[str, Any]] | None) -> Iterator[bytes]:
+        """Batches of at most BATCH_BYTES of frames. A viewer accepts a node's frames only
+        from a relay that declared the node (announced its state) in the same or an
+        earlier batch, so each message carries the states of the nodes its frames are
+        for; the last carries the rest, and the budget."""
+        owed = {name: (name, state, reason) for name, state, reason in states}
         chunk: list[tuple[str, bytes]] = []
         size = 0
         for entry in entries:
             if chunk and size + len(entry[1]) > BATCH_BYTES:
-                yield self._count(self._encode(ts, relay, chunk, [], None))
+                yield self._count(self._encode(ts, relay, chunk, _declared(chunk, owed), None))
                 chunk, size = [], 0
             chunk.append(entry)
             size += len(entry[1])
-        yield self._count(self._encode(ts, relay, chunk, states, budget))
+        yield self._count(self._encode(ts, relay, chunk, list(owed.values()), budget))
 
     def _count(self, data: bytes) -> bytes:
         self.batches += 1
