@@ -119,6 +119,7 @@ class HeatmapView(ScrollView, can_focus=True):
         self._hm_cells = 8
         # Keyed by what a line shows, so a line whose content changed is simply a miss.
         self._hm_strips: LRUCache[tuple[Any, ...], Strip] = LRUCache(STRIP_CACHE_LINES)
+        self._hm_styles: dict[str, Style] = {}
         self._hm_theme_gen = 0
         # Node name -> "critical" | "warning": named by the diagnosis, drawn highlighted.
         self.faults: dict[str, str] = {}
@@ -172,6 +173,7 @@ class HeatmapView(ScrollView, can_focus=True):
         self.post_message(self.CursorMoved(node))
 
     def theme_changed(self) -> None:
+        self._hm_styles.clear()
         self._hm_theme_gen += 1
         self.refresh()
 
@@ -252,8 +254,14 @@ class HeatmapView(ScrollView, can_focus=True):
     # -- drawing ------------------------------------------------------------------------
 
     def _style(self, name: str) -> Style:
-        """The Rich style of a component class (Textual caches it until the CSS changes)."""
-        return self.get_component_rich_style(f"heatmap--{name}")
+        """The Rich style of a component class: only what its rule sets (partial), so the
+        cells add no background escape of their own to every frame; kept per name until
+        the theme changes (asked for once a cell)."""
+        style = self._hm_styles.get(name)
+        if style is None:
+            style = self._hm_styles[name] = self.get_component_rich_style(
+                f"heatmap--{name}", partial=True)
+        return style
 
     def _key(self, li: int) -> tuple[Any, ...]:
         line = self._hm_lines[li]
