@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from aiohttp import web
@@ -17,10 +16,12 @@ from aiohttp import web
 from agent.collectors.storage import DEFAULT_MMPMON, StorageConfig
 from agent.manual import SECTIONS as MANUAL_SECTIONS
 from agent.node import AgentConfig, NodeAgent
+from agent.sim.limits import MAX_GPUS, MAX_NODES
 from agent.sim.scenarios import add_scenario_options
 from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_types import positive_float, positive_int
 from tuimon_core.errors import UsageError
+from tuimon_core.output import write_file
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol.messages import Sample
 from tuimon_core.protocol.text import clean_lines
@@ -94,8 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "this runs it when that is installed", add_help=False)
 
     sim = sub.add_parser("sim", help="simulate a cluster: one real agent endpoint per node")
-    sim.add_argument("--nodes", type=positive_int(20_000), default=4)
-    sim.add_argument("--gpus", type=positive_int(64), default=8)
+    sim.add_argument("--nodes", type=positive_int(MAX_NODES), default=4)
+    sim.add_argument("--gpus", type=positive_int(MAX_GPUS, least=0), default=8)
     sim.add_argument("--base-port", type=int, default=19400, metavar="P",
                      help="node i listens on 127.0.0.1:(P+i) (default 19400)")
     sim.add_argument("--seed", type=int, default=0)
@@ -330,11 +331,12 @@ def _sim(args: argparse.Namespace) -> int:
                          seed=args.seed, interval=args.interval, scenario=args.scenario,
                          fault_at=args.fault_at, speed=args.speed)
     if args.truth:
-        Path(args.truth).write_text(json.dumps(cluster.truth(), indent=2) + "\n")
+        write_file(args.truth, json.dumps(cluster.truth(), indent=2) + "\n", "--truth")
     if args.targets_file:
-        cluster.write_targets(args.targets_file)
+        write_file(args.targets_file, "".join(f"{t}\n" for t in cluster.targets),
+                   "--targets-file")
     if args.topology_file:
-        Path(args.topology_file).write_text(cluster.topology_conf())
+        write_file(args.topology_file, cluster.topology_conf(), "--topology-file")
     try:
         asyncio.run(serve_forever(cluster))
     except OSError as exc:

@@ -14,9 +14,12 @@ SECTIONS: dict[str, str] = {
   2    a usage error (a bad option, token, TLS or address): the message says which
   130  interrupted""",
     "Files": """\
-  $XDG_RUNTIME_DIR/tuimon-steps.sock   training step datagrams from the job's ranks
-                                       (else /tmp/tuimon-steps.sock)""",
+  /run/tuimon/steps.sock               training step datagrams from the job's ranks, when
+                                       /run/tuimon exists (else
+                                       $XDG_RUNTIME_DIR/tuimon-steps.sock, else
+                                       /tmp/tuimon-steps.sock); --steps-socket to choose""",
     "Environment": """\
-  XDG_RUNTIME_DIR  where the step socket is created""",
+  TUIMON_STEPS_SOCKET  the step socket's path, for the agent and the job's ranks alike
+  XDG_RUNTIME_DIR      where the step socket goes without /run/tuimon""",
     "See also": "tuimon(1); docs/operations.md and docs/protocol.md in the source tree.",
 }

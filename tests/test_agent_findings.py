@@ -33,6 +33,8 @@ def findings_on_metrics(agent: NodeAgent) -> dict[tuple[str, str], str]:
     samples = [s for f in text_string_to_metric_families(text) if f.name == "tuimon_finding"
                for s in f.samples]
     assert all(s.value == 1 and s.labels["node"] == "node-a" for s in samples)
+    keys = [(s.labels["kind"], s.labels["component"]) for s in samples]
+    assert len(keys) == len(set(keys)), f"two findings share one series: {keys}"
     return {(s.labels["kind"], s.labels["component"]): s.labels["severity"]
             for s in samples}
 
@@ -90,3 +92,10 @@ def test_the_documented_alert_rule_is_valid_prometheus(tmp_path: Path) -> None:
                          text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS: 2 rules found" in out.stdout
+
+
+def test_a_file_systems_finding_names_the_mount() -> None:
+    from tuimon_core.findings import Finding
+
+    slow = Finding("warning", "storage_latency", "slow", node="gpu012", fs="/home")
+    assert slow.where == "gpu012 /home"

@@ -64,13 +64,23 @@ def test_the_config_file_does_not_configure_the_relay(tmp_path: Path) -> None:
     ("tuimon.cli", ["connect", "--every", "0", "h"], "argument --every: must be in (0, 3600]"),
     ("tuimon.cli", ["replay", "--speed", "-1", "f"], "argument --speed: must be in (0, 10000]"),
     ("tuimon.cli", ["status", "--slo-target", "90", "h"], "must be between 0 and 1"),
-    ("tuimon.cli", ["demo", "--nodes", "0"], "argument --nodes: must be in 1..20000"),
+    ("tuimon.cli", ["demo", "--nodes", "0"], "argument --nodes: must be in 1..10000"),
     ("tuimon.cli", ["prom", "http://p:9090", "--every", "0.1"], "must be in [0.5, 3600]"),
     ("tuimon.cli", ["replay", "/nonexistent/recording"], "/nonexistent/recording: no such "),
     ("tuimon.cli", ["rules", "--match", "not a matcher"], "not a PromQL label matcher"),
     ("agent", ["once", "--interval", "0"], "argument --interval: must be in [0.01, 3600]"),
     ("agent", ["run", "--token-file", "/nonexistent/token"], "/nonexistent/token"),
-    ("agent", ["sim", "--speed", "0"], "argument --speed: must be in (0, 10000]"),
+    ("agent", ["sim", "--speed", "0"], "argument --speed: must be in (0, 3600]"),
+    ("agent", ["sim", "--speed", "5000"], "argument --speed: must be in (0, 3600]"),
+    ("agent", ["sim", "--nodes", "10", "--base-port", "65530"], "lower --base-port"),
+    ("agent", ["sim", "--nodes", "2", "--truth", "/nonexistent/dir/t.json"],
+     "--truth /nonexistent/dir/t.json: cannot write"),
+    ("tuimon.cli", ["demo", "--nodes", "10001"], "argument --nodes: must be in 1..10000"),
+    ("tuimon.cli", ["connect", "--tls", "--tls-ca", "/nonexistent/ca.pem", "h", "--once"],
+     "--tls-ca /nonexistent/ca.pem: cannot load the CA certificates"),
+    ("tuimon.cli", ["relay", "--interval", "120", "h"],
+     "argument --interval: must be in [0.05, 60]"),
+    ("tuimon.cli", ["relay", "--no-ledger"], "the relay needs at least one target"),
 ])
 def test_usage_errors_say_what_to_type_without_a_traceback(module: str, args: list[str],
                                                           expected: str) -> None:
@@ -124,3 +134,39 @@ def test_the_relay_is_tuimon_relay_and_the_agents_alias_runs_it() -> None:
         out = _cli(module, *args)
         assert out.returncode == 0, out.stderr
         assert "usage: tuimon relay" in out.stdout and "--ledger" in out.stdout
+
+
+def test_the_relay_never_takes_a_clusters_targets(tmp_path: Path) -> None:
+    """`tuimon --cluster lab relay` with no targets: the cluster's agents (and its relay,
+    perhaps this very one) are what a viewer watches, not what this relay fans in."""
+    f = tmp_path / "config.toml"
+    f.write_text('[clusters.lab]\ntargets = ["127.0.0.1:9"]\nrelay = "127.0.0.1:9"\n')
+    out = _cli("tuimon.cli", "--config", str(f), "--cluster", "lab", "relay", "--no-ledger",
+               "--listen", "127.0.0.1:0")
+    assert out.returncode == 2 and "the relay needs at least one target" in out.stderr
+
+
+@pytest.mark.parametrize("key", ["slo_hours = 0", "slo_days = -3"])
+def test_a_non_positive_slo_window_in_the_config_is_named(tmp_path: Path, key: str) -> None:
+    f = tmp_path / "config.toml"
+    f.write_text(f'[clusters.lab]\ntargets = ["h"]\n{key}\n')
+    out = _cli("tuimon.cli", "--config", str(f), "--cluster", "lab", "status")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert f"{f}:3: clusters.lab.{key.split()[0]}: must be a positive number" in out.stderr
+
+
+def test_node_aliases_in_the_config_are_accepted(tmp_path: Path) -> None:
+    toml = ('[clusters.lab]\nprometheus = "http://p:9090"\n'
+            '[clusters.lab.node_aliases]\n"10.0.0.5" = "gpu005"\n')
+    args = _parse_with_config(tmp_path, toml, ["prom", "http://p:9090"])
+    assert args.node_alias == ["10.0.0.5=gpu005"]
+
+
+def test_debug_is_taken_before_or_after_the_relay_command() -> None:
+    assert build_parser().parse_args(["relay", "h", "--debug"]).debug is True
+    assert build_parser().parse_args(["--debug", "relay", "h"]).debug is True
+    assert build_parser().parse_args(["relay", "h"]).debug is False
+
+
+def test_a_gpu_less_simulation_is_allowed() -> None:
+    assert build_parser().parse_args(["demo", "--gpus", "0"]).gpus == 0

@@ -105,3 +105,12 @@ def test_a_job_burning_slower_than_its_budget_never_alerts_on_a_short_run() -> N
     for minute in range(3 * 24 * 60):
         t.add(minute * 60.0, 60.0, 60.0 * 0.97)
     assert t.firing(3 * 24 * 3600.0) == []
+
+
+@pytest.mark.parametrize("target", [0.01, 0.05, 0.09, 0.5, 0.9, 0.999])
+def test_no_alert_threshold_is_under_1x_whatever_the_target(target: float) -> None:
+    """At a target under 0.1 the cap (90% of the highest burn rate) is under 1x; the floor
+    must win, or a job burning exactly its budget would page."""
+    slo = Slo(target, 720)
+    for w, share in (("1h", 0.02), ("6h", 0.05), ("1d", 0.10), ("3d", 0.10)):
+        assert slo.alert_threshold(w, share) >= 1.0

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from agent.sim.limits import MAX_GPUS, MAX_NODES
 from agent.sim.scenarios import add_scenario_options
 from tuimon.config import ClusterConfig, cluster_defaults, set_cluster_defaults
 from tuimon.manual import SECTIONS as MANUAL_SECTIONS
@@ -34,6 +35,7 @@ from tuimon.sources.targets import (
 from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_types import positive_float, positive_int, slo_target
 from tuimon_core.errors import UsageError
+from tuimon_core.output import write_file
 from tuimon_core.protocol import Subscribe
 from tuimon_core.serving.security import (
     check_token_transport,
@@ -177,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--json", action="store_true")
     _slo_options(status)
     demo = sub.add_parser("demo", help="simulate a cluster on loopback and watch it")
-    demo.add_argument("--nodes", type=positive_int(20_000), default=32)
-    demo.add_argument("--gpus", type=positive_int(64), default=8)
+    demo.add_argument("--nodes", type=positive_int(MAX_NODES), default=32)
+    demo.add_argument("--gpus", type=positive_int(MAX_GPUS, least=0), default=8)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--base-port", type=int, default=19400)
     _view_options(demo)
@@ -251,7 +253,7 @@ def _main(argv: list[str]) -> int:
     if args.command == "rules":
         return _rules(args)
     if args.command == "relay":
-        logging.basicConfig(level="DEBUG" if args.debug else args.log_level.upper(),
+        logging.basicConfig(level=args.log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return run_relay(args)
     if args.once or args.plain:
@@ -271,10 +273,7 @@ def _rules(args: argparse.Namespace) -> int:
     if not args.output:
         sys.stdout.write(text)
         return 0
-    try:
-        Path(args.output).write_text(text)
-    except OSError as exc:
-        raise UsageError(f"--output {args.output}: {exc.strerror or exc}") from None
+    write_file(args.output, text, "--output")
     return 0
 
 
@@ -475,7 +474,9 @@ def _implicit_command(argv: list[str], cluster: ClusterConfig) -> list[str]:
 def _fill_targets(args: argparse.Namespace, c: ClusterConfig) -> None:
     """Targets typed on the command line replace the cluster's targets and relay; with
     none typed, the cluster's are used."""
-    if hasattr(args, "targets") and not args.targets and not args.relay:
+    if args.command not in ("connect", "status"):
+        return  # the relay has its own targets; the config file describes what you watch
+    if not args.targets and not args.relay:
         args.targets = list(c.targets)
         args.relay = [c.relay] if c.relay else []
 
@@ -582,7 +583,8 @@ def _prom(args: argparse.Namespace) -> int:
         return asyncio.run(_prom_once(args, cluster))
     if args.plain:
         return asyncio.run(_watch(cluster, feed, args.once, args.record))
-    return _run_app(cluster, feed, args.theme, _topology(args.topology),
+    topology = _topology(args.topology, getattr(args, "leaves", None))
+    return _run_app(cluster, feed, args.theme, topology,
                     _provisioned(args.provisioned), _slo(args), record=args.record,
                     cpu_nodes=_cpu_nodes(args))
 
@@ -606,7 +608,7 @@ def _demo_app(args: argparse.Namespace) -> int:
     sim = SimCluster(nodes=args.nodes, gpus=args.gpus, base_port=args.base_port, seed=args.seed,
                      scenario=args.scenario, fault_at=args.fault_at, speed=args.speed)
     if args.truth:
-        Path(args.truth).write_text(json.dumps(sim.truth(), indent=2) + "\n")
+        write_file(args.truth, json.dumps(sim.truth(), indent=2) + "\n", "--truth")
     topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
     slo = _slo(args)
     cluster = ClusterState(f"demo: {args.nodes} simulated nodes")

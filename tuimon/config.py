@@ -204,10 +204,16 @@ def load(path: Path | None = None) -> dict[str, ClusterConfig]:
                                                    isinstance(value, bool)):
                 raise ConfigFileError(f"{where}: expected {_words(expected)}, got "
                                       f"{type(value).__name__} {value!r}"[:200])
-            if isinstance(value, dict) and key != "leaves" and not all(
+            # Tables of names (leaves, node aliases) hold strings; the others numbers.
+            if isinstance(value, dict) and key in ("leaves", "node_aliases"):
+                if not all(isinstance(v, str) for v in value.values()):
+                    raise ConfigFileError(f"{where}: values must be strings")
+            elif isinstance(value, dict) and not all(
                     isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
                     for v in value.values()):
                 raise ConfigFileError(f"{where}: values must be positive numbers")
+            if key in ("slo_hours", "slo_days") and not value > 0:
+                raise ConfigFileError(f"{where}: must be a positive number")
         if "slo_target" in values and not 0 < values["slo_target"] < 1:
             raise ConfigFileError(f"{path}:{_line_of(text, 'slo_target')}: "
                                   f"clusters.{name}.slo_target: must be between 0 and 1")

@@ -26,14 +26,16 @@ def positive_float(most: float, least: float = 0.0) -> Callable[[str], float]:
     return parse
 
 
-def positive_int(most: int) -> Callable[[str], int]:
+def positive_int(most: int, least: int = 1) -> Callable[[str], int]:
+    """A whole number in least..most (1..most unless told)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not 0 < value <= most:
-            raise argparse.ArgumentTypeError(f"must be in 1..{most}, got {text}")
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"must be in {least}..{most}, got {text}")
         return value
 
     parse.__name__ = "count"

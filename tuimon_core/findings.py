@@ -38,13 +38,15 @@ class Finding:
 
     @property
     def where(self) -> str:
-        """The component in words: `gpu012 GPU 3`, `gpu012 mlx5_2:1`, `leaf03`, a mount
-        point, a job."""
+        """The component in words: `gpu012 GPU 3`, `gpu012 mlx5_2:1`, `gpu012 /home`,
+        `leaf03`, a mount point, a job."""
         if self.node is not None:
             if self.gpu is not None:
                 return f"{self.node} GPU {self.gpu}"
             if self.port is not None:
                 return f"{self.node} {self.port}"
+            if self.fs is not None:
+                return f"{self.node} {self.fs}"
             return self.node
         if self.leaf or self.fs or self.job:
             return self.leaf or self.fs or self.job or ""

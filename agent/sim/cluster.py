@@ -23,10 +23,16 @@ from agent.files import GeneratedTree
 from agent.node import AgentConfig, NodeAgent
 from agent.server import build_app
 from agent.sim import scenarios
+from agent.sim.limits import MAX_GPUS, MAX_NODES, MAX_SPEED
 from agent.sim.steps_model import FabricState, RankPlan, SimJob
 from agent.sim.workload import NodeTrouble, SimNodeModel
+from tuimon_core.errors import UsageError
 
 log = logging.getLogger(__name__)
+
+
+class SimConfigError(UsageError, ValueError):
+    """A simulated cluster that cannot be built as asked: the message names the option."""
 
 
 @dataclass
@@ -79,19 +85,20 @@ class SimCluster:
     members: list[SimNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.nodes <= 10000:
-            raise ValueError(f"--nodes must be between 1 and 10000, got {self.nodes}")
-        if not 0 <= self.gpus <= 64:
-            raise ValueError(f"--gpus must be between 0 and 64, got {self.gpus}")
+        if not 1 <= self.nodes <= MAX_NODES:
+            raise SimConfigError(f"--nodes must be between 1 and {MAX_NODES}, got {self.nodes}")
+        if not 0 <= self.gpus <= MAX_GPUS:
+            raise SimConfigError(f"--gpus must be between 0 and {MAX_GPUS}, got {self.gpus}")
         if self.base_port + self.nodes - 1 > 65535:
-            raise ValueError(f"ports {self.base_port}..{self.base_port + self.nodes - 1} do not "
-                             "fit below 65536: lower --base-port")
+            last = self.base_port + self.nodes - 1
+            raise SimConfigError(f"ports {self.base_port}..{last} do not fit below 65536: "
+                                 "lower --base-port")
         # Reads of simulated nodes are cheap; two threads serve all of them.
         self._executor = ThreadPoolExecutor(2, thread_name_prefix="tuimon-sim")
         width = max(3, len(str(self.nodes - 1)))
         if self.speed != 1.0:
-            if not 0 < self.speed <= 3600:
-                raise ValueError(f"--speed must be in (0, 3600], got {self.speed}")
+            if not 0 < self.speed <= MAX_SPEED:
+                raise SimConfigError(f"--speed must be in (0, {MAX_SPEED:g}], got {self.speed}")
             real_mono, real_wall, speed = self.clock, self.wall, self.speed
             m0, w0 = real_mono(), real_wall()
             self.clock = lambda: m0 + (real_mono() - m0) * speed

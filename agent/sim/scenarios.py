@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from agent.sim.io_model import LUSTRE_MOUNT, IoTrouble
+from agent.sim.limits import MAX_SPEED
 from agent.sim.workload import NodeTrouble, troubles_for
 from tuimon_core.cli_types import positive_float
 
@@ -90,5 +91,5 @@ def add_scenario_options(p: argparse.ArgumentParser) -> None:
                    help="seconds after start when the scenario's fault begins (default 60)")
     p.add_argument("--truth", metavar="FILE",
                    help="write the ground truth (scenario, onset, components) as JSON")
-    p.add_argument("--speed", type=positive_float(10000.0), default=1.0, metavar="X",
+    p.add_argument("--speed", type=positive_float(MAX_SPEED), default=1.0, metavar="X",
                    help="simulated seconds per real second (e.g. 60: an hour a minute)")

@@ -76,10 +76,12 @@ class Slo:
         """Burn rate at which `budget_share` of the budget goes in `long_window`, never
         below 1x (a job burning slower than that never runs out: on a one-week run the
         3d window's share would otherwise ticket a healthy job at 0.23x) and capped below
-        the highest possible burn rate so that the alert can fire at all."""
+        the highest possible burn rate so that the alert can fire at all. The floor wins
+        over the cap: under a target below 0.1 the highest burn rate is barely above 1x,
+        and an alert there must still mean "the budget runs out"."""
         hours = BURN_WINDOWS_S[long_window] / 3600
-        classic = max(1.0, budget_share * self.window_hours / hours)
-        return min(classic, 0.9 * self.max_burn_rate)
+        classic = budget_share * self.window_hours / hours
+        return max(1.0, min(classic, 0.9 * self.max_burn_rate))
 
     def hours_to_exhaustion(self, consumed_hours: float, burn_rate: float) -> float | None:
         """At the current burn, hours until the budget is gone (None: not burning)."""

@@ -28,7 +28,12 @@ from tuimon.relay.server import RelayState, build_relay_app
 from tuimon.sources.agent_stream import StreamOptions
 from tuimon.sources.targets import parse_targets
 from tuimon_core.ports import DEFAULT_RELAY_PORT
-from tuimon_core.serving.security import check_bind_rule, check_token_transport, parse_listen
+from tuimon_core.serving.security import (
+    ConfigError,
+    check_bind_rule,
+    check_token_transport,
+    parse_listen,
+)
 from tuimon_core.serving.service import Service
 
 __all__ = ["DEFAULT_RELAY_PORT", "LedgerError", "Relay", "RelayConfig", "build_relay"]
@@ -69,12 +74,13 @@ def build_relay(config: RelayConfig) -> tuple[web.Application, RelayState]:
     targets = parse_targets(config.targets)
     relays = parse_targets(config.relays, DEFAULT_RELAY_PORT)
     if not targets and not relays:
-        raise ValueError("the relay needs at least one target")
+        raise ConfigError("the relay needs at least one target: agents (host[:port], "
+                          "gpu[001-128]:9477), --targets-file F, or --relay for upstream relays")
     check_token_transport([*targets, *relays], config.upstream_token,
                           config.upstream_ssl is not None, config.upstream_insecure,
                           "--upstream-tls", "--upstream-insecure")
     if not 0.05 <= config.interval <= 60:
-        raise ValueError(f"relay interval must be in [0.05, 60] s, got {config.interval}")
+        raise ConfigError(f"relay interval must be in [0.05, 60] s, got {config.interval}")
     ledger = None
     if config.ledger is not None:
         ledger = Ledger(config.ledger, keep_days=config.ledger_keep_days,

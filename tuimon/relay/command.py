@@ -64,10 +64,14 @@ def add_relay_options(p: argparse.ArgumentParser) -> None:
                         "kill -9 (default 10)")
     p.add_argument("--slo-hours", type=positive_float(1e6), default=720.0,
                    help="SLO window the budget is counted over (default 720)")
-    p.add_argument("--interval", type=positive_float(3600.0), default=0.25, metavar="S",
+    p.add_argument("--interval", type=positive_float(60.0, least=0.05), default=0.25, metavar="S",
                    help="seconds between batches to each viewer (default 0.25)")
     p.add_argument("--max-viewers", type=positive_int(100_000), default=256)
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    # Also after the command (`tuimon relay ... --debug`, and so through `tuimon-agent
+    # relay`): SUPPRESS keeps `tuimon --debug relay` from being reset to False here.
+    p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the traceback of any error, usage errors too")
 
 
 def default_ledger_path() -> Path:

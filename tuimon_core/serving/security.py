@@ -151,7 +151,12 @@ def server_ssl_context(cert: str | None, key: str | None) -> ssl.SSLContext | No
 
 
 def client_ssl_context(ca_file: str | None = None, insecure: bool = False) -> ssl.SSLContext:
-    ctx = ssl.create_default_context(cafile=ca_file)
+    try:
+        ctx = ssl.create_default_context(cafile=ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"--tls-ca {ca_file}: cannot load the CA certificates: "
+                          f"{exc.strerror if isinstance(exc, OSError) and exc.strerror else exc}"
+                          ) from None
     if insecure:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE
