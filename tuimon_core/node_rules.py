@@ -44,6 +44,9 @@ class NodeRules:
 
     name: str
     _errors: dict[tuple[str, str], deque[tuple[float, int]]] = field(default_factory=dict)
+    # Ports that ever counted an error: the others need no window arithmetic (a viewer of
+    # 1024 nodes judges ~33k ports a second, nearly all of them clean).
+    _error_ports: set[str] = field(default_factory=set)
     _xid: dict[int, tuple[int | None, int | None, float]] = field(default_factory=dict)
     _steps: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
     _steps_last: dict[str, int] = field(default_factory=dict)
@@ -63,6 +66,7 @@ class NodeRules:
             for kind, n in (p.get("errors_inc") or {}).items():
                 if isinstance(n, (int, float)) and n > 0:
                     self._errors.setdefault((p["id"], kind), deque()).append((now, int(n)))
+                    self._error_ports.add(p["id"])
         for i, g in enumerate(sample.gpus or ()):
             total, code = g.get("xid_total"), g.get("last_xid")
             before = self._xid.get(i)
@@ -140,8 +144,8 @@ class NodeRules:
         for p in (sample.extra.get("fabric") or {}).get("ports") or []:
             pid = p["id"]
             where = f"{node} {pid}"
-            downs = _window(self._errors.get((pid, "link_downed"), deque()), now,
-                            ERRORS_WINDOW_S)
+            counted = pid in self._error_ports
+            downs = self._count(pid, "link_downed", now) if counted else 0
             if p.get("state") not in (None, 4):
                 out.append(Finding("critical", "link_down",
                                    f"{where} link {p.get('state_name') or 'down'}",
@@ -149,13 +153,13 @@ class NodeRules:
             elif downs >= FLAPS:
                 out.append(Finding("warning", "flapping", f"{where} link went down {downs} "
                                    "times in 10 min", node=node, port=pid, score=0.6))
-            symbols = _window(self._errors.get((pid, "symbol_errors"), deque()), now,
-                              ERRORS_WINDOW_S)
+            symbols = self._count(pid, "symbol_errors", now) if counted else 0
             if symbols:
                 out.append(Finding("warning", "symbol_errors", f"{where} +{symbols} symbol "
                                    "errors in 10 min (cable or transceiver)",
                                    node=node, port=pid, score=0.4))
-            stuck = sorted(set(p.get("saturated") or ()) & ERROR_COUNTERS)
+            saturated = p.get("saturated")
+            stuck = sorted(set(saturated) & ERROR_COUNTERS) if saturated else []
             if stuck:
                 # A narrow error counter at its maximum counts no more: the errors that
                 # filled it may still be coming, and nothing shows them.
@@ -164,14 +168,19 @@ class NodeRules:
                                    "errors reached it and new ones no longer show (clear the "
                                    "port's counters: perfquery -R)", node=node, port=pid,
                                    score=0.3))
-            others = {k: _window(self._errors.get((pid, k), deque()), now, ERRORS_WINDOW_S)
-                      for k in PORT_ERRORS}
+            if not counted:
+                continue
+            others = {k: self._count(pid, k, now) for k in PORT_ERRORS}
             others = {k: n for k, n in others.items() if n}
             if others:
                 text = ", ".join(f"+{n} {k}" for k, n in sorted(others.items()))
                 out.append(Finding("warning", "port_errors", f"{where} {text} in 10 min",
                                    node=node, port=pid, score=0.3))
         return out
+
+    def _count(self, pid: str, kind: str, now: float) -> int:
+        q = self._errors.get((pid, kind))
+        return _window(q, now, ERRORS_WINDOW_S) if q else 0
 
     def _storage(self, sample: Any) -> list[Finding]:
         out = []
