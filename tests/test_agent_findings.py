@@ -4,17 +4,16 @@ as `tuimon_finding` on /metrics, for Prometheus and Alertmanager to page on."""
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.files import FileTree
 from agent.metrics import make_registry, render
 from agent.node import AgentConfig, NodeAgent
 from agent.sim.fake_nvml import FakeNvml
+from tests.peers import require_promtool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,13 +75,7 @@ async def test_the_agent_exports_its_findings_with_the_apps_hold_and_hysteresis(
 
 def test_the_documented_alert_rule_is_valid_prometheus(tmp_path: Path) -> None:
     """The example in docs/operations.md, checked by the real promtool."""
-    promtool = shutil.which("promtool")
-    if promtool is None:
-        import os
-
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool not found: CI installs it (apt-get install prometheus)")
-        pytest.skip("promtool not installed (apt-get install prometheus); CI installs it")
+    promtool = require_promtool()
     doc = (ROOT / "docs" / "operations.md").read_text()
     block = re.search(r"```yaml\n(# tuimon-findings\.yml.*?)```", doc, re.S)
     assert block is not None, "the alert rule example is missing from docs/operations.md"

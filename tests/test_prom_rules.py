@@ -9,9 +9,7 @@ rules fire exactly what the app fires, labels and rendered annotations included.
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -19,22 +17,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.peers import require_promtool
 from tuimon.model.prom_rules import ALERT, rules_yaml
 from tuimon.model.slo import ALERTS, BURN_WINDOWS_S, BurnTracker, Slo
 
 ROOT = Path(__file__).resolve().parent.parent
-PROMTOOL = shutil.which("promtool")
 HEALTHY = (0.97, 0.97)  # compute fraction of each of two ranks
 HALF = (0.4, 0.6)  # the job computes 50% of the time, its ranks unevenly
 
 
 @pytest.fixture(scope="module")
 def promtool() -> str:
-    if PROMTOOL is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("promtool not found: CI installs it (apt-get install prometheus)")
-        pytest.skip("promtool not installed (apt-get install prometheus); CI installs it")
-    return PROMTOOL
+    return require_promtool()
 
 
 def run_promtool(promtool: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

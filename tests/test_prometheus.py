@@ -9,11 +9,9 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 from aiohttp import web
 
 from agent.sim.cluster import SimCluster
+from tests.peers import PROMETHEUS, free_port, running_prometheus
 from tests.seeded import judged
 from tests.trees import ib_port
 from tuimon.model.cluster import ClusterState
@@ -31,7 +30,6 @@ from tuimon.sources import prom_queries
 from tuimon.sources.prometheus import PromOptions, PromSource, prom_watching
 
 ROOT = Path(__file__).resolve().parent.parent
-PROMETHEUS = shutil.which("prometheus")
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 
 pytestmark = pytest.mark.skipif(
@@ -73,48 +71,10 @@ def dcgm_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def prometheus(tmp: Path, targets: list[str]) -> Iterator[str]:
+def prometheus(tmp: Path, targets: list[str]) -> contextlib.AbstractContextManager[str]:
     """A real Prometheus on loopback scraping `targets` every second."""
-    assert PROMETHEUS is not None, "CI must install prometheus (apt-get install prometheus)"
-    port = _free_port()
-    config = tmp / "prometheus.yml"
-    config.write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-        "scrape_configs:\n  - job_name: tuimon\n    static_configs:\n"
-        f"      - targets: {json.dumps(targets)}\n")
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise AssertionError("prometheus did not start: " + (
-                    proc.stderr.read().decode() if proc.stderr and proc.poll() is not None
-                    else "timed out"))
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    return running_prometheus(tmp, "  - job_name: tuimon\n    static_configs:\n"
+                                   f"      - targets: {json.dumps(targets)}\n")
 
 
 @contextlib.contextmanager
@@ -122,7 +82,7 @@ def node_exporter(root: Path) -> Iterator[str | None]:
     if NODE_EXPORTER is None:
         yield None
         return
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [NODE_EXPORTER, f"--path.sysfs={root / 'sys'}", f"--path.procfs={root / 'proc'}",
          "--collector.disable-defaults", "--collector.infiniband",
@@ -143,7 +103,7 @@ async def dcgm_exporter() -> AsyncIterator[str]:
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         yield f"127.0.0.1:{port}"
@@ -237,7 +197,7 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
 async def test_prometheus_down_or_wrong_is_said(tmp_path: Path) -> None:
     cluster = ClusterState()
     cluster.add_target("dgx-a")
-    port = _free_port()
+    port = free_port()
     async with prom_watching(f"http://127.0.0.1:{port}", cluster,
                              PromOptions(every=0.5, timeout=2)):
         for _ in range(50):
@@ -254,7 +214,7 @@ async def test_prometheus_down_or_wrong_is_said(tmp_path: Path) -> None:
     app.router.add_get("/api/v1/query", bad)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         async with aiohttp.ClientSession() as session:

@@ -15,11 +15,9 @@ import contextlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -30,13 +28,13 @@ from aiohttp import web
 from agent.collectors.storage import StorageCollector, StorageConfig
 from agent.collectors.storage_parsers import parse_llite_stats, parse_mountstats
 from agent.files import FileTree
+from tests.peers import PROMETHEUS, free_port, running_prometheus
 from tests.seeded import judged
 from tests.trees import unttar, write
 from tuimon.model.cluster import ClusterState
 from tuimon.sources.prometheus import PromOptions, PromSource
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
-PROMETHEUS = shutil.which("prometheus")
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
 MIB = 1 << 20
 
@@ -140,12 +138,6 @@ need_peers = pytest.mark.skipif(
     reason="Prometheus or node_exporter not installed (CI installs both)")
 
 
-def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
 def _without_family(text: str, name: str) -> str:
     return "\n".join(line for line in text.split("\n") if name not in line) + "\n"
 
@@ -159,7 +151,7 @@ async def static_exporter(host: str, text: str) -> AsyncIterator[str]:
     app.router.add_get("/metrics", metrics)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    port = _free_port(host)
+    port = free_port(host)
     await web.TCPSite(runner, host, port).start()
     try:
         yield f"{host}:{port}"
@@ -170,7 +162,7 @@ async def static_exporter(host: str, text: str) -> AsyncIterator[str]:
 @contextlib.contextmanager
 def node_exporter_on(root: Path, host: str) -> Iterator[str]:
     assert NODE_EXPORTER is not None, "CI must install prometheus-node-exporter"
-    port = _free_port(host)
+    port = free_port(host)
     proc = subprocess.Popen(
         [NODE_EXPORTER, f"--path.sysfs={root / 'sys'}", f"--path.procfs={root / 'proc'}",
          f"--path.rootfs={root / 'rootfs'}", "--collector.disable-defaults",
@@ -184,41 +176,14 @@ def node_exporter_on(root: Path, host: str) -> Iterator[str]:
         proc.wait(10)
 
 
-@contextlib.contextmanager
-def prometheus_scraping(tmp: Path, jobs: list[tuple[str, str, dict[str, str]]]) -> Iterator[str]:
+def prometheus_scraping(tmp: Path, jobs: list[tuple[str, str, dict[str, str]]]
+                        ) -> contextlib.AbstractContextManager[str]:
     """A real Prometheus scraping each (job, target, extra labels) every second."""
-    assert PROMETHEUS is not None, "CI must install prometheus"
-    port = _free_port("127.0.0.1")
     configs = "".join(
         f"  - job_name: {job}\n    static_configs:\n      - targets: [{json.dumps(target)}]\n"
         + (f"        labels: {json.dumps(labels)}\n" if labels else "")
         for job, target, labels in jobs)
-    (tmp / "prometheus.yml").write_text(
-        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-        + configs)
-    proc = subprocess.Popen(
-        [PROMETHEUS, f"--config.file={tmp / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}",
-         "--log.level=warn"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline and proc.poll() is None, "prometheus did not start"
-            time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    return running_prometheus(tmp, configs)
 
 
 async def _until(url: str, promql: str, count: int, timeout: float = 40.0) -> None:

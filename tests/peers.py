@@ -1,0 +1,73 @@
+"""The real peers tests run on loopback (Debian's prometheus and promtool): finding them,
+and starting a Prometheus that is ready before the test goes on."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PROMETHEUS = shutil.which("prometheus")
+PROMTOOL = shutil.which("promtool")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def require_promtool() -> str:
+    """promtool, or a skip saying why (a failure under CI, which installs it)."""
+    if PROMTOOL is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("promtool not found: CI installs it (apt-get install prometheus)")
+        pytest.skip("promtool not installed (apt-get install prometheus); CI installs it")
+    return PROMTOOL
+
+
+@contextlib.contextmanager
+def running_prometheus(tmp: Path, scrape_configs: str) -> Iterator[str]:
+    """A real Prometheus on loopback, scraping and evaluating every second, with these
+    `scrape_configs` entries (YAML); yields its URL once /-/ready answers."""
+    assert PROMETHEUS is not None, "CI must install prometheus (apt-get install prometheus)"
+    port = free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                      "scrape_configs:\n" + scrape_configs)
+    log = tmp / "prometheus.log"  # a file, not a pipe: nobody reads it while it runs
+    with log.open("wb") as err:
+        proc = subprocess.Popen(
+            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            stdout=subprocess.DEVNULL, stderr=err)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise AssertionError("prometheus did not start: " + (
+                    log.read_text(errors="replace")[-2000:] if proc.poll() is not None
+                    else "timed out"))
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
