@@ -27,7 +27,11 @@ class NodeFindings:
         self.active: list[Finding] = []
 
     def observe(self, hello: Any, sample: Any) -> list[Finding]:
+        """Judge a new sample; returns the conditions that hold in it (what the sample's
+        `findings` family carries; readers hold and clear them with their own book).
+        `active` is then what this agent's own book holds, for `/metrics`."""
         now = self._clock()
         self._rules.observe(hello, sample, now)
-        self.active = self._book.update(self._rules.conditions(now), now)
-        return self.active
+        conditions = self._rules.conditions(now)
+        self.active = self._book.update(conditions, now)
+        return conditions

@@ -26,6 +26,7 @@ from agent.files import FileTree
 from agent.findings import NodeFindings
 from agent.hub import FrameHub
 from agent.steps import StepAggregator, StepSocket, StepSocketError
+from tuimon_core.overview import build_overview, findings_to_wire
 from tuimon_core.ports import DEFAULT_PORT  # noqa: F401  (re-exported for callers)
 from tuimon_core.protocol.fields import FAMILIES, GPU_FIELDS
 from tuimon_core.protocol.messages import Event, GpuInfo, Hello, Sample
@@ -291,10 +292,14 @@ class NodeAgent:
         steps = self.steps.take()  # on the loop: datagrams arrive here too
         if steps is not None:
             sample.extra["steps"] = steps
+        # The node judges itself and summarises itself before anyone sees the sample:
+        # viewers of the whole cluster take only these two families (tuimon_core.overview).
+        conditions = self.findings.observe(self.hello, sample)
+        sample.extra["findings"] = findings_to_wire(conditions)
+        sample.extra["overview"] = build_overview(self.hello, sample)
         self.latest = sample
         self.stats.samples += 1
         self.hub.publish_sample(sample)
-        self.findings.observe(self.hello, sample)
         return sample
 
     async def _sample_loop(self) -> None:

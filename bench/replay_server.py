@@ -2,7 +2,13 @@
 
 The frames are the seeded simulator's (real agent code, real collectors), read once and
 replayed with fresh `seq` and `ts` (stamped just before sending), so that a 2-core
-machine can stand in for thousands of nodes. Node i listens on BASE_PORT + i.
+machine can stand in for thousands of nodes. Node i listens on BASE_PORT + i. Like an
+agent, each endpoint honours its client's `subscribe` (families; `interval` in whole
+ticks): the app takes overviews, a relay what its viewers want. Each template is encoded
+once per family set, and only `seq` and `ts` are packed per frame.
+
+`--rate R` sends R samples per node per second (a 2-core machine cannot carry 16,384
+nodes at 1 Hz: the bench says when it scales the rate down).
 
     .venv/bin/python bench/replay_server.py NODES --base-port P --ready FILE
 """
@@ -15,20 +21,52 @@ import copy
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-async def serve(nodes: int, base_port: int, ready: Path) -> None:
+def _header(n: int) -> bytes:
+    return bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")
+
+
+class Template:
+    """One node's sample, its pairs other than seq and ts packed once per family set."""
+
+    def __init__(self, wire: dict[str, Any]) -> None:
+        self.wire = wire
+        self._bodies: dict[frozenset[str] | None, tuple[int, bytes]] = {}
+
+    def frame(self, families: frozenset[str] | None, seq: int, ts: float) -> bytes:
+        import msgpack
+
+        from tuimon_core.protocol.families import keep_families
+
+        body = self._bodies.get(families)
+        if body is None:
+            wire = keep_families(dict(self.wire), families)
+            pairs = [msgpack.packb(k) + msgpack.packb(v) for k, v in wire.items()
+                     if k not in ("seq", "ts")]
+            body = self._bodies[families] = (len(pairs), b"".join(pairs))
+        n, data = body
+        return (_header(n + 2) + b"\xa3seq" + msgpack.packb(seq) + b"\xa2ts"
+                + msgpack.packb(ts) + data)
+
+
+async def serve(nodes: int, base_port: int, ready: Path, rate: float = 1.0) -> None:
     import msgpack
-    from aiohttp import web
+    from aiohttp import WSMsgType, web
 
     from tests.seeded import seeded_cluster
+    from tuimon_core.protocol import ProtocolError, Subscribe, decode
 
     cluster, _ = await seeded_cluster(nodes=min(nodes, 16), gpus=8, samples=2)
-    templates = [(n.hello.to_wire(), n.sample.to_wire()) for n in cluster.nodes.values()]
-    clients: dict[int, set[web.WebSocketResponse]] = {i: set() for i in range(nodes)}
+    templates = [(n.hello.to_wire(), Template(n.sample.to_wire()))
+                 for n in cluster.nodes.values()]
+    # Per node: its clients and, per client, (families, every how many ticks).
+    clients: dict[int, dict[web.WebSocketResponse, tuple[frozenset[str] | None, int]]] = {
+        i: {} for i in range(nodes)}
 
     async def stream(request: web.Request) -> web.WebSocketResponse:
         port = request.transport.get_extra_info("sockname")[1]  # type: ignore[union-attr]
@@ -36,14 +74,23 @@ async def serve(nodes: int, base_port: int, ready: Path) -> None:
         ws = web.WebSocketResponse()
         await ws.prepare(request)
         hello = copy.deepcopy(templates[i % len(templates)][0])
-        hello["node"] = f"bench{i:04d}"
+        hello["node"] = f"bench{i:05d}"
         await ws.send_bytes(msgpack.packb(hello))
-        clients[i].add(ws)
+        clients[i][ws] = (None, 1)
         try:
-            async for _ in ws:
-                pass
+            async for msg in ws:
+                if msg.type != WSMsgType.BINARY:
+                    continue
+                try:
+                    sub = decode(msg.data)
+                except ProtocolError:
+                    continue
+                if isinstance(sub, Subscribe):
+                    every = max(1, round((sub.interval or 0) * rate))
+                    clients[i][ws] = (None if sub.families is None
+                                      else frozenset(sub.families), every)
         finally:
-            clients[i].discard(ws)
+            clients[i].pop(ws, None)
         return ws
 
     app = web.Application()
@@ -60,13 +107,12 @@ async def serve(nodes: int, base_port: int, ready: Path) -> None:
         for i in range(nodes):
             if not clients[i]:
                 continue
-            sample = templates[i % len(templates)][1]
-            sample["seq"] = seq
-            sample["ts"] = time.time()
-            data = msgpack.packb(sample)
-            for ws in list(clients[i]):
-                await ws.send_bytes(data)
-        next_at += 1.0
+            template = templates[i % len(templates)][1]
+            ts = time.time()
+            for ws, (families, every) in list(clients[i].items()):
+                if seq % every == 0:
+                    await ws.send_bytes(template.frame(families, seq, ts))
+        next_at += 1.0 / rate
         await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
 
@@ -76,8 +122,9 @@ def main() -> None:
     ap.add_argument("nodes", type=int)
     ap.add_argument("--base-port", type=int, default=21000)
     ap.add_argument("--ready", required=True)
+    ap.add_argument("--rate", type=float, default=1.0, help="samples per node per second")
     args = ap.parse_args()
-    asyncio.run(serve(args.nodes, args.base_port, Path(args.ready)))
+    asyncio.run(serve(args.nodes, args.base_port, Path(args.ready), args.rate))
 
 
 if __name__ == "__main__":

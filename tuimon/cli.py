@@ -69,6 +69,9 @@ def _target_options(p: argparse.ArgumentParser) -> None:
                         "events")
     p.add_argument("--every", type=positive_float(3600.0), metavar="S",
                    help="ask for samples at most every S seconds (slower links)")
+    p.add_argument("--full-frames", action="store_true",
+                   help="the app: take every value of every node, not each node's overview "
+                        "(the open node always comes whole); costs ~20x the bytes and CPU")
     p.add_argument("--topology", metavar="F",
                    help="Slurm topology.conf: group the fabric map by leaf switch")
     p.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=RATE",
@@ -515,6 +518,10 @@ def _status(args: argparse.Namespace) -> int:
 
 def _connect_app(args: argparse.Namespace) -> int:
     targets, relays, options = _connect_options(args)
+    # The app draws the cluster from overviews and opens a node whole (`status` and the
+    # readout print every node's values; --families asks for exactly what it says).
+    if not args.families and not args.full_frames:
+        options = dataclasses.replace(options, overview=True)
     topology = _topology(args.topology, getattr(args, "leaves", None))
     cluster = ClusterState(args.name)
     for t in [*targets, *relays]:
@@ -614,7 +621,8 @@ def _demo_app(args: argparse.Namespace) -> int:
     cluster = ClusterState(f"demo: {args.nodes} simulated nodes")
     for t in sim.targets:
         cluster.add_target(t)
-    return _run_app(cluster, _agent_feed(sim.targets, StreamOptions()), args.theme, topology,
+    return _run_app(cluster, _agent_feed(sim.targets, StreamOptions(overview=True)),
+                    args.theme, topology,
                     {LUSTRE_MOUNT: sim.lustre_provisioned}, slo, before=sim.start,
                     after=sim.stop, record=args.record, wall=sim.wall)
 

@@ -23,14 +23,14 @@ def node_row(node: NodeState, now: float) -> str:
     power = [g["power"] for g in gpus if g.get("power") is not None]
     throttled = sum(1 for g in gpus if set(g.get("clock_events") or ()) - {"gpu_idle"})
     failed = sum(1 for g in gpus if g.get("failed"))
-    host = (node.sample.host or {}) if node.sample else {}
+    host = (node.detail.host or {}) if node.detail else {}
     mean = _mean(utils)
     status = node.status
     if status != "up":
         age = node.age(now)
         status += f" {age:.0f}s" if age is not None else ""
     cpu = host.get("cpu_util")
-    ports = ((node.sample.extra.get("fabric") or {}).get("ports") or []) if node.sample else []
+    ports = ((node.detail.extra.get("fabric") or {}).get("ports") or []) if node.detail else []
     ib = [p["tx_util"] for p in ports if p.get("tx_util") is not None]
     ib_mean = _mean(ib)
     ib_bad = sum(1 for p in ports if p.get("state") not in (None, 4) or p.get("errors_inc"))
@@ -50,9 +50,9 @@ def storage_totals(cluster: ClusterState) -> dict[str, tuple[str, float, float, 
     """Aggregate read and write throughput per shared file system, across nodes."""
     out: dict[str, tuple[str, float, float, int]] = {}
     for node in cluster.nodes.values():
-        if node.sample is None or node.status != "up":
+        if node.detail is None or node.status != "up":
             continue
-        for fs in (node.sample.extra.get("storage") or {}).get("filesystems") or []:
+        for fs in (node.detail.extra.get("storage") or {}).get("filesystems") or []:
             if fs.get("fstype") not in ("lustre", "gpfs", "nfs", "nfs4", "beegfs", "wekafs"):
                 continue
             fstype, read, write, n = out.get(fs["id"], (fs["fstype"], 0.0, 0.0, 0))

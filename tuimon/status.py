@@ -107,7 +107,7 @@ def format_text(r: dict[str, Any]) -> str:
                                        if j["stragglers"] else ""))
     if not r["jobs"]:
         proxy = r["proxy_efficiency"]
-        lines.append("no step telemetry" + (f"; GPU utilization proxy {proxy:.2f}"
+        lines.append("no step telemetry" + (f"; GPU busy proxy {proxy:.2f}"
                                             if proxy is not None else ""))
     for g in r["summary"]:
         lines.append(f"{g['severity']:<8} {g['text']}")

@@ -118,6 +118,36 @@ VALID = {
                        "await": 0.00008, "busy": 0.126}],
         },
     },
+    # What a viewer of the whole cluster takes from each node (families overview,
+    # findings, steps, events): levels, percents, port waits, shared file systems, and
+    # the conditions the node's own rules found.
+    "sample_overview": {
+        "v": 1, "t": "sample", "seq": 120, "ts": 1796000120.0, "interval": 1.0,
+        "overview": {
+            "gpu": {"util": [8, 7, -1], "mem": [7, 7, -1], "temp": [4, 6, -1],
+                    "power": [7, 6, -1], "clock": [8, 5, -1], "health": [0, 4, -1]},
+            "busy": [97, 88, None],
+            "ports": ["mlx5_0:1", "mlx5_1:1"],
+            "fabric": {"util": [4, 4], "congestion": [3, -2], "errors": [0, 8]},
+            "wait": [1500, None],
+            "fs": [{"id": "/lustre/scratch", "fstype": "lustre", "read": 1500000000,
+                    "write": 0, "md_ops": 280.0, "size": 20000000000000000,
+                    "free": 7800000000000000}],
+        },
+        "findings": [
+            {"severity": "warning", "kind": "thermal",
+             "message": "gpu003 GPU 1 thermal throttling at 88 °C", "gpu": 1, "score": 0.4},
+            {"severity": "critical", "kind": "gpu_failed",
+             "message": "gpu003 GPU 2 failed: GPU is lost", "gpu": 2, "score": 0.6},
+            {"severity": "critical", "kind": "link_down",
+             "message": "gpu003 mlx5_1:1 link DOWN", "port": "mlx5_1:1", "score": 0.8},
+        ],
+    },
+    "subscribe_overview_detail": {
+        "v": 1, "t": "subscribe", "interval": None,
+        "families": ["events", "findings", "overview", "steps"],
+        "detail": ["gpu003:9477"],
+    },
     "future_type_ignored": {"v": 1, "t": "relay_batch_v9", "payload": [1, 2, 3]},
     "future_fields_ignored": {
         "v": 1, "t": "sample", "seq": 1, "ts": 1796000000.0, "interval": 1.0,
@@ -145,6 +175,23 @@ INVALID = {
                                "sample.fabric.ports[0]"),
     "storage_not_a_map": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
                            "storage": [1, 2]}, "sample.storage"),
+    "overview_level_out_of_range": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0,
+                                     "interval": 1.0, "overview": {"gpu": {"util": [9]}}},
+                                    "sample.overview.gpu"),
+    "overview_busy_over_100": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                                "overview": {"busy": [101]}}, "sample.overview.busy"),
+    "overview_negative_wait": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                                "overview": {"wait": [-1]}}, "sample.overview.wait"),
+    "findings_bad_severity": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                               "findings": [{"severity": "fatal", "kind": "xid",
+                                             "message": "x"}]}, "sample.findings[0].severity"),
+    "findings_gpu_out_of_range": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0,
+                                   "interval": 1.0,
+                                   "findings": [{"severity": "warning", "kind": "xid",
+                                                 "message": "x", "gpu": 64}]},
+                                  "sample.findings[0].gpu"),
+    "subscribe_detail_not_a_list": ({"v": 1, "t": "subscribe", "detail": "gpu003"},
+                                    "subscribe.detail"),
 }
 
 

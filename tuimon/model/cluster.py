@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuimon.model.heat import gpu_busy
 from tuimon.model.step_credit import merge_steps
+from tuimon_core.overview import build_overview
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol import Event, Hello, Sample
 from tuimon_core.protocol.text import clean
@@ -71,7 +71,7 @@ class NodeState:
     reason: str | None = None
     last_seen: float | None = None  # monotonic
     version: int = 0
-    # Per-GPU utilization history in %, for the node screen's sparklines.
+    # Per-GPU busy history in %, for the node screen's sparklines.
     util_hist: list[Ring] = field(default_factory=list)
     xids: int = 0
     dropped: int = 0
@@ -80,6 +80,15 @@ class NodeState:
     pending_steps: dict[str, Any] | None = None
     # The relay target that speaks for this node; None when watched directly.
     owner: str | None = None
+    # What the maps, panes and cluster rules read: the node's overview (the agent's, or
+    # built here from a full sample of an agent that predates overviews).
+    overview: dict[str, Any] | None = None
+    # The latest sample with every value (the node screen's); None while the viewer takes
+    # only this node's overview.
+    detail: Sample | None = None
+    # The conditions the node's own rules found in its latest sample (the `findings`
+    # family); None when the agent does not judge itself and the viewer must.
+    conditions: list[dict[str, Any]] | None = None
 
     @property
     def gpu_count(self) -> int:
@@ -91,7 +100,7 @@ class NodeState:
         return (now if now is not None else time.monotonic()) - self.last_seen
 
     def gpu_values(self) -> list[dict[str, Any]]:
-        return (self.sample.gpus or []) if self.sample is not None else []
+        return (self.detail.gpus or []) if self.detail is not None else []
 
 
 def _name_of(target: str) -> str:
@@ -118,6 +127,10 @@ class ClusterState:
         self.budgets: dict[str, dict[str, Any]] = {}
         # Prometheus targets whose last scrape failed: "job instance" -> (node, reason).
         self.scrape_failures: dict[str, tuple[str, str]] = {}
+        # Targets the viewer looks at closely (the node screen): sources are told, and take
+        # those nodes' full samples instead of their overviews.
+        self.detail_targets: frozenset[str] = frozenset()
+        self._detail_listeners: list[Callable[[frozenset[str]], None]] = []
 
     def add_target(self, target: str) -> NodeState:
         node = self.nodes.get(target)
@@ -141,6 +154,28 @@ class ClusterState:
         if self.nodes.pop(target, None) is not None:
             self.version += 1
             self.layout_version += 1
+
+    # -- what the viewer looks at closely -------------------------------------------
+
+    def set_detail(self, targets: set[str] | frozenset[str]) -> None:
+        """Take these nodes whole from now on, and the rest as overviews."""
+        targets = frozenset(targets)
+        if targets == self.detail_targets:
+            return
+        for gone in self.detail_targets - targets:
+            node = self.nodes.get(gone)
+            if node is not None and node.overview is not None:
+                node.detail = None  # it goes stale from here on: not shown as current
+        self.detail_targets = targets
+        for listener in list(self._detail_listeners):
+            listener(targets)
+
+    def add_detail_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
+        self._detail_listeners.append(listener)
+
+    def remove_detail_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
+        if listener in self._detail_listeners:
+            self._detail_listeners.remove(listener)
 
     # -- sources call these -------------------------------------------------------
 
@@ -185,14 +220,23 @@ class ClusterState:
     def apply_sample(self, target: str, sample: Sample) -> None:
         node = self.add_target(target)
         node.sample = sample
-        steps = sample.extra.get("steps")
+        extra = sample.extra
+        steps = extra.get("steps")
         if steps:
             node.pending_steps = merge_steps(node.pending_steps, steps)
         if sample.dropped:
             node.dropped = sample.dropped
-        for ring, g in zip(node.util_hist, sample.gpus or ()):
-            busy = gpu_busy(g)[0]
-            ring.push(int(busy * 100 + 0.5) if busy is not None else 0)
+        full = sample.gpus is not None
+        if full:
+            node.detail = sample
+        overview = extra.get("overview")
+        if overview is None and (full or "fabric" in extra or "storage" in extra):
+            overview = build_overview(node.hello, sample)  # an agent without overviews
+        if overview is not None:
+            node.overview = overview
+            for ring, busy in zip(node.util_hist, overview.get("busy") or ()):
+                ring.push(busy if busy is not None else 0)
+        node.conditions = extra.get("findings")
         self._seen(node)
 
     def apply_event(self, target: str, event: Event) -> None:

@@ -22,6 +22,7 @@ from tuimon.model.storage import StorageView
 from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
 from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.node_rules import CRITICAL_XIDS, NodeRules
+from tuimon_core.overview import findings_from_wire
 
 __all__ = ["CRITICAL_XIDS", "SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
 
@@ -106,15 +107,21 @@ class Diagnosis:
         return out
 
     def _node_local(self, cluster: ClusterState, now: float) -> list[Finding]:
+        """Each node's own conditions: as its agent judged them (the `findings` family),
+        or, for an agent that predates it, judged here by the same rules."""
         out: list[Finding] = []
         live = set()
         for n in cluster.nodes.values():
+            if n.conditions is not None:
+                if n.status == "up" and n.conditions:
+                    out += findings_from_wire(n.conditions, n.name)
+                continue
             live.add(n.target)
             rules = self._rules.get(n.target)
             if rules is None or rules.name != n.name:
                 rules = self._rules[n.target] = NodeRules(n.name)
-            if n.sample is not None:
-                rules.observe(n.hello, n.sample, now)
+            if n.detail is not None:
+                rules.observe(n.hello, n.detail, now)
             if n.status == "up":
                 out += rules.conditions(now)
         for gone in self._rules.keys() - live:
@@ -124,11 +131,14 @@ class Diagnosis:
     def _congestion(self, cluster: ClusterState) -> list[Finding]:
         ports: list[tuple[str, str, float]] = []  # (node, port, xmit_wait ticks/s)
         for n in cluster.nodes.values():
-            if n.status != "up" or n.sample is None:
+            ov = n.overview
+            if n.status != "up" or ov is None:
                 continue
-            for p in (n.sample.extra.get("fabric") or {}).get("ports") or []:
-                if p.get("xmit_wait_s") is not None:
-                    ports.append((n.name, p["id"], p["xmit_wait_s"]))
+            waits = ov.get("wait")
+            if waits:
+                name = n.name
+                ports.extend((name, p, w) for p, w in zip(ov.get("ports") or (), waits)
+                             if w is not None)
         if not ports:
             return []
         out = self._leaves(ports)

@@ -1,8 +1,9 @@
 """Per-job efficiency from step telemetry: SLI over rolling windows, throughput, scaling
 efficiency, error budget and burn, stragglers. Definitions as in DESIGN.md.
 
-Without any step telemetry the view falls back to a proxy (mean GPU utilization of the
-nodes that are up), always labelled proxy, so the numbers are never blank.
+Without any step telemetry the view falls back to a proxy (mean GPU busy of the nodes
+that are up: SM active where DCGM profiling gives it, else utilization), always labelled
+proxy, so the numbers are never blank.
 """
 
 from __future__ import annotations
@@ -100,13 +101,13 @@ class EfficiencyView:
         now = self._wall()
         self.now = now
         sums: dict[str, JobCredit] = {}
-        utils: list[float] = []
+        utils: list[int] = []
         for node in cluster.nodes.values():
-            sample = node.sample
-            if sample is None or node.status != "up":
+            if node.sample is None or node.status != "up":
                 node.pending_steps = None  # steps of a node that is not up do not count
                 continue
-            utils.extend(g["util"] for g in sample.gpus or () if g.get("util") is not None)
+            if node.overview is not None:
+                utils.extend(b for b in node.overview.get("busy") or () if b is not None)
             pending, node.pending_steps = node.pending_steps, None
             for job in self.credit.credit(node.target, pending, now):
                 state = self._job(job.job)
@@ -125,7 +126,7 @@ class EfficiencyView:
                         q.append((now, r.compute / r.steps))
                         state.rank_where[r.rank] = (node.name, r.rank % max(1, node.gpu_count)
                                                     if node.gpu_count else None)
-        self.proxy = sum(utils) / len(utils) if utils else None
+        self.proxy = sum(utils) / len(utils) / 100 if utils else None
         if self.gpu_peak is None:
             for node in cluster.nodes.values():
                 if node.hello and node.hello.gpus and node.hello.gpus[0].name:

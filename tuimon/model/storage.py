@@ -6,9 +6,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from tuimon.model.cluster import ClusterState
+from tuimon_core.overview import SHARED_FSTYPES
 
-SHARED_FSTYPES = frozenset({"lustre", "gpfs", "nfs", "nfs4", "beegfs", "wekafs", "fuse.weka",
-                            "ceph", "cephfs", "panfs"})
+__all__ = ["SHARED_FSTYPES", "FsAggregate", "StorageView"]
+
 HISTORY = 120
 
 
@@ -40,22 +41,20 @@ class StorageView:
         readers: dict[str, list[tuple[str, float]]] = {}
         writers: dict[str, list[tuple[str, float]]] = {}
         for node in cluster.nodes.values():
-            if node.sample is None or node.status != "up":
+            if node.overview is None or node.status != "up":
                 continue
-            for fs in (node.sample.extra.get("storage") or {}).get("filesystems") or []:
-                if fs.get("fstype") not in SHARED_FSTYPES:
-                    continue
+            for fs in node.overview.get("fs") or ():  # shared file systems only
                 mount = fs["id"]
                 agg = fresh.get(mount)
                 if agg is None:
                     old = self.filesystems.get(mount)
-                    agg = fresh[mount] = FsAggregate(mount, fs["fstype"])
+                    agg = fresh[mount] = FsAggregate(mount, fs.get("fstype") or "?")
                     if old is not None:
                         agg.read_hist, agg.write_hist = old.read_hist, old.write_hist
-                r, w = fs.get("read_bytes_s") or 0.0, fs.get("write_bytes_s") or 0.0
+                r, w = fs.get("read") or 0, fs.get("write") or 0
                 agg.read += r
                 agg.write += w
-                agg.metadata_ops += fs.get("metadata_ops_s") or 0.0
+                agg.metadata_ops += fs.get("md_ops") or 0.0
                 agg.nodes += 1
                 if fs.get("size") is not None:
                     agg.size, agg.free = fs["size"], fs.get("free")

@@ -88,7 +88,8 @@ def build_relay(config: RelayConfig) -> tuple[web.Application, RelayState]:
     fanout = FanOut(on_steps=ledger.add if ledger is not None else None)
     upstream = StreamOptions(token=config.upstream_token, ssl_context=config.upstream_ssl,
                              min_backoff=config.upstream_backoff[0],
-                             max_backoff=config.upstream_backoff[1], deep_checks=False)
+                             max_backoff=config.upstream_backoff[1], deep_checks=False,
+                             overview=True)
     state = RelayState(name=config.name, targets=targets, relays=relays, upstream=upstream,
                        fanout=fanout,
                        ledger=ledger, interval=config.interval, max_viewers=config.max_viewers,

@@ -16,12 +16,33 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
+import msgpack
+
 from tuimon.model.step_credit import StepCredit, merge_steps
+from tuimon_core.findings import Finding, FindingBook
 from tuimon_core.hostlist import expand_hostlists
-from tuimon_core.protocol import Batch, Event, Hello, Sample, encode, encode_map, unpack
-from tuimon_core.protocol.families import Frame, keep_families, wants_events
+from tuimon_core.node_rules import NodeRules
+from tuimon_core.overview import (
+    OVERVIEW_FAMILIES,
+    build_overview,
+    findings_from_wire,
+    findings_to_wire,
+)
+from tuimon_core.protocol import (
+    Batch,
+    Event,
+    Hello,
+    ProtocolError,
+    Sample,
+    decode,
+    encode,
+    encode_map,
+    unpack,
+)
+from tuimon_core.protocol.families import FAMILY_KEYS, Frame, keep_families, wants_events
 from tuimon_core.timing import aged_state, lost_state
 
 # One batch message stays under this many bytes of frames; more makes another message.
@@ -30,34 +51,67 @@ MAX_VIEWER_EVENTS = 1000
 
 
 _AS_SENT = object()
+_pack = partial(msgpack.packb, use_bin_type=True)
+
+
+def _map_header(n: int) -> bytes:
+    return bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")
+
+
+# The sample keys each family owns, to drop for a subscriber without that family.
+_FAMILY_OF_KEY = {key: family for family, key in FAMILY_KEYS.items()}
 
 
 class SampleFrame:
-    """A sample as the agent's bytes. The relay read only its envelope and steps
-    (`decode(deep=False)`), so an encoding with fewer families, or with the step sums
-    of samples it replaced, is made from those bytes, once per family set."""
+    """A sample as the agent's bytes. The relay read only its envelope, steps and findings
+    (`decode(deep=False)`, which also says where each top-level key's bytes lie), so an
+    encoding with fewer families is the agent's own bytes of the families kept, under a
+    new map header: nothing decoded, nothing encoded again. Only step sums merged from
+    samples it replaced, and the overview the relay built for an agent that predates
+    overviews (`added`), are encoded here. Each encoding is made once per family set."""
 
-    __slots__ = ("_cache", "message", "raw", "steps")
+    __slots__ = ("_cache", "added", "message", "raw", "steps")
 
-    def __init__(self, message: Sample, raw: bytes, steps: Any = _AS_SENT) -> None:
+    def __init__(self, message: Sample, raw: bytes, steps: Any = _AS_SENT,
+                 added: dict[str, Any] | None = None) -> None:
         self.message = message
         self.raw = raw
         self.steps = steps
+        self.added = added
         self._cache: dict[frozenset[str] | None, bytes] = {}
 
     def steps_sent(self) -> dict[str, Any] | None:
         return self.message.extra.get("steps") if self.steps is _AS_SENT else self.steps
 
     def encoded(self, families: frozenset[str] | None) -> bytes:
-        if families is None and self.steps is _AS_SENT:
+        if families is None and self.steps is _AS_SENT and not self.added:
             return self.raw
         data = self._cache.get(families)
         if data is None:
-            wire = unpack(self.raw)
-            if self.steps is not _AS_SENT:
-                wire["steps"] = self.steps
-            data = self._cache[families] = encode_map(keep_families(wire, families))
+            data = self._cache[families] = self._encode(families)
         return data
+
+    def _encode(self, families: frozenset[str] | None) -> bytes:
+        spans = self.message.spans
+        replaced = dict(self.added or {})
+        if self.steps is not _AS_SENT:
+            replaced["steps"] = self.steps
+        if spans is None:  # not read by the envelope path: the slow, general way
+            wire = unpack(self.raw)
+            wire.update(replaced)
+            return encode_map(keep_families(wire, families))
+        parts = []
+        for key, (start, end) in spans.items():
+            family = _FAMILY_OF_KEY.get(key)
+            if key in replaced or (families is not None and family is not None
+                                   and family not in families):
+                continue
+            parts.append(self.raw[start:end])
+        for key, value in replaced.items():
+            family = _FAMILY_OF_KEY.get(key)
+            if value is not None and (families is None or family is None or family in families):
+                parts.append(_pack(key) + _pack(value))
+        return _map_header(len(parts)) + b"".join(parts)
 
 
 @dataclass(slots=True)
@@ -73,10 +127,21 @@ class Source:
     last_seen: float | None = None  # monotonic
     frames: int = 0
     owner: str | None = None  # the upstream relay that carries it; None: a direct target
+    # What the node's own rules found in its latest sample (its `findings` family).
+    conditions: list[dict[str, Any]] | None = None
+    # The relay's own rules for a node whose agent predates findings.
+    rules: NodeRules | None = None
 
     def names(self) -> tuple[str, ...]:
         host = self.name.rsplit(":", 1)[0]
         return (self.name, host, self.node) if self.node else (self.name, host)
+
+
+def _lacks_overview(message: Sample) -> bool:
+    """A full sample without an overview: an agent that predates them."""
+    if message.spans is not None:
+        return "gpus" in message.spans and "overview" not in message.spans
+    return message.gpus is not None and "overview" not in message.extra
 
 
 def _declared(chunk: list[tuple[str, bytes]],
@@ -99,6 +164,8 @@ class ViewerFeed:
         self.interval = interval
         self.families: frozenset[str] | None = None
         self.nodes: frozenset[str] | None = None
+        # Sources this viewer takes with every family whatever `families` says.
+        self.detail: frozenset[str] = frozenset()
         self.hellos: dict[str, Frame] = {}
         self.samples: dict[str, SampleFrame] = {}
         self.events: deque[tuple[str, Frame]] = deque()
@@ -109,7 +176,10 @@ class ViewerFeed:
         self.bytes = 0
 
     def subscribe(self, interval: float | None, families: list[str] | None,
-                  nodes: list[str] | None) -> None:
+                  nodes: list[str] | None, detail: list[str] | None = None) -> bool:
+        """Take a subscription; True when more than the detail changed (the viewer is
+        then owed the whole picture again; a new detail only the detailed nodes)."""
+        before = (self.interval, self.families, self.nodes)
         self.interval = max(self.default_interval, interval or self.default_interval)
         self.families = frozenset(families) if families is not None else None
         if nodes is None:
@@ -118,6 +188,11 @@ class ViewerFeed:
             # Counted before expanded, all items together: a small subscribe cannot make
             # the relay build millions of names (tuimon.sources.targets).
             self.nodes = frozenset(expand_hostlists(nodes))
+        self.detail = frozenset(detail or ())
+        return before != (self.interval, self.families, self.nodes)
+
+    def families_for(self, name: str) -> frozenset[str] | None:
+        return None if name in self.detail else self.families
 
     def wants(self, source: Source) -> bool:
         return self.nodes is None or any(n in self.nodes for n in source.names())
@@ -140,7 +215,7 @@ class ViewerFeed:
             old_steps = older.steps_sent()
             if old_steps:
                 steps = merge_steps(old_steps, frame.steps_sent())
-                frame = SampleFrame(frame.message, frame.raw, steps)
+                frame = SampleFrame(frame.message, frame.raw, steps, frame.added)
         self.samples[name] = frame
 
     def offer_event(self, name: str, frame: Frame) -> None:
@@ -156,12 +231,13 @@ class ViewerFeed:
         once; the messages are encoded one at a time as the caller sends them, so a
         snapshot of thousands of nodes never sits in memory encoded whole."""
         entries: list[tuple[str, bytes]] = []
+        families, detail = self.families, self.detail
         for name, frame in self.hellos.items():
-            entries.append((name, frame.encoded(self.families)))
+            entries.append((name, frame.encoded(families)))
         for name, frame in self.events:
-            entries.append((name, frame.encoded(self.families)))
+            entries.append((name, frame.encoded(families)))
         for name, sample_frame in self.samples.items():
-            entries.append((name, sample_frame.encoded(self.families)))
+            entries.append((name, sample_frame.encoded(None if name in detail else families)))
         states = [(name, state, reason) for name, (state, reason) in self.states.items()]
         self.hellos.clear()
         self.events.clear()
@@ -224,6 +300,9 @@ class FanOut:
         self.stats = RelayStats()
         # Each (job, rank) counted from one node only, and never more than real time.
         self.credit = StepCredit()
+        # The nodes' findings as this relay holds them (for its /metrics).
+        self.book = FindingBook()
+        self.findings: list[Finding] = []
 
     # -- viewers --------------------------------------------------------------------
 
@@ -248,6 +327,14 @@ class FanOut:
                 feed.offer_hello(source)
             if source.sample is not None and source.state == "up":
                 feed.offer_sample(source.name, source.sample)
+
+    def refill_detail(self, feed: ViewerFeed, names: Iterable[str]) -> None:
+        """Owe a viewer the latest sample of the nodes it now looks at closely: every
+        value if the relay has them, else the overview until the agent sends them."""
+        for name in names:
+            source = self.sources.get(name)
+            if source is not None and source.sample is not None and feed.wants(source):
+                feed.offer_sample(name, source.sample)
 
     def _feeds(self, source: Source) -> Iterable[ViewerFeed]:
         return (f for f in self.viewers if f.wants(source))
@@ -288,8 +375,17 @@ class FanOut:
         if source.state != "up":
             self._set_state(source, "up", None)
         if isinstance(message, Sample):
-            sample = SampleFrame(message, raw or encode(message))
+            raw = raw or encode(message)
+            added = None
+            if _lacks_overview(message):
+                try:
+                    added = self._upgrade(source, raw)
+                except ProtocolError as exc:
+                    self.note_protocol_error(target, exc.reason)
+                    return
+            sample = SampleFrame(message, raw, added=added)
             source.sample = sample
+            source.conditions = (added or message.extra).get("findings")
             self._count_steps(target, message)
             for feed in self._feeds(source):
                 feed.offer_sample(target, sample)
@@ -321,11 +417,62 @@ class FanOut:
         """An upstream relay's ledger; this relay keeps its own from the same steps."""
 
     def refresh(self) -> None:
-        """Stale sources become down (tuimon_core.timing); call about once a second."""
+        """Stale sources become down (tuimon_core.timing), and the nodes' conditions are
+        held and cleared by the relay's own book (its `tuimon_finding`); call about once a
+        second."""
         now = self.clock()
+        conditions = []
         for source in self.sources.values():
             self._set_state(source, aged_state(source.state, source.last_seen, now),
                             source.reason)
+            if source.conditions and source.state == "up":
+                conditions += findings_from_wire(source.conditions, source.node or source.name)
+        self.findings = self.book.update(conditions, now)
+
+    # -- what to ask upstream for -----------------------------------------------------
+
+    def upstream_families(self, name: str) -> frozenset[str] | None:
+        """The families to ask one agent for (None: all): what the relay needs itself
+        (overviews, findings, step sums, events) and what its viewers want of the node.
+        A viewer that takes every family of every node (one that predates overviews),
+        or looks at this node closely, makes it all."""
+        source = self.sources.get(name)
+        wanted = set(OVERVIEW_FAMILIES)
+        for feed in self.viewers:
+            if source is not None and not feed.wants(source):
+                continue
+            if feed.families is None or name in feed.detail:
+                return None
+            wanted |= feed.families
+        return frozenset(wanted)
+
+    def relay_subscription(self) -> tuple[frozenset[str] | None, frozenset[str]]:
+        """The families and the detail to ask an upstream relay for: the union of what
+        this relay's viewers ask."""
+        families: set[str] | None = set(OVERVIEW_FAMILIES)
+        detail: set[str] = set()
+        for feed in self.viewers:
+            detail |= feed.detail
+            if families is not None:
+                if feed.families is None:
+                    families = None
+                else:
+                    families |= feed.families
+        return (None if families is None else frozenset(families)), frozenset(detail)
+
+    def _upgrade(self, source: Source, raw: bytes) -> dict[str, Any] | None:
+        """The overview and findings of an agent that predates them, made here from its
+        full sample (decoded and checked: these values are read, not just forwarded)."""
+        full = decode(raw)
+        if not isinstance(full, Sample) or full.gpus is None:
+            return None
+        hello = source.hello.message if source.hello is not None else None
+        if source.rules is None:
+            source.rules = NodeRules(source.node or source.name)
+        now = self.clock()
+        source.rules.observe(hello, full, now)
+        return {"overview": build_overview(hello, full),
+                "findings": findings_to_wire(source.rules.conditions(now))}
 
     # -- internals ------------------------------------------------------------------
 

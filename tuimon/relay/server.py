@@ -22,7 +22,7 @@ from prometheus_client.registry import Collector
 
 from tuimon.relay.fanout import FanOut, ViewerFeed
 from tuimon.relay.ledger import Ledger
-from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
 from tuimon_core.hostlist import TargetError
 from tuimon_core.protocol import ProtocolError, Subscribe
 from tuimon_core.serving.guard import guard_of
@@ -49,6 +49,20 @@ class RelayState:
     budget: dict[str, dict[str, Any]] | None = None
     budget_seq: int = 0
     started: float = field(default_factory=time.time)
+    # The upstream streams by target, while they run.
+    streams: dict[str, AgentStream] = field(default_factory=dict)
+
+    def apply_demand(self) -> None:
+        """Ask each upstream for what the viewers want now: each agent its own families
+        (every value for a node a viewer looks at closely), each upstream relay the union.
+        A stream sends a subscribe only when its own changed."""
+        for target, stream in self.streams.items():
+            if stream.relay:
+                families, detail = self.fanout.relay_subscription()
+                stream.set_families(families)
+                stream.set_detail(detail)
+            else:
+                stream.set_families(self.fanout.upstream_families(target))
 
 
 STATE = web.AppKey("relay", RelayState)
@@ -59,8 +73,12 @@ REGISTRY = web.AppKey("registry", CollectorRegistry)
 
 async def _upstream(app: web.Application) -> AsyncIterator[None]:
     state = app[STATE]
-    async with watching(state.targets, state.fanout, state.upstream, relays=state.relays):
+    async with watching(state.targets, state.fanout, state.upstream,
+                        relays=state.relays) as streams:
+        state.streams = streams
+        state.apply_demand()
         yield
+        state.streams = {}
 
 
 async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
@@ -121,19 +139,27 @@ async def stream(request: web.Request) -> web.StreamResponse:
     request.app[STREAMS].add(ws)
     feed = ViewerFeed(peer, state.interval)
     state.fanout.attach(feed)
+    state.apply_demand()
     writer = asyncio.create_task(_writer(ws, feed, state), name=f"tuimon-relay-{peer}")
 
     def subscribe(message: Subscribe) -> None:
+        before = feed.detail
         try:
-            feed.subscribe(message.interval, message.families, message.nodes)
+            changed = feed.subscribe(message.interval, message.families, message.nodes,
+                                     message.detail)
         except TargetError as exc:
             raise ProtocolError(f"subscribe.nodes: {exc}") from None
-        state.fanout.refill(feed)
+        if changed:
+            state.fanout.refill(feed)
+        else:  # only what it looks at closely changed: a drill-down costs one node
+            state.fanout.refill_detail(feed, feed.detail - before)
+        state.apply_demand()
 
     try:
         await read_viewer(ws, peer, subscribe, writer)
     finally:
         state.fanout.detach(feed)
+        state.apply_demand()
     return ws
 
 
@@ -183,7 +209,14 @@ class RelayCollector(Collector):
                                      labels=["job"])
         for job, entry in (s.budget or {}).items():
             consumed.add_metric([job], entry["consumed_h"])
-        out = [sources, viewers, frames, bad, ledger_ok, consumed]
+        finding = GaugeMetricFamily(
+            "tuimon_finding", "A finding a node's own rules hold now, as this relay holds "
+            "it (1 while it holds; raised and cleared with the app's hold and hysteresis): "
+            "kind, severity (critical, warning, info) and the component",
+            labels=["node", "kind", "severity", "component"])
+        for f in s.fanout.findings:
+            finding.add_metric([f.node or "", f.kind, f.severity, f.where], 1)
+        out = [sources, viewers, frames, bad, ledger_ok, consumed, finding]
         if self.guard is not None:
             out.extend(connection_metrics("tuimon_relay", None, self.guard))
         return out

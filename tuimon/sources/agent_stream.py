@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from tuimon_core.hostlist import expand_hostlists
+from tuimon_core.overview import OVERVIEW_FAMILIES, has_overview
 from tuimon_core.protocol import (
     MAX_BATCH_BYTES,
     MAX_MESSAGE_BYTES,
@@ -63,6 +64,10 @@ class StreamOptions:
     # Check every value of every sample (viewers); a relay checks the envelope and step
     # sums only and forwards the bytes to viewers that check the rest.
     deep_checks: bool = True
+    # Take each node's overview and findings (tuimon_core.overview) instead of its full
+    # samples, except for the nodes the viewer looks at closely (the sink's
+    # `detail_targets`) and agents that predate overviews (their hello says so).
+    overview: bool = False
 
 
 class StreamSink(Protocol):
@@ -98,6 +103,19 @@ class AgentStream:
         self.declared: set[str] = set()
         self.refused: dict[str, str] = {}  # source -> why its frames were refused
         self._names: dict[str, str] = {}  # source -> the node name its hello gave
+        # What to subscribe to, beyond options.subscribe's interval and nodes: the
+        # families (None: all), whether this node is looked at closely (agents), which of
+        # a relay's nodes are (relays), and whether the agent predates overviews.
+        self._families: frozenset[str] | None = (
+            frozenset(OVERVIEW_FAMILIES) if self.options.overview else
+            None if self.options.subscribe is None or self.options.subscribe.families is None
+            else frozenset(self.options.subscribe.families))
+        self._detail = False
+        self._detail_sources: frozenset[str] = frozenset()
+        self._legacy = False
+        self._ws: aiohttp.ClientWebSocketResponse[bool] | None = None
+        self._sent: Subscribe | None = None
+        self._sending: set[asyncio.Task[None]] = set()
         subscribe = self.options.subscribe
         self._wanted: frozenset[str] | None = (
             frozenset(expand_hostlists(subscribe.nodes))
@@ -145,6 +163,7 @@ class AgentStream:
         try:
             return await self._read(ws)
         finally:
+            self._ws = None
             # aiohttp's close waits for the peer's close frame, reading on as long as
             # anything arrives: a peer that keeps sending would hold it for ever. Cut
             # short, close() aborts the connection.
@@ -154,9 +173,12 @@ class AgentStream:
     async def _read(self, ws: aiohttp.ClientWebSocketResponse[bool]) -> bool:
         got = False
         interval = 1.0
-        if self.options.subscribe is not None:
-            await ws.send_bytes(encode(self.options.subscribe))
-            interval = max(interval, self.options.subscribe.interval or 0.0)
+        self._legacy = False  # until its hello says (it may have been upgraded meanwhile)
+        self._sent = self.subscription()
+        if self._sent is not None:
+            await ws.send_bytes(encode(self._sent))
+            interval = max(interval, self._sent.interval or 0.0)
+        self._ws = ws
         while True:
             timeout = max(STALE_AT_LEAST_S, interval * self.options.stale_after_intervals)
             try:
@@ -198,12 +220,64 @@ class AgentStream:
                     self.options.recorder(self.target, msg.data)
                 if isinstance(message, Hello):
                     interval = message.interval
+                    self._note_hello(message)
                 self.cluster.apply_message(self.target, message, msg.data)
             elif msg.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
                               aiohttp.WSMsgType.CLOSED):
                 return got
             elif msg.type == aiohttp.WSMsgType.ERROR:
                 raise aiohttp.ClientError(str(ws.exception()))
+
+    # -- what to ask for -------------------------------------------------------------
+
+    def subscription(self) -> Subscribe | None:
+        """The subscribe message for what this stream wants now."""
+        base = self.options.subscribe
+        if not self.options.overview and self._families == (
+                None if base is None or base.families is None else frozenset(base.families)):
+            return base  # a plain subscription, as configured
+        families = self._families
+        if not self.relay and (self._detail or self._legacy):
+            families = None  # every value: looked at closely, or no overview to take
+        return Subscribe(interval=base.interval if base else None,
+                         families=None if families is None else sorted(families),
+                         nodes=base.nodes if base else None,
+                         detail=sorted(self._detail_sources) if self.relay and
+                         self.options.overview else None)
+
+    def set_families(self, families: frozenset[str] | None) -> None:
+        """Ask for these families from now on (None: all); a relay's demand from its
+        viewers."""
+        self._families = families
+        self._resubscribe()
+
+    def set_detail(self, targets: frozenset[str]) -> None:
+        """The viewer's nodes looked at closely changed (ClusterState.set_detail)."""
+        if self.relay:
+            self._detail_sources = frozenset(t for t in targets if t in self.sources)
+        else:
+            self._detail = self.target in targets
+        self._resubscribe()
+
+    def _note_hello(self, hello: Hello) -> None:
+        legacy = not has_overview(hello)
+        if legacy != self._legacy:
+            self._legacy = legacy
+            self._resubscribe()
+
+    def _resubscribe(self) -> None:
+        sub = self.subscription()
+        ws = self._ws
+        if sub is None or sub == self._sent or ws is None or ws.closed:
+            return  # the next connection sends what is wanted then
+        self._sent = sub
+        task = asyncio.get_running_loop().create_task(self._send(ws, encode(sub)))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, ws: aiohttp.ClientWebSocketResponse[bool], data: bytes) -> None:
+        with contextlib.suppress(aiohttp.ClientError, OSError, ConnectionError):
+            await ws.send_bytes(data)
 
     def _apply_batch(self, batch: Batch) -> None:
         if not self.sources and not self.declared:
@@ -288,22 +362,36 @@ class AgentStream:
 @contextlib.asynccontextmanager
 async def watching(targets: list[str], cluster: StreamSink,
                    options: StreamOptions | None = None,
-                   relays: list[str] | tuple[str, ...] = ()) -> AsyncIterator[None]:
+                   relays: list[str] | tuple[str, ...] = ()
+                   ) -> AsyncIterator[dict[str, AgentStream]]:
     """One AgentStream task per target (agents) and per relay for the life of the block,
     then cancelled and awaited: what every viewer (app, readout, status, tests) and the
-    relay itself do with their upstreams."""
+    relay itself do with their upstreams. Yields the streams by target. A sink that
+    says which nodes it looks at closely (`add_detail_listener`) has each stream told
+    when that changes."""
     relays = [r for r in relays if r not in targets]
     for t in [*targets, *relays]:
         cluster.add_target(t)
     # No pool limit: each agent holds one long-lived connection, and aiohttp's default
     # of 100 would leave every agent past the hundredth waiting for a free slot.
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        tasks = [asyncio.create_task(
-            AgentStream(t, cluster, session, options, relay=t in relays).run(),
-            name=f"tuimon-stream-{t}") for t in [*targets, *relays]]
+        streams = {t: AgentStream(t, cluster, session, options, relay=t in relays)
+                   for t in [*targets, *relays]}
+
+        def detail_changed(wanted: frozenset[str]) -> None:
+            for stream in streams.values():
+                stream.set_detail(wanted)
+
+        listen = getattr(cluster, "add_detail_listener", None)
+        if listen is not None:
+            listen(detail_changed)
+        tasks = [asyncio.create_task(s.run(), name=f"tuimon-stream-{t}")
+                 for t, s in streams.items()]
         try:
-            yield
+            yield streams
         finally:
+            if listen is not None:
+                cluster.remove_detail_listener(detail_changed)  # type: ignore[attr-defined]
             for task in tasks:
                 task.cancel()
             for task in tasks:

@@ -60,8 +60,14 @@ class NodeScreen(Screen[None]):
         yield Footer()
 
     def on_mount(self) -> None:
+        # Every value of this node from now on, not just its overview: the sources switch
+        # its subscription (directly, or through the relay that carries it).
+        self.cluster.set_detail({self.node.target})
         self.refresh_view()
         self.set_interval(1.0, self.refresh_view)
+
+    def on_unmount(self) -> None:
+        self.cluster.set_detail(set())
 
     def refresh_view(self) -> None:
         n = self.node
@@ -77,7 +83,7 @@ class NodeScreen(Screen[None]):
             # Why it is not up, first and in full: what an on-call engineer came for.
             seen = (f"last frame {age:.0f} s ago" if age is not None else
                     "never reached")
-            shown = "the values below are the last ones received" if n.sample else \
+            shown = "the values below are the last ones received" if n.detail else \
                 "no values received"
             why.update(f"[{status}][b]{n.status}[/b][/]: {safe(n.reason or 'no frames', 200)}"
                        f"\n{seen}; {shown}; tuimon keeps reconnecting")
@@ -100,6 +106,9 @@ class NodeScreen(Screen[None]):
         lines = [f"[b]GPUs[/b]  {'busy (5 min)':<{spark + 4}}  temp power        mem       "
                  + ("SM clock  P  ECC c/u  XID procs  clock events" if wide else "procs")]
         values = n.gpu_values()
+        if n.detail is None and n.sample is not None:
+            lines.append(" [$secondary]asking the node for every value (the map shows its "
+                         "overview): the next sample brings them[/]")
         sources: set[str] = set()
         for i in range(len(n.hello.gpus)):
             g = values[i] if i < len(values) else {}
@@ -147,10 +156,10 @@ class NodeScreen(Screen[None]):
 
     def _fabric(self) -> str:
         n = self.node
-        if n.sample is None or n.hello is None:
+        if n.detail is None or n.hello is None:
             return ""
         info = {p["id"]: p for p in n.hello.extra.get("ports", [])}
-        ports = (n.sample.extra.get("fabric") or {}).get("ports") or []
+        ports = (n.detail.extra.get("fabric") or {}).get("ports") or []
         if not ports:
             return f"[b]fabric[/b]  no ports: {safe(n.hello.extra.get('fabric_status') or '-', 80)}"
         lines = ["[b]fabric[/b]  port        state     rate       tx          rx        "
@@ -171,9 +180,9 @@ class NodeScreen(Screen[None]):
 
     def _storage(self) -> str:
         n = self.node
-        if n.sample is None:
+        if n.detail is None:
             return ""
-        st = n.sample.extra.get("storage") or {}
+        st = n.detail.extra.get("storage") or {}
         lines = ["[b]file systems[/b]  mount                 type    read        write       "
                  "used / size"]
         for fs in st.get("filesystems") or []:
@@ -202,7 +211,7 @@ class NodeScreen(Screen[None]):
         if n.hello is None:
             return ""
         h = n.hello
-        host = (n.sample.host or {}) if n.sample else {}
+        host = (n.detail.host or {}) if n.detail else {}
         return (f"[b]agent[/b]  version {safe(h.agent_version, 20)}  interval {h.interval:g}s  "
                 f"boot id {safe(h.boot_id or '-', 40)}  families {', '.join(h.families)}\n"
                 f"[b]host[/b]   cpu {_f(host.get('cpu_util'), '{:.0f}%', 0.01)} of "

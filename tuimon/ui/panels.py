@@ -69,7 +69,7 @@ class SloStrip(Static):
     def update_from(self, width: int, eff: EfficiencyView | None = None,
                     selected: int = 0) -> None:
         if eff is None or not eff.jobs:
-            proxy = (f" proxy from GPU utilization: [b]{eff.proxy:.2f}[/b] (proxy)"
+            proxy = (f" proxy from GPU busy: [b]{eff.proxy:.2f}[/b] (proxy)"
                      if eff is not None and eff.proxy is not None else "")
             if width < 150:
                 self.update(f" [b]efficiency[/b] [$warning]no step telemetry[/]{proxy}")

@@ -12,6 +12,7 @@ from tuimon_core.protocol.errors import ProtocolError
 from tuimon_core.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS
 from tuimon_core.protocol.messages import (
     PROTOCOL_VERSION,
+    SEVERITIES,
     SOURCE_STATES,
     Batch,
     Event,
@@ -30,6 +31,10 @@ MAX_STR = 4096
 MAX_ARRAY = 65536
 MAX_MAP = 4096
 MAX_GPUS = 64
+# The overview and findings families (tuimon_core.overview).
+MAX_FINDINGS = 256
+MAX_FINDING_TEXT = 512
+MAX_SHARED_FS = 256
 
 _GPU_SPEC = {f.key: f.kind for f in GPU_FIELDS}
 _HOST_SPEC = {f.key: f.kind for f in HOST_FIELDS}
@@ -94,7 +99,7 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES,
 
 
 # Sections of a sample a relay forwards without reading.
-_FORWARDED_UNREAD = frozenset({"gpus", "host", "fabric", "storage"})
+_FORWARDED_UNREAD = frozenset({"gpus", "host", "fabric", "storage", "overview"})
 
 
 def _sample_envelope(data: bytes, max_bytes: int) -> Sample | None:
@@ -109,23 +114,31 @@ def _sample_envelope(data: bytes, max_bytes: int) -> Sample | None:
                               max_map_len=MAX_MAP, max_ext_len=0)
     reader.feed(data)
     m: dict[str, Any] = {}
+    spans: dict[str, tuple[int, int]] = {}
     try:
         for _ in range(reader.read_map_header()):
+            start = reader.tell()
             key = reader.unpack()
             if key in _FORWARDED_UNREAD:
                 reader.skip()
                 m[key] = None
             else:
                 m[key] = reader.unpack()
+            if type(key) is str:
+                spans[key] = (start, reader.tell())
     except (ValueError, TypeError, msgpack.UnpackException, RecursionError):
         return None
     if reader.tell() != len(data) or m.get("t") != "sample" or not _is_int(m.get("v")) \
             or m["v"] < 1:
         return None
+    if len(spans) != len(m):
+        return None  # a repeated key: the full path says what is wrong
     for key in _FORWARDED_UNREAD:
         if m.get(key, 0) is None:
             del m[key]
-    return _sample(m)  # the forwarded sections are gone from m: envelope and steps
+    sample = _sample(m)  # the forwarded sections are gone from m: envelope, steps, findings
+    sample.spans = spans
+    return sample
 
 
 def decode_map(m: dict[str, Any]) -> Message | None:
@@ -220,6 +233,10 @@ def _sample(m: dict[str, Any]) -> Sample:
             _check_entity_family(extra[family], lists, f"sample.{family}")
     if "steps" in extra:
         _check_steps(extra["steps"])
+    if "overview" in extra:
+        _check_overview(extra["overview"])
+    if "findings" in extra:
+        _check_findings(extra["findings"])
     return Sample(
         seq=seq,
         ts=_req_num(m, "ts", "sample"),
@@ -231,7 +248,7 @@ def _sample(m: dict[str, Any]) -> Sample:
     )
 
 
-_KNOWN_EXTRA = frozenset({"fabric", "storage", "steps"})
+_KNOWN_EXTRA = frozenset({"fabric", "storage", "steps", "overview", "findings"})
 
 
 def _event(m: dict[str, Any]) -> Event:
@@ -270,9 +287,21 @@ def _subscribe(m: dict[str, Any]) -> Subscribe:
     ):
         raise ProtocolError("subscribe.nodes: expected a list of host names or host lists, "
                             "or nil")
+    detail = m.get("detail")
+    if detail is not None and (
+        not isinstance(detail, list) or len(detail) > MAX_DETAIL
+        or not all(isinstance(n, str) and len(n) <= MAX_STR for n in detail)
+    ):
+        raise ProtocolError(f"subscribe.detail: expected a list of at most {MAX_DETAIL} "
+                            "source names, or nil")
     return Subscribe(interval=float(interval) if interval is not None else None,
                      families=None if families is None else [clean(f) for f in families],
-                     nodes=None if nodes is None else [clean(n) for n in nodes])
+                     nodes=None if nodes is None else [clean(n) for n in nodes],
+                     detail=None if detail is None else [clean(n) for n in detail])
+
+
+# Nodes one viewer may take whole through a relay at once (a node screen, a short list).
+MAX_DETAIL = 256
 
 
 def _batch(m: dict[str, Any]) -> Batch:
@@ -386,6 +415,92 @@ def _check_steps(steps: Any) -> None:
             if not isinstance(rank, dict) or not _is_int(rank.get("rank")):
                 raise ProtocolError(f"{where}.ranks[{j}]: expected a map with an int 'rank'")
             _check_values(rank, f"{where}.ranks[{j}]", depth=1)
+
+
+def _check_overview(ov: Any) -> None:
+    """The overview family: level lists, percents, port names, waits, file systems. Every
+    length is bounded and every number's range checked, so a view can index and colour
+    with what it holds and nothing else."""
+    if type(ov) is not dict:
+        raise ProtocolError(f"sample.overview: expected a map, got {_show(ov)}")
+    for section, limit in (("gpu", MAX_GPUS), ("fabric", MAX_ENTITIES)):
+        levels = ov.get(section)
+        if levels is None:
+            continue
+        if type(levels) is not dict or len(levels) > 64:
+            raise ProtocolError(f"sample.overview.{section}: expected a map of metric to "
+                                "levels")
+        for metric, values in levels.items():
+            if type(metric) is not str or not _is_levels(values, limit):
+                raise ProtocolError(f"sample.overview.{section}.{_show(metric)}: expected a "
+                                    f"list of at most {limit} levels (-2..8)")
+        if any(not metric.isprintable() for metric in levels):
+            ov[section] = {clean(k): v for k, v in levels.items()}
+    busy = ov.get("busy")
+    if busy is not None and not (type(busy) is list and len(busy) <= MAX_GPUS and all(
+            b is None or (type(b) is int and 0 <= b <= 100) for b in busy)):
+        raise ProtocolError("sample.overview.busy: expected a list of percents (0..100) or nil")
+    ports = ov.get("ports")
+    if ports is not None:
+        if not (type(ports) is list and len(ports) <= MAX_ENTITIES and all(
+                type(p) is str and len(p) <= MAX_STR for p in ports)):
+            raise ProtocolError("sample.overview.ports: expected a list of port names")
+        if not all(p.isprintable() for p in ports):
+            ov["ports"] = [clean(p) for p in ports]
+    wait = ov.get("wait")
+    if wait is not None and not (type(wait) is list and len(wait) <= MAX_ENTITIES and all(
+            w is None or (type(w) is int and w >= 0)
+            or (type(w) is float and w - w == 0 and w >= 0) for w in wait)):
+        raise ProtocolError("sample.overview.wait: expected a list of non-negative numbers")
+    fs = ov.get("fs")
+    if fs is not None:
+        if type(fs) is not list or len(fs) > MAX_SHARED_FS:
+            raise ProtocolError(f"sample.overview.fs: expected a list of at most "
+                                f"{MAX_SHARED_FS} maps")
+        for i, f in enumerate(fs):
+            if type(f) is not dict or type(f.get("id")) is not str:
+                raise ProtocolError(f"sample.overview.fs[{i}]: expected a map with a string "
+                                    "'id'")
+            _check_values(f, f"sample.overview.fs[{i}]", depth=2)
+    for key in [k for k in ov if k not in _OVERVIEW_KEYS]:
+        ov[clean(key)] = clean_tree(ov.pop(key))  # a newer agent's section
+
+
+_OVERVIEW_KEYS = frozenset({"gpu", "busy", "ports", "fabric", "wait", "fs"})
+
+
+def _is_levels(values: Any, limit: int) -> bool:
+    return type(values) is list and len(values) <= limit and all(
+        type(x) is int and -2 <= x <= 8 for x in values)
+
+
+def _check_findings(rows: Any) -> None:
+    """The findings family: a node's rule conditions (docs/protocol.md)."""
+    if type(rows) is not list or len(rows) > MAX_FINDINGS:
+        raise ProtocolError(f"sample.findings: expected a list of at most {MAX_FINDINGS} maps")
+    for i, r in enumerate(rows):
+        where = f"sample.findings[{i}]"
+        if type(r) is not dict:
+            raise ProtocolError(f"{where}: expected a map, got {_show(r)}")
+        if r.get("severity") not in SEVERITIES:
+            raise ProtocolError(f"{where}.severity: expected one of {', '.join(SEVERITIES)}, "
+                                f"got {_show(r.get('severity'))}")
+        for key, limit in (("kind", 64), ("message", MAX_FINDING_TEXT), ("port", MAX_STR),
+                           ("fs", MAX_STR)):
+            v = r.get(key)
+            if v is None and key not in ("kind",):
+                continue
+            if type(v) is not str or len(v) > limit:
+                raise ProtocolError(f"{where}.{key}: expected a string of at most {limit} "
+                                    f"characters, got {_show(v)}")
+            if not v.isprintable():
+                r[key] = clean(v)
+        gpu = r.get("gpu")
+        if gpu is not None and (not _is_int(gpu) or not 0 <= gpu < MAX_GPUS):
+            raise ProtocolError(f"{where}.gpu: expected a GPU index or nil, got {_show(gpu)}")
+        score = r.get("score")
+        if score is not None and (not _is_num(score) or not 0 <= score <= 1):
+            raise ProtocolError(f"{where}.score: expected a number in 0..1, got {_show(score)}")
 
 
 _BUILDERS: dict[str, Callable[[dict[str, Any]], Message]] = {

@@ -21,6 +21,8 @@ FAMILY_KEYS: dict[str, str] = {
     "fabric": "fabric",
     "storage": "storage",
     "steps": "steps",
+    "overview": "overview",
+    "findings": "findings",
 }
 
 

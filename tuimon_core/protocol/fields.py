@@ -198,4 +198,5 @@ THROTTLE_REASONS = frozenset(
      "hw_power_brake_slowdown"}
 )
 
-FAMILIES: tuple[str, ...] = ("gpu", "host", "fabric", "storage", "steps", "events")
+FAMILIES: tuple[str, ...] = ("gpu", "host", "fabric", "storage", "steps", "events", "overview",
+                             "findings")

@@ -88,8 +88,12 @@ class Sample:
     host: dict[str, Any] | None = None
     # Frames this stream client lost because it read too slowly, since it connected.
     dropped: int = 0
-    # Families that later work adds (fabric, storage, steps), by family name.
+    # Families that later work adds (fabric, storage, steps, overview, findings), by name.
     extra: dict[str, Any] = field(default_factory=dict)
+    # Not on the wire: where each top-level key's bytes lie in the message as received,
+    # set by decode(deep=False) so a relay can forward a subset of the families as the
+    # agent's own bytes, without decoding or encoding them again.
+    spans: dict[str, tuple[int, int]] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -156,6 +160,9 @@ class Subscribe:
     families: list[str] | None = None
     # Relays only: the nodes to send (host names or Slurm host lists); agents ignore it.
     nodes: list[str] | None = None
+    # Relays only: sources (as the relay's batches name them) to send with every family,
+    # whatever `families` says: the nodes a viewer is looking at closely.
+    detail: list[str] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -166,6 +173,8 @@ class Subscribe:
         }
         if self.nodes is not None:
             out["nodes"] = self.nodes
+        if self.detail is not None:
+            out["detail"] = self.detail
         return out
 
 

@@ -1,0 +1,310 @@
+"""The overview path (issue #12): each node's agent summarises and judges itself, viewers of
+the whole cluster take those few hundred bytes a node, and only the node a viewer opens
+comes whole; relays forward overviews as the agents' own bytes, stacked or not; agents
+that predate overviews keep working through full frames."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+
+import msgpack
+import pytest
+from aiohttp import WSMsgType, web
+
+from agent.sim.cluster import SimCluster
+from tests.seeded import seeded_cluster
+from tests.test_relay import relay_config, until, up
+from tuimon.model.cluster import ClusterState
+from tuimon.model.heat import FABRIC_MAP, GPU_MAP
+from tuimon.relay import Relay
+from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview
+from tuimon_core.protocol import ProtocolError, Sample, Subscribe, decode, encode, encode_map
+from tuimon_core.protocol.families import keep_families
+
+OVERVIEW = StreamOptions(overview=True, min_backoff=0.1, max_backoff=0.3)
+
+
+def _stripped(sample: Sample) -> Sample:
+    """The same sample as an agent that predates overviews sends it."""
+    extra = {k: v for k, v in sample.extra.items() if k not in ("overview", "findings")}
+    return dataclasses.replace(sample, extra=extra)
+
+
+async def test_the_agents_overview_draws_the_same_cells_as_its_full_sample() -> None:
+    """Every cell of both maps, every metric, every node: the levels the agent sent are
+    the ones the viewer computes from the full sample (a faulty seeded cluster, so failed,
+    throttled and congested cells are among them)."""
+    agents, _ = await seeded_cluster(nodes=16, gpus=8)
+    legacy = ClusterState("legacy")
+    for n in agents.nodes.values():
+        legacy.apply_hello(n.target, n.hello)
+        legacy.apply_sample(n.target, _stripped(n.sample))
+    assert all(n.overview is not None for n in agents.nodes.values())
+    for target, node in agents.nodes.items():
+        other = legacy.nodes[target]
+        assert node.overview is node.sample.extra["overview"]  # the agent's, not rebuilt
+        for kind in (GPU_MAP, FABRIC_MAP):
+            for metric in kind.metrics:
+                assert kind.levels(node, metric) == kind.levels(other, metric), \
+                    (target, kind.key, metric.key)
+                assert len(kind.levels(node, metric)) == kind.cell_count(node)
+        assert node.overview.get("busy") == other.overview.get("busy")
+
+
+async def test_an_overview_frame_is_a_small_fraction_of_the_full_frame() -> None:
+    cluster, _ = await seeded_cluster(nodes=4, gpus=8)
+    for node in cluster.nodes.values():
+        wire = node.sample.to_wire()
+        full = len(encode_map(wire))
+        small = len(encode_map(keep_families(dict(wire), frozenset(OVERVIEW_FAMILIES))))
+        assert small * 10 < full, (small, full)
+
+
+def test_build_overview_keeps_shared_file_systems_only_and_says_what_is_missing() -> None:
+    from tuimon_core.protocol import Hello
+
+    hello = Hello(node="n", agent_version="x", boot_id=None, interval=1.0, ts=0.0)
+    sample = Sample(seq=1, ts=0.0, interval=1.0, gpus=None, extra={"storage": {
+        "filesystems": [{"id": "/lustre", "fstype": "lustre", "read_bytes_s": 2.4},
+                        {"id": "/", "fstype": "ext4", "read_bytes_s": 9.0}]}})
+    ov = build_overview(hello, sample)
+    assert "gpu" not in ov and "ports" not in ov  # absent, not empty: nothing was read
+    assert [f["id"] for f in ov["fs"]] == ["/lustre"] and ov["fs"][0]["read"] == 2
+
+
+async def test_a_viewer_takes_overviews_and_only_the_open_node_whole(
+        unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=3, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    viewer = ClusterState("viewer")
+    async with sim, watching(sim.targets, viewer, OVERVIEW):
+        names = {m.name for m in sim.members}
+        await until(lambda: up(viewer) == names, what="every node up")
+        await until(lambda: all(n.sample.seq > 2 for n in viewer.nodes.values()),
+                    what="a few samples")
+        for node in viewer.nodes.values():
+            assert node.sample.gpus is None and "overview" in node.sample.extra
+            assert node.detail is None and node.conditions == []
+        # The agents were asked for exactly the overview families.
+        for m in sim.members:
+            assert [c.families for c in m.agent.hub.clients] == [frozenset(OVERVIEW_FAMILIES)]
+        opened = sim.targets[1]
+        viewer.set_detail({opened})  # the node screen opens
+        node = viewer.nodes[opened]
+        await until(lambda: node.detail is not None, what="every value of the open node")
+        seq = node.detail.seq
+        await until(lambda: node.detail.seq > seq + 1, what="the open node keeps updating")
+        assert node.detail.gpus[0].keys() >= {"util", "temp", "power", "mem_used"}
+        assert node.detail.host is not None and "fabric" in node.detail.extra
+        assert all(n.detail is None for t, n in viewer.nodes.items() if t != opened)
+        viewer.set_detail(set())  # closed: back to the overview
+        await until(lambda: node.sample.gpus is None and node.detail is None,
+                    what="the node back on its overview")
+
+
+async def test_through_a_relay_the_viewer_gets_the_agents_own_overview_bytes(
+        unused_tcp_port_factory) -> None:
+    """The relay slices the agent's frame: the overview a viewer decodes is byte for byte
+    the agent's, and the relay asks each agent only for what its viewers want."""
+    sim = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, Relay(relay_config(sim.targets)) as relay:
+        viewer = ClusterState("viewer")
+        async with watching([], viewer, OVERVIEW, relays=[f"127.0.0.1:{relay.port}"]):
+            names = {m.name for m in sim.members}
+            await until(lambda: up(viewer) == names, what="every node up")
+            target = sim.targets[0]
+            member = sim.members[0]
+            node = viewer.nodes[target]
+            await until(lambda: node.sample.seq > 3, what="a few samples")
+            # Relay and agent agree on the bytes of the overview of the same sample.
+            source = relay.state.fanout.sources[target]
+            forwarded = source.sample.encoded(frozenset(OVERVIEW_FAMILIES))
+            agent_wire = msgpack.unpackb(source.sample.raw)
+            assert msgpack.unpackb(forwarded)["overview"] == agent_wire["overview"]
+            assert "gpus" not in msgpack.unpackb(forwarded)
+            assert node.sample.gpus is None
+            for m in sim.members:
+                assert [c.families for c in m.agent.hub.clients] == \
+                    [frozenset(OVERVIEW_FAMILIES)]
+            # The node screen opens: that node's agent alone is asked for everything.
+            viewer.set_detail({target})
+            await until(lambda: node.detail is not None and node.detail.seq > 2,
+                        what="every value of the open node, through the relay")
+            assert [c.families for c in member.agent.hub.clients] == [None]
+            assert all([c.families for c in m.agent.hub.clients] ==
+                       [frozenset(OVERVIEW_FAMILIES)] for m in sim.members[1:])
+            seq = node.detail.seq
+            await until(lambda: node.detail.seq >= seq + 2, what="1 Hz or better, whole")
+            viewer.set_detail(set())
+            await until(lambda: [c.families for c in member.agent.hub.clients] ==
+                        [frozenset(OVERVIEW_FAMILIES)], what="the agent back to overviews")
+
+
+async def test_relays_stack_and_a_drill_down_reaches_through_both(
+        unused_tcp_port_factory) -> None:
+    sim = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, Relay(relay_config(sim.targets[:2], name="a")) as a, \
+            Relay(relay_config(sim.targets[2:], name="b")) as b, \
+            Relay(relay_config([], relays=[f"127.0.0.1:{a.port}", f"127.0.0.1:{b.port}"],
+                               name="top")) as top:
+        viewer = ClusterState("viewer")
+        async with watching([], viewer, OVERVIEW, relays=[f"127.0.0.1:{top.port}"]):
+            names = {m.name for m in sim.members}
+            await until(lambda: up(viewer) == names, timeout=15, what="all nodes via the tree")
+            target = sim.targets[3]
+            node = viewer.nodes[target]
+            await until(lambda: node.overview is not None and node.sample.seq > 2,
+                        what="overviews through two relays")
+            assert node.sample.gpus is None
+            viewer.set_detail({target})
+            await until(lambda: node.detail is not None, timeout=15,
+                        what="every value of the open node through two relays")
+            assert [c.families for c in sim.members[3].agent.hub.clients] == [None]
+            assert [c.families for c in sim.members[0].agent.hub.clients] == \
+                [frozenset(OVERVIEW_FAMILIES)]
+
+
+# -- agents that predate overviews --------------------------------------------------------
+
+
+async def _old_agent(port: int, got: list[Subscribe]) -> web.AppRunner:
+    """An agent of before overviews: a hello without the families, full samples without
+    overview or findings, and a family filter that drops only the keys it knows."""
+    cluster, _ = await seeded_cluster(nodes=1, gpus=2, samples=2)
+    node = next(iter(cluster.nodes.values()))
+    hello = node.hello.to_wire()
+    hello["families"] = ["gpu", "host", "fabric", "storage", "steps", "events"]
+    sample = _stripped(node.sample).to_wire()
+
+    async def stream(request: web.Request) -> web.WebSocketResponse:
+        ws = web.WebSocketResponse()
+        await ws.prepare(request)
+        await ws.send_bytes(msgpack.packb(hello))
+        families: list[str] | None = None
+
+        async def send() -> None:
+            seq = 0
+            while not ws.closed:
+                seq += 1
+                wire = copy.deepcopy(sample)
+                wire["seq"] = seq
+                if families is not None:
+                    for family, key in (("gpu", "gpus"), ("host", "host"),
+                                        ("fabric", "fabric"), ("storage", "storage")):
+                        if family not in families:
+                            wire.pop(key, None)
+                await ws.send_bytes(msgpack.packb(wire))
+                await asyncio.sleep(0.2)
+
+        task = asyncio.create_task(send())
+        async for msg in ws:
+            if msg.type == WSMsgType.BINARY:
+                sub = decode(msg.data)
+                assert isinstance(sub, Subscribe)
+                got.append(sub)
+                families = sub.families
+        task.cancel()
+        return ws
+
+    app = web.Application()
+    app.router.add_get("/v1/stream", stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+async def test_an_agent_without_overviews_is_taken_whole_and_summarised_by_the_viewer(
+        unused_tcp_port) -> None:
+    got: list[Subscribe] = []
+    runner = await _old_agent(unused_tcp_port, got)
+    try:
+        viewer = ClusterState("viewer")
+        target = f"127.0.0.1:{unused_tcp_port}"
+        async with watching([target], viewer, OVERVIEW):
+            node = viewer.nodes[target]
+            await until(lambda: node.detail is not None and node.overview is not None,
+                        what="full samples and an overview made here")
+            # Asked for overviews first, then (its hello lacking them) for everything.
+            assert got[0].families == sorted(OVERVIEW_FAMILIES) and got[-1].families is None
+            assert node.conditions is None  # the viewer judges this node itself
+            assert GPU_MAP.levels(node, GPU_MAP.metrics[0]) == \
+                build_overview(node.hello, node.detail)["gpu"]["util"]
+    finally:
+        await runner.cleanup()
+
+
+async def test_a_relay_summarises_and_judges_an_agent_without_overviews(
+        unused_tcp_port_factory) -> None:
+    port = unused_tcp_port_factory()
+    got: list[Subscribe] = []
+    runner = await _old_agent(port, got)
+    target = f"127.0.0.1:{port}"
+    try:
+        async with Relay(relay_config([target])) as relay:
+            viewer = ClusterState("viewer")
+            async with watching([], viewer, OVERVIEW, relays=[f"127.0.0.1:{relay.port}"]):
+                await until(lambda: target in viewer.nodes, what="the node via the relay")
+                node = viewer.nodes[target]
+                await until(lambda: node.overview is not None and node.sample.seq > 2,
+                            what="an overview the relay made")
+                assert node.sample.gpus is None  # the viewer still takes only overviews
+                assert node.conditions == []  # judged by the relay's rules
+                assert got[-1].families is None  # the relay takes the old agent whole
+    finally:
+        await runner.cleanup()
+
+
+# -- hostile overviews ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("overview", "where"), [
+    ({"gpu": {"util": [3, 12]}}, "sample.overview.gpu"),
+    ({"gpu": {"util": [True]}}, "sample.overview.gpu"),
+    ({"gpu": {"util": list(range(8)) * 9}}, "sample.overview.gpu"),
+    ({"busy": [-1]}, "sample.overview.busy"),
+    ({"wait": [float("nan")]}, "sample.overview.wait"),
+    ({"ports": [7]}, "sample.overview.ports"),
+    ({"fs": [{"read": 1}]}, "sample.overview.fs[0]"),
+    ("lots", "sample.overview"),
+])
+def test_a_bad_overview_is_refused_with_where(overview: object, where: str) -> None:
+    data = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                          "overview": overview})
+    with pytest.raises(ProtocolError) as err:
+        decode(data)
+    assert where in err.value.reason
+
+
+def test_a_nodes_findings_are_cleaned_and_cannot_name_another_node() -> None:
+    from tuimon_core.overview import findings_from_wire
+
+    data = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                          "overview": {"ports": ["mlx5_0:1\x1b]0;pwned\x07"]},
+                          "findings": [{"severity": "critical", "kind": "xid",
+                                        "message": "\x1b[2J gpu999 GPU 0 XID 79",
+                                        "node": "gpu999", "gpu": 0}]})
+    sample = decode(data)
+    assert isinstance(sample, Sample)
+    assert "\x1b" not in sample.extra["overview"]["ports"][0]
+    (finding,) = findings_from_wire(sample.extra["findings"], "gpu003")
+    assert finding.node == "gpu003" and finding.where == "gpu003 GPU 0"
+    assert "\x1b" not in finding.message
+
+
+def test_the_relays_envelope_read_finds_each_familys_bytes() -> None:
+    wire = {"v": 1, "t": "sample", "seq": 5, "ts": 1.0, "interval": 1.0,
+            "gpus": [{"util": 0.5}], "overview": {"busy": [50]}, "findings": [],
+            "steps": {"jobs": []}}
+    data = msgpack.packb(wire)
+    sample = decode(data, deep=False)
+    assert isinstance(sample, Sample) and sample.spans is not None
+    assert sample.gpus is None  # stepped over, not built
+    for key, (start, end) in sample.spans.items():
+        assert msgpack.unpackb(b"\x81" + data[start:end]) == {key: wire[key]}
+    assert encode(Subscribe(detail=["a:1"])) != encode(Subscribe())

@@ -1,0 +1,139 @@
+"""Heat levels: a metric's value on a cell (a GPU, a fabric port) as one of nine steps.
+
+Plain functions over the wire's values, shared by the agent (which sends a node's
+levels in its overview, docs/protocol.md) and the viewer (which computes them itself
+for agents that predate overviews, and folds a node to one cell). A level is an int:
+0..8, or FAILED, or NO_DATA.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tuimon_core.protocol.fields import THROTTLE_REASONS
+
+LEVELS = 9  # heat-0 .. heat-8 in the themes
+FAILED = -1  # the GPU or port failed: drawn as a red cross whatever the metric
+NO_DATA = -2
+
+
+@dataclass(frozen=True, slots=True)
+class HeatMetric:
+    key: str
+    label: str
+    legend: tuple[str, str]  # what the low and high ends mean
+    value: Callable[[dict[str, Any], Any], float | None]  # 0..1, or None when unknown
+
+    def level(self, values: dict[str, Any], info: Any = None) -> int:
+        if values.get("failed"):
+            return FAILED
+        v = self.value(values, info)
+        if v is None or math.isnan(v):
+            return NO_DATA
+        return max(0, min(LEVELS - 1, int(v * (LEVELS - 1) + 0.5)))
+
+
+# Where DCGM profiling gives it, SM activity says how busy a GPU is better than NVML's
+# utilization (which counts a single running kernel as 100 %); in MIG mode it is all
+# there is. The first present wins; views say which one they show.
+BUSY_FIELDS = (("sm_active", "SM active"), ("gr_active", "engine active"), ("util", "util"))
+
+
+def gpu_busy(v: dict[str, Any]) -> tuple[float | None, str | None]:
+    """How busy a GPU is (0..1) and what measured it."""
+    for key, label in BUSY_FIELDS:
+        value = v.get(key)
+        if value is not None:
+            return value, label
+    return None, None
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    if a is None or not b:
+        return None
+    return a / b
+
+
+def gpu_health(v: dict[str, Any], info: Any = None) -> float | None:
+    """0 healthy, 0.5 degraded (throttling, corrected ECC growth, pending remap), 1 bad."""
+    if v.get("remap_failed") or (v.get("ecc_uncorrected") or 0) > 0 or v.get("last_xid"):
+        return 1.0
+    events = set(v.get("clock_events") or ()) & THROTTLE_REASONS
+    if events or v.get("remap_pending") or v.get("retired_pending"):
+        return 0.5
+    if v.get("util") is None and v.get("temp") is None:
+        return None
+    return 0.0
+
+
+GPU_METRICS: tuple[HeatMetric, ...] = (
+    HeatMetric("util", "GPU busy (SM active, else utilization)",
+               ("0 %", "100 %"), lambda v, i: gpu_busy(v)[0]),
+    HeatMetric("mem", "memory used", ("0 %", "100 %"),
+               lambda v, i: _ratio(v.get("mem_used"), v.get("mem_total"))),
+    HeatMetric("temp", "temperature", ("30 °C", "90 °C"),
+               lambda v, i: None if v.get("temp") is None
+               else min(1.0, max(0.0, (v["temp"] - 30) / 60))),
+    HeatMetric("power", "power vs limit", ("0 %", "100 %"),
+               lambda v, i: _ratio(v.get("power"), v.get("power_limit"))),
+    HeatMetric("clock", "SM clock vs max", ("0 %", "100 %"),
+               lambda v, i: _ratio(v.get("sm_clock"), getattr(i, "max_sm_clock", None))),
+    HeatMetric("health", "health", ("ok", "XID / ECC / failed"), gpu_health),
+)
+
+
+def _port_util(v: dict[str, Any], info: Any = None) -> float | None:
+    tx, rx = v.get("tx_util"), v.get("rx_util")
+    if tx is None and rx is None:
+        return None
+    return max(tx or 0.0, rx or 0.0)
+
+
+def _congestion(v: dict[str, Any], info: Any = None) -> float | None:
+    """xmit_wait ticks/s on a log scale: 1e2 quiet .. 1e6 starved of credits."""
+    wait = v.get("xmit_wait_s")
+    if wait is None:
+        return None
+    return min(1.0, max(0.0, (math.log10(wait + 1) - 2) / 4))
+
+
+def _port_errors(v: dict[str, Any], info: Any = None) -> float | None:
+    if v.get("state") not in (None, 4):
+        return 1.0  # link not ACTIVE
+    inc = v.get("errors_inc") or {}
+    bad = sum(n for n in inc.values() if n)
+    if inc.get("link_downed"):
+        return 1.0
+    if bad:
+        return min(1.0, 0.4 + 0.1 * math.log10(bad + 1))
+    if v.get("saturated"):
+        return 0.3
+    return 0.0
+
+
+FABRIC_METRICS: tuple[HeatMetric, ...] = (
+    HeatMetric("util", "link utilization", ("0 %", "100 %"), _port_util),
+    HeatMetric("congestion", "congestion (xmit_wait)", ("quiet", "starved"), _congestion),
+    HeatMetric("errors", "link errors", ("none", "link down"), _port_errors),
+)
+
+
+# Metrics where the worst cell speaks for a folded node; the rest fold to their mean.
+WORST_WINS = frozenset({"health", "temp", "errors", "congestion"})
+
+
+def fold(metric: HeatMetric, levels: list[int]) -> int:
+    """One cell for a whole node (the folded map, sorting by metric): failed wins, else
+    the worst cell for health, temperature, errors and congestion, the mean for the
+    rest; nothing known is NO_DATA."""
+    if FAILED in levels:
+        return FAILED
+    known = [lv for lv in levels if lv >= 0]
+    if not known:
+        return NO_DATA
+    if metric.key in WORST_WINS:
+        return max(known)
+    return round(sum(known) / len(known))

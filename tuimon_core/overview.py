@@ -1,0 +1,103 @@
+"""A node's overview: the few values the cluster views need, made where the data is.
+
+The overview is the `overview` family of a sample (docs/protocol.md): each GPU's and
+each fabric port's heat level per metric, how busy each GPU is in percent, each port's
+xmit_wait, and the node's shared file systems' throughput. It is what a heatmap cell,
+the fabric and storage panes and the cluster rules read, in a few hundred bytes where
+the full sample is ~10 KB. The node's rule conditions travel beside it as the
+`findings` family.
+
+The agent builds it over every sample; a viewer or a relay builds the same thing from a
+full sample of an agent that predates overviews, with the same function, so both paths
+draw the same cells. Levels are already what the map shows (nine steps), and busy is a
+whole percent, as the sparklines store it: quantising here loses nothing a screen shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tuimon_core.findings import Finding
+from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS, gpu_busy
+from tuimon_core.protocol.codec import MAX_FINDING_TEXT, MAX_FINDINGS
+
+# The families a viewer of the whole cluster takes from every node; a node it looks at
+# closely it takes whole (subscribe with no family filter).
+OVERVIEW_FAMILIES: tuple[str, ...] = ("overview", "findings", "steps", "events")
+
+# File systems several nodes share: summed across the cluster in the storage pane.
+SHARED_FSTYPES = frozenset({"lustre", "gpfs", "nfs", "nfs4", "beegfs", "wekafs", "fuse.weka",
+                            "ceph", "cephfs", "panfs"})
+
+
+def _whole(value: Any) -> int | None:
+    return None if value is None else int(value + 0.5)
+
+
+def build_overview(hello: Any, sample: Any) -> dict[str, Any]:
+    """The overview of one full sample (`hello` gives the static facts the levels are
+    relative to: a GPU's maximum clock, a port's rate). Sections the sample lacks (the
+    GPU collector failed, no fabric family) are absent, not empty."""
+    out: dict[str, Any] = {}
+    gpus = sample.gpus
+    if gpus is not None:
+        infos = hello.gpus if hello is not None else []
+        pairs = [(g, infos[i] if i < len(infos) else None) for i, g in enumerate(gpus)]
+        out["gpu"] = {m.key: [m.level(g, info) for g, info in pairs] for m in GPU_METRICS}
+        busy = []
+        for g in gpus:
+            b = gpu_busy(g)[0]
+            busy.append(None if b is None else int(b * 100 + 0.5))
+        out["busy"] = busy
+    extra = sample.extra
+    fabric = extra.get("fabric")
+    if fabric is not None:
+        ports = fabric.get("ports") or []
+        known = {p["id"]: p for p in hello.extra.get("ports", [])} if hello is not None else {}
+        pairs = [(p, known.get(p["id"])) for p in ports]
+        out["ports"] = [p["id"] for p in ports]
+        out["fabric"] = {m.key: [m.level(p, info) for p, info in pairs]
+                         for m in FABRIC_METRICS}
+        out["wait"] = [_whole(p.get("xmit_wait_s")) for p in ports]
+    storage = extra.get("storage")
+    if storage is not None:
+        out["fs"] = [
+            {"id": f["id"], "fstype": f.get("fstype"),
+             "read": _whole(f.get("read_bytes_s")), "write": _whole(f.get("write_bytes_s")),
+             "md_ops": f.get("metadata_ops_s"), "size": f.get("size"), "free": f.get("free")}
+            for f in storage.get("filesystems") or [] if f.get("fstype") in SHARED_FSTYPES]
+    return out
+
+
+def findings_to_wire(conditions: list[Finding]) -> list[dict[str, Any]]:
+    """A node's rule conditions as the `findings` family: what holds now. The reader's
+    own FindingBook adds the hold and the hysteresis, exactly as for conditions it
+    judged itself. The node is not sent: a reader names the node that sent it."""
+    out = []
+    for f in conditions[:MAX_FINDINGS]:
+        row: dict[str, Any] = {"severity": f.severity, "kind": f.kind,
+                               "message": f.message[:MAX_FINDING_TEXT]}
+        if f.gpu is not None:
+            row["gpu"] = f.gpu
+        if f.port is not None:
+            row["port"] = f.port
+        if f.fs is not None:
+            row["fs"] = f.fs
+        if f.score:
+            row["score"] = f.score
+        out.append(row)
+    return out
+
+
+def findings_from_wire(rows: list[dict[str, Any]], node: str) -> list[Finding]:
+    """The conditions a node sent (already checked by the decoder), named after the node
+    the reader knows it as: a node cannot raise findings about another."""
+    return [Finding(r["severity"], r["kind"], r.get("message") or "", node=node,
+                    gpu=r.get("gpu"), port=r.get("port"), fs=r.get("fs"),
+                    score=float(r.get("score") or 0.0))
+            for r in rows]
+
+
+def has_overview(hello: Any) -> bool:
+    """Does this agent send overviews and findings (newer than 0.x agents)?"""
+    return hello is not None and "overview" in (hello.families or ())
