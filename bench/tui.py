@@ -67,6 +67,13 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
 
         def tick(self) -> None:
             super().tick()
+            self._seen()
+
+        def draw(self) -> None:
+            super().draw()
+            self._seen()
+
+        def _seen(self) -> None:
             now = time.time()
             if now < self._t0 + warmup:
                 return
@@ -88,6 +95,10 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
 
     app = MeasuredApp(ClusterState(f"bench {nodes}"), sources=sources, refresh=1.0)
     app._t0 = time.time()  # type: ignore[attr-defined]
+    if os.environ.get("TUIMON_BENCH_GC"):  # experiment: the collector's thresholds
+        import gc
+
+        gc.set_threshold(*map(int, os.environ["TUIMON_BENCH_GC"].split(",")))
     if os.environ.get("TUIMON_BENCH_PROFILE"):
         import cProfile
 

@@ -20,7 +20,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.heat import FABRIC_MAP, GPU_MAP
 from tuimon.relay import Relay
 from tuimon.sources.agent_stream import StreamOptions, watching
-from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview
+from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview, levels_of
 from tuimon_core.protocol import ProtocolError, Sample, Subscribe, decode, encode, encode_map
 from tuimon_core.protocol.families import keep_families
 
@@ -73,6 +73,14 @@ def test_build_overview_keeps_shared_file_systems_only_and_says_what_is_missing(
     ov = build_overview(hello, sample)
     assert "gpu" not in ov and "ports" not in ov  # absent, not empty: nothing was read
     assert [f["id"] for f in ov["fs"]] == ["/lustre"] and ov["fs"][0]["read"] == 2
+
+
+def test_levels_and_busy_travel_as_bytes_and_read_back_as_levels() -> None:
+    from tuimon_core.heat_levels import FAILED, NO_DATA
+    from tuimon_core.overview import busy_values
+
+    assert levels_of(bytes([0, 1, 2, 10])) == [NO_DATA, FAILED, 0, 8]
+    assert busy_values(bytes([97, 255, 0])) == bytes([97, 0])
 
 
 async def test_a_viewer_takes_overviews_and_only_the_open_node_whole(
@@ -234,7 +242,7 @@ async def test_an_agent_without_overviews_is_taken_whole_and_summarised_by_the_v
             assert got[0].families == sorted(OVERVIEW_FAMILIES) and got[-1].families is None
             assert node.conditions is None  # the viewer judges this node itself
             assert GPU_MAP.levels(node, GPU_MAP.metrics[0]) == \
-                build_overview(node.hello, node.detail)["gpu"]["util"]
+                levels_of(build_overview(node.hello, node.detail)["gpu"]["util"])
     finally:
         await runner.cleanup()
 
@@ -264,10 +272,12 @@ async def test_a_relay_summarises_and_judges_an_agent_without_overviews(
 
 
 @pytest.mark.parametrize(("overview", "where"), [
-    ({"gpu": {"util": [3, 12]}}, "sample.overview.gpu"),
-    ({"gpu": {"util": [True]}}, "sample.overview.gpu"),
-    ({"gpu": {"util": list(range(8)) * 9}}, "sample.overview.gpu"),
-    ({"busy": [-1]}, "sample.overview.busy"),
+    ({"gpu": {"util": bytes([3, 12])}}, "sample.overview.gpu"),
+    ({"gpu": {"util": [3, 4]}}, "sample.overview.gpu"),
+    ({"gpu": {"util": bytes(65)}}, "sample.overview.gpu"),
+    ({"fabric": {"util": "xx"}}, "sample.overview.fabric"),
+    ({"busy": bytes([101])}, "sample.overview.busy"),
+    ({"busy": [50]}, "sample.overview.busy"),
     ({"wait": [float("nan")]}, "sample.overview.wait"),
     ({"ports": [7]}, "sample.overview.ports"),
     ({"fs": [{"read": 1}]}, "sample.overview.fs[0]"),
@@ -299,7 +309,7 @@ def test_a_nodes_findings_are_cleaned_and_cannot_name_another_node() -> None:
 
 def test_the_relays_envelope_read_finds_each_familys_bytes() -> None:
     wire = {"v": 1, "t": "sample", "seq": 5, "ts": 1.0, "interval": 1.0,
-            "gpus": [{"util": 0.5}], "overview": {"busy": [50]}, "findings": [],
+            "gpus": [{"util": 0.5}], "overview": {"busy": b"\x32"}, "findings": [],
             "steps": {"jobs": []}}
     data = msgpack.packb(wire)
     sample = decode(data, deep=False)

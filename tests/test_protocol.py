@@ -35,10 +35,15 @@ def test_every_vector_has_its_json() -> None:
         assert (VECTORS / f"{name}.json").exists()
 
 
+def _bins(obj: dict[str, object]) -> object:
+    """A msgpack bin, as the JSON twins of the vectors write it."""
+    return bytes.fromhex(obj["$bin"]) if obj.keys() == {"$bin"} else obj  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("name", VALID)
 def test_golden_vector_decodes_to_its_json_and_reencodes_to_the_same_bytes(name: str) -> None:
     data = (VECTORS / f"{name}.msgpack").read_bytes()
-    expected = json.loads((VECTORS / f"{name}.json").read_text())
+    expected = json.loads((VECTORS / f"{name}.json").read_text(), object_hook=_bins)
     assert msgpack.unpackb(data, raw=False) == expected
     message = decode(data)
     if name == "future_type_ignored":

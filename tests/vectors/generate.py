@@ -3,9 +3,10 @@
     python tests/vectors/generate.py
 
 Each valid vector is NAME.msgpack (the exact bytes) beside NAME.json (the same map as
-JSON). Each invalid one is invalid/NAME.msgpack with the decoder's expected reason in
-invalid/reasons.json. An agent in another language passes when it decodes the valid
-vectors to the JSON maps and rejects the invalid ones.
+JSON; a msgpack bin is {"$bin": "<hex>"} there). Each invalid one is
+invalid/NAME.msgpack with the decoder's expected reason in invalid/reasons.json. An
+agent in another language passes when it decodes the valid vectors to the JSON maps and
+rejects the invalid ones.
 """
 
 from __future__ import annotations
@@ -123,12 +124,16 @@ VALID = {
     # the conditions the node's own rules found.
     "sample_overview": {
         "v": 1, "t": "sample", "seq": 120, "ts": 1796000120.0, "interval": 1.0,
+        # Levels are bytes of level + 2 (0 no data, 1 failed, 2..10 the nine steps);
+        # busy is a byte per GPU, a percent or 255 (unknown).
         "overview": {
-            "gpu": {"util": [8, 7, -1], "mem": [7, 7, -1], "temp": [4, 6, -1],
-                    "power": [7, 6, -1], "clock": [8, 5, -1], "health": [0, 4, -1]},
-            "busy": [97, 88, None],
+            "gpu": {"util": bytes([10, 9, 1]), "mem": bytes([9, 9, 1]),
+                    "temp": bytes([6, 8, 1]), "power": bytes([9, 8, 1]),
+                    "clock": bytes([10, 7, 1]), "health": bytes([2, 6, 1])},
+            "busy": bytes([97, 88, 255]),
             "ports": ["mlx5_0:1", "mlx5_1:1"],
-            "fabric": {"util": [4, 4], "congestion": [3, -2], "errors": [0, 8]},
+            "fabric": {"util": bytes([6, 6]), "congestion": bytes([5, 0]),
+                       "errors": bytes([2, 10])},
             "wait": [1500, None],
             "fs": [{"id": "/lustre/scratch", "fstype": "lustre", "read": 1500000000,
                     "write": 0, "md_ops": 280.0, "size": 20000000000000000,
@@ -176,10 +181,14 @@ INVALID = {
     "storage_not_a_map": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
                            "storage": [1, 2]}, "sample.storage"),
     "overview_level_out_of_range": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0,
-                                     "interval": 1.0, "overview": {"gpu": {"util": [9]}}},
+                                     "interval": 1.0,
+                                     "overview": {"gpu": {"util": bytes([11])}}},
                                     "sample.overview.gpu"),
+    "overview_levels_not_bytes": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0,
+                                   "interval": 1.0, "overview": {"gpu": {"util": [4, 5]}}},
+                                  "sample.overview.gpu"),
     "overview_busy_over_100": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
-                                "overview": {"busy": [101]}}, "sample.overview.busy"),
+                                "overview": {"busy": bytes([101])}}, "sample.overview.busy"),
     "overview_negative_wait": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
                                 "overview": {"wait": [-1]}}, "sample.overview.wait"),
     "findings_bad_severity": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
@@ -195,10 +204,17 @@ INVALID = {
 }
 
 
+def as_json(value: object) -> object:
+    """A msgpack bin in the JSON twin of a vector."""
+    if isinstance(value, bytes):
+        return {"$bin": value.hex()}
+    raise TypeError(f"{type(value).__name__} in a vector")
+
+
 def main() -> None:
     for name, wire in VALID.items():
         (HERE / f"{name}.msgpack").write_bytes(msgpack.packb(wire, use_bin_type=True))
-        (HERE / f"{name}.json").write_text(json.dumps(wire, indent=2) + "\n")
+        (HERE / f"{name}.json").write_text(json.dumps(wire, indent=2, default=as_json) + "\n")
     invalid = HERE / "invalid"
     invalid.mkdir(exist_ok=True)
     reasons = {}

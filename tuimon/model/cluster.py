@@ -23,32 +23,6 @@ HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
 MAX_EVENTS = 2000
 
 
-class Ring:
-    """A fixed-size ring of small numbers (0..255), a byte per sample: cheap at 4096 nodes."""
-
-    __slots__ = ("_data", "_n", "_pos")
-
-    def __init__(self, size: int = HISTORY) -> None:
-        self._data = bytearray(size)
-        self._n = 0
-        self._pos = 0
-
-    def push(self, value: int) -> None:
-        data = self._data
-        data[self._pos] = value if 0 <= value <= 255 else (0 if value < 0 else 255)
-        self._pos = (self._pos + 1) % len(data)
-        if self._n < len(data):
-            self._n += 1
-
-    def values(self) -> list[int]:
-        if self._n < len(self._data):
-            return list(self._data[:self._n])
-        return list(self._data[self._pos:] + self._data[:self._pos])
-
-    def __len__(self) -> int:
-        return self._n
-
-
 @dataclass(slots=True)
 class ClusterEvent:
     """An event as the viewer lists it: which node, when, what."""
@@ -71,8 +45,9 @@ class NodeState:
     reason: str | None = None
     last_seen: float | None = None  # monotonic
     version: int = 0
-    # Per-GPU busy history in %, for the node screen's sparklines.
-    util_hist: list[Ring] = field(default_factory=list)
+    # The overviews' busy bytes (a percent per GPU), newest last: the node screen's
+    # sparklines. One bytes object a sample, not a push per GPU: cheap at 4096 nodes.
+    busy_hist: deque[bytes] = field(default_factory=lambda: deque(maxlen=HISTORY))
     xids: int = 0
     dropped: int = 0
     # Step sums of the samples since the efficiency view last read them (merged, so a
@@ -98,6 +73,10 @@ class NodeState:
         if self.last_seen is None:
             return None
         return (now if now is not None else time.monotonic()) - self.last_seen
+
+    def busy_history(self, gpu: int) -> list[int]:
+        """GPU `gpu`'s busy percents over the last HISTORY samples (unknown as 0)."""
+        return [b[gpu] if gpu < len(b) and b[gpu] <= 100 else 0 for b in self.busy_hist]
 
     def gpu_values(self) -> list[dict[str, Any]]:
         return (self.detail.gpus or []) if self.detail is not None else []
@@ -209,9 +188,6 @@ class ClusterState:
             self.layout_version += 1
         node.hello = hello
         node.name = hello.node
-        n = len(hello.gpus)
-        if len(node.util_hist) != n:
-            node.util_hist = [Ring() for _ in range(n)]
         self._seen(node)
         if rebooted:
             self._event(node, ClusterEvent(node.name, time.time(), "node_rebooted", "warning",
@@ -234,8 +210,9 @@ class ClusterState:
             overview = build_overview(node.hello, sample)  # an agent without overviews
         if overview is not None:
             node.overview = overview
-            for ring, busy in zip(node.util_hist, overview.get("busy") or ()):
-                ring.push(busy if busy is not None else 0)
+            busy = overview.get("busy")
+            if busy is not None:
+                node.busy_hist.append(busy)
         node.conditions = extra.get("findings")
         self._seen(node)
 

@@ -11,7 +11,6 @@ in fields (node, GPU, port, leaf, file system, job).
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 
@@ -30,6 +29,13 @@ CONGESTED_WAIT = 1e4  # xmit_wait ticks/s: sustained above this, senders starve
 OUTLIER_FACTOR = 10.0  # a port or leaf this many times its peers' median stands out
 DROP_POINTS = 0.10
 RECOVER_POINTS = 0.03  # a drop clears once the SLI is back within this of where it was
+
+
+def _median(values: list[float]) -> float:
+    """statistics.median, without its per-call overhead (run per node per second)."""
+    s = sorted(values)
+    mid = len(s) // 2
+    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
 def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
@@ -129,28 +135,38 @@ class Diagnosis:
         return out
 
     def _congestion(self, cluster: ClusterState) -> list[Finding]:
-        ports: list[tuple[str, str, float]] = []  # (node, port, xmit_wait ticks/s)
+        # Per node, its ports and their xmit_wait (ticks/s), from the overviews: at 4096
+        # nodes that is ~33k ports a second, so whole lists, not a tuple per port.
+        nodes: list[tuple[str, list[str], list[float]]] = []
+        every: list[float] = []
         for n in cluster.nodes.values():
             ov = n.overview
-            if n.status != "up" or ov is None:
+            if ov is None or n.status != "up":
                 continue
             waits = ov.get("wait")
-            if waits:
-                name = n.name
-                ports.extend((name, p, w) for p, w in zip(ov.get("ports") or (), waits)
-                             if w is not None)
-        if not ports:
+            if not waits:
+                continue
+            ports = ov.get("ports") or []
+            if None in waits or len(ports) != len(waits):
+                pairs = [(p, w) for p, w in zip(ports, waits) if w is not None]
+                if not pairs:
+                    continue
+                ports, waits = [p for p, _ in pairs], [w for _, w in pairs]
+            nodes.append((n.name, ports, waits))
+            every.extend(waits)
+        if not every:
             return []
-        out = self._leaves(ports)
+        out = self._leaves(nodes)
         if any(f.leaf == "spine" for f in out):
             return out
         # Ports and nodes that stand out from all their peers: seen with or without a
         # topology (with one, the finding names the leaf too).
-        median = statistics.median(w for _, _, w in ports)
+        median = _median(every)
+        threshold = max(CONGESTED_WAIT, OUTLIER_FACTOR * max(median, 1.0))
         hot: dict[str, list[tuple[str, float]]] = {}
-        for node, port, wait in ports:
-            if wait >= CONGESTED_WAIT and wait >= OUTLIER_FACTOR * max(median, 1.0):
-                hot.setdefault(node, []).append((port, wait))
+        for node, ports, waits in nodes:
+            if max(waits) >= threshold:
+                hot[node] = [(p, w) for p, w in zip(ports, waits) if w >= threshold]
         flagged_leaves = {f.leaf for f in out}
         for node, items in sorted(hot.items()):
             leaf = self.topology.get(node)
@@ -163,29 +179,26 @@ class Diagnosis:
             out.append(Finding(
                 "warning", "congestion",
                 f"{node}{under}: congestion on {names}: xmit_wait {worst:,.0f}/s vs "
-                f"{median:,.0f}/s median of {len(ports)} ports",
+                f"{median:,.0f}/s median of {len(every)} ports",
                 node=node, port=items[0][0] if len(items) == 1 else None, leaf=leaf,
                 score=0.9))
         return out
 
-    def _leaves(self, ports: list[tuple[str, str, float]]) -> list[Finding]:
+    def _leaves(self, nodes: list[tuple[str, list[str], list[float]]]) -> list[Finding]:
         """With a topology: a leaf whose nodes all wait, or every leaf (the spine)."""
         if not self.topology:
             return []
-        per_node: dict[str, list[float]] = {}
-        for node, _, wait in ports:
-            per_node.setdefault(node, []).append(wait)
         per_leaf: dict[str, list[float]] = {}
         members: dict[str, list[str]] = {}
-        for node, waits in per_node.items():
+        for node, _, waits in nodes:
             leaf = self.topology.get(node)
             if leaf is None:
                 continue
-            per_leaf.setdefault(leaf, []).append(statistics.median(waits))
+            per_leaf.setdefault(leaf, []).append(_median(waits))
             members.setdefault(leaf, []).append(node)
         if not per_leaf:
             return []
-        medians = {leaf: statistics.median(v) for leaf, v in per_leaf.items()}
+        medians = {leaf: _median(v) for leaf, v in per_leaf.items()}
         hot = {leaf: m for leaf, m in medians.items() if m >= CONGESTED_WAIT}
         if not hot:
             return []
@@ -195,7 +208,7 @@ class Diagnosis:
         out = []
         for leaf, m in sorted(hot.items(), key=lambda x: -x[1]):
             others = [v for k, v in medians.items() if k != leaf]
-            base = statistics.median(others) if others else 0.0
+            base = _median(others) if others else 0.0
             if not others or m >= OUTLIER_FACTOR * max(base, 1.0):
                 n = len(per_leaf[leaf])
                 out.append(Finding("warning", "congestion",

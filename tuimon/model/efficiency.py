@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
 from tuimon.model.step_credit import JobCredit, StepCredit
+from tuimon_core.overview import busy_values
 
 WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
 # Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
@@ -101,13 +102,15 @@ class EfficiencyView:
         now = self._wall()
         self.now = now
         sums: dict[str, JobCredit] = {}
-        utils: list[int] = []
+        busy_sum = busy_n = 0
         for node in cluster.nodes.values():
             if node.sample is None or node.status != "up":
                 node.pending_steps = None  # steps of a node that is not up do not count
                 continue
             if node.overview is not None:
-                utils.extend(b for b in node.overview.get("busy") or () if b is not None)
+                known = busy_values(node.overview.get("busy") or b"")
+                busy_sum += sum(known)
+                busy_n += len(known)
             pending, node.pending_steps = node.pending_steps, None
             for job in self.credit.credit(node.target, pending, now):
                 state = self._job(job.job)
@@ -126,7 +129,7 @@ class EfficiencyView:
                         q.append((now, r.compute / r.steps))
                         state.rank_where[r.rank] = (node.name, r.rank % max(1, node.gpu_count)
                                                     if node.gpu_count else None)
-        self.proxy = sum(utils) / len(utils) / 100 if utils else None
+        self.proxy = busy_sum / busy_n / 100 if busy_n else None
         if self.gpu_peak is None:
             for node in cluster.nodes.values():
                 if node.hello and node.hello.gpus and node.hello.gpus[0].name:

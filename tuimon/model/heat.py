@@ -23,6 +23,7 @@ from tuimon_core.heat_levels import (
     gpu_busy,
     gpu_health,
 )
+from tuimon_core.overview import levels_of
 
 __all__ = ["BUSY_FIELDS", "FABRIC_MAP", "FABRIC_METRICS", "FAILED", "GLYPHS", "GPU_MAP",
            "GPU_METRICS", "LEVELS", "NO_DATA", "WORST_WINS", "HeatMetric", "MapKind", "fold",
@@ -59,13 +60,13 @@ class MapKind:
 
     def levels(self, node: Any, metric: HeatMetric,
                cpu_nodes: frozenset[str] = frozenset()) -> list[int]:
-        """Each cell's level, in order. Shared lists: read them, never change them."""
+        """Each cell's level, in order."""
         overview = node.overview
         levels = None if overview is None else (overview.get(self.section) or {}).get(
             metric.key)
         if levels is None:
             return [NO_DATA] * self.cell_count(node, cpu_nodes)
-        return levels
+        return levels_of(levels)
 
     def node_level(self, node: Any, metric: HeatMetric,
                    cpu_nodes: frozenset[str] = frozenset()) -> int:

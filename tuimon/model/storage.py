@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any
 
 from tuimon.model.cluster import ClusterState
 from tuimon_core.overview import SHARED_FSTYPES
@@ -11,6 +14,7 @@ from tuimon_core.overview import SHARED_FSTYPES
 __all__ = ["SHARED_FSTYPES", "FsAggregate", "StorageView"]
 
 HISTORY = 120
+_value = itemgetter(0)  # ties keep the nodes' order, as a stable sort does
 
 
 @dataclass
@@ -37,32 +41,41 @@ class StorageView:
         self.filesystems: dict[str, FsAggregate] = {}
 
     def update(self, cluster: ClusterState) -> None:
-        fresh: dict[str, FsAggregate] = {}
-        readers: dict[str, list[tuple[str, float]]] = {}
-        writers: dict[str, list[tuple[str, float]]] = {}
+        # Per mount: [fstype, read, write, metadata ops, nodes, size, free, readers,
+        # writers], summed from the overviews' shared file systems (every node, a second).
+        sums: dict[str, list[Any]] = {}
         for node in cluster.nodes.values():
-            if node.overview is None or node.status != "up":
+            ov = node.overview
+            if ov is None or node.status != "up":
                 continue
-            for fs in node.overview.get("fs") or ():  # shared file systems only
-                mount = fs["id"]
-                agg = fresh.get(mount)
-                if agg is None:
-                    old = self.filesystems.get(mount)
-                    agg = fresh[mount] = FsAggregate(mount, fs.get("fstype") or "?")
-                    if old is not None:
-                        agg.read_hist, agg.write_hist = old.read_hist, old.write_hist
+            filesystems = ov.get("fs")
+            if not filesystems:
+                continue
+            name = node.name
+            for fs in filesystems:
+                acc = sums.get(fs["id"])
+                if acc is None:
+                    acc = sums[fs["id"]] = [fs.get("fstype") or "?", 0, 0, 0.0, 0, None, None,
+                                            [], []]
                 r, w = fs.get("read") or 0, fs.get("write") or 0
-                agg.read += r
-                agg.write += w
-                agg.metadata_ops += fs.get("md_ops") or 0.0
-                agg.nodes += 1
+                acc[1] += r
+                acc[2] += w
+                acc[3] += fs.get("md_ops") or 0.0
+                acc[4] += 1
                 if fs.get("size") is not None:
-                    agg.size, agg.free = fs["size"], fs.get("free")
-                readers.setdefault(mount, []).append((node.name, r))
-                writers.setdefault(mount, []).append((node.name, w))
-        for mount, agg in fresh.items():
-            agg.read_hist.append(agg.read)
-            agg.write_hist.append(agg.write)
-            agg.top_readers = sorted(readers.get(mount, []), key=lambda x: -x[1])[:3]
-            agg.top_writers = sorted(writers.get(mount, []), key=lambda x: -x[1])[:3]
+                    acc[5], acc[6] = fs["size"], fs.get("free")
+                acc[7].append((r, name))
+                acc[8].append((w, name))
+        fresh: dict[str, FsAggregate] = {}
+        for mount, (fstype, read, write, md_ops, nodes, size, free, readers, writers) \
+                in sums.items():
+            agg = fresh[mount] = FsAggregate(mount, fstype, read, write, md_ops, nodes, size,
+                                             free)
+            old = self.filesystems.get(mount)
+            if old is not None:
+                agg.read_hist, agg.write_hist = old.read_hist, old.write_hist
+            agg.read_hist.append(read)
+            agg.write_hist.append(write)
+            agg.top_readers = [(n, v) for v, n in heapq.nlargest(3, readers, key=_value)]
+            agg.top_writers = [(n, v) for v, n in heapq.nlargest(3, writers, key=_value)]
         self.filesystems = fresh

@@ -76,6 +76,7 @@ REPLAY_HELP = """
   [ ]               a minute back / ahead   + -  faster / slower"""
 
 # Keys that act on the map: not while another screen (a node, the help) is up.
+DRAW_EVERY_S = 0.5  # map lines of nodes with new samples, between the 1 Hz judgements
 MAP_ACTIONS = frozenset({"switch_map", "sort", "reverse_sort", "filter", "clear_filter",
                          "next_job", "focus_diagnosis"})
 
@@ -239,6 +240,11 @@ class TuimonApp(App[None]):
             view.theme_changed()
 
     # -- refresh -------------------------------------------------------------------------
+
+    def draw(self) -> None:
+        """Between ticks: the map lines whose nodes sent something new."""
+        if self.cluster.layout_version == self._layout_seen and self.view.sort != "metric":
+            self.active_map.refresh_changed()
 
     def tick(self) -> None:
         """Once a second: ages, aggregates, and redraw of what changed."""

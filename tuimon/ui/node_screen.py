@@ -112,7 +112,7 @@ class NodeScreen(Screen[None]):
         sources: set[str] = set()
         for i in range(len(n.hello.gpus)):
             g = values[i] if i < len(values) else {}
-            hist = n.util_hist[i].values() if i < len(n.util_hist) else []
+            hist = n.busy_history(i)
             if g.get("failed"):
                 lines.append(f" {i:>2} [$error]FAILED: {safe(g['failed'], 100)}[/]")
                 continue

@@ -313,7 +313,7 @@ def _batch(m: dict[str, Any]) -> Batch:
         if (not isinstance(f, list) or len(f) != 2 or not isinstance(f[0], str)
                 or not isinstance(f[1], bytes)):
             raise ProtocolError(f"batch.frames[{i}]: expected [source name, frame bytes]")
-        frames.append((clean(f[0]), f[1]))
+        frames.append((f[0] if f[0].isprintable() else clean(f[0]), f[1]))
     sources = []
     for i, s in enumerate(m.get("sources") or []):
         if (not isinstance(s, list) or len(s) != 3 or not isinstance(s[0], str)
@@ -420,7 +420,8 @@ def _check_steps(steps: Any) -> None:
 def _check_overview(ov: Any) -> None:
     """The overview family: level lists, percents, port names, waits, file systems. Every
     length is bounded and every number's range checked, so a view can index and colour
-    with what it holds and nothing else."""
+    with what it holds and nothing else. Hot path (every node, every second, in every
+    viewer): lists are checked whole with C-level map/min/max, not element by element."""
     if type(ov) is not dict:
         raise ProtocolError(f"sample.overview: expected a map, got {_show(ov)}")
     for section, limit in (("gpu", MAX_GPUS), ("fabric", MAX_ENTITIES)):
@@ -430,27 +431,31 @@ def _check_overview(ov: Any) -> None:
         if type(levels) is not dict or len(levels) > 64:
             raise ProtocolError(f"sample.overview.{section}: expected a map of metric to "
                                 "levels")
-        for metric, values in levels.items():
-            if type(metric) is not str or not _is_levels(values, limit):
-                raise ProtocolError(f"sample.overview.{section}.{_show(metric)}: expected a "
-                                    f"list of at most {limit} levels (-2..8)")
-        if any(not metric.isprintable() for metric in levels):
+        if not _all_levels(levels, limit):  # all metrics at once; then say which one
+            for metric, values in levels.items():
+                if type(metric) is not str or not _all_levels({metric: values}, limit):
+                    raise ProtocolError(f"sample.overview.{section}.{_show(metric)}: expected "
+                                        f"at most {limit} level bytes (0..10)")
+        if not all(map(str.isprintable, levels)):
             ov[section] = {clean(k): v for k, v in levels.items()}
     busy = ov.get("busy")
-    if busy is not None and not (type(busy) is list and len(busy) <= MAX_GPUS and all(
-            b is None or (type(b) is int and 0 <= b <= 100) for b in busy)):
-        raise ProtocolError("sample.overview.busy: expected a list of percents (0..100) or nil")
+    if busy is not None and not (type(busy) is bytes and len(busy) <= MAX_GPUS and
+                                 max(busy.translate(None, b"\xff"), default=0) <= 100):
+        raise ProtocolError("sample.overview.busy: expected one byte per GPU, a percent "
+                            "(0..100) or 255 (unknown)")
     ports = ov.get("ports")
     if ports is not None:
-        if not (type(ports) is list and len(ports) <= MAX_ENTITIES and all(
-                type(p) is str and len(p) <= MAX_STR for p in ports)):
+        try:  # joined in C: a non-string fails here, and one check covers every name
+            names = "".join(ports) if type(ports) is list else None
+        except TypeError:
+            names = None
+        if names is None or len(ports) > MAX_ENTITIES or (
+                ports and max(map(len, ports)) > MAX_STR):
             raise ProtocolError("sample.overview.ports: expected a list of port names")
-        if not all(p.isprintable() for p in ports):
+        if not names.isprintable():
             ov["ports"] = [clean(p) for p in ports]
     wait = ov.get("wait")
-    if wait is not None and not (type(wait) is list and len(wait) <= MAX_ENTITIES and all(
-            w is None or (type(w) is int and w >= 0)
-            or (type(w) is float and w - w == 0 and w >= 0) for w in wait)):
+    if wait is not None and not _is_numbers(wait, MAX_ENTITIES, _NUM_OR_NIL, 0, None):
         raise ProtocolError("sample.overview.wait: expected a list of non-negative numbers")
     fs = ov.get("fs")
     if fs is not None:
@@ -462,16 +467,41 @@ def _check_overview(ov: Any) -> None:
                 raise ProtocolError(f"sample.overview.fs[{i}]: expected a map with a string "
                                     "'id'")
             _check_values(f, f"sample.overview.fs[{i}]", depth=2)
-    for key in [k for k in ov if k not in _OVERVIEW_KEYS]:
-        ov[clean(key)] = clean_tree(ov.pop(key))  # a newer agent's section
+    if not ov.keys() <= _OVERVIEW_KEYS:
+        for key in [k for k in ov if k not in _OVERVIEW_KEYS]:
+            ov[clean(key)] = clean_tree(ov.pop(key))  # a newer agent's section
 
 
 _OVERVIEW_KEYS = frozenset({"gpu", "busy", "ports", "fabric", "wait", "fs"})
+_STR_ONLY = frozenset({str})
+_NUM_OR_NIL = frozenset({int, float, type(None)})
 
 
-def _is_levels(values: Any, limit: int) -> bool:
-    return type(values) is list and len(values) <= limit and all(
-        type(x) is int and -2 <= x <= 8 for x in values)
+def _all_levels(levels: dict[Any, Any], limit: int) -> bool:
+    """metric -> bytes, each at most `limit` long, every byte a level (0..10)."""
+    for metric, data in levels.items():
+        if type(data) is not bytes or type(metric) is not str or len(data) > limit:
+            return False
+    return max(b"".join(levels.values()), default=0) <= 10
+
+
+def _is_numbers(values: Any, limit: int, types: frozenset[type], low: float,
+                high: float | None) -> bool:
+    """A list of at most `limit` numbers of `types` (nil among them if allowed), finite,
+    within [low, high]."""
+    if type(values) is not list or len(values) > limit:
+        return False
+    if not values:
+        return True
+    if not set(map(type, values)) <= types:
+        return False
+    if None in values:
+        values = [v for v in values if v is not None]
+        if not values:
+            return True
+    if float in types and not all(map(math.isfinite, values)):
+        return False
+    return min(values) >= low and (high is None or max(values) <= high)
 
 
 def _check_findings(rows: Any) -> None:
