@@ -22,6 +22,7 @@ from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_types import positive_float, positive_int
 from tuimon_core.errors import UsageError
 from tuimon_core.output import write_file
+from tuimon_core.overview import readable
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol.messages import Sample
 from tuimon_core.protocol.text import clean_lines
@@ -226,6 +227,9 @@ async def _take_one(config: AgentConfig) -> tuple[Sample, NodeAgent]:
 def once_report(agent: NodeAgent, sample: Sample) -> dict[str, Any]:
     hello = agent.hello
     assert hello is not None
+    wire = sample.to_wire()
+    if "overview" in wire:
+        wire["overview"] = readable(wire["overview"])
     return {
         "node": hello.node,
         "agent_version": hello.agent_version,
@@ -234,7 +238,7 @@ def once_report(agent: NodeAgent, sample: Sample) -> dict[str, Any]:
         "inventory": [g.to_wire() for g in hello.gpus],
         "ports": hello.extra.get("ports") or [],
         "fabric_status": hello.extra.get("fabric_status"),
-        "sample": sample.to_wire(),
+        "sample": wire,
     }
 
 

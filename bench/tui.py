@@ -41,6 +41,7 @@ import tempfile
 import termios
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -117,32 +118,78 @@ def _cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _wait_ready(server: subprocess.Popen[bytes], ready: Path) -> None:
+    while not ready.exists():
+        if server.poll() is not None:
+            raise RuntimeError("replay server failed")
+        time.sleep(0.1)
+
+
+def _upstream(via: str, nodes: int, base_port: int, rate: float, tmp: Path,
+              env: dict[str, str]) -> tuple[dict[str, subprocess.Popen[bytes]], list[str]]:
+    """The processes the app's data comes through, by name, and the app's --relay args.
+
+    direct: one replay server of every node; relay: that server and a relay; tree: four
+    replay servers of a quarter each, a relay on each, and a top relay over the four."""
+    procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def replay(name: str, count: int, base: int) -> None:
+        ready = tmp / f"ready-{name}"
+        procs[name] = subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "replay_server.py"), str(count),
+             "--base-port", str(base), "--ready", str(ready), "--rate", str(rate)],
+            env=env, cwd=ROOT)
+        _wait_ready(procs[name], ready)
+
+    def relay(name: str, port: int, targets: list[str], relays: list[str]) -> str:
+        args = ["--listen", f"127.0.0.1:{port}", "--ledger", str(tmp / f"{name}.db"),
+                "--log-level", "warning", "--name", name]
+        if targets:
+            (tmp / name).write_text("".join(t + "\n" for t in targets))
+            args += ["--targets-file", str(tmp / name)]
+        for r in relays:
+            args += ["--relay", r]
+        procs[name] = subprocess.Popen([sys.executable, "-m", "tuimon.cli", "relay", *args],
+                                       env=env, cwd=ROOT)
+        return f"127.0.0.1:{port}"
+
+    if via in ("direct", "relay"):
+        replay("replay server", nodes, base_port)
+        if via == "direct":
+            return procs, []
+        top = relay("relay", base_port - 1,
+                    [f"127.0.0.1:{base_port + i}" for i in range(nodes)], [])
+        time.sleep(3.0)
+        return procs, ["--relay", top]
+    quarter = nodes // 4
+    leaves = []
+    for k in range(4):
+        base = base_port + k * quarter
+        replay(f"replay server {k + 1}", quarter, base)
+        leaves.append(relay(f"relay {k + 1}", base_port - 2 - k,
+                            [f"127.0.0.1:{base + i}" for i in range(quarter)], []))
+    time.sleep(5.0)
+    top = relay("top relay", base_port - 1, [], leaves)
+    time.sleep(5.0)
+    return procs, ["--relay", top]
+
+
 def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
-             cols: int, rows: int, via_relay: bool = False,
-             full: bool = False) -> dict[str, float]:
+             cols: int, rows: int, via: str = "direct", full: bool = False,
+             rate: float = 1.0) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="tuimon-tui-bench-"))
-    relay: subprocess.Popen[bytes] | None = None
-    ready, out = tmp / "ready", tmp / "out.json"
+    out = tmp / "out.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    server = subprocess.Popen([sys.executable, str(ROOT / "bench" / "replay_server.py"),
-                               str(nodes), "--base-port", str(base_port), "--ready", str(ready)],
-                              env=env, cwd=ROOT)
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        while not ready.exists():
-            if server.poll() is not None:
-                raise RuntimeError("replay server failed")
-            time.sleep(0.1)
-        relay_args: list[str] = []
-        if via_relay:
-            targets = tmp / "targets"
-            targets.write_text("".join(f"127.0.0.1:{base_port + i}\n" for i in range(nodes)))
-            relay_port = base_port - 1
-            relay = subprocess.Popen(
-                [sys.executable, "-m", "tuimon.cli", "relay", "--targets-file", str(targets),
-                 "--listen", f"127.0.0.1:{relay_port}", "--ledger", str(tmp / "ledger.db"),
-                 "--log-level", "warning"], env=env, cwd=ROOT)
-            relay_args = ["--relay", f"127.0.0.1:{relay_port}"]
-            time.sleep(3.0)
+        procs, relay_args = _upstream(via, nodes, base_port, rate, tmp, env)
         pid, fd = pty.fork()
         if pid == 0:
             os.environ.update(env, TERM="xterm-256color", COLUMNS=str(cols), LINES=str(rows))
@@ -153,13 +200,15 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         t_start = time.monotonic()
         cpu0 = bytes0 = None
+        others0: dict[str, float] = {}
+        others1: dict[str, float] = {}
+        rss: dict[str, float] = {}
         total = 0
         tail = b""
         while True:
             if cpu0 is None and time.monotonic() - t_start >= warmup:
                 cpu0, bytes0, t0 = _cpu_s(pid), total, time.monotonic()
-                relay_cpu0 = _cpu_s(relay.pid) if relay is not None else 0.0
-                server_cpu0 = _cpu_s(server.pid)
+                others0 = {name: _cpu_s(p.pid) for name, p in procs.items()}
                 try:
                     cpu_before_end = _cpu_s(pid)
                 except OSError:
@@ -179,8 +228,8 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
                     cpu_before_end = _cpu_s(pid)
                     t_end = time.monotonic()
                     bytes_end = total
-                    relay_cpu1 = _cpu_s(relay.pid) if relay is not None else 0.0
-                    server_cpu1 = _cpu_s(server.pid)
+                    others1 = {name: _cpu_s(p.pid) for name, p in procs.items()}
+                    rss = {name: _rss_mib(p.pid) for name, p in procs.items()}
                 except OSError:
                     pass
         os.waitpid(pid, 0)
@@ -190,26 +239,33 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
         result = json.loads(out.read_text())
         lat = sorted(result["latencies"])
         window = t_end - t0
+        others = {name: {"cpu_share": (others1[name] - others0[name]) / window,
+                         "rss_mib": rss.get(name, 0.0)} for name in procs}
         return {
             "nodes": nodes,
-            "via": ("relay" if via_relay else "direct") + (" (full frames)" if full else ""),
+            "via": via + (" (full frames)" if full else ""),
+            "rate": rate,
             "cpu_share": (cpu_before_end - cpu0) / window,
             "latency_p50": lat[len(lat) // 2] if lat else float("nan"),
             "latency_p95": lat[int(len(lat) * 0.95)] if lat else float("nan"),
             "samples_drawn": len(lat),
             "samples_per_node_s": len(lat) / nodes / seconds,
+            # Of the samples sent (the replay rate): what share reached the screen.
+            "shown_of_sent": len(lat) / nodes / seconds / rate,
             # The other processes on the same cores: who kept up, who did not.
-            "relay_cpu_share": (relay_cpu1 - relay_cpu0) / window if via_relay else None,
-            "replay_server_cpu_share": (server_cpu1 - server_cpu0) / window,
+            "relay_cpu_share": others["relay"]["cpu_share"] if "relay" in others else None,
+            "others": others,
             "terminal_bytes_per_s": (bytes_end - bytes0) / window,
             "nodes_up": result["nodes_up"]["up"],
         }
     finally:
-        if relay is not None:
-            relay.send_signal(signal.SIGTERM)
-            relay.wait(15)
-        server.send_signal(signal.SIGTERM)
-        server.wait(10)
+        for proc in reversed(list(procs.values())):
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs.values():
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def main() -> None:
@@ -224,8 +280,12 @@ def main() -> None:
     ap.add_argument("--ready", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--relay", help=argparse.SUPPRESS)
-    ap.add_argument("--via", choices=["direct", "relay", "both"], default="direct",
-                    help="connect the app to every node, or to a relay that does")
+    ap.add_argument("--via", choices=["direct", "relay", "both", "tree"], default="direct",
+                    help="connect the app to every node, to a relay that does, or to a "
+                         "top relay over four relays of a quarter of the nodes each")
+    ap.add_argument("--rate", type=float, default=1.0,
+                    help="samples per node per second the replayed nodes send (scale it down "
+                         "when two cores cannot carry the whole tree)")
     ap.add_argument("--full-frames", action="store_true",
                     help="the app takes every value of every node (as before overviews)")
     args = ap.parse_args()
@@ -236,13 +296,15 @@ def main() -> None:
     rows = []
     vias = ["direct", "relay"] if args.via == "both" else [args.via]
     for n, via in [(n, v) for v in vias for n in args.nodes]:
-        r = _measure(n, args.seconds, args.warmup, args.base_port, 200, 50, via == "relay",
-                     args.full_frames)
+        r = _measure(n, args.seconds, args.warmup, args.base_port, 200, 50, via,
+                     args.full_frames, args.rate)
         rows.append(r)
-        others = (f", relay {100 * r['relay_cpu_share']:.0f} %" if r["relay_cpu_share"] is not None
-                  else "") + f", replay server {100 * r['replay_server_cpu_share']:.0f} %"
-        print(f"{n} nodes {r['via']}{others}: app CPU {100 * r['cpu_share']:.1f} % of a core, "
-              f"{r['samples_per_node_s']:.2f} samples shown/node/s, latency p50 "
+        others = "".join(f", {name} {100 * o['cpu_share']:.0f} % ({o['rss_mib']:.0f} MiB)"
+                         for name, o in r["others"].items())
+        print(f"{n} nodes {r['via']} at {r['rate']:g} Hz{others}: app CPU "
+              f"{100 * r['cpu_share']:.1f} % of a core, "
+              f"{r['samples_per_node_s']:.2f} samples shown/node/s "
+              f"({100 * r['shown_of_sent']:.0f} % of those sent), latency p50 "
               f"{r['latency_p50']:.2f} s p95 {r['latency_p95']:.2f} s, terminal "
               f"{r['terminal_bytes_per_s'] / 1024:.1f} KiB/s, {r['nodes_up']} up", flush=True)
     print()

@@ -318,3 +318,29 @@ def test_the_relays_envelope_read_finds_each_familys_bytes() -> None:
     for key, (start, end) in sample.spans.items():
         assert msgpack.unpackb(b"\x81" + data[start:end]) == {key: wire[key]}
     assert encode(Subscribe(detail=["a:1"])) != encode(Subscribe())
+
+
+async def test_the_relays_metrics_page_on_what_its_nodes_found(unused_tcp_port_factory) -> None:
+    """A GPU falls off the bus: the agent's conditions reach the relay, whose /metrics
+    exports the finding (one scrape of the relay covers the cluster)."""
+    import aiohttp
+
+    sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="xid-79", fault_at=0.0, nodes_per_leaf=1)
+    async with sim, Relay(relay_config(sim.targets)) as relay:
+        failed = sim.truth()["components"][0].split(" GPU ")[0]
+        url = f"http://127.0.0.1:{relay.port}/metrics"
+        text = ""
+
+        async def scrape() -> str:
+            async with aiohttp.ClientSession() as session, session.get(url) as resp:
+                return await resp.text()
+
+        for _ in range(100):
+            text = await scrape()
+            if 'tuimon_finding{' in text and f'node="{failed}"' in text:
+                break
+            await asyncio.sleep(0.1)
+        line = next(x for x in text.splitlines() if x.startswith("tuimon_finding{")
+                    and f'node="{failed}"' in x)
+        assert 'severity="critical"' in line and f'component="{failed} GPU' in line

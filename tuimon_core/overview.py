@@ -51,6 +51,18 @@ def busy_values(data: bytes) -> bytes:
     return data.translate(None, bytes([BUSY_UNKNOWN]))
 
 
+def readable(overview: dict[str, Any]) -> dict[str, Any]:
+    """The overview with levels and percents as numbers (nil: unknown), for JSON and
+    people (`tuimon-agent once --json`)."""
+    out = dict(overview)
+    for section in ("gpu", "fabric"):
+        if isinstance(out.get(section), dict):
+            out[section] = {k: levels_of(v) for k, v in out[section].items()}
+    if isinstance(out.get("busy"), bytes):
+        out["busy"] = [None if b == BUSY_UNKNOWN else b for b in out["busy"]]
+    return out
+
+
 def _whole(value: Any) -> int | None:
     return None if value is None else int(value + 0.5)
 

@@ -42,6 +42,7 @@ from tuimon_core.protocol import (
     encode_map,
     unpack,
 )
+from tuimon_core.protocol.codec import sample_spans
 from tuimon_core.protocol.families import FAMILY_KEYS, Frame, keep_families, wants_events
 from tuimon_core.timing import aged_state, lost_state
 
@@ -84,15 +85,23 @@ class SampleFrame:
         return self.message.extra.get("steps") if self.steps is _AS_SENT else self.steps
 
     def encoded(self, families: frozenset[str] | None) -> bytes:
-        if families is None and self.steps is _AS_SENT and not self.added:
-            return self.raw
+        if self.steps is _AS_SENT and not self.added and (
+                families is None or self._within(families)):
+            return self.raw  # nothing to leave out: the agent's bytes as they came
         data = self._cache.get(families)
         if data is None:
             data = self._cache[families] = self._encode(families)
         return data
 
+    def _within(self, families: frozenset[str]) -> bool:
+        keys = self.message.keys
+        return keys is not None and all(
+            _FAMILY_OF_KEY.get(k) in families for k in keys if k in _FAMILY_OF_KEY)
+
     def _encode(self, families: frozenset[str] | None) -> bytes:
         spans = self.message.spans
+        if spans is None and self.message.keys is not None:
+            spans = self.message.spans = sample_spans(self.raw)
         replaced = dict(self.added or {})
         if self.steps is not _AS_SENT:
             replaced["steps"] = self.steps
@@ -139,8 +148,8 @@ class Source:
 
 def _lacks_overview(message: Sample) -> bool:
     """A full sample without an overview: an agent that predates them."""
-    if message.spans is not None:
-        return "gpus" in message.spans and "overview" not in message.spans
+    if message.keys is not None:
+        return "gpus" in message.keys and "overview" not in message.keys
     return message.gpus is not None and "overview" not in message.extra
 
 

@@ -92,10 +92,35 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES,
     its envelope and `steps` only. Other types are decoded whole.
     """
     if not deep:
+        if len(data) <= SMALL_FRAME_BYTES:
+            # An overview-sized frame: one C-level unpack costs less than stepping over
+            # its sections; its keys are kept, and where each lies is found only if a
+            # relay must ever slice it (sample_spans).
+            m = unpack(data, max_bytes=max_bytes)
+            if m.get("t") == "sample":
+                keys = tuple(k for k in m if type(k) is str)
+                for key in _FORWARDED_UNREAD.intersection(m):
+                    del m[key]
+                message = decode_map(m)
+                if isinstance(message, Sample):
+                    message.keys = keys
+                return message
+            return decode_map(m)
         message = _sample_envelope(data, max_bytes)
         if message is not None:
             return message
     return decode_map(unpack(data, max_bytes=max_bytes))
+
+
+# A relay reads frames up to this size whole (C), larger ones by stepping over sections.
+SMALL_FRAME_BYTES = 2048
+
+
+def sample_spans(data: bytes) -> dict[str, tuple[int, int]] | None:
+    """Where each top-level key's bytes lie in a sample as received (None: not a
+    well-formed sample), for a relay that forwards a subset of its families."""
+    message = _sample_envelope(data, len(data))
+    return None if message is None else message.spans
 
 
 # Sections of a sample a relay forwards without reading.
@@ -138,6 +163,7 @@ def _sample_envelope(data: bytes, max_bytes: int) -> Sample | None:
             del m[key]
     sample = _sample(m)  # the forwarded sections are gone from m: envelope, steps, findings
     sample.spans = spans
+    sample.keys = tuple(spans)
     return sample
 
 
@@ -474,7 +500,7 @@ def _check_overview(ov: Any) -> None:
 
 _OVERVIEW_KEYS = frozenset({"gpu", "busy", "ports", "fabric", "wait", "fs"})
 _STR_ONLY = frozenset({str})
-_NUM_OR_NIL = frozenset({int, float, type(None)})
+_NUM_OR_NIL: frozenset[type] = frozenset({int, float, type(None)})
 
 
 def _all_levels(levels: dict[Any, Any], limit: int) -> bool:

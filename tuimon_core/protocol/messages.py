@@ -94,6 +94,8 @@ class Sample:
     # set by decode(deep=False) so a relay can forward a subset of the families as the
     # agent's own bytes, without decoding or encoding them again.
     spans: dict[str, tuple[int, int]] | None = None
+    # Not on the wire: the top-level keys as received (decode(deep=False)).
+    keys: tuple[str, ...] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
