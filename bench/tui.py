@@ -96,10 +96,6 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
 
     app = MeasuredApp(ClusterState(f"bench {nodes}"), sources=sources, refresh=1.0)
     app._t0 = time.time()  # type: ignore[attr-defined]
-    if os.environ.get("TUIMON_BENCH_GC"):  # experiment: the collector's thresholds
-        import gc
-
-        gc.set_threshold(*map(int, os.environ["TUIMON_BENCH_GC"].split(",")))
     if os.environ.get("TUIMON_BENCH_PROFILE"):
         import cProfile
 

@@ -311,12 +311,19 @@ def test_the_relays_envelope_read_finds_each_familys_bytes() -> None:
     wire = {"v": 1, "t": "sample", "seq": 5, "ts": 1.0, "interval": 1.0,
             "gpus": [{"util": 0.5}], "overview": {"busy": b"\x32"}, "findings": [],
             "steps": {"jobs": []}}
+    from tuimon_core.protocol.codec import sample_spans
+
     data = msgpack.packb(wire)
     sample = decode(data, deep=False)
-    assert isinstance(sample, Sample) and sample.spans is not None
-    assert sample.gpus is None  # stepped over, not built
-    for key, (start, end) in sample.spans.items():
+    assert isinstance(sample, Sample) and sample.keys == tuple(wire)
+    assert sample.gpus is None and "overview" not in sample.extra  # not built
+    spans = sample_spans(data)  # found only when a relay must slice the frame
+    assert spans is not None and tuple(spans) == tuple(wire)
+    for key, (start, end) in spans.items():
         assert msgpack.unpackb(b"\x81" + data[start:end]) == {key: wire[key]}
+    big = msgpack.packb({**wire, "host": {"pad": "x" * 4000}})  # past the small size
+    stepped = decode(big, deep=False)
+    assert isinstance(stepped, Sample) and stepped.spans is not None and stepped.host is None
     assert encode(Subscribe(detail=["a:1"])) != encode(Subscribe())
 
 

@@ -63,6 +63,21 @@ def _map_header(n: int) -> bytes:
 _FAMILY_OF_KEY = {key: family for family, key in FAMILY_KEYS.items()}
 
 
+_FAMILIES_IN: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def _families_in(keys: tuple[str, ...]) -> frozenset[str]:
+    """The families a sample with these top-level keys carries (frames of one agent
+    version share their keys: a small cache)."""
+    found = _FAMILIES_IN.get(keys)
+    if found is None:
+        if len(_FAMILIES_IN) > 256:
+            _FAMILIES_IN.clear()
+        found = _FAMILIES_IN[keys] = frozenset(
+            _FAMILY_OF_KEY[k] for k in keys if k in _FAMILY_OF_KEY)
+    return found
+
+
 class SampleFrame:
     """A sample as the agent's bytes. The relay read only its envelope, steps and findings
     (`decode(deep=False)`, which also says where each top-level key's bytes lie), so an
@@ -85,18 +100,19 @@ class SampleFrame:
         return self.message.extra.get("steps") if self.steps is _AS_SENT else self.steps
 
     def encoded(self, families: frozenset[str] | None) -> bytes:
-        if self.steps is _AS_SENT and not self.added and (
-                families is None or self._within(families)):
-            return self.raw  # nothing to leave out: the agent's bytes as they came
         data = self._cache.get(families)
         if data is None:
-            data = self._cache[families] = self._encode(families)
+            if self.steps is _AS_SENT and not self.added and (
+                    families is None or self._within(families)):
+                data = self.raw  # nothing to leave out: the agent's bytes as they came
+            else:
+                data = self._encode(families)
+            self._cache[families] = data
         return data
 
     def _within(self, families: frozenset[str]) -> bool:
         keys = self.message.keys
-        return keys is not None and all(
-            _FAMILY_OF_KEY.get(k) in families for k in keys if k in _FAMILY_OF_KEY)
+        return keys is not None and _families_in(keys) <= families
 
     def _encode(self, families: frozenset[str] | None) -> bytes:
         spans = self.message.spans
@@ -346,7 +362,7 @@ class FanOut:
                 feed.offer_sample(name, source.sample)
 
     def _feeds(self, source: Source) -> Iterable[ViewerFeed]:
-        return (f for f in self.viewers if f.wants(source))
+        return [f for f in self.viewers if f.nodes is None or f.wants(source)]
 
     # -- StreamSink -----------------------------------------------------------------
 

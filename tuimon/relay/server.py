@@ -23,6 +23,7 @@ from prometheus_client.registry import Collector
 from tuimon.relay.fanout import FanOut, ViewerFeed
 from tuimon.relay.ledger import Ledger
 from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
+from tuimon_core import heap
 from tuimon_core.hostlist import TargetError
 from tuimon_core.protocol import ProtocolError, Subscribe
 from tuimon_core.serving.guard import guard_of
@@ -77,6 +78,7 @@ async def _upstream(app: web.Application) -> AsyncIterator[None]:
                         relays=state.relays) as streams:
         state.streams = streams
         state.apply_demand()
+        heap.settle()  # thousands of streams exist now; frames churn from here on
         yield
         state.streams = {}
 

@@ -40,6 +40,7 @@ from tuimon.ui.panels import (
 )
 from tuimon.ui.text import safe
 from tuimon.ui.theme_files import DEFAULT_THEME, heat_variable_defaults, load_themes
+from tuimon_core import heap
 from tuimon_core.hostlist import collect_hostlist
 
 HELP = """\
@@ -224,6 +225,13 @@ class TuimonApp(App[None]):
         self._layout_seen = -1
         self.tick()
         self.set_interval(self.refresh_every, self.tick)
+        # Samples reach the map between judgements: at the judgement's own pace a node's
+        # sample that arrives just after a tick waits a second, and one superseded before
+        # the next is never drawn. Only the changed lines are redrawn.
+        self.set_interval(min(self.refresh_every, DRAW_EVERY_S), self.draw)
+        # What exists now (widgets, styles, themes) lives as long as the app; samples
+        # churn from here on (tuimon_core.heap).
+        heap.settle()
 
     async def on_unmount(self) -> None:
         for task in self._tasks:

@@ -119,6 +119,8 @@ class HeatmapView(ScrollView, can_focus=True):
         self._hm_cells = 8
         # Keyed by what a line shows, so a line whose content changed is simply a miss.
         self._hm_strips: LRUCache[tuple[Any, ...], Strip] = LRUCache(STRIP_CACHE_LINES)
+        # target -> (the overview, metric index, the node folded to one cell)
+        self._hm_folds: dict[str, tuple[Any, int, int]] = {}
         self._hm_styles: dict[str, Style] = {}
         self._hm_theme_gen = 0
         # Node name -> "critical" | "warning": named by the diagnosis, drawn highlighted.
@@ -206,6 +208,7 @@ class HeatmapView(ScrollView, can_focus=True):
                 self._hm_where[node.target] = (li, x)
                 x += self._tile_width()
         self._hm_strips.clear()
+        self._hm_folds.clear()
         self.virtual_size = Size(width, len(lines))
         rows = max(MIN_ROWS, min(len(lines), height))
         if self.styles.height is None or self.styles.height.value != rows:
@@ -266,9 +269,26 @@ class HeatmapView(ScrollView, can_focus=True):
     def _key(self, li: int) -> tuple[Any, ...]:
         line = self._hm_lines[li]
         cur = self.current
-        return (self._hm_theme_gen, self.metric_index, self.folded, line.label,
-                tuple((n.target, n.version, n.status, n is cur, self.faults.get(n.name))
+        faults = self.faults
+        if self.folded:
+            # What the line shows, not how new its data is: a folded line holds a hundred
+            # nodes, each sending a sample a second, and is redrawn only when a cell's
+            # glyph or colour would change.
+            return (self._hm_theme_gen, self.metric_index, True, line.label,
+                    tuple((self._folded_level(n), n.status, n is cur, faults.get(n.name))
+                          for n in line.nodes))
+        return (self._hm_theme_gen, self.metric_index, False, line.label,
+                tuple((n.target, n.version, n.status, n is cur, faults.get(n.name))
                       for n in line.nodes))
+
+    def _folded_level(self, node: NodeState) -> int:
+        """The node as one cell, computed once per overview and metric."""
+        cached = self._hm_folds.get(node.target)
+        if cached is not None and cached[0] is node.overview and cached[1] == self.metric_index:
+            return cached[2]
+        level = fold(self.metric, self._levels(node))  # the same fold the sort uses
+        self._hm_folds[node.target] = (node.overview, self.metric_index, level)
+        return level
 
     def render_line(self, y: int) -> Strip:
         li = y + self.scroll_offset.y
@@ -290,14 +310,14 @@ class HeatmapView(ScrollView, can_focus=True):
         segments: list[Segment] = []
         cur = self.current
         for node in line.nodes:
-            levels = self._levels(node)
             if self.folded:
-                level = fold(self.metric, levels)  # the same fold the sort uses
+                level = self._folded_level(node)
                 style = self._cell_style(node, level)
                 if node is cur:
                     style = style + Style(reverse=True)
                 segments.append(Segment(self._glyph(node, level) * 2, style))
                 continue
+            levels = self._levels(node)
             fault = self.faults.get(node.name)
             name_style = (self._style("cursor") if node is cur else
                           self._style(node.status if node.status in ("stale", "down")

@@ -206,7 +206,9 @@ class Batch:
             "t": "batch",
             "ts": self.ts,
             "relay": self.relay,
-            "frames": [[source, data] for source, data in self.frames],
+            # (source, bytes) pairs pack as msgpack arrays as they are: no list of lists
+            # built per batch (thousands of frames, every quarter second, per viewer).
+            "frames": self.frames,
         }
         if self.sources:
             out["sources"] = [list(s) for s in self.sources]

@@ -1,0 +1,26 @@
+"""The garbage collector's settings for processes that hold thousands of nodes.
+
+A viewer or relay of 4096 nodes replaces every node's sample each second: hundreds of
+thousands of container objects a second, nearly all freed by reference counting alone.
+With the collector's defaults each 700 net allocations start a young collection, and
+survivors pile into the old generation until full collections walk everything the
+process holds, many times a second: measured, that was half of a relay's CPU at 4096
+agents (bench/relay.py: 37 % -> 19 % of a core). Cycles are still collected, just not
+so eagerly; memory stayed the same or lower.
+"""
+
+from __future__ import annotations
+
+import gc
+
+# Young collections after this many net allocations (default 700); older generations
+# after this many younger collections (default 10 each).
+THRESHOLDS = (20_000, 20, 20)
+
+
+def settle() -> None:
+    """Call once the process's long-lived objects exist (widgets, streams, sessions):
+    they are moved out of the collector's sight, and the thresholds raised."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*THRESHOLDS)
