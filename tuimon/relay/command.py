@@ -5,7 +5,6 @@ run's SLO ledger. Part of the viewer's install: the agent's install never import
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import socket
@@ -83,20 +82,6 @@ def default_ledger_path() -> Path:
     return Path(base) / "tuimon" / "ledger.db"
 
 
-def fast_event_loop() -> str:
-    """uvloop where it is installed (it is a dependency on Linux and macOS): the relay's
-    cost is mostly the event loop's own work per message, for thousands of connections,
-    and uvloop's is a fraction of asyncio's. Returns which loop runs."""
-    if os.environ.get("TUIMON_ASYNCIO") == "1":
-        return "asyncio (TUIMON_ASYNCIO=1)"
-    try:
-        import uvloop
-    except ImportError:
-        return "asyncio"
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return "uvloop"
-
-
 def run_relay(args: argparse.Namespace) -> int:
     """Serve until stopped; wrong targets, ledger, token or TLS files are refused
     (UsageError) before anything listens."""
@@ -122,9 +107,8 @@ def run_relay(args: argparse.Namespace) -> int:
         upstream_ssl=upstream_ssl, upstream_insecure=args.upstream_insecure)
     app, state = build_relay(config)
     ssl_ctx = server_ssl_context(args.tls_cert, args.tls_key)
-    loop = fast_event_loop()
-    log.info("tuimon relay %s on %s://%s: %d targets, %d relays, ledger %s, %s event loop",
-             __version__, "https" if ssl_ctx else "http", listen, len(state.targets),
-             len(state.relays), state.ledger.path if state.ledger else "off", loop)
+    log.info("tuimon relay %s on %s://%s: %d targets, %d relays, ledger %s", __version__,
+             "https" if ssl_ctx else "http", listen, len(state.targets), len(state.relays),
+             state.ledger.path if state.ledger else "off")
     serve(app, listen, ssl_ctx)
     return 0
