@@ -132,7 +132,7 @@ def collect(quick: bool) -> list[dict[str, Any]]:
     # at a quarter of that; each relay's CPU per node-sample makes the extrapolation.
     n, rate = ("1024", "0.25") if quick else ("16384", "0.25")
     t = _run("tui.py", "--nodes", n, "--via", "tree", "--rate", rate, "--seconds", secs,
-             "--warmup", "15" if quick else "25", "--base-port", "1100")[0]
+             "--warmup", "15" if quick else "30", "--base-port", "2100")[0]
     group = f"tree, {n} nodes -> 4 relays -> top relay -> app, {rate} Hz"
     rows.append(_row(group, "app CPU, one core", 100 * t["cpu_share"], "%", ".1f"))
     rows.append(_row(group, "samples shown, of those sent", 100 * t["shown_of_sent"], "%",
