@@ -269,3 +269,53 @@ def test_relay_envelope_decode(data: bytes) -> None:
     if quick is not None and hasattr(quick, "seq"):
         assert (quick.seq, quick.ts, quick.interval, quick.extra.get("steps")) == (
             full.seq, full.ts, full.interval, full.extra.get("steps"))
+
+
+_OVERVIEW_PART = st.one_of(
+    st.none(), st.integers(-300, 300), st.floats(), st.text(max_size=5),
+    st.binary(max_size=70), st.lists(st.one_of(st.none(), st.integers(-3, 300), st.floats(),
+                                                st.text(max_size=4)), max_size=70),
+    st.dictionaries(st.sampled_from(["util", "mem", "temp", "id", "read", "\x1b"]),
+                    st.one_of(st.binary(max_size=9), st.integers(), st.text(max_size=4)),
+                    max_size=4))
+
+
+@FUZZ
+@given(st.dictionaries(st.sampled_from(["gpu", "busy", "ports", "fabric", "wait", "fs",
+                                        "future"]), _OVERVIEW_PART, max_size=7),
+       st.lists(st.dictionaries(st.sampled_from(["severity", "kind", "message", "gpu",
+                                                 "port", "fs", "score", "node"]),
+                                st.one_of(st.sampled_from(["critical", "warning", "info"]),
+                                          st.text(max_size=6), st.integers(-2, 70),
+                                          st.floats(), st.none()), max_size=8),
+                max_size=3),
+       st.one_of(st.none(), st.lists(st.text(max_size=6), max_size=3), st.integers()))
+def test_overview_findings_and_detail(overview: dict[str, object], findings: list[object],
+                                      detail: object) -> None:
+    """The overview and findings families, and a subscription's detail: each is refused
+    with a reason naming it, or reads back as what views may index and colour with."""
+    from tuimon_core.heat_levels import FAILED
+    from tuimon_core.overview import findings_from_wire, levels_of
+
+    sample = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                            "overview": overview, "findings": findings})
+    for deep in (True, False):
+        try:
+            message = decode(sample, deep=deep)
+        except ProtocolError as exc:
+            assert "sample.overview" in exc.reason or "sample.findings" in exc.reason
+            continue
+        ov = message.extra.get("overview")  # type: ignore[union-attr]
+        if ov is not None:
+            for section in ("gpu", "fabric"):
+                for data in (ov.get(section) or {}).values():
+                    assert all(FAILED - 1 <= lv <= 8 for lv in levels_of(data))
+        for f in findings_from_wire(message.extra["findings"], "n1"):  # type: ignore[union-attr]
+            assert f.node == "n1" and f.message.isprintable()
+    subscribe = msgpack.packb({"v": 1, "t": "subscribe", "detail": detail})
+    try:
+        sub = decode(subscribe)
+    except ProtocolError as exc:
+        assert "subscribe.detail" in exc.reason
+        return
+    assert sub.detail is None or all(isinstance(n, str) for n in sub.detail)  # type: ignore[union-attr]
