@@ -27,10 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _header(n: int) -> bytes:
-    return bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")
-
-
 class Template:
     """One node's sample, its pairs other than seq and ts packed once per family set."""
 
@@ -41,6 +37,7 @@ class Template:
     def frame(self, families: frozenset[str] | None, seq: int, ts: float) -> bytes:
         import msgpack
 
+        from tuimon_core.protocol.codec import map_header
         from tuimon_core.protocol.families import keep_families
 
         body = self._bodies.get(families)
@@ -50,7 +47,7 @@ class Template:
                      if k not in ("seq", "ts")]
             body = self._bodies[families] = (len(pairs), b"".join(pairs))
         n, data = body
-        return (_header(n + 2) + b"\xa3seq" + msgpack.packb(seq) + b"\xa2ts"
+        return (map_header(n + 2) + b"\xa3seq" + msgpack.packb(seq) + b"\xa2ts"
                 + msgpack.packb(ts) + data)
 
 

@@ -33,6 +33,7 @@ from tests.seeded import judged
 from tests.trees import unttar, write
 from tuimon.model.cluster import ClusterState
 from tuimon.sources.prometheus import PromOptions, PromSource
+from tuimon_core.overview import busy_values
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -288,6 +289,13 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
     assert fs["/A"]["fstype"] == "nfs" and fs["/B"]["fstype"] == "nfs4"
     assert 2e9 < fs["/A"]["read_bytes_s"] < 8e9  # O_DIRECT reads counted, by mount point
     assert fs["/A"]["size"] > 0
+    # The overview the viewer builds from these real scrapes (no agent made one): one
+    # level per GPU and port, busy from DCGM's engine activity, the NFS mounts shared.
+    ov = node.overview
+    assert ov is not None and len(ov["gpu"]["util"]) == 1 and len(ov["fabric"]["util"]) == 1
+    assert busy_values(ov["busy"]) == bytes([round(g["gr_active"] * 100)])
+    assert ov["ports"] == ["mlx5_0:1"] and {f["id"] for f in ov["fs"]} >= {"/A", "/B"}
+    assert [f["read"] for f in ov["fs"] if f["id"] == "/A"] == [round(fs["/A"]["read_bytes_s"])]
 
     # MIG: the A800's GPU 0 is three 2g.20gb instances; memory summed, power once.
     a = cluster.nodes["msxf-hpc-64-35-ai"]

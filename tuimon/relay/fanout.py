@@ -42,7 +42,7 @@ from tuimon_core.protocol import (
     encode_map,
     unpack,
 )
-from tuimon_core.protocol.codec import sample_spans
+from tuimon_core.protocol.codec import map_header, sample_spans
 from tuimon_core.protocol.families import FAMILY_KEYS, Frame, keep_families, wants_events
 from tuimon_core.timing import aged_state, lost_state
 
@@ -53,10 +53,6 @@ MAX_VIEWER_EVENTS = 1000
 
 _AS_SENT = object()
 _pack = partial(msgpack.packb, use_bin_type=True)
-
-
-def _map_header(n: int) -> bytes:
-    return bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")
 
 
 # The sample keys each family owns, to drop for a subscriber without that family.
@@ -136,7 +132,7 @@ class SampleFrame:
             family = _FAMILY_OF_KEY.get(key)
             if value is not None and (families is None or family is None or family in families):
                 parts.append(_pack(key) + _pack(value))
-        return _map_header(len(parts)) + b"".join(parts)
+        return map_header(len(parts)) + b"".join(parts)
 
 
 @dataclass(slots=True)

@@ -57,9 +57,9 @@ class RelayState:
         """Ask each upstream for what the viewers want now: each agent its own families
         (every value for a node a viewer looks at closely), each upstream relay the union.
         A stream sends a subscribe only when its own changed."""
+        families, detail = self.fanout.relay_subscription()  # the same for every relay
         for target, stream in self.streams.items():
             if stream.relay:
-                families, detail = self.fanout.relay_subscription()
                 stream.set_families(families)
                 stream.set_detail(detail)
             else:

@@ -110,6 +110,7 @@ class AgentStream:
             frozenset(OVERVIEW_FAMILIES) if self.options.overview else
             None if self.options.subscribe is None or self.options.subscribe.families is None
             else frozenset(self.options.subscribe.families))
+        self._managed = False  # families set by the caller (a relay's demand)
         self._detail = False
         self._detail_sources: frozenset[str] = frozenset()
         self._legacy = False
@@ -233,8 +234,7 @@ class AgentStream:
     def subscription(self) -> Subscribe | None:
         """The subscribe message for what this stream wants now."""
         base = self.options.subscribe
-        if not self.options.overview and self._families == (
-                None if base is None or base.families is None else frozenset(base.families)):
+        if not self.options.overview and not self._managed:
             return base  # a plain subscription, as configured
         families = self._families
         if not self.relay and (self._detail or self._legacy):
@@ -249,6 +249,7 @@ class AgentStream:
         """Ask for these families from now on (None: all); a relay's demand from its
         viewers."""
         self._families = families
+        self._managed = True
         self._resubscribe()
 
     def set_detail(self, targets: frozenset[str]) -> None:

@@ -46,6 +46,12 @@ def encode(message: Message) -> bytes:
     return msgpack.packb(message.to_wire(), use_bin_type=True)
 
 
+def map_header(n: int) -> bytes:
+    """The msgpack header of a map of n pairs: a relay (or a replayed agent) joins
+    already-encoded pairs under it."""
+    return bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")
+
+
 def encode_map(wire: dict[str, Any]) -> bytes:
     """Pack an already built wire map (used when a frame is filtered per client)."""
     return msgpack.packb(wire, use_bin_type=True)
@@ -481,7 +487,7 @@ def _check_overview(ov: Any) -> None:
         if not names.isprintable():
             ov["ports"] = [clean(p) for p in ports]
     wait = ov.get("wait")
-    if wait is not None and not _is_numbers(wait, MAX_ENTITIES, _NUM_OR_NIL, 0, None):
+    if wait is not None and not _is_waits(wait):
         raise ProtocolError("sample.overview.wait: expected a list of non-negative numbers")
     fs = ov.get("fs")
     if fs is not None:
@@ -499,7 +505,6 @@ def _check_overview(ov: Any) -> None:
 
 
 _OVERVIEW_KEYS = frozenset({"gpu", "busy", "ports", "fabric", "wait", "fs"})
-_STR_ONLY = frozenset({str})
 _NUM_OR_NIL: frozenset[type] = frozenset({int, float, type(None)})
 
 
@@ -511,23 +516,15 @@ def _all_levels(levels: dict[Any, Any], limit: int) -> bool:
     return max(b"".join(levels.values()), default=0) <= 10
 
 
-def _is_numbers(values: Any, limit: int, types: frozenset[type], low: float,
-                high: float | None) -> bool:
-    """A list of at most `limit` numbers of `types` (nil among them if allowed), finite,
-    within [low, high]."""
-    if type(values) is not list or len(values) > limit:
+def _is_waits(values: Any) -> bool:
+    """Port waits: a list of at most MAX_ENTITIES finite numbers >= 0, nil allowed."""
+    if type(values) is not list or len(values) > MAX_ENTITIES:
         return False
-    if not values:
-        return True
-    if not set(map(type, values)) <= types:
+    if not set(map(type, values)) <= _NUM_OR_NIL:
         return False
     if None in values:
         values = [v for v in values if v is not None]
-        if not values:
-            return True
-    if float in types and not all(map(math.isfinite, values)):
-        return False
-    return min(values) >= low and (high is None or max(values) <= high)
+    return not values or (all(map(math.isfinite, values)) and min(values) >= 0)
 
 
 def _check_findings(rows: Any) -> None:
@@ -544,7 +541,7 @@ def _check_findings(rows: Any) -> None:
         for key, limit in (("kind", 64), ("message", MAX_FINDING_TEXT), ("port", MAX_STR),
                            ("fs", MAX_STR)):
             v = r.get(key)
-            if v is None and key not in ("kind",):
+            if v is None and key != "kind":
                 continue
             if type(v) is not str or len(v) > limit:
                 raise ProtocolError(f"{where}.{key}: expected a string of at most {limit} "
