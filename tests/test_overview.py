@@ -281,6 +281,13 @@ async def test_a_relay_summarises_and_judges_an_agent_without_overviews(
     ({"wait": [float("nan")]}, "sample.overview.wait"),
     ({"ports": [7]}, "sample.overview.ports"),
     ({"fs": [{"read": 1}]}, "sample.overview.fs[0]"),
+    ({"fabric": {"errors": bytes([11])}}, "sample.overview.fabric"),
+    ({"busy": bytes([254])}, "sample.overview.busy"),
+    ({"wait": [3, -1]}, "sample.overview.wait"),
+    ({"wait": [3, True]}, "sample.overview.wait"),
+    ({"fs": [{"id": "/home", "read": float("inf")}]}, "sample.overview.fs[0].read"),
+    ({"fs": [{"id": "/home", "read": [1, {}]}]}, "sample.overview.fs[0].read"),
+    ({"fs": [{"id": "/home", "fstype": "x" * 5000}]}, "sample.overview.fs[0].fstype"),
     ("lots", "sample.overview"),
 ])
 def test_a_bad_overview_is_refused_with_where(overview: object, where: str) -> None:
@@ -289,6 +296,28 @@ def test_a_bad_overview_is_refused_with_where(overview: object, where: str) -> N
     with pytest.raises(ProtocolError) as err:
         decode(data)
     assert where in err.value.reason
+
+
+def test_an_overviews_file_systems_are_cleaned_on_the_way_in() -> None:
+    data = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                          "overview": {"fs": [
+                              {"id": "/scratch\x1b[2J", "fstype": "lustre", "read": 5},
+                              {"id": "/home", "fstype": "nfs4", "read": 1.5,
+                               "\x1b]0;x\x07new": "\x9bvalue"}]}})
+    sample = decode(data)
+    assert isinstance(sample, Sample)
+    first, second = sample.extra["overview"]["fs"]
+    assert "\x1b" not in first["id"] and first["read"] == 5
+    assert second["read"] == 1.5
+    assert all(k.isprintable() and (not isinstance(v, str) or v.isprintable())
+               for k, v in second.items())
+
+
+def test_a_small_frame_with_an_extension_type_is_refused() -> None:
+    data = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                          "overview": {"busy": msgpack.ExtType(5, b"\x01")}})
+    with pytest.raises(ProtocolError, match="not a valid msgpack"):
+        decode(data)
 
 
 def test_a_nodes_findings_are_cleaned_and_cannot_name_another_node() -> None:
