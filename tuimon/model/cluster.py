@@ -35,7 +35,7 @@ class ClusterEvent:
     gpu: int | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class NodeState:
     target: str
     name: str

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from itertools import chain
+from typing import Any
 
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.efficiency import EfficiencyView
@@ -63,6 +65,8 @@ class Diagnosis:
         # job -> (the SLI it dropped from, when): the drop stands until the SLI is back.
         self._drops: dict[str, tuple[float, float]] = {}
         self._wall = wall
+        # target -> (its conditions as last read, its name then, the findings they say)
+        self._read_conditions: dict[str, tuple[list[Any], str, list[Finding]]] = {}
 
     def update(self, cluster: ClusterState, eff: EfficiencyView,
                storage: StorageView) -> list[Finding]:
@@ -117,10 +121,16 @@ class Diagnosis:
         or, for an agent that predates it, judged here by the same rules."""
         out: list[Finding] = []
         live = set()
+        read = self._read_conditions
         for n in cluster.nodes.values():
             if n.conditions is not None:
                 if n.status == "up" and n.conditions:
-                    out += findings_from_wire(n.conditions, n.name)
+                    # Read again only when the node sent new ones (a new list object).
+                    held = read.get(n.target)
+                    if held is None or held[0] is not n.conditions or held[1] != n.name:
+                        held = read[n.target] = (n.conditions, n.name,
+                                                 findings_from_wire(n.conditions, n.name))
+                    out += held[2]
                 continue
             live.add(n.target)
             rules = self._rules.get(n.target)
@@ -132,13 +142,16 @@ class Diagnosis:
                 out += rules.conditions(now)
         for gone in self._rules.keys() - live:
             del self._rules[gone]
+        if len(read) > len(cluster.nodes):
+            for gone in read.keys() - cluster.nodes.keys():
+                del read[gone]
         return out
 
     def _congestion(self, cluster: ClusterState) -> list[Finding]:
         # Per node, its ports and their xmit_wait (ticks/s), from the overviews: at 4096
         # nodes that is ~33k ports a second, so whole lists, not a tuple per port.
         nodes: list[tuple[str, list[str], list[float]]] = []
-        every: list[float] = []
+        most = 0.0
         for n in cluster.nodes.values():
             ov = n.overview
             if ov is None or n.status != "up":
@@ -153,14 +166,20 @@ class Diagnosis:
                     continue
                 ports, waits = [p for p, _ in pairs], [w for _, w in pairs]
             nodes.append((n.name, ports, waits))
-            every.extend(waits)
-        if not every:
+            top = max(waits)
+            if top > most:
+                most = top
+        if not nodes:
             return []
         out = self._leaves(nodes)
         if any(f.leaf == "spine" for f in out):
             return out
         # Ports and nodes that stand out from all their peers: seen with or without a
-        # topology (with one, the finding names the leaf too).
+        # topology (with one, the finding names the leaf too). With no port above the
+        # floor none can, and the median (a sort of every port) is not needed.
+        if most < CONGESTED_WAIT:
+            return out
+        every = list(chain.from_iterable(waits for _, _, waits in nodes))
         median = _median(every)
         threshold = max(CONGESTED_WAIT, OUTLIER_FACTOR * max(median, 1.0))
         hot: dict[str, list[tuple[str, float]]] = {}
