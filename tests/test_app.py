@@ -503,3 +503,36 @@ async def test_a_finding_on_one_node_opens_that_node() -> None:
         assert isinstance(app.screen, NodeScreen) and app.screen.node.name == node_name
         await pilot.press("escape")
         assert app.active_map.current.name == node_name
+
+
+async def test_a_cluster_too_large_to_judge_every_tick_is_judged_less_often_and_says_so(
+) -> None:
+    # The judgement reads every node: where it would take more than a tenth of the time,
+    # it runs less often than the map is drawn, and the header says how often. A short
+    # refresh stands in for thousands of nodes at one a second.
+    from dataclasses import replace
+
+    seeded, _ = await seeded_cluster(nodes=4, gpus=8, samples=1)
+    cluster = ClusterState("large")
+    for i in range(2000):
+        node = list(seeded.nodes.values())[i % 4]
+        target = f"10.1.{i // 250}.{i % 250}:9477"
+        cluster.apply_hello(target, replace(node.hello, node=f"gpu{i:04d}"))
+        cluster.apply_sample(target, node.sample)
+    ticks = 0
+
+    class CountingApp(TuimonApp):
+        def tick(self) -> None:
+            nonlocal ticks
+            ticks += 1
+            super().tick()
+
+    app = CountingApp(cluster, refresh=0.02)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(1.5)
+        (fs, *_) = app.storage.filesystems.values()
+        judgements = len(fs.read_hist)
+        assert app.judge_every > app.refresh_every
+        assert 1 <= judgements < ticks / 2, (judgements, ticks)
+        assert "judged every" in str(app.query_one("#header").render())
+        assert fs.nodes == 2000  # what it judges is the whole cluster

@@ -48,7 +48,9 @@ class HeaderBar(Panel):
     """
 
     def update_from(self, cluster: ClusterState, folded: bool, width: int = 200,
-                    now_text: str | None = None) -> None:
+                    now_text: str | None = None, judged_every: float | None = None) -> None:
+        """`judged_every`: seconds between judgements, when more than the refresh (a
+        cluster large enough that the app judges it less often than it draws)."""
         c = cluster.counts()
         interval = cluster.interval()
         down = f"[$error]{c['down']} down[/]" if c["down"] else "0 down"
@@ -60,7 +62,8 @@ class HeaderBar(Panel):
             f"nodes [$success]{c['up']} up[/]{sep}{stale}{sep}{down}"
             + (f" / {c['connecting']} connecting" if c["connecting"] else ""),
             f"{cluster.gpu_total()} GPUs",
-            f"every {interval:g}s" if interval else "interval -",
+            (f"every {interval:g}s" if interval else "interval -")
+            + (f", judged every {judged_every:.0f}s" if judged_every else ""),
             now_text or time.strftime("%H:%M:%S"),
         ]
         if folded:
