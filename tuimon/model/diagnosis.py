@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from itertools import chain
 from typing import Any
 
 from tuimon.model.cluster import ClusterState, NodeState
@@ -151,7 +150,7 @@ class Diagnosis:
         # Per node, its ports and their xmit_wait (ticks/s), from the overviews: at 4096
         # nodes that is ~33k ports a second, so whole lists, not a tuple per port.
         nodes: list[tuple[str, list[str], list[float]]] = []
-        most = 0.0
+        every: list[float] = []
         for n in cluster.nodes.values():
             ov = n.overview
             if ov is None or n.status != "up":
@@ -166,10 +165,8 @@ class Diagnosis:
                     continue
                 ports, waits = [p for p, _ in pairs], [w for _, w in pairs]
             nodes.append((n.name, ports, waits))
-            top = max(waits)
-            if top > most:
-                most = top
-        if not nodes:
+            every.extend(waits)
+        if not every:
             return []
         out = self._leaves(nodes)
         if any(f.leaf == "spine" for f in out):
@@ -177,9 +174,8 @@ class Diagnosis:
         # Ports and nodes that stand out from all their peers: seen with or without a
         # topology (with one, the finding names the leaf too). With no port above the
         # floor none can, and the median (a sort of every port) is not needed.
-        if most < CONGESTED_WAIT:
+        if max(every) < CONGESTED_WAIT:
             return out
-        every = list(chain.from_iterable(waits for _, _, waits in nodes))
         median = _median(every)
         threshold = max(CONGESTED_WAIT, OUTLIER_FACTOR * max(median, 1.0))
         hot: dict[str, list[tuple[str, float]]] = {}
