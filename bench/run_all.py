@@ -120,6 +120,8 @@ def collect(quick: bool) -> list[dict[str, Any]]:
         rows.append(_row(group, "app CPU, one core", share, "%", ".1f",
                          f"<= {limit} %" if limit else "",
                          (share <= limit and shown >= 0.9) if limit else None))
+        rows.append(_row(group, "machine speed then: us to decode an overview frame",
+                         t["decode_us"], "us", ".1f"))
         rows.append(_row(group, "samples shown per node per second (1 Hz sent)", shown, "",
                          ".2f", ">= 0.9", shown >= 0.9))
         rows.append(_row(group, "sample to screen, p95", t["latency_p95"], "s", ".2f",
@@ -135,6 +137,8 @@ def collect(quick: bool) -> list[dict[str, Any]]:
              "--warmup", "15" if quick else "30", "--base-port", "2100")[0]
     group = f"tree, {n} nodes -> 4 relays -> top relay -> app, {rate} Hz"
     rows.append(_row(group, "app CPU, one core", 100 * t["cpu_share"], "%", ".1f"))
+    rows.append(_row(group, "machine speed then: us to decode an overview frame",
+                     t["decode_us"], "us", ".1f"))
     rows.append(_row(group, "samples shown, of those sent", 100 * t["shown_of_sent"], "%",
                      ".0f", ">= 90 %", t["shown_of_sent"] >= 0.9))
     rows.append(_row(group, "sample to screen, p95", t["latency_p95"], "s", ".2f", "<= 2 s",

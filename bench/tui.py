@@ -267,6 +267,20 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
                 proc.kill()
 
 
+def _machine_speed() -> float:
+    """Microseconds to decode and check the golden overview frame, median of 5: the
+    speed of this machine as the app's data path sees it, now. Shared 2-core VMs run at
+    different speeds from one hour to the next; quote it beside the app's CPU share."""
+    import statistics
+    import timeit
+
+    from tuimon_core.protocol import decode
+
+    frame = (ROOT / "tests" / "vectors" / "sample_overview.msgpack").read_bytes()
+    runs = timeit.repeat(lambda: decode(frame), number=5000, repeat=5)
+    return statistics.median(runs) / 5000 * 1e6
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
@@ -293,10 +307,14 @@ def main() -> None:
              args.full_frames)
         return
     rows = []
+    speed = _machine_speed()
+    print(f"this machine now: {speed:.1f} us to decode and check one overview frame "
+          "(the app's CPU share scales with it)", flush=True)
     vias = ["direct", "relay"] if args.via == "both" else [args.via]
     for n, via in [(n, v) for v in vias for n in args.nodes]:
         r = _measure(n, args.seconds, args.warmup, args.base_port, 200, 50, via,
                      args.full_frames, args.rate)
+        r["decode_us"] = speed
         rows.append(r)
         others = "".join(f", {name} {100 * o['cpu_share']:.0f} % ({o['rss_mib']:.0f} MiB)"
                          for name, o in r["others"].items())
