@@ -184,7 +184,7 @@ def _sample_envelope(data: bytes, max_bytes: int) -> Sample | None:
 def decode_map(m: dict[str, Any]) -> Message | None:
     """Validate an unpacked wire map and build its message object."""
     version = m.get("v")
-    if not _is_int(version) or version < 1:
+    if (type(version) is not int and not _is_int(version)) or version < 1:
         raise ProtocolError(f"missing or invalid protocol version 'v': {_show(version)}")
     kind = m.get("t")
     if not isinstance(kind, str):
@@ -245,7 +245,7 @@ _SAMPLE_KEYS = frozenset({"v", "t", "seq", "ts", "interval", "gpus", "host", "dr
 
 def _sample(m: dict[str, Any]) -> Sample:
     seq = m.get("seq")
-    if not _is_int(seq) or seq < 0:
+    if (type(seq) is not int and not _is_int(seq)) or seq < 0:
         raise ProtocolError(f"sample.seq: expected a non-negative integer, got {_show(seq)}")
     gpus = m.get("gpus")
     if gpus is not None:
@@ -261,7 +261,7 @@ def _sample(m: dict[str, Any]) -> Sample:
             raise ProtocolError(f"sample.host: expected a map, got {_show(host)}")
         _check_fields(host, _HOST_SPEC, "sample.host")
     dropped = m.get("dropped", 0)
-    if not _is_int(dropped) or dropped < 0:
+    if (type(dropped) is not int and not _is_int(dropped)) or dropped < 0:
         raise ProtocolError(f"sample.dropped: expected a non-negative integer, got "
                             f"{_show(dropped)}")
     extra = {k: v for k, v in m.items() if k not in _SAMPLE_KEYS}
@@ -286,15 +286,7 @@ def _sample(m: dict[str, Any]) -> Sample:
     interval = m.get("interval")
     if type(interval) is not float or not 0 < interval < math.inf:
         interval = _req_pos_num(m, "interval", "sample")
-    return Sample(
-        seq=seq,
-        ts=ts,
-        interval=interval,
-        gpus=gpus,
-        host=host,
-        dropped=dropped,
-        extra=extra,
-    )
+    return Sample(seq, ts, interval, gpus, host, dropped, extra)  # positional: cheaper
 
 
 _KNOWN_EXTRA = frozenset({"fabric", "storage", "steps", "overview", "findings"})
