@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agent.sim.cluster import SimCluster
+from tuimon.model.cluster import ClusterState
 from tuimon.model.heat import FABRIC_METRICS, FAILED, GPU_METRICS, NO_DATA, node_level
 from tuimon.model.view_state import FilterError, ViewState, parse_topology_conf
 from tuimon_core.protocol import GpuInfo
@@ -105,3 +106,23 @@ async def test_sorting_the_fabric_map_by_congestion_puts_the_most_congested_firs
     assert order[0] is last
     view.reverse = True
     assert view.visible(cluster, congestion, FABRIC_MAP)[-1] is last
+
+
+async def test_gpu_total_and_interval_follow_every_hello_and_node() -> None:
+    from dataclasses import replace
+
+    from tests.seeded import seeded_cluster
+
+    seeded, _ = await seeded_cluster(nodes=2, gpus=4, samples=1)
+    (first, second) = seeded.nodes.values()
+    cluster = ClusterState()
+    assert (cluster.gpu_total(), cluster.interval()) == (0, None)
+    cluster.apply_hello("a:1", first.hello)
+    assert (cluster.gpu_total(), cluster.interval()) == (4, first.hello.interval)
+    cluster.apply_hello("b:1", replace(second.hello, gpus=second.hello.gpus[:2],
+                                       interval=0.5))
+    assert (cluster.gpu_total(), cluster.interval()) == (6, 0.5)
+    cluster.apply_hello("b:1", replace(second.hello, interval=2.0))  # said hello again
+    assert (cluster.gpu_total(), cluster.interval()) == (8, first.hello.interval)
+    cluster.forget_target("b:1")
+    assert cluster.gpu_total() == 4

@@ -101,6 +101,9 @@ class ClusterState:
         # Bumped when a node comes, goes or says hello (its name and GPU count): what
         # a map's layout depends on, apart from its own sort and filter.
         self.layout_version = 0
+        # Bumped with every hello and node come or gone: what gpu_total and interval read.
+        self._hellos_version = 0
+        self._hellos_read: tuple[int, tuple[int, float | None]] = (-1, (0, None))
         self.protocol_errors = 0
         # job -> the relay ledger's budget summary (batch.budget), when watching a relay.
         self.budgets: dict[str, dict[str, Any]] = {}
@@ -117,6 +120,7 @@ class ClusterState:
             node = self.nodes[target] = NodeState(target, clean(_name_of(target)))
             self.version += 1
             self.layout_version += 1
+            self._hellos_version += 1
         return node
 
     def claim(self, source: str, relay: str) -> bool:
@@ -133,6 +137,7 @@ class ClusterState:
         if self.nodes.pop(target, None) is not None:
             self.version += 1
             self.layout_version += 1
+            self._hellos_version += 1
 
     # -- what the viewer looks at closely -------------------------------------------
 
@@ -187,6 +192,7 @@ class ClusterState:
                 len(node.hello.gpus) != len(hello.gpus):
             self.layout_version += 1
         node.hello = hello
+        self._hellos_version += 1
         node.name = hello.node
         self._seen(node)
         if rebooted:
@@ -258,11 +264,20 @@ class ClusterState:
         return out
 
     def gpu_total(self) -> int:
-        return sum(n.gpu_count for n in self.nodes.values())
+        return self._from_hellos()[0]
 
     def interval(self) -> float | None:
-        intervals = [n.hello.interval for n in self.nodes.values() if n.hello]
-        return min(intervals) if intervals else None
+        return self._from_hellos()[1]
+
+    def _from_hellos(self) -> tuple[int, float | None]:
+        """GPUs and the shortest interval: they change only with a hello (or a node
+        coming or going), and the header asks every second of every node."""
+        if self._hellos_read[0] != self._hellos_version:
+            intervals = [n.hello.interval for n in self.nodes.values() if n.hello]
+            self._hellos_read = (self._hellos_version, (
+                sum(n.gpu_count for n in self.nodes.values()),
+                min(intervals) if intervals else None))
+        return self._hellos_read[1]
 
     def _seen(self, node: NodeState) -> None:
         if node.status != "up":
