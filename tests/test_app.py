@@ -12,7 +12,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.heat import GLYPHS
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
-from tuimon.ui.app import HelpScreen, TuimonApp
+from tuimon.ui.app import JUDGE_MAX_TICKS, HelpScreen, TuimonApp
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.node_screen import NodeScreen
 
@@ -533,6 +533,9 @@ async def test_a_cluster_too_large_to_judge_every_tick_is_judged_less_often_and_
         (fs, *_) = app.storage.filesystems.values()
         judgements = len(fs.read_hist)
         assert app.judge_every > app.refresh_every
+        # whole ticks, and never past the cap (one stall must not stop it for minutes)
+        per = app.judge_every / app.refresh_every
+        assert abs(per - round(per)) < 1e-6 and per <= JUDGE_MAX_TICKS
         assert 1 <= judgements < ticks / 2, (judgements, ticks)
         assert "judged every" in str(app.query_one("#header").render())
         assert fs.nodes == 2000  # what it judges is the whole cluster

@@ -313,6 +313,27 @@ def test_an_overviews_file_systems_are_cleaned_on_the_way_in() -> None:
                for k, v in second.items())
 
 
+@pytest.mark.parametrize("extra", [
+    {"overview": {"fs": [{"id": "/x", b"k": 1}]}},
+    {"overview": {b"gpu": 1}},
+    {"host": {b"k": 1}},
+    {"gpus": [{b"k": 1}]},
+    {"fabric": {"ports": [{"id": "p", b"k": 1}]}},
+    {b"k": 1},
+])
+def test_a_binary_map_key_is_refused_not_a_crash(extra: dict[object, object]) -> None:
+    # msgpack lets a peer send a map key as a binary: every check that reads keys as
+    # strings must refuse it with a reason, never raise something a reader dies of.
+    data = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                          **extra}, use_bin_type=True)
+    for deep in (True, False):
+        try:
+            decode(data, deep=deep)
+        except ProtocolError as exc:
+            assert exc.reason
+        # deep=False (a relay) may pass what it does not read: its viewers check it
+
+
 def test_a_small_frame_with_an_extension_type_is_refused() -> None:
     data = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
                           "overview": {"busy": msgpack.ExtType(5, b"\x01")}})

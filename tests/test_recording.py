@@ -74,6 +74,10 @@ async def test_seek_back_rebuilds_and_step_moves_one_second(
         control.step_once = True
         await asyncio.sleep(0.2)
         assert control.position == pytest.approx(1.6)
+        assert cluster.gpu_total() > 0
+        control.seek_to = 0.0  # before the first frame: nothing yet, header included
+        await asyncio.sleep(0.2)
+        assert not cluster.nodes and cluster.gpu_total() == 0 and cluster.interval() is None
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -132,6 +132,14 @@ class ClusterState:
             return True
         return node.owner == relay
 
+    def clear(self) -> None:
+        """Forget every node and event (a replay seeking back rebuilds from the start)."""
+        self.nodes.clear()
+        self.events.clear()
+        self.version += 1
+        self.layout_version += 1
+        self._hellos_version += 1
+
     def forget_target(self, target: str) -> None:
         """Drop a target that turned out not to be a node (a relay's own address)."""
         if self.nodes.pop(target, None) is not None:

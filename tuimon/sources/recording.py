@@ -135,8 +135,7 @@ async def replay(rec: Recording, cluster: ClusterState, control: ReplayControl) 
             target = max(0.0, min(rec.duration, control.seek_to))
             control.seek_to = None
             if target < control.position:  # backwards: rebuild from the start
-                cluster.nodes.clear()
-                cluster.events.clear()
+                cluster.clear()
                 i = 0
             while i < len(rec.frames) and rec.frames[i][0] <= target:
                 apply_frame(cluster, rec.frames[i][1], rec.frames[i][2])

@@ -82,6 +82,7 @@ DRAW_EVERY_S = 0.5  # map lines of nodes with new samples, between the 1 Hz judg
 # At most this share of wall time on the judgement (measured, smoothed): at 16,384 nodes
 # a judgement took ~0.4 s, and at one a second it held samples back (p95 past 2 s).
 JUDGE_SHARE = 0.10
+JUDGE_MAX_TICKS = 10
 MAP_ACTIONS = frozenset({"switch_map", "sort", "reverse_sort", "filter", "clear_filter",
                          "next_job", "focus_diagnosis"})
 
@@ -269,7 +270,7 @@ class TuimonApp(App[None]):
         start = time.perf_counter()
         # Every tick while judging is cheap (it always is below a few thousand nodes).
         judged = self.judge_every <= self.refresh_every or \
-            start - self._judged_at >= self.judge_every
+            start - self._judged_at >= self.judge_every - self.refresh_every / 2
         if judged:
             faults = self._faults(self.cluster_watch.update())
             for view in self.query(HeatmapView):
@@ -278,7 +279,11 @@ class TuimonApp(App[None]):
             self._judged_at = start
             self._judge_cost = took if self._judge_cost is None else \
                 0.7 * self._judge_cost + 0.3 * took
-            self.judge_every = max(self.refresh_every, self._judge_cost / JUDGE_SHARE)
+            # Whole ticks (it runs on one), and never so rarely that ages and findings
+            # go stale after one stall (a swap storm, a stopped process).
+            ticks = min(JUDGE_MAX_TICKS, math.ceil(self._judge_cost / JUDGE_SHARE /
+                                                   self.refresh_every - 1e-9))
+            self.judge_every = self.refresh_every * max(1, ticks)
         heat = self.active_map
         if self.cluster.layout_version != self._layout_seen or self.view.sort == "metric":
             self._layout_seen = self.cluster.layout_version

@@ -63,7 +63,7 @@ class HeaderBar(Panel):
             + (f" / {c['connecting']} connecting" if c["connecting"] else ""),
             f"{cluster.gpu_total()} GPUs",
             (f"every {interval:g}s" if interval else "interval -")
-            + (f", judged every {judged_every:.0f}s" if judged_every else ""),
+            + (f", judged every {judged_every:.3g}s" if judged_every else ""),
             now_text or time.strftime("%H:%M:%S"),
         ]
         if folded:

@@ -105,6 +105,17 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES,
     (still parsed, so broken msgpack is still refused), and the Sample returned holds
     its envelope and `steps` only. Other types are decoded whole.
     """
+    try:
+        return _decode(data, max_bytes, deep)
+    except (AttributeError, TypeError) as exc:
+        # A map key or value of a type no check expected (a binary where a string must
+        # be, as a key): refused like any malformed message, never a crash of the
+        # reader (a viewer's stream task, a relay's upstream).
+        raise ProtocolError(f"malformed message: a key or value of the wrong type "
+                            f"({exc})") from None
+
+
+def _decode(data: bytes, max_bytes: int, deep: bool) -> Message | None:
     if not deep:
         if len(data) <= SMALL_FRAME_BYTES:
             # An overview-sized frame: one C-level unpack costs less than stepping over
