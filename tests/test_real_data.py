@@ -32,8 +32,10 @@ from tests.peers import PROMETHEUS, free_port, running_prometheus
 from tests.seeded import judged
 from tests.trees import unttar, write
 from tuimon.model.cluster import ClusterState
+from tuimon.model.storage import StorageView
 from tuimon.sources.prometheus import PromOptions, PromSource
 from tuimon_core.overview import busy_values
+from tuimon_core.protocol import Sample, decode, encode
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -296,6 +298,13 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
     assert busy_values(ov["busy"]) == bytes([round(g["gr_active"] * 100)])
     assert ov["ports"] == ["mlx5_0:1"] and {f["id"] for f in ov["fs"]} >= {"/A", "/B"}
     assert [f["read"] for f in ov["fs"] if f["id"] == "/A"] == [round(fs["/A"]["read_bytes_s"])]
+    # Sent as an agent sends it, that overview passes the viewer's checks (a file system
+    # of known keys takes their fast path) unchanged, and storage names its reader.
+    wire = decode(encode(Sample(1, 1.0, 1.0, extra={"overview": ov})))
+    assert isinstance(wire, Sample) and wire.extra["overview"] == ov
+    storage = StorageView()
+    storage.update(cluster)
+    assert storage.filesystems["/A"].top_readers[0] == (node.name, ov_read(ov, "/A"))
 
     # MIG: the A800's GPU 0 is three 2g.20gb instances; memory summed, power once.
     a = cluster.nodes["msxf-hpc-64-35-ai"]
@@ -330,6 +339,10 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
     assert "lke529760-766837-0a634ab30000" in names
     # No phantom node from a target that has no GPU, host or port series.
     assert "127.0.0.7" not in names
+
+
+def ov_read(overview: dict[str, object], mount: str) -> object:
+    return next(f["read"] for f in overview["fs"] if f["id"] == mount)  # type: ignore[attr-defined,index]
 
 
 def test_node_identity_order() -> None:
