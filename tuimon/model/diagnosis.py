@@ -124,9 +124,10 @@ class Diagnosis:
         for n in cluster.nodes.values():
             if n.conditions is not None:
                 if n.status == "up" and n.conditions:
-                    # Read again only when the node sent new ones (a new list object).
+                    # Read again only when they changed: each sample brings a new list,
+                    # but a standing condition's is equal (compared in C).
                     held = read.get(n.target)
-                    if held is None or held[0] is not n.conditions or held[1] != n.name:
+                    if held is None or held[1] != n.name or held[0] != n.conditions:
                         held = read[n.target] = (n.conditions, n.name,
                                                  findings_from_wire(n.conditions, n.name))
                     out += held[2]

@@ -77,12 +77,12 @@ REPLAY_HELP = """
   space             pause / play      .    step a second (pauses)
   [ ]               a minute back / ahead   + -  faster / slower"""
 
-# Keys that act on the map: not while another screen (a node, the help) is up.
 DRAW_EVERY_S = 0.5  # map lines of nodes with new samples, between the 1 Hz judgements
 # At most this share of wall time on the judgement (measured, smoothed): at 16,384 nodes
 # a judgement took ~0.4 s, and at one a second it held samples back (p95 past 2 s).
 JUDGE_SHARE = 0.10
 JUDGE_MAX_TICKS = 10
+# Keys that act on the map: not while another screen (a node, the help) is up.
 MAP_ACTIONS = frozenset({"switch_map", "sort", "reverse_sort", "filter", "clear_filter",
                          "next_job", "focus_diagnosis"})
 
