@@ -262,11 +262,15 @@ class TuimonApp(App[None]):
 
     def draw(self) -> None:
         """Between ticks: the map lines whose nodes sent something new."""
+        if not self.is_running:
+            return  # shutting down: the timers outlive the screen's widgets
         if self.cluster.layout_version == self._layout_seen and self.view.sort != "metric":
             self.active_map.refresh_changed()
 
     def tick(self) -> None:
         """Once a second: ages, aggregates, and redraw of what changed."""
+        if not self.is_running:
+            return  # shutting down: the timers outlive the screen's widgets
         start = time.perf_counter()
         # Every tick while judging is cheap (it always is below a few thousand nodes).
         judged = self.judge_every <= self.refresh_every or \
