@@ -353,12 +353,15 @@ def test_viewer_shows_the_ledger_budget() -> None:
 
 async def _start_relay(targets: list[str], port: int, ledger: Path,
                        *extra: str) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "agent", "relay", *targets, "--listen", f"127.0.0.1:{port}",
-        "--ledger", str(ledger), "--flush-every", "0.5", "--interval", "0.2",
-        "--log-level", "warning", *extra, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    # stderr to a file, not a pipe: an unread pipe that fills stops the relay mid-write,
+    # and asyncio's wait() waits for the pipe's end as well as the process's.
+    with open(ledger.with_suffix(".stderr"), "ab") as err:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agent", "relay", *targets, "--listen",
+            f"127.0.0.1:{port}", "--ledger", str(ledger), "--flush-every", "0.5",
+            "--interval", "0.2", "--log-level", "warning", *extra, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=asyncio.subprocess.DEVNULL, stderr=err)
 
 
 async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
@@ -390,7 +393,7 @@ async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
                 await asyncio.sleep(3.0)  # live steps reach the ledger
                 killed_at = time.time()
                 relay.send_signal(signal.SIGKILL)
-                await relay.wait()
+                await asyncio.wait_for(relay.wait(), 30)
             with Ledger(ledger_path) as after:
                 live = [b for b in after.buckets("llm-pretrain")
                         if b[0] * 60 >= killed_at - 600]
@@ -408,8 +411,9 @@ async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
         finally:
             if relay.returncode is None:
                 relay.terminate()
-                await relay.wait()
-        assert relay.returncode in (0, -signal.SIGTERM), (await relay.stderr.read()).decode()
+                await asyncio.wait_for(relay.wait(), 30)
+        assert relay.returncode in (0, -signal.SIGTERM), \
+            ledger_path.with_suffix(".stderr").read_text()
 
 
 def test_relay_command_refuses_bad_settings(tmp_path: Path) -> None:
