@@ -56,12 +56,15 @@ async def test_subscribe_slows_the_stream_and_filters_families(proc_root: Path,
             if isinstance(msg, Sample) and msg.gpus is None:
                 break
         seqs = [msg.seq]
-        while len(seqs) < 4:
+        while len(seqs) < 6:
             msg = await receive(ws)
             assert isinstance(msg, Sample)
             assert msg.gpus is None and msg.host is not None
             seqs.append(msg.seq)
-        assert all(b - a == 3 for a, b in itertools.pairwise(seqs)), seqs
+        # Families are applied when a frame is sent, the interval when it is queued: a
+        # sample queued just before the subscription took effect may come through (a
+        # loaded machine saw [1, 3, 6, 9]); every later one is a third.
+        assert all(b - a == 3 for a, b in itertools.pairwise(seqs[2:])), seqs
 
 
 async def test_xid_event_arrives_as_an_event_frame_within_a_second(
