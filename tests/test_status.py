@@ -8,8 +8,6 @@ import os
 import sys
 from pathlib import Path
 
-import pytest
-
 from agent.sim.cluster import SimCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,33 +56,39 @@ async def test_watch_keeps_the_worst_status_seen(unused_tcp_port_factory) -> Non
     assert "node_lost" not in out and "sim-node001" in out
 
 
-@pytest.mark.parametrize(("scenario", "kind"), [("bad-cable", "symbol_errors"),
-                                                ("hot-node", "congestion"),
-                                                ("thermal-straggler", "thermal")])
-async def test_a_steady_fault_is_in_every_snapshot_of_a_watch(
-        scenario: str, kind: str, unused_tcp_port_factory) -> None:
-    """`status --watch --json`: JSON lines, one a second; a fault that lasts is listed in
-    every snapshot from the one that first shows it (error counters ride on one sample in
-    five; throttling and congestion must hold a few seconds), and the last line lists
-    everything seen with first and last seen. No topology is given."""
-    sim = SimCluster(nodes=4, gpus=4, base_port=unused_tcp_port_factory(), interval=0.5,
+async def _steady_fault_watch(scenario: str, kind: str, base_port: int) -> None:
+    sim = SimCluster(nodes=4, gpus=4, base_port=base_port, interval=0.5,
                      scenario=scenario, fault_at=0.0)
     truth = sim.truth()
     async with sim:
         code, out = await _status(*sim.targets, "--watch", "14", "--json")
     lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert len(lines) >= 10 and lines[-1]["final"], out
+    assert len(lines) >= 10 and lines[-1]["final"], (scenario, out)
 
     def named(snapshot: dict) -> bool:
         return any(a["kind"] == kind and any(c in a["where"] or a["where"] in c
                                              for c in truth["components"])
                    for a in snapshot["alerts"])
     first = next(i for i, s in enumerate(lines) if named(s))
-    assert first <= 8, [s["alerts"] for s in lines]
-    assert all(named(s) for s in lines[first:]), [s["alerts"] for s in lines[first:]]
+    assert first <= 8, (scenario, [s["alerts"] for s in lines])
+    assert all(named(s) for s in lines[first:]), (scenario,
+                                                   [s["alerts"] for s in lines[first:]])
     seen = [a for a in lines[-1]["seen"] if a["kind"] == kind]
-    assert seen and seen[0]["first_seen"] < seen[0]["last_seen"]
-    assert code in (1, 2)
+    assert seen and seen[0]["first_seen"] < seen[0]["last_seen"], (scenario, seen)
+    assert code in (1, 2), (scenario, code)
+
+
+async def test_a_steady_fault_is_in_every_snapshot_of_a_watch(unused_tcp_port_factory
+                                                              ) -> None:
+    """`status --watch --json`: JSON lines, one a second; a fault that lasts is listed in
+    every snapshot from the one that first shows it (error counters ride on one sample in
+    five; throttling and congestion must hold a few seconds), and the last line lists
+    everything seen with first and last seen. No topology is given. The three faults are
+    watched at once (each watch is 14 s of wall time, mostly waiting)."""
+    await asyncio.gather(*(
+        _steady_fault_watch(scenario, kind, unused_tcp_port_factory())
+        for scenario, kind in [("bad-cable", "symbol_errors"), ("hot-node", "congestion"),
+                               ("thermal-straggler", "thermal")]))
 
 
 # -- exit codes an on-call engineer can trust -------------------------------------------
