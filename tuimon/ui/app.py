@@ -194,6 +194,7 @@ class TuimonApp(App[None]):
         self.judge_every = refresh
         self._judged_at = -math.inf
         self._judge_cost: float | None = None
+        self._ticked_at = -math.inf
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()
         self.theme_names = [t.name for t in themes]
@@ -264,6 +265,8 @@ class TuimonApp(App[None]):
         """Between ticks: the map lines whose nodes sent something new."""
         if not self.is_running:
             return  # shutting down: the timers outlive the screen's widgets
+        if time.perf_counter() - self._ticked_at < DRAW_EVERY_S / 2:
+            return  # the tick has just drawn what changed (the timers meet every second)
         if self.cluster.layout_version == self._layout_seen and self.view.sort != "metric":
             self.active_map.refresh_changed()
 
@@ -289,6 +292,7 @@ class TuimonApp(App[None]):
                                                    self.refresh_every - 1e-9))
             self.judge_every = self.refresh_every * max(1, ticks)
         heat = self.active_map
+        self._ticked_at = time.perf_counter()
         if self.cluster.layout_version != self._layout_seen or self.view.sort == "metric":
             self._layout_seen = self.cluster.layout_version
             for view in self.query(HeatmapView):

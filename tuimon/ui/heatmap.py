@@ -119,6 +119,9 @@ class HeatmapView(ScrollView, can_focus=True):
         self._hm_cells = 8
         # Keyed by what a line shows, so a line whose content changed is simply a miss.
         self._hm_strips: LRUCache[tuple[Any, ...], Strip] = LRUCache(STRIP_CACHE_LINES)
+        # line index -> the key refresh_changed found and drew: render_line takes it
+        # instead of reading the line's hundred nodes again.
+        self._hm_drawn: dict[int, tuple[Any, ...]] = {}
         # target -> (the overview, metric index, the node folded to one cell)
         self._hm_folds: dict[str, tuple[Any, int, int]] = {}
         self._hm_styles: dict[str, Style] = {}
@@ -177,6 +180,7 @@ class HeatmapView(ScrollView, can_focus=True):
     def theme_changed(self) -> None:
         self._hm_styles.clear()
         self._hm_theme_gen += 1
+        self._hm_drawn.clear()
         self.refresh()
 
     def relayout(self) -> None:
@@ -209,6 +213,7 @@ class HeatmapView(ScrollView, can_focus=True):
                 x += self._tile_width()
         self._hm_strips.clear()
         self._hm_folds.clear()
+        self._hm_drawn.clear()
         self.virtual_size = Size(width, len(lines))
         rows = max(MIN_ROWS, min(len(lines), height))
         if self.styles.height is None or self.styles.height.value != rows:
@@ -227,7 +232,10 @@ class HeatmapView(ScrollView, can_focus=True):
             li = top + y
             if li >= len(self._hm_lines):
                 break
-            if self._key(li) not in self._hm_strips:
+            key = self._key(li)
+            if key not in self._hm_strips:
+                self._hm_strips[key] = self._strip(li)
+                self._hm_drawn[li] = key
                 self.refresh_line(y)
 
     def refresh_line(self, y: int) -> None:
@@ -295,13 +303,18 @@ class HeatmapView(ScrollView, can_focus=True):
         if li >= len(self._hm_lines):
             # Every segment has a style: Textual's monochrome filter (NO_COLOR) reads it.
             return Strip.blank(self.size.width, self._style("name"))
-        key = self._key(li)
-        strip = self._hm_strips.get(key)
+        key = self._hm_drawn.pop(li, None)
+        strip = self._hm_strips.get(key) if key is not None else None
         if strip is None:
-            strip = self._draw(self._hm_lines[li]).adjust_cell_length(self.size.width,
-                                                                      self._style("name"))
-            self._hm_strips[key] = strip
+            key = self._key(li)
+            strip = self._hm_strips.get(key)
+            if strip is None:
+                strip = self._hm_strips[key] = self._strip(li)
         return strip
+
+    def _strip(self, li: int) -> Strip:
+        return self._draw(self._hm_lines[li]).adjust_cell_length(self.size.width,
+                                                                 self._style("name"))
 
     def _draw(self, line: _Line) -> Strip:
         if line.label is not None:
