@@ -79,6 +79,33 @@ async def test_agents_stopped_and_killed_go_stale_and_come_back(
         await _stop(proc)
 
 
+async def test_a_viewer_bug_on_one_node_restarts_that_stream_only(unused_tcp_port_factory
+                                                                  ) -> None:
+    # Past every check, something in the view raises (a bug): that node's stream is
+    # started again, it says why, and the other node's stream never notices.
+    class Flaky(ClusterState):
+        broke = False
+
+        def apply_sample(self, target: str, sample: Sample) -> None:
+            if target == sim.targets[0] and sample.seq == 3 and not self.broke:
+                self.broke = True
+                raise KeyError("a bug in the view")
+            super().apply_sample(target, sample)
+
+    sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.2,
+                     scenario="healthy")
+    cluster = Flaky()
+    async with sim, watching(sim.targets, cluster, FAST) as streams:
+        await until(lambda: cluster.broke, "the bug hit")
+        broken, other = (cluster.nodes[t] for t in sim.targets)
+        await until(lambda: broken.status == "up" and broken.sample.seq > 3,
+                    "the node back")
+        (lost,) = [e for e in cluster.events if e.kind == "node_lost"]
+        assert "internal error: KeyError: 'a bug in the view'" in lost.message, lost
+        assert streams[sim.targets[0]].attempts == 2
+        assert streams[sim.targets[1]].attempts == 1 and other.status == "up"
+
+
 async def test_relay_stopped_and_killed_marks_its_nodes_and_recovers(
         unused_tcp_port_factory, tmp_path: Path) -> None:
     sim = SimCluster(nodes=3, gpus=1, base_port=unused_tcp_port_factory(), interval=0.5,

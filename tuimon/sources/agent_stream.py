@@ -44,6 +44,7 @@ from tuimon_core.protocol import (
     decode,
     encode,
 )
+from tuimon_core.protocol.text import clean
 from tuimon_core.timing import STALE_AFTER_INTERVALS, STALE_AT_LEAST_S
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,11 @@ class AgentStream:
             except ProtocolError as exc:
                 reason = f"bad frame: {exc.reason}"
                 log.warning("closing the stream from %s: %s", self.target, reason)
+            except Exception as exc:
+                # Whatever went wrong (a bug in a check or a view), this node's stream is
+                # started again; the other streams never saw it.
+                reason = clean(f"internal error: {type(exc).__name__}: {exc}"[:200])
+                log.exception("stream from %s failed; reconnecting", self.target)
             self._lost(reason)
             # Full jitter: thousands of viewers must not reconnect in lockstep.
             await asyncio.sleep(random.uniform(backoff / 2, backoff))
