@@ -40,6 +40,7 @@ import sys
 import tempfile
 import termios
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,8 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
     seen: dict[str, int] = {}
 
     class MeasuredApp(TuimonApp):
+        _t0 = time.time()  # set again just before the app runs
+
         async def on_mount(self) -> None:
             await super().on_mount()
             self.set_timer(warmup + seconds, self.exit)
@@ -70,9 +73,11 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
             super().tick()
             self._seen()
 
-        def draw(self) -> None:
-            super().draw()
-            self._seen()
+        def draw(self) -> bool:
+            drew = super().draw()
+            if drew:  # a draw that stood down showed nothing new
+                self._seen()
+            return drew
 
         def _seen(self) -> None:
             # Samples drawn during the warm-up are noted, not timed: timed from the first
@@ -89,7 +94,7 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
 
     from tuimon.sources.agent_stream import watching
 
-    def sources(state: ClusterState):  # type: ignore[no-untyped-def]
+    def sources(state: ClusterState) -> list[Coroutine[Any, Any, None]]:
         async def run() -> None:
             # As `tuimon connect` runs it: overviews, unless --full-frames.
             async with watching(targets, state, StreamOptions(overview=not full),
@@ -98,7 +103,7 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
         return [run()]
 
     app = MeasuredApp(ClusterState(f"bench {nodes}"), sources=sources, refresh=1.0)
-    app._t0 = time.time()  # type: ignore[attr-defined]
+    app._t0 = time.time()
     if os.environ.get("TUIMON_BENCH_PROFILE"):
         import cProfile
 
@@ -198,7 +203,8 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
                                       *relay_args, *(["--full-frames"] if full else [])])
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         t_start = time.monotonic()
-        cpu0 = bytes0 = None
+        cpu0: float | None = None
+        bytes0 = 0
         others0: dict[str, float] = {}
         others1: dict[str, float] = {}
         rss: dict[str, float] = {}

@@ -261,14 +261,17 @@ class TuimonApp(App[None]):
 
     # -- refresh -------------------------------------------------------------------------
 
-    def draw(self) -> None:
-        """Between ticks: the map lines whose nodes sent something new."""
+    def draw(self) -> bool:
+        """Between ticks: the map lines whose nodes sent something new. Whether it looked
+        (not when the tick has just drawn, nor while the layout waits for the tick)."""
         if not self.is_running:
-            return  # shutting down: the timers outlive the screen's widgets
+            return False  # shutting down: the timers outlive the screen's widgets
         if time.perf_counter() - self._ticked_at < DRAW_EVERY_S / 2:
-            return  # the tick has just drawn what changed (the timers meet every second)
-        if self.cluster.layout_version == self._layout_seen and self.view.sort != "metric":
-            self.active_map.refresh_changed()
+            return False  # the tick has just drawn what changed (the timers meet each second)
+        if self.cluster.layout_version != self._layout_seen or self.view.sort == "metric":
+            return False
+        self.active_map.refresh_changed()
+        return True
 
     def tick(self) -> None:
         """Once a second: ages, aggregates, and redraw of what changed."""
