@@ -60,7 +60,7 @@ async def serve(nodes: int, base_port: int, ready: Path, rate: float = 1.0) -> N
 
     cluster, _ = await seeded_cluster(nodes=min(nodes, 16), gpus=8, samples=2)
     templates = [(n.hello.to_wire(), Template(n.sample.to_wire()))
-                 for n in cluster.nodes.values()]
+                 for n in cluster.nodes.values() if n.hello and n.sample]
     # Per node: its clients and, per client, (families, every how many ticks).
     clients: dict[int, dict[web.WebSocketResponse, tuple[frozenset[str] | None, int]]] = {
         i: {} for i in range(nodes)}

@@ -45,6 +45,7 @@ async def _node() -> tuple[bytes, str]:
 
     _, sim = await seeded_cluster(nodes=1, gpus=8, samples=3)
     agent = sim.members[0].agent
+    assert agent.latest is not None, "the seeded agent has sampled"
     frame = encode(agent.latest)
     text = render(make_registry(agent)).decode()
     return frame, text
@@ -57,6 +58,7 @@ def measure(runs: int, iterations: int) -> dict[str, float]:
 
     frame, text = asyncio.run(_node())
     sample = decode(frame)
+    assert sample is not None, "a frame of this version decodes"
     prom_series = sum(len(f.samples) for f in text_string_to_metric_families(text))
 
     def parse_text() -> None:
