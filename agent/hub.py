@@ -26,15 +26,20 @@ class StreamClient:
         self.reported_dropped = 0
         self.wake = asyncio.Event()
         self.families: frozenset[str] | None = None
+        # The overview form it reads: the first until it says otherwise (a viewer that
+        # predates form 2 never does).
+        self.form = 1
         self.every = 1
         self._agent_interval = agent_interval
 
-    def subscribe(self, interval: float | None, families: list[str] | None) -> None:
+    def subscribe(self, interval: float | None, families: list[str] | None,
+                  overview_form: int | None = None) -> None:
         if interval is not None:
             self.every = max(1, round(interval / self._agent_interval))
         else:
             self.every = 1
         self.families = frozenset(families) if families is not None else None
+        self.form = overview_form or 1
 
     def wants_events(self) -> bool:
         return wants_events(self.families)
@@ -62,7 +67,7 @@ class StreamClient:
         dropped = 0
         if self.dropped != self.reported_dropped and isinstance(frame.message, Sample):
             dropped = self.reported_dropped = self.dropped
-        return frame.encoded(self.families, dropped)
+        return frame.encoded(self.families, dropped, self.form)
 
 
 class FrameHub:
@@ -84,8 +89,9 @@ class FrameHub:
     def disconnect(self, client: StreamClient) -> None:
         self.clients.discard(client)
 
-    def publish_sample(self, sample: Sample) -> None:
-        frame = Frame(sample)
+    def publish_sample(self, sample: Sample, port_ids: list[str] | None = None) -> None:
+        """`port_ids`: the hello's ports, which a first-form overview names."""
+        frame = Frame(sample, port_ids=port_ids)
         for c in self.clients:
             if sample.seq % c.every == 0:
                 before = c.dropped

@@ -26,7 +26,7 @@ from agent.files import FileTree
 from agent.findings import NodeFindings
 from agent.hub import FrameHub
 from agent.steps import StepAggregator, StepSocket, StepSocketError
-from tuimon_core.overview import build_overview, findings_to_wire
+from tuimon_core.overview import build_overview, findings_to_wire, hello_port_ids
 from tuimon_core.ports import DEFAULT_PORT  # noqa: F401  (re-exported for callers)
 from tuimon_core.protocol.fields import FAMILIES, GPU_FIELDS
 from tuimon_core.protocol.messages import Event, GpuInfo, Hello, Sample
@@ -299,7 +299,7 @@ class NodeAgent:
         sample.extra["overview"] = build_overview(self.hello, sample)
         self.latest = sample
         self.stats.samples += 1
-        self.hub.publish_sample(sample)
+        self.hub.publish_sample(sample, hello_port_ids(self.hello))
         return sample
 
     async def _sample_loop(self) -> None:

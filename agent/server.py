@@ -68,7 +68,8 @@ async def stream(request: web.Request) -> web.StreamResponse:
         client.offer(Frame(agent.hello))
     writer = asyncio.create_task(_writer(ws, client), name=f"tuimon-stream-{peer}")
     try:
-        await read_viewer(ws, peer, lambda m: client.subscribe(m.interval, m.families), writer)
+        await read_viewer(ws, peer, lambda m: client.subscribe(m.interval, m.families,
+                                                               m.overview_form), writer)
     finally:
         agent.hub.disconnect(client)
     return ws

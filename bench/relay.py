@@ -60,11 +60,13 @@ async def viewer(url: str, stop: float, warm: float, latencies: list[float],
 
     from tuimon_core.overview import OVERVIEW_FAMILIES
     from tuimon_core.protocol import Subscribe, encode
+    from tuimon_core.protocol.overview_forms import OVERVIEW_FORM
 
     async with aiohttp.ClientSession() as session, session.ws_connect(
             url, max_msg_size=16 << 20) as ws:
         if not full:  # as the app asks: each node's overview
-            await ws.send_bytes(encode(Subscribe(families=list(OVERVIEW_FAMILIES))))
+            await ws.send_bytes(encode(Subscribe(families=list(OVERVIEW_FAMILIES),
+                                                       overview_form=OVERVIEW_FORM)))
         n = 0
         while time.monotonic() < stop:
             try:

@@ -279,12 +279,21 @@ _OVERVIEW_PART = st.one_of(
                                                 st.text(max_size=4)), max_size=70),
     st.dictionaries(st.sampled_from(["util", "mem", "temp", "id", "read", "\x1b"]),
                     st.one_of(st.binary(max_size=9), _MSGPACK_INTS, st.text(max_size=4)),
-                    max_size=4))
+                    max_size=4),
+    # level blobs: a count, then runs (often of levels, so the checks past the count run)
+    st.builds(lambda k, cells: bytes([k]) + cells, st.integers(0, 12),
+              st.one_of(st.binary(max_size=40),
+                        st.lists(st.integers(0, 11), max_size=40).map(bytes))),
+    # file-system rows
+    st.lists(st.lists(st.one_of(st.none(), st.text(max_size=4), _MSGPACK_INTS, st.floats(),
+                                st.booleans(), st.lists(_MSGPACK_INTS, max_size=2)),
+                      min_size=5, max_size=9), max_size=3))
 
 
 @FUZZ
 @given(st.dictionaries(st.sampled_from(["gpu", "busy", "ports", "fabric", "wait", "fs",
-                                        "future"]), _OVERVIEW_PART, max_size=7),
+                                        "gpu_levels", "fabric_levels", "fs_rows", "future"]),
+                      _OVERVIEW_PART, max_size=8),
        st.lists(st.dictionaries(st.sampled_from(["severity", "kind", "message", "gpu",
                                                  "port", "fs", "score", "node"]),
                                 st.one_of(st.sampled_from(["critical", "warning", "info"]),
@@ -298,6 +307,8 @@ def test_overview_findings_and_detail(overview: dict[str, object], findings: lis
     with a reason naming it, or reads back as what views may index and colour with."""
     from tuimon_core.heat_levels import FAILED
     from tuimon_core.overview import findings_from_wire, levels_of
+    from tuimon_core.protocol.fields import FS_COLUMNS
+    from tuimon_core.protocol.overview_forms import level_run
 
     sample = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
                             "overview": overview, "findings": findings})
@@ -309,9 +320,19 @@ def test_overview_findings_and_detail(overview: dict[str, object], findings: lis
             continue
         ov = message.extra.get("overview")  # type: ignore[union-attr]
         if ov is not None:
-            for section in ("gpu", "fabric"):
-                for data in (ov.get(section) or {}).values():
-                    assert all(FAILED - 1 <= lv <= 8 for lv in levels_of(data))
+            # Whatever the form it came in, the views read the compact one.
+            assert not ov.keys() & {"gpu", "fabric", "fs"}
+            for section in ("gpu_levels", "fabric_levels"):
+                blob = ov.get(section)
+                for i in range(blob[0] if blob else 0):
+                    run = level_run(blob, i)
+                    assert run is not None
+                    assert all(FAILED - 1 <= lv <= 8 for lv in levels_of(run))
+            for row in ov.get("fs_rows") or []:
+                fid, *values = row
+                assert len(row) == len(FS_COLUMNS) and isinstance(fid, str)
+                assert all(v is None or (isinstance(v, str) and v.isprintable()) or (
+                    type(v) in (int, float) and math.isfinite(v)) for v in values)
         for f in findings_from_wire(message.extra["findings"], "n1"):  # type: ignore[union-attr]
             assert f.node == "n1" and f.message.isprintable()
     subscribe = msgpack.packb({"v": 1, "t": "subscribe", "detail": detail})

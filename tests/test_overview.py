@@ -9,6 +9,7 @@ import asyncio
 import copy
 import dataclasses
 
+import aiohttp
 import msgpack
 import pytest
 from aiohttp import WSMsgType, web
@@ -23,6 +24,7 @@ from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview, levels_of
 from tuimon_core.protocol import ProtocolError, Sample, Subscribe, decode, encode, encode_map
 from tuimon_core.protocol.families import keep_families
+from tuimon_core.protocol.overview_forms import level_run
 
 OVERVIEW = StreamOptions(overview=True, min_backoff=0.1, max_backoff=0.3)
 
@@ -71,8 +73,8 @@ def test_build_overview_keeps_shared_file_systems_only_and_says_what_is_missing(
         "filesystems": [{"id": "/lustre", "fstype": "lustre", "read_bytes_s": 2.4},
                         {"id": "/", "fstype": "ext4", "read_bytes_s": 9.0}]}})
     ov = build_overview(hello, sample)
-    assert "gpu" not in ov and "ports" not in ov  # absent, not empty: nothing was read
-    assert [f["id"] for f in ov["fs"]] == ["/lustre"] and ov["fs"][0]["read"] == 2
+    assert "gpu_levels" not in ov and "ports" not in ov  # absent, not empty: nothing read
+    assert ov["fs_rows"] == [["/lustre", "lustre", 2, None, None, None, None]]
 
 
 def test_levels_and_busy_travel_as_bytes_and_read_back_as_levels() -> None:
@@ -81,6 +83,44 @@ def test_levels_and_busy_travel_as_bytes_and_read_back_as_levels() -> None:
 
     assert levels_of(bytes([0, 1, 2, 10])) == [NO_DATA, FAILED, 0, 8]
     assert busy_values(bytes([97, 255, 0])) == bytes([97, 0])
+
+
+def test_the_level_blobs_hold_the_maps_metrics_in_the_documented_order() -> None:
+    # The agent packs GPU_METRICS in their order and the viewer reads the n-th run as the
+    # n-th metric: the published order (docs/protocol.md) must be that order.
+    from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS
+    from tuimon_core.protocol.fields import FABRIC_LEVEL_ORDER, GPU_LEVEL_ORDER
+
+    assert tuple(m.key for m in GPU_METRICS) == GPU_LEVEL_ORDER
+    assert tuple(m.key for m in FABRIC_METRICS) == FABRIC_LEVEL_ORDER
+
+
+async def _node_with(overview: dict[str, object]) -> object:
+    """A two-GPU node whose overview is this one, as a viewer decoded it."""
+    cluster, _ = await seeded_cluster(nodes=1, gpus=2, samples=1)
+    data = msgpack.packb({"v": 1, "t": "sample", "seq": 9, "ts": 1.0, "interval": 1.0,
+                          "overview": overview})
+    sample = decode(data)
+    assert isinstance(sample, Sample)
+    node = next(iter(cluster.nodes.values()))
+    node.overview = sample.extra["overview"]
+    return node
+
+
+async def test_a_newer_agents_extra_metrics_are_skipped_and_an_older_ones_are_no_data(
+) -> None:
+    from tuimon_core.heat_levels import NO_DATA
+
+    util, mem = GPU_MAP.metrics[0], GPU_MAP.metrics[1]
+    # Eight metrics: the six this viewer knows, then two it does not.
+    newer = await _node_with({"gpu_levels": bytes([8]) + bytes([5, 6]) + bytes([7, 8]) +
+                        bytes([2, 2]) * 6})
+    assert GPU_MAP.levels(newer, util) == [3, 4]
+    assert GPU_MAP.levels(newer, mem) == [5, 6]
+    # One metric: util only; the rest read as no data, not as someone else's levels.
+    older = await _node_with({"gpu_levels": bytes([1, 5, 6])})
+    assert GPU_MAP.levels(older, util) == [3, 4]
+    assert GPU_MAP.levels(older, mem) == [NO_DATA, NO_DATA]
 
 
 async def test_a_viewer_takes_overviews_and_only_the_open_node_whole(
@@ -177,6 +217,66 @@ async def test_relays_stack_and_a_drill_down_reaches_through_both(
                 [frozenset(OVERVIEW_FAMILIES)]
 
 
+# -- viewers that predate the compact form --------------------------------------------------
+
+
+async def _overviews(url: str, form: int | None, count: int) -> dict[int, dict[str, object]]:
+    """seq -> the overview as sent (unchecked wire), for a plain client subscribed to the
+    overview families with this `overview_form` (None: a viewer that predates it)."""
+    out: dict[int, dict[str, object]] = {}
+    async with aiohttp.ClientSession() as session, session.ws_connect(
+            url, max_msg_size=16 << 20) as ws:
+        await ws.send_bytes(encode(Subscribe(families=list(OVERVIEW_FAMILIES),
+                                             overview_form=form)))
+        while len(out) < count:
+            msg = await asyncio.wait_for(ws.receive(), 10)
+            wire = msgpack.unpackb(msg.data)
+            frames = [f for _, f in wire.get("frames", [])] if wire["t"] == "batch" else \
+                [msg.data]
+            for frame in frames:
+                sample = msgpack.unpackb(frame)
+                if sample["t"] == "sample" and "overview" in sample and sample["seq"] > 1:
+                    out[sample["seq"]] = sample["overview"]
+    return out
+
+
+def _cells(overview: dict[str, object]) -> dict[str, object]:
+    """What a viewer draws from an overview of either form, read through the codec."""
+    sample = decode(msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0,
+                                   "interval": 1.0, "overview": overview}))
+    assert isinstance(sample, Sample)
+    ov = sample.extra["overview"]
+    return {k: ov.get(k) for k in ("gpu_levels", "fabric_levels", "fs_rows", "busy", "wait")}
+
+
+async def test_a_viewer_that_predates_the_compact_form_is_sent_the_first(
+        unused_tcp_port_factory) -> None:
+    """Agents and relays can be upgraded before their viewers: a viewer that does not ask
+    for overview form 2 is sent form 1 (maps, and the port names), by the agent and by a
+    relay, and what it draws is what a form-2 viewer draws from the same sample."""
+    sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    async with sim, Relay(relay_config(sim.targets)) as relay:
+        member = sim.members[0]
+        ports = [p["id"] for p in member.agent.hello.extra["ports"]]
+        assert ports, "the simulator's nodes have fabric ports"
+        for url in (f"ws://{sim.targets[0]}/v1/stream", f"ws://127.0.0.1:{relay.port}/v1/stream"):
+            old, new = await asyncio.gather(_overviews(url, None, 6), _overviews(url, 2, 6))
+            for ov in old.values():
+                assert set(ov) >= {"gpu", "fabric", "ports", "fs", "busy", "wait"}, url
+                assert not set(ov) & {"gpu_levels", "fabric_levels", "fs_rows"}, url
+                assert list(ov["gpu"]) == ["util", "mem", "temp", "power", "clock", "health"]
+                assert ov["fs"] and all(isinstance(f, dict) and "id" in f for f in ov["fs"])
+                if ov["ports"] != ports:  # through the relay: any of its two nodes
+                    assert len(ov["ports"]) == len(ports)
+            for ov in new.values():
+                assert "gpu_levels" in ov and "gpu" not in ov and "ports" not in ov, url
+            same = [seq for seq in old if seq in new]
+            assert same, f"{url}: the two viewers saw no sample in common"
+            for seq in same:
+                assert _cells(old[seq]) == _cells(new[seq]), (url, seq)
+
+
 # -- agents that predate overviews --------------------------------------------------------
 
 
@@ -241,8 +341,8 @@ async def test_an_agent_without_overviews_is_taken_whole_and_summarised_by_the_v
             # Asked for overviews first, then (its hello lacking them) for everything.
             assert got[0].families == sorted(OVERVIEW_FAMILIES) and got[-1].families is None
             assert node.conditions is None  # the viewer judges this node itself
-            assert GPU_MAP.levels(node, GPU_MAP.metrics[0]) == \
-                levels_of(build_overview(node.hello, node.detail)["gpu"]["util"])
+            made = build_overview(node.hello, node.detail)["gpu_levels"]
+            assert GPU_MAP.levels(node, GPU_MAP.metrics[0]) == levels_of(level_run(made, 0))
     finally:
         await runner.cleanup()
 
@@ -272,6 +372,22 @@ async def test_a_relay_summarises_and_judges_an_agent_without_overviews(
 
 
 @pytest.mark.parametrize(("overview", "where"), [
+    ({"gpu_levels": bytes([0])}, "sample.overview.gpu_levels"),
+    ({"gpu_levels": b""}, "sample.overview.gpu_levels"),
+    ({"gpu_levels": bytes([2, 3, 4, 5])}, "sample.overview.gpu_levels"),
+    ({"gpu_levels": bytes([1, 3, 11])}, "sample.overview.gpu_levels"),
+    ({"gpu_levels": bytes([1]) + bytes(65)}, "sample.overview.gpu_levels"),
+    ({"gpu_levels": bytes([12, 12])}, "sample.overview.gpu_levels"),
+    ({"fabric_levels": [3, 2, 2, 2]}, "sample.overview.fabric_levels"),
+    ({"fs_rows": [["/x", "nfs4", 1, 2, 3, 4]]}, "sample.overview.fs_rows[0]"),
+    ({"fs_rows": [[7, "nfs4", 1, 2, 3, 4, 5]]}, "sample.overview.fs_rows[0]"),
+    ({"fs_rows": [["/x", "nfs4", float("nan"), 2, 3, 4, 5]]},
+     "sample.overview.fs_rows[0].read"),
+    ({"fs_rows": [["/x", "nfs4", 1, True, 3, 4, 5]]}, "sample.overview.fs_rows[0].write"),
+    ({"fs_rows": [["/x", "y" * 5000, 1, 2, 3, 4, 5]]}, "sample.overview.fs_rows[0].fstype"),
+    ({"fs_rows": [["/x", "nfs4", 1, 2, [3], 4, 5]]}, "sample.overview.fs_rows[0].md_ops"),
+    ({"fs_rows": {"/x": 1}}, "sample.overview.fs_rows"),
+    ({"fs": [{"id": "/x", "read": True}]}, "sample.overview.fs[0]"),
     ({"gpu": {"util": bytes([3, 12])}}, "sample.overview.gpu"),
     ({"gpu": {"util": [3, 4]}}, "sample.overview.gpu"),
     ({"gpu": {"util": bytes(65)}}, "sample.overview.gpu"),
@@ -306,11 +422,20 @@ def test_an_overviews_file_systems_are_cleaned_on_the_way_in() -> None:
                                "\x1b]0;x\x07new": "\x9bvalue"}]}})
     sample = decode(data)
     assert isinstance(sample, Sample)
-    first, second = sample.extra["overview"]["fs"]
-    assert "\x1b" not in first["id"] and first["read"] == 5
-    assert second["read"] == 1.5
-    assert all(k.isprintable() and (not isinstance(v, str) or v.isprintable())
-               for k, v in second.items())
+    first, second = sample.extra["overview"]["fs_rows"]  # the first form, made rows
+    assert first[0] == "/scratch\\x1b[2J" and first[2] == 5
+    assert second == ["/home", "nfs4", 1.5, None, None, None, None]  # the odd key dropped
+    rows = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                          "overview": {"fs_rows": [["/s\x1b[2J", "lustre", 5, 0, 1.0, 9, 4],
+                                                   ["/h", "nfs4", 1, 2, 3, 4, 5, "later"]]}})
+    sample = decode(rows)
+    assert isinstance(sample, Sample)
+    assert [r[0] for r in sample.extra["overview"]["fs_rows"]] == ["/s\\x1b[2J", "/h"]
+    rows = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                          "overview": {"fs_rows": [["/h", "nfs4", 1, 2, 3, 4, 5, "later"]]}})
+    sample = decode(rows)
+    assert isinstance(sample, Sample)  # a newer agent's extra column is left out
+    assert sample.extra["overview"]["fs_rows"] == [["/h", "nfs4", 1, 2, 3, 4, 5]]
 
 
 @pytest.mark.parametrize("extra", [

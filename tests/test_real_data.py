@@ -36,6 +36,7 @@ from tuimon.model.storage import StorageView
 from tuimon.sources.prometheus import PromOptions, PromSource
 from tuimon_core.overview import busy_values
 from tuimon_core.protocol import Sample, decode, encode
+from tuimon_core.protocol.fields import FS_COLUMNS
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -294,10 +295,13 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
     # The overview the viewer builds from these real scrapes (no agent made one): one
     # level per GPU and port, busy from DCGM's engine activity, the NFS mounts shared.
     ov = node.overview
-    assert ov is not None and len(ov["gpu"]["util"]) == 1 and len(ov["fabric"]["util"]) == 1
+    assert ov is not None and len(ov["gpu_levels"]) == 1 + 6  # the count, then one GPU
+    assert len(ov["fabric_levels"]) == 1 + 3  # and one port
     assert busy_values(ov["busy"]) == bytes([round(g["gr_active"] * 100)])
-    assert ov["ports"] == ["mlx5_0:1"] and {f["id"] for f in ov["fs"]} >= {"/A", "/B"}
-    assert [f["read"] for f in ov["fs"] if f["id"] == "/A"] == [round(fs["/A"]["read_bytes_s"])]
+    # The ports are the hello's, so the overview leaves them out and the node has them.
+    assert "ports" not in ov and node.port_ids == ["mlx5_0:1"]
+    assert {r[0] for r in ov["fs_rows"]} >= {"/A", "/B"}
+    assert ov_read(ov, "/A") == round(fs["/A"]["read_bytes_s"])
     # Sent as an agent sends it, that overview passes the viewer's checks (a file system
     # of known keys takes their fast path) unchanged, and storage names its reader.
     wire = decode(encode(Sample(1, 1.0, 1.0, extra={"overview": ov})))
@@ -342,7 +346,8 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
 
 
 def ov_read(overview: dict[str, object], mount: str) -> object:
-    return next(f["read"] for f in overview["fs"] if f["id"] == mount)  # type: ignore[attr-defined,index]
+    rows: list[list[object]] = overview["fs_rows"]  # type: ignore[assignment]
+    return next(r[FS_COLUMNS.index("read")] for r in rows if r[0] == mount)
 
 
 def test_node_identity_order() -> None:

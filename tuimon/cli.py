@@ -37,6 +37,7 @@ from tuimon_core.cli_types import positive_float, positive_int, slo_target
 from tuimon_core.errors import UsageError
 from tuimon_core.output import write_file
 from tuimon_core.protocol import Subscribe
+from tuimon_core.protocol.overview_forms import OVERVIEW_FORM
 from tuimon_core.serving.security import (
     check_token_transport,
     client_ssl_context,
@@ -420,7 +421,8 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], St
         families = ([f.strip() for f in args.families.split(",") if f.strip()]
                     if args.families else None)
         expand_hostlists(args.nodes or [])  # a bad host list is an error here, not on the relay
-        subscribe = Subscribe(interval=args.every, families=families, nodes=args.nodes)
+        subscribe = Subscribe(interval=args.every, families=families, nodes=args.nodes,
+                              overview_form=OVERVIEW_FORM)
     return targets, relays, StreamOptions(token=token, ssl_context=ssl_ctx,
                                           subscribe=subscribe)
 

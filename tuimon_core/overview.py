@@ -20,6 +20,8 @@ from typing import Any
 from tuimon_core.findings import Finding
 from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS, gpu_busy
 from tuimon_core.protocol.codec import MAX_FINDING_TEXT, MAX_FINDINGS
+from tuimon_core.protocol.fields import FS_COLUMNS
+from tuimon_core.protocol.overview_forms import LEVEL_SECTIONS, level_blob, level_map
 
 # The families a viewer of the whole cluster takes from every node; a node it looks at
 # closely it takes whole (subscribe with no family filter).
@@ -45,6 +47,13 @@ def levels_of(data: bytes) -> list[int]:
 
 _LEVEL = tuple(range(-LEVEL_OFFSET, 256 - LEVEL_OFFSET))
 
+def hello_port_ids(hello: Any) -> list[str]:
+    """The ports an overview's `wait` and fabric levels follow where it has no `ports` of
+    its own (the usual case: the agent leaves them out when they are the hello's)."""
+    if hello is None:
+        return []
+    return [p["id"] for p in hello.extra.get("ports", [])]
+
 
 def busy_values(data: bytes) -> bytes:
     """The busy percents that were read (the unknown ones left out)."""
@@ -55,9 +64,13 @@ def readable(overview: dict[str, Any]) -> dict[str, Any]:
     """The overview with levels and percents as numbers (nil: unknown), for JSON and
     people (`tuimon-agent once --json`)."""
     out = dict(overview)
-    for section in ("gpu", "fabric"):
-        if isinstance(out.get(section), dict):
-            out[section] = {k: levels_of(v) for k, v in out[section].items()}
+    for key, order in LEVEL_SECTIONS.items():
+        blob = out.pop(key, None)
+        if isinstance(blob, bytes) and blob:
+            out[key.removesuffix("_levels")] = {
+                k: levels_of(v) for k, v in level_map(blob, order).items()}
+    if isinstance(out.get("fs_rows"), list):
+        out["fs"] = [dict(zip(FS_COLUMNS, row)) for row in out.pop("fs_rows")]
     if isinstance(out.get("busy"), bytes):
         out["busy"] = [None if b == BUSY_UNKNOWN else b for b in out["busy"]]
     return out
@@ -76,8 +89,9 @@ def build_overview(hello: Any, sample: Any) -> dict[str, Any]:
     if gpus is not None:
         infos = hello.gpus if hello is not None else []
         pairs = [(g, infos[i] if i < len(infos) else None) for i, g in enumerate(gpus)]
-        out["gpu"] = {m.key: bytes([m.level(g, info) + LEVEL_OFFSET for g, info in pairs])
-                      for m in GPU_METRICS}
+        out["gpu_levels"] = level_blob(
+            [bytes([m.level(g, info) + LEVEL_OFFSET for g, info in pairs])
+             for m in GPU_METRICS])
         busy = bytearray()
         for g in gpus:
             b = gpu_busy(g)[0]
@@ -89,16 +103,19 @@ def build_overview(hello: Any, sample: Any) -> dict[str, Any]:
         ports = fabric.get("ports") or []
         known = {p["id"]: p for p in hello.extra.get("ports", [])} if hello is not None else {}
         pairs = [(p, known.get(p["id"])) for p in ports]
-        out["ports"] = [p["id"] for p in ports]
-        out["fabric"] = {m.key: bytes([m.level(p, info) + LEVEL_OFFSET for p, info in pairs])
-                         for m in FABRIC_METRICS}
+        ids = [p["id"] for p in ports]
+        if ids != hello_port_ids(hello):  # usually they are: the hello's, in its order
+            out["ports"] = ids
+        out["fabric_levels"] = level_blob(
+            [bytes([m.level(p, info) + LEVEL_OFFSET for p, info in pairs])
+             for m in FABRIC_METRICS])
         out["wait"] = [_whole(p.get("xmit_wait_s")) for p in ports]
     storage = extra.get("storage")
     if storage is not None:
-        out["fs"] = [
-            {"id": f["id"], "fstype": f.get("fstype"),
-             "read": _whole(f.get("read_bytes_s")), "write": _whole(f.get("write_bytes_s")),
-             "md_ops": f.get("metadata_ops_s"), "size": f.get("size"), "free": f.get("free")}
+        out["fs_rows"] = [
+            [f["id"], f.get("fstype"), _whole(f.get("read_bytes_s")),
+             _whole(f.get("write_bytes_s")), f.get("metadata_ops_s"), f.get("size"),
+             f.get("free")]
             for f in storage.get("filesystems") or [] if f.get("fstype") in SHARED_FSTYPES]
     return out
 

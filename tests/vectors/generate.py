@@ -29,6 +29,16 @@ GPU = {
     "procs": 1, "proc_mem": 71000000000, "xid_total": 0, "last_xid": None,
 }
 
+# The findings both overview vectors carry.
+OVERVIEW_FINDINGS = [
+    {"severity": "warning", "kind": "thermal",
+     "message": "gpu003 GPU 1 thermal throttling at 88 °C", "gpu": 1, "score": 0.4},
+    {"severity": "critical", "kind": "gpu_failed",
+     "message": "gpu003 GPU 2 failed: GPU is lost", "gpu": 2, "score": 0.6},
+    {"severity": "critical", "kind": "link_down",
+     "message": "gpu003 mlx5_1:1 link DOWN", "port": "mlx5_1:1", "score": 0.8},
+]
+
 VALID = {
     "hello": {
         "v": 1, "t": "hello", "node": "gpu001", "agent_version": "0.1.0",
@@ -124,6 +134,26 @@ VALID = {
     # the conditions the node's own rules found.
     "sample_overview": {
         "v": 1, "t": "sample", "seq": 120, "ts": 1796000120.0, "interval": 1.0,
+        # Levels are bytes of level + 2 (0 no data, 1 failed, 2..10 the nine steps), in a
+        # blob a section: the number of metrics, then each metric's cells in the protocol's
+        # order (GPU: util mem temp power clock health; fabric: util congestion errors).
+        # Busy is a byte per GPU, a percent or 255 (unknown). `ports` may be left out when
+        # they are the hello's; a file system is a row of FS_COLUMNS.
+        "overview": {
+            "gpu_levels": bytes([6, 10, 9, 1, 9, 9, 1, 6, 8, 1, 9, 8, 1, 10, 7, 1, 2, 6, 1]),
+            "busy": bytes([97, 88, 255]),
+            "ports": ["mlx5_0:1", "mlx5_1:1"],
+            "fabric_levels": bytes([3, 6, 6, 5, 0, 2, 10]),
+            "wait": [1500, None],
+            "fs_rows": [["/lustre/scratch", "lustre", 1500000000, 0, 280.0,
+                         20000000000000000, 7800000000000000]],
+        },
+        "findings": OVERVIEW_FINDINGS,
+    },
+    # The same overview in its first form (agents of late 2026: levels as maps of metric
+    # to bytes, file systems as maps). Viewers still read it, as the compact form above.
+    "sample_overview_first_form": {
+        "v": 1, "t": "sample", "seq": 120, "ts": 1796000120.0, "interval": 1.0,
         # Levels are bytes of level + 2 (0 no data, 1 failed, 2..10 the nine steps);
         # busy is a byte per GPU, a percent or 255 (unknown).
         "overview": {
@@ -139,19 +169,12 @@ VALID = {
                     "write": 0, "md_ops": 280.0, "size": 20000000000000000,
                     "free": 7800000000000000}],
         },
-        "findings": [
-            {"severity": "warning", "kind": "thermal",
-             "message": "gpu003 GPU 1 thermal throttling at 88 °C", "gpu": 1, "score": 0.4},
-            {"severity": "critical", "kind": "gpu_failed",
-             "message": "gpu003 GPU 2 failed: GPU is lost", "gpu": 2, "score": 0.6},
-            {"severity": "critical", "kind": "link_down",
-             "message": "gpu003 mlx5_1:1 link DOWN", "port": "mlx5_1:1", "score": 0.8},
-        ],
+        "findings": OVERVIEW_FINDINGS,
     },
     "subscribe_overview_detail": {
         "v": 1, "t": "subscribe", "interval": None,
         "families": ["events", "findings", "overview", "steps"],
-        "detail": ["gpu003:9477"],
+        "detail": ["gpu003:9477"], "overview_form": 2,
     },
     "future_type_ignored": {"v": 1, "t": "relay_batch_v9", "payload": [1, 2, 3]},
     "future_fields_ignored": {
@@ -180,6 +203,12 @@ INVALID = {
                                "sample.fabric.ports[0]"),
     "storage_not_a_map": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
                            "storage": [1, 2]}, "sample.storage"),
+    "overview_blob_uneven": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                              "overview": {"gpu_levels": bytes([6, 2, 2, 2])}},
+                             "sample.overview.gpu_levels"),
+    "overview_row_short": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                            "overview": {"fs_rows": [["/home", "nfs4", 5]]}},
+                           "sample.overview.fs_rows[0]"),
     "overview_level_out_of_range": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0,
                                      "interval": 1.0,
                                      "overview": {"gpu": {"util": bytes([11])}}},
@@ -201,6 +230,9 @@ INVALID = {
                                   "sample.findings[0].gpu"),
     "subscribe_detail_not_a_list": ({"v": 1, "t": "subscribe", "detail": "gpu003"},
                                     "subscribe.detail"),
+    "subscribe_overview_form_not_a_number": ({"v": 1, "t": "subscribe",
+                                              "overview_form": "2"},
+                                             "subscribe.overview_form"),
 }
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuimon.model.step_credit import merge_steps
-from tuimon_core.overview import build_overview
+from tuimon_core.overview import build_overview, hello_port_ids
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol import Event, Hello, Sample
 from tuimon_core.protocol.text import clean
@@ -64,6 +64,8 @@ class NodeState:
     # The conditions the node's own rules found in its latest sample (the `findings`
     # family); None when the agent does not judge itself and the viewer must.
     conditions: list[dict[str, Any]] | None = None
+    # The hello's fabric ports: what an overview without `ports` of its own follows.
+    port_ids: list[str] = field(default_factory=list)
 
     @property
     def gpu_count(self) -> int:
@@ -200,6 +202,7 @@ class ClusterState:
                 len(node.hello.gpus) != len(hello.gpus):
             self.layout_version += 1
         node.hello = hello
+        node.port_ids = hello_port_ids(hello)
         self._hellos_version += 1
         node.name = hello.node
         self._seen(node)

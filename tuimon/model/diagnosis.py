@@ -159,7 +159,7 @@ class Diagnosis:
             waits = ov.get("wait")
             if not waits:
                 continue
-            ports = ov.get("ports") or []
+            ports = ov.get("ports") or n.port_ids
             if None in waits or len(ports) != len(waits):
                 pairs = [(p, w) for p, w in zip(ports, waits) if w is not None]
                 if not pairs:

@@ -24,6 +24,7 @@ from tuimon_core.heat_levels import (
     gpu_health,
 )
 from tuimon_core.overview import levels_of
+from tuimon_core.protocol.overview_forms import level_run
 
 __all__ = ["BUSY_FIELDS", "FABRIC_MAP", "FABRIC_METRICS", "FAILED", "GLYPHS", "GPU_MAP",
            "GPU_METRICS", "LEVELS", "NO_DATA", "WORST_WINS", "HeatMetric", "MapKind", "fold",
@@ -53,7 +54,7 @@ class MapKind:
     title: str
     metrics: tuple[HeatMetric, ...]
     grouped: bool = False  # laid out under its leaf switches when the topology is known
-    section: str = "gpu"  # the overview's section of level lists
+    section: str = "gpu_levels"  # the overview's blob of this map's levels
 
     def cell_count(self, node: Any, cpu_nodes: frozenset[str] = frozenset()) -> int:
         raise NotImplementedError
@@ -62,11 +63,11 @@ class MapKind:
                cpu_nodes: frozenset[str] = frozenset()) -> list[int]:
         """Each cell's level, in order."""
         overview = node.overview
-        levels = None if overview is None else (overview.get(self.section) or {}).get(
-            metric.key)
-        if levels is None:
+        blob = None if overview is None else overview.get(self.section)
+        run = None if not blob else level_run(blob, self.metrics.index(metric))
+        if run is None:
             return [NO_DATA] * self.cell_count(node, cpu_nodes)
-        return levels_of(levels)
+        return levels_of(run)
 
     def node_level(self, node: Any, metric: HeatMetric,
                    cpu_nodes: frozenset[str] = frozenset()) -> int:
@@ -101,4 +102,4 @@ def gpus_missing(node: Any, cpu_nodes: frozenset[str] = frozenset()) -> bool:
 
 GPU_MAP: MapKind = GpuMapKind("gpu", "GPUs", GPU_METRICS)
 FABRIC_MAP: MapKind = FabricMapKind("fabric", "fabric", FABRIC_METRICS, grouped=True,
-                                    section="fabric")
+                                    section="fabric_levels")

@@ -40,30 +40,31 @@ class StorageView:
 
     def update(self, cluster: ClusterState) -> None:
         # Per mount: [fstype, read, write, metadata ops, nodes, size, free, top readers,
-        # top writers], summed from the overviews' shared file systems (every node, every
-        # second: at 4096 nodes this loop is a third of the app's judgement, so the top
-        # three are kept as it goes, not sorted out of a list of every node).
+        # top writers], summed from the overviews' shared file systems (rows of
+        # tuimon_core.protocol.fields.FS_COLUMNS). Every node, every second: at 4096
+        # nodes this loop is a third of the app's judgement, so the top three are kept
+        # as it goes, not sorted out of a list of every node.
         sums: dict[str, list[Any]] = {}
         for node in cluster.nodes.values():
             ov = node.overview
             if ov is None or node.status != "up":
                 continue
-            filesystems = ov.get("fs")
+            filesystems = ov.get("fs_rows")
             if not filesystems:
                 continue
             name = node.name
-            for fs in filesystems:
-                acc = sums.get(fs["id"])
+            for fid, fstype, r, w, md_ops, size, free in filesystems:
+                acc = sums.get(fid)
                 if acc is None:
-                    acc = sums[fs["id"]] = [fs.get("fstype") or "?", 0, 0, 0.0, 0, None, None,
-                                            [], []]
-                r, w = fs.get("read") or 0, fs.get("write") or 0
+                    acc = sums[fid] = [fstype or "?", 0, 0, 0.0, 0, None, None, [], []]
+                r = r or 0
+                w = w or 0
                 acc[1] += r
                 acc[2] += w
-                acc[3] += fs.get("md_ops") or 0.0
+                acc[3] += md_ops or 0.0
                 acc[4] += 1
-                if fs.get("size") is not None:
-                    acc[5], acc[6] = fs["size"], fs.get("free")
+                if size is not None:
+                    acc[5], acc[6] = size, free
                 top = acc[7]
                 if len(top) < TOP or r > top[-1][0]:
                     _keep_top(top, r, name)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -30,6 +30,7 @@ from tuimon_core.overview import (
     build_overview,
     findings_from_wire,
     findings_to_wire,
+    hello_port_ids,
 )
 from tuimon_core.protocol import (
     Batch,
@@ -44,6 +45,7 @@ from tuimon_core.protocol import (
 )
 from tuimon_core.protocol.codec import map_header, sample_spans
 from tuimon_core.protocol.families import FAMILY_KEYS, Frame, keep_families, wants_events
+from tuimon_core.protocol.overview_forms import OVERVIEW_FORM, first_form
 from tuimon_core.timing import aged_state, lost_state
 
 # One batch message stays under this many bytes of frames; more makes another message.
@@ -80,22 +82,29 @@ class SampleFrame:
     encoding with fewer families is the agent's own bytes of the families kept, under a
     new map header: nothing decoded, nothing encoded again. Only step sums merged from
     samples it replaced, and the overview the relay built for an agent that predates
-    overviews (`added`), are encoded here. Each encoding is made once per family set."""
+    overviews (`added`), are encoded here. Each encoding is made once per family set.
+    A viewer that reads only the overview's first form gets it re-encoded (the slow,
+    general way: such viewers are the exception), naming the hello's `port_ids`."""
 
-    __slots__ = ("_cache", "added", "message", "raw", "steps")
+    __slots__ = ("_cache", "_first", "added", "message", "port_ids", "raw", "steps")
 
     def __init__(self, message: Sample, raw: bytes, steps: Any = _AS_SENT,
-                 added: dict[str, Any] | None = None) -> None:
+                 added: dict[str, Any] | None = None,
+                 port_ids: list[str] | None = None) -> None:
         self.message = message
         self.raw = raw
         self.steps = steps
         self.added = added
+        self.port_ids = port_ids or []
         self._cache: dict[frozenset[str] | None, bytes] = {}
+        self._first: dict[frozenset[str] | None, bytes] | None = None
 
     def steps_sent(self) -> dict[str, Any] | None:
         return self.message.extra.get("steps") if self.steps is _AS_SENT else self.steps
 
-    def encoded(self, families: frozenset[str] | None) -> bytes:
+    def encoded(self, families: frozenset[str] | None, form: int = OVERVIEW_FORM) -> bytes:
+        if form < OVERVIEW_FORM and self._sends_overview(families):
+            return self._first_form(families)
         data = self._cache.get(families)
         if data is None:
             if self.steps is _AS_SENT and not self.added and (
@@ -104,6 +113,28 @@ class SampleFrame:
             else:
                 data = self._encode(families)
             self._cache[families] = data
+        return data
+
+    def _sends_overview(self, families: frozenset[str] | None) -> bool:
+        if families is not None and "overview" not in families:
+            return False
+        keys = self.message.keys
+        return bool(self.added) or (
+            "overview" in keys if keys is not None else "overview" in self.message.extra)
+
+    def _first_form(self, families: frozenset[str] | None) -> bytes:
+        if self._first is None:
+            self._first = {}
+        data = self._first.get(families)
+        if data is None:
+            wire = unpack(self.raw)
+            wire.update(self.added or {})
+            if self.steps is not _AS_SENT:
+                wire["steps"] = self.steps
+            keep_families(wire, families)
+            if "overview" in wire:
+                wire["overview"] = first_form(wire["overview"], self.port_ids)
+            data = self._first[families] = encode_map(wire)
         return data
 
     def _within(self, families: frozenset[str]) -> bool:
@@ -144,6 +175,7 @@ class Source:
     reason: str | None = None
     node: str | None = None  # the hello's node name
     hello: Frame | None = None
+    port_ids: list[str] = field(default_factory=list)  # the hello's fabric ports
     sample: SampleFrame | None = None
     last_seen: float | None = None  # monotonic
     frames: int = 0
@@ -184,6 +216,7 @@ class ViewerFeed:
         self.default_interval = interval
         self.interval = interval
         self.families: frozenset[str] | None = None
+        self.form = 1  # the overview form it reads (overview_forms.py)
         self.nodes: frozenset[str] | None = None
         # Sources this viewer takes with every family whatever `families` says.
         self.detail: frozenset[str] = frozenset()
@@ -197,10 +230,12 @@ class ViewerFeed:
         self.bytes = 0
 
     def subscribe(self, interval: float | None, families: list[str] | None,
-                  nodes: list[str] | None, detail: list[str] | None = None) -> bool:
+                  nodes: list[str] | None, detail: list[str] | None = None,
+                  overview_form: int | None = None) -> bool:
         """Take a subscription; True when more than the detail changed (the viewer is
         then owed the whole picture again; a new detail only the detailed nodes)."""
-        before = (self.interval, self.families, self.nodes)
+        before = (self.interval, self.families, self.nodes, self.form)
+        self.form = overview_form or 1
         self.interval = max(self.default_interval, interval or self.default_interval)
         self.families = frozenset(families) if families is not None else None
         if nodes is None:
@@ -210,7 +245,7 @@ class ViewerFeed:
             # the relay build millions of names (tuimon.sources.targets).
             self.nodes = frozenset(expand_hostlists(nodes))
         self.detail = frozenset(detail or ())
-        return before != (self.interval, self.families, self.nodes)
+        return before != (self.interval, self.families, self.nodes, self.form)
 
     def families_for(self, name: str) -> frozenset[str] | None:
         return None if name in self.detail else self.families
@@ -236,7 +271,8 @@ class ViewerFeed:
             old_steps = older.steps_sent()
             if old_steps:
                 steps = merge_steps(old_steps, frame.steps_sent())
-                frame = SampleFrame(frame.message, frame.raw, steps, frame.added)
+                frame = SampleFrame(frame.message, frame.raw, steps, frame.added,
+                                    frame.port_ids)
         self.samples[name] = frame
 
     def offer_event(self, name: str, frame: Frame) -> None:
@@ -252,13 +288,14 @@ class ViewerFeed:
         once; the messages are encoded one at a time as the caller sends them, so a
         snapshot of thousands of nodes never sits in memory encoded whole."""
         entries: list[tuple[str, bytes]] = []
-        families, detail = self.families, self.detail
+        families, detail, form = self.families, self.detail, self.form
         for name, frame in self.hellos.items():
             entries.append((name, frame.encoded(families)))
         for name, frame in self.events:
             entries.append((name, frame.encoded(families)))
         for name, sample_frame in self.samples.items():
-            entries.append((name, sample_frame.encoded(None if name in detail else families)))
+            entries.append((name, sample_frame.encoded(None if name in detail else families,
+                                                       form)))
         states = [(name, state, reason) for name, (state, reason) in self.states.items()]
         self.hellos.clear()
         self.events.clear()
@@ -404,7 +441,7 @@ class FanOut:
                 except ProtocolError as exc:
                     self.note_protocol_error(target, exc.reason)
                     return
-            sample = SampleFrame(message, raw, added=added)
+            sample = SampleFrame(message, raw, added=added, port_ids=source.port_ids)
             source.sample = sample
             source.conditions = (added or message.extra).get("findings")
             self._count_steps(target, message)
@@ -415,6 +452,7 @@ class FanOut:
         if isinstance(message, Hello):
             source.hello = frame
             source.node = message.node
+            source.port_ids = hello_port_ids(message)
             for feed in self._feeds(source):
                 feed.offer_hello(source)
         else:

@@ -148,7 +148,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
         before = feed.detail
         try:
             changed = feed.subscribe(message.interval, message.families, message.nodes,
-                                     message.detail)
+                                     message.detail, message.overview_form)
         except TargetError as exc:
             raise ProtocolError(f"subscribe.nodes: {exc}") from None
         if changed:

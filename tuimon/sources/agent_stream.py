@@ -44,6 +44,7 @@ from tuimon_core.protocol import (
     decode,
     encode,
 )
+from tuimon_core.protocol.overview_forms import OVERVIEW_FORM
 from tuimon_core.protocol.text import clean
 from tuimon_core.timing import STALE_AFTER_INTERVALS, STALE_AT_LEAST_S
 
@@ -249,7 +250,8 @@ class AgentStream:
                          families=None if families is None else sorted(families),
                          nodes=base.nodes if base else None,
                          detail=sorted(self._detail_sources) if self.relay and
-                         self.options.overview else None)
+                         self.options.overview else None,
+                         overview_form=OVERVIEW_FORM)
 
     def set_families(self, families: frozenset[str] | None) -> None:
         """Ask for these families from now on (None: all); a relay's demand from its

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeGuard
 
 import msgpack
 
 from tuimon_core.protocol.errors import ProtocolError
-from tuimon_core.protocol.fields import GPU_FIELDS, GPU_INFO_FIELDS, HOST_FIELDS
+from tuimon_core.protocol.fields import (
+    FABRIC_LEVEL_ORDER,
+    FS_COLUMNS,
+    GPU_FIELDS,
+    GPU_INFO_FIELDS,
+    GPU_LEVEL_ORDER,
+    HOST_FIELDS,
+)
 from tuimon_core.protocol.messages import (
     PROTOCOL_VERSION,
     SEVERITIES,
@@ -22,6 +29,7 @@ from tuimon_core.protocol.messages import (
     Sample,
     Subscribe,
 )
+from tuimon_core.protocol.overview_forms import level_blob
 from tuimon_core.protocol.text import clean, clean_tree
 
 # One node's frame is a few KiB; a relay's batch holds many and has its own limit.
@@ -346,10 +354,15 @@ def _subscribe(m: dict[str, Any]) -> Subscribe:
     ):
         raise ProtocolError(f"subscribe.detail: expected a list of at most {MAX_DETAIL} "
                             "source names, or nil")
+    form = m.get("overview_form")
+    if form is not None and (type(form) is not int or not 1 <= form <= 255):
+        raise ProtocolError(f"subscribe.overview_form: expected a form number (1..255) or "
+                            f"nil, got {_show(form)}")
     return Subscribe(interval=float(interval) if interval is not None else None,
                      families=None if families is None else [clean(f) for f in families],
                      nodes=None if nodes is None else [clean(n) for n in nodes],
-                     detail=None if detail is None else [clean(n) for n in detail])
+                     detail=None if detail is None else [clean(n) for n in detail],
+                     overview_form=form)
 
 
 # Nodes one viewer may take whole through a relay at once (a node screen, a short list).
@@ -470,26 +483,21 @@ def _check_steps(steps: Any) -> None:
 
 
 def _check_overview(ov: Any) -> None:
-    """The overview family: level lists, percents, port names, waits, file systems. Every
+    """The overview family: level blobs, percents, port names, waits, file systems. Every
     length is bounded and every number's range checked, so a view can index and colour
     with what it holds and nothing else. Hot path (every node, every second, in every
-    viewer): lists are checked whole with C-level map/min/max, not element by element."""
+    viewer): sequences are checked whole with C-level calls, not element by element. An
+    overview of the first form (levels as maps, file systems as maps) is checked as it
+    was and turned into the compact form, the one the views read."""
     if type(ov) is not dict:
         raise ProtocolError(f"sample.overview: expected a map, got {_show(ov)}")
-    for section, limit in (("gpu", MAX_GPUS), ("fabric", MAX_ENTITIES)):
-        levels = ov.get(section)
-        if levels is None:
-            continue
-        if type(levels) is not dict or len(levels) > 64:
-            raise ProtocolError(f"sample.overview.{section}: expected a map of metric to "
-                                "levels")
-        if not _all_levels(levels, limit):  # all metrics at once; then say which one
-            for metric, values in levels.items():
-                if type(metric) is not str or not _all_levels({metric: values}, limit):
-                    raise ProtocolError(f"sample.overview.{section}.{_show(metric)}: expected "
-                                        f"at most {limit} level bytes (0..10)")
-        if not all(map(str.isprintable, levels)):
-            ov[section] = {clean(k): v for k, v in levels.items()}
+    for key, limit in (("gpu_levels", MAX_GPUS), ("fabric_levels", MAX_ENTITIES)):
+        blob = ov.get(key)
+        if blob is not None and not _is_level_blob(blob, limit):
+            raise ProtocolError(f"sample.overview.{key}: expected a count of metrics, then "
+                                f"that many runs of at most {limit} level bytes (0..10)")
+    if "gpu" in ov or "fabric" in ov:
+        _first_form_levels(ov)
     busy = ov.get("busy")
     if busy is not None and not (type(busy) is bytes and len(busy) <= MAX_GPUS and
                                  not busy.translate(None, _PERCENT_BYTES)):
@@ -509,34 +517,91 @@ def _check_overview(ov: Any) -> None:
     wait = ov.get("wait")
     if wait is not None and not _is_waits(wait):
         raise ProtocolError("sample.overview.wait: expected a list of non-negative numbers")
-    fs = ov.get("fs")
-    if fs is not None:
-        if type(fs) is not list or len(fs) > MAX_SHARED_FS:
-            raise ProtocolError(f"sample.overview.fs: expected a list of at most "
-                                f"{MAX_SHARED_FS} maps")
-        for i, f in enumerate(fs):
-            if type(f) is not dict or type(f.get("id")) is not str:
-                raise ProtocolError(f"sample.overview.fs[{i}]: expected a map with a string "
-                                    "'id'")
-            if not _plain_fs(f):
-                _check_values(f, f"sample.overview.fs[{i}]", depth=2)  # says what is wrong
+    rows = ov.get("fs_rows")
+    if rows is not None:
+        if type(rows) is not list or len(rows) > MAX_SHARED_FS:
+            raise ProtocolError(f"sample.overview.fs_rows: expected a list of at most "
+                                f"{MAX_SHARED_FS} rows")
+        for i, row in enumerate(rows):
+            if type(row) is not list or len(row) < _FS_WIDTH or type(row[0]) is not str:
+                raise ProtocolError(f"sample.overview.fs_rows[{i}]: expected a row "
+                                    f"[{', '.join(FS_COLUMNS)}] with a string id")
+            if len(row) > _FS_WIDTH:
+                rows[i] = row = row[:_FS_WIDTH]  # a newer agent's columns
+            if not _plain_row(row):
+                _clean_row(row, f"sample.overview.fs_rows[{i}]")  # says what is wrong
+    if "fs" in ov:
+        _first_form_fs(ov)
     if not ov.keys() <= _OVERVIEW_KEYS:
         for key in [k for k in ov if k not in _OVERVIEW_KEYS]:
             ov[clean(key)] = clean_tree(ov.pop(key))  # a newer agent's section
 
 
-_OVERVIEW_KEYS = frozenset({"gpu", "busy", "ports", "fabric", "wait", "fs"})
-# An overview's file system as agents build it: printable keys known in advance.
-_FS_KEYS = frozenset({"id", "fstype", "read", "write", "md_ops", "size", "free"})
-
-
-def _plain_fs(f: dict[Any, Any]) -> bool:
-    """A shared file system of the overview with only the known keys, finite numbers
-    and short printable strings: true for every agent's, so the generic check (which
-    cleans and says what is wrong) runs only for what is not."""
-    if not _FS_KEYS.issuperset(f):
+def _is_level_blob(blob: Any, limit: int) -> bool:
+    """A count k >= 1, then k runs of equal length <= limit, every byte a level (0..10).
+    The count is removed with the levels when it is <= 10; a larger one is what is left."""
+    if type(blob) is not bytes or not blob or blob[0] == 0:
         return False
-    for v in f.values():
+    k = blob[0]
+    cells, rest = divmod(len(blob) - 1, k)
+    if rest or cells > limit:
+        return False
+    left = blob.translate(None, _LEVEL_BYTES)
+    return not left or left == blob[:1]
+
+
+def _first_form_levels(ov: dict[str, Any]) -> None:
+    """`gpu` and `fabric` as maps of metric to level bytes (agents of the first overview
+    form): checked, then made the blobs the views read."""
+    for section, limit, order in (("gpu", MAX_GPUS, GPU_LEVEL_ORDER),
+                                  ("fabric", MAX_ENTITIES, FABRIC_LEVEL_ORDER)):
+        levels = ov.pop(section, None)
+        if levels is None:
+            continue
+        if type(levels) is not dict or len(levels) > 64:
+            raise ProtocolError(f"sample.overview.{section}: expected a map of metric to "
+                                "levels")
+        if not _all_levels(levels, limit):  # all metrics at once; then say which one
+            for metric, values in levels.items():
+                if type(metric) is not str or not _all_levels({metric: values}, limit):
+                    raise ProtocolError(f"sample.overview.{section}.{_show(metric)}: expected "
+                                        f"at most {limit} level bytes (0..10)")
+        cells = max(map(len, levels.values()), default=0)
+        # A metric the agent did not send is no data (level byte 0) in every cell.
+        runs = [levels.get(key, b"")[:cells].ljust(cells, b"\0") for key in order]
+        ov[f"{section}_levels"] = level_blob(runs)
+
+
+def _first_form_fs(ov: dict[str, Any]) -> None:
+    """`fs` as a list of maps (agents of the first overview form): checked, then made the
+    rows the views read."""
+    fs = ov.pop("fs")
+    if type(fs) is not list or len(fs) > MAX_SHARED_FS:
+        raise ProtocolError(f"sample.overview.fs: expected a list of at most "
+                            f"{MAX_SHARED_FS} maps")
+    for i, f in enumerate(fs):
+        if type(f) is not dict or type(f.get("id")) is not str:
+            raise ProtocolError(f"sample.overview.fs[{i}]: expected a map with a string "
+                                "'id'")
+        if not _plain_fs(f):
+            _check_values(f, f"sample.overview.fs[{i}]", depth=2)  # says what is wrong
+            if not _plain_row([f.get(c) for c in FS_COLUMNS]):
+                raise ProtocolError(f"sample.overview.fs[{i}]: expected numbers or short "
+                                    f"strings in {', '.join(FS_COLUMNS)}")
+        fs[i] = [f.get(c) for c in FS_COLUMNS]
+    ov["fs_rows"] = fs
+
+
+_OVERVIEW_KEYS = frozenset({"gpu_levels", "busy", "ports", "fabric_levels", "wait",
+                            "fs_rows"})
+_FS_WIDTH = len(FS_COLUMNS)
+# An overview's file system as agents build it: printable keys known in advance.
+_FS_KEYS = frozenset(FS_COLUMNS)
+
+
+def _plain_row(row: Iterable[Any]) -> bool:
+    """A file system's row: finite numbers, nil, and short printable strings."""
+    for v in row:
         t = type(v)
         if t is int or v is None:
             continue
@@ -546,6 +611,30 @@ def _plain_fs(f: dict[Any, Any]) -> bool:
         elif t is not str or len(v) > MAX_STR or not v.isprintable():
             return False
     return True
+
+
+def _clean_row(row: list[Any], where: str) -> None:
+    """A row that is not plain: its strings cleaned in place, or what is wrong said."""
+    for c, v in enumerate(row):
+        t = type(v)
+        if t is int or v is None:
+            continue
+        if t is float and v - v == 0:
+            continue
+        if t is str and len(v) <= MAX_STR:
+            row[c] = clean(v)
+            continue
+        raise ProtocolError(f"{where}.{FS_COLUMNS[c]}: expected a finite number, a string of "
+                            f"at most {MAX_STR} characters or nil, got {_show(v)}")
+
+
+def _plain_fs(f: dict[Any, Any]) -> bool:
+    """A shared file system of the overview's first form with only the known keys and
+    plain values: true for every agent's, so the generic check (which cleans and says
+    what is wrong) runs only for what is not."""
+    return _FS_KEYS.issuperset(f) and _plain_row(f.values())
+
+
 _NUM_OR_NIL: frozenset[type] = frozenset({int, float, type(None)})
 _INT_ONLY = {int}
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from tuimon_core.protocol.codec import encode_map
 from tuimon_core.protocol.messages import Event, Hello, Sample
+from tuimon_core.protocol.overview_forms import OVERVIEW_FORM, first_form
 
 # Which top-level sample key each subscribable family owns ("events" is a family too:
 # it selects event messages, not a sample key).
@@ -41,26 +42,41 @@ def wants_events(families: frozenset[str] | None) -> bool:
 
 class Frame:
     """One message to send, its encodings cached per family set. `raw` is the message's
-    bytes as received (a relay forwards an agent's own bytes when nothing is filtered)."""
+    bytes as received (a relay forwards an agent's own bytes when nothing is filtered).
+    `port_ids` are the sender's hello's ports: what a first-form overview must name."""
 
-    __slots__ = ("_cache", "message")
+    __slots__ = ("_cache", "_first", "message", "port_ids")
 
-    def __init__(self, message: Hello | Sample | Event, raw: bytes = b"") -> None:
+    def __init__(self, message: Hello | Sample | Event, raw: bytes = b"",
+                 port_ids: list[str] | None = None) -> None:
         self.message = message
+        self.port_ids = port_ids or []
         self._cache: dict[frozenset[str] | None, bytes] = {}
+        self._first: dict[frozenset[str] | None, bytes] | None = None
         if raw:
             self._cache[None] = raw
 
-    def wire(self, families: frozenset[str] | None) -> dict[str, Any]:
+    def wire(self, families: frozenset[str] | None,
+             form: int = OVERVIEW_FORM) -> dict[str, Any]:
         wire = self.message.to_wire()
-        return keep_families(wire, families) if isinstance(self.message, Sample) else wire
+        if not isinstance(self.message, Sample):
+            return wire
+        keep_families(wire, families)
+        if form < OVERVIEW_FORM and "overview" in wire:
+            wire["overview"] = first_form(wire["overview"], self.port_ids)
+        return wire
 
-    def encoded(self, families: frozenset[str] | None, dropped: int = 0) -> bytes:
+    def encoded(self, families: frozenset[str] | None, dropped: int = 0,
+                form: int = OVERVIEW_FORM) -> bytes:
         if dropped and isinstance(self.message, Sample):
-            wire = self.wire(families)
+            wire = self.wire(families, form)
             wire["dropped"] = dropped
             return encode_map(wire)
-        data = self._cache.get(families)
+        cache = self._cache
+        if form < OVERVIEW_FORM and isinstance(self.message, Sample) and \
+                "overview" in self.message.extra:
+            cache = self._first = self._first if self._first is not None else {}
+        data = cache.get(families)
         if data is None:
-            data = self._cache[families] = encode_map(self.wire(families))
+            data = cache[families] = encode_map(self.wire(families, form))
         return data

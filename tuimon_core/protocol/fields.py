@@ -200,3 +200,11 @@ THROTTLE_REASONS = frozenset(
 
 FAMILIES: tuple[str, ...] = ("gpu", "host", "fabric", "storage", "steps", "events", "overview",
                              "findings")
+
+
+# The overview's compact sections (docs/protocol.md, "overview"). Level blobs hold their
+# metrics in these orders; a newer agent appends metrics, never reorders them.
+GPU_LEVEL_ORDER: tuple[str, ...] = ("util", "mem", "temp", "power", "clock", "health")
+FABRIC_LEVEL_ORDER: tuple[str, ...] = ("util", "congestion", "errors")
+# A shared file system in `fs_rows`; a newer agent may add columns after these.
+FS_COLUMNS: tuple[str, ...] = ("id", "fstype", "read", "write", "md_ops", "size", "free")

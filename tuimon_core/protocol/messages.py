@@ -165,6 +165,9 @@ class Subscribe:
     # Relays only: sources (as the relay's batches name them) to send with every family,
     # whatever `families` says: the nodes a viewer is looking at closely.
     detail: list[str] | None = None
+    # The newest overview form the reader understands (overview_forms.py); None: it
+    # predates the field, and is sent the first form.
+    overview_form: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -177,6 +180,8 @@ class Subscribe:
             out["nodes"] = self.nodes
         if self.detail is not None:
             out["detail"] = self.detail
+        if self.overview_form is not None:
+            out["overview_form"] = self.overview_form
         return out
 
 
