@@ -22,7 +22,7 @@ from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_types import positive_float, positive_int
 from tuimon_core.errors import UsageError
 from tuimon_core.output import write_file
-from tuimon_core.overview import readable
+from tuimon_core.overview import hello_port_ids, readable
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol.messages import Sample
 from tuimon_core.protocol.text import clean_lines
@@ -229,7 +229,7 @@ def once_report(agent: NodeAgent, sample: Sample) -> dict[str, Any]:
     assert hello is not None
     wire = sample.to_wire()
     if "overview" in wire:
-        wire["overview"] = readable(wire["overview"])
+        wire["overview"] = readable(wire["overview"], hello_port_ids(hello))
     return {
         "node": hello.node,
         "agent_version": hello.agent_version,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import dataclasses
+import json
 
 import aiohttp
 import msgpack
@@ -121,6 +122,27 @@ async def test_a_newer_agents_extra_metrics_are_skipped_and_an_older_ones_are_no
     older = await _node_with({"gpu_levels": bytes([1, 5, 6])})
     assert GPU_MAP.levels(older, util) == [3, 4]
     assert GPU_MAP.levels(older, mem) == [NO_DATA, NO_DATA]
+
+
+async def test_once_json_shows_the_overview_as_numbers_with_named_ports() -> None:
+    # `tuimon-agent once --json` is read by people and scripts: levels as lists of
+    # numbers per metric name, busy percents, ports named, file systems as maps.
+    from tuimon_core.overview import hello_port_ids, readable
+
+    cluster, _ = await seeded_cluster(nodes=1, gpus=2, samples=2)
+    node = next(iter(cluster.nodes.values()))
+    ov = node.sample.extra["overview"]
+    ports = hello_port_ids(node.hello)
+    shown = readable(ov, ports)
+    assert set(shown["gpu"]) == {"util", "mem", "temp", "power", "clock", "health"}
+    assert shown["gpu"]["util"] == GPU_MAP.levels(node, GPU_MAP.metrics[0])
+    assert shown["fabric"]["util"] == FABRIC_MAP.levels(node, FABRIC_MAP.metrics[0])
+    assert shown["ports"] == ports and len(shown["wait"]) == len(ports)
+    assert all(isinstance(b, int) and 0 <= b <= 100 for b in shown["busy"])
+    assert shown["fs"] and all(f.keys() >= {"id", "fstype", "read", "write"}
+                               for f in shown["fs"])
+    assert "gpu_levels" not in shown and "fs_rows" not in shown
+    json.dumps(shown)  # what --json prints
 
 
 async def test_a_viewer_takes_overviews_and_only_the_open_node_whole(

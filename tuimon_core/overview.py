@@ -20,8 +20,7 @@ from typing import Any
 from tuimon_core.findings import Finding
 from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS, gpu_busy
 from tuimon_core.protocol.codec import MAX_FINDING_TEXT, MAX_FINDINGS
-from tuimon_core.protocol.fields import FS_COLUMNS
-from tuimon_core.protocol.overview_forms import LEVEL_SECTIONS, level_blob, level_map
+from tuimon_core.protocol.overview_forms import first_form, level_blob
 
 # The families a viewer of the whole cluster takes from every node; a node it looks at
 # closely it takes whole (subscribe with no family filter).
@@ -60,17 +59,14 @@ def busy_values(data: bytes) -> bytes:
     return data.translate(None, bytes([BUSY_UNKNOWN]))
 
 
-def readable(overview: dict[str, Any]) -> dict[str, Any]:
-    """The overview with levels and percents as numbers (nil: unknown), for JSON and
-    people (`tuimon-agent once --json`)."""
-    out = dict(overview)
-    for key, order in LEVEL_SECTIONS.items():
-        blob = out.pop(key, None)
-        if isinstance(blob, bytes) and blob:
-            out[key.removesuffix("_levels")] = {
-                k: levels_of(v) for k, v in level_map(blob, order).items()}
-    if isinstance(out.get("fs_rows"), list):
-        out["fs"] = [dict(zip(FS_COLUMNS, row)) for row in out.pop("fs_rows")]
+def readable(overview: dict[str, Any], port_ids: list[str]) -> dict[str, Any]:
+    """The overview in its first form (maps, named ports: `port_ids` are the hello's) with
+    levels and percents as numbers (nil: unknown), for JSON and people
+    (`tuimon-agent once --json`)."""
+    out = first_form(overview, port_ids)
+    for section in ("gpu", "fabric"):
+        if isinstance(out.get(section), dict):
+            out[section] = {k: levels_of(v) for k, v in out[section].items()}
     if isinstance(out.get("busy"), bytes):
         out["busy"] = [None if b == BUSY_UNKNOWN else b for b in out["busy"]]
     return out

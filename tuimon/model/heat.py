@@ -24,7 +24,7 @@ from tuimon_core.heat_levels import (
     gpu_health,
 )
 from tuimon_core.overview import levels_of
-from tuimon_core.protocol.overview_forms import level_run
+from tuimon_core.protocol.overview_forms import LEVEL_INDEX, level_run
 
 __all__ = ["BUSY_FIELDS", "FABRIC_MAP", "FABRIC_METRICS", "FAILED", "GLYPHS", "GPU_MAP",
            "GPU_METRICS", "LEVELS", "NO_DATA", "WORST_WINS", "HeatMetric", "MapKind", "fold",
@@ -64,7 +64,7 @@ class MapKind:
         """Each cell's level, in order."""
         overview = node.overview
         blob = None if overview is None else overview.get(self.section)
-        run = None if not blob else level_run(blob, self.metrics.index(metric))
+        run = None if not blob else level_run(blob, LEVEL_INDEX[self.section][metric.key])
         if run is None:
             return [NO_DATA] * self.cell_count(node, cpu_nodes)
         return levels_of(run)

@@ -23,6 +23,10 @@ OVERVIEW_FORM = 2
 # extra metrics come after these; one a reader lacks is "no data".
 LEVEL_SECTIONS: dict[str, tuple[str, ...]] = {"gpu_levels": GPU_LEVEL_ORDER,
                                               "fabric_levels": FABRIC_LEVEL_ORDER}
+# section -> metric -> its run's index: a dict lookup on the draw path (every node, each
+# time a map line is keyed), where tuple.index compared metric objects field by field.
+LEVEL_INDEX: dict[str, dict[str, int]] = {
+    section: {key: i for i, key in enumerate(order)} for section, order in LEVEL_SECTIONS.items()}
 
 
 def level_blob(runs: list[bytes]) -> bytes:
