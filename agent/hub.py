@@ -89,9 +89,11 @@ class FrameHub:
     def disconnect(self, client: StreamClient) -> None:
         self.clients.discard(client)
 
-    def publish_sample(self, sample: Sample, port_ids: list[str] | None = None) -> None:
-        """`port_ids`: the hello's ports, which a first-form overview names."""
-        frame = Frame(sample, port_ids=port_ids)
+    def publish_sample(self, sample: Sample, port_ids: list[str] | None = None,
+                       data: bytes = b"") -> None:
+        """`port_ids`: the hello's ports, which a first-form overview names; `data`: the
+        sample's encoding with every family, when the caller has made it already."""
+        frame = Frame(sample, data, port_ids=port_ids)
         for c in self.clients:
             if sample.seq % c.every == 0:
                 before = c.dropped

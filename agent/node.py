@@ -24,20 +24,19 @@ from agent.collectors.host import HostCollector
 from agent.collectors.storage import StorageCollector, StorageConfig
 from agent.files import FileTree
 from agent.findings import NodeFindings
+from agent.frame_fit import fit_frame, fit_hello, fit_hello_frame, fit_values
 from agent.hub import FrameHub
 from agent.steps import StepAggregator, StepSocket, StepSocketError
 from tuimon_core.overview import build_overview, findings_to_wire, hello_port_ids
 from tuimon_core.ports import DEFAULT_PORT  # noqa: F401  (re-exported for callers)
-from tuimon_core.protocol.fields import FAMILIES, GPU_FIELDS
+from tuimon_core.protocol.fields import FAMILIES, FAMILY_TYPES
 from tuimon_core.protocol.messages import Event, GpuInfo, Hello, Sample
-from tuimon_core.protocol.text import clean, clean_tree
+from tuimon_core.protocol.text import clean
 from tuimon_core.version import __version__
 
 log = logging.getLogger(__name__)
+_STEPS = FAMILY_TYPES["steps"]
 
-# The GPU fields that hold text (reasons, names): the only ones a sample's GPUs need
-# cleaning in; the rest are numbers.
-_GPU_TEXT = tuple(f.key for f in GPU_FIELDS if f.kind in ("str", "strlist", "dict", "maplist"))
 
 
 @dataclass(slots=True)
@@ -167,23 +166,24 @@ class NodeAgent:
 
     def _make_hello(self) -> Hello:
         # NVML, sysfs and /proc are outside input too: every name and reason leaves the
-        # agent cleaned (tuimon_core.protocol.text), on the wire, in /metrics and in its log.
-        return Hello(
+        # agent fitted to the wire's schema (cleaned and cut), on the wire, in /metrics
+        # and in its log.
+        hello = fit_hello(Hello(
             node=self.config.node_name,
             agent_version=__version__,
-            boot_id=clean_tree(self._boot_id),
+            boot_id=clean(self._boot_id)[:64] if self._boot_id else None,
             interval=self.config.interval,
             ts=self._wall(),
-            gpus=[GpuInfo(**clean_tree(g.to_wire())) for g in self.gpu.inventory],
-            driver_version=clean_tree(self.gpu.driver_version),
-            gpu_status=clean_tree(self.gpu.status),
+            gpus=[GpuInfo(**g.to_wire()) for g in self.gpu.inventory],
+            driver_version=self.gpu.driver_version,
+            gpu_status=self.gpu.status,
             families=list(FAMILIES),
-            host=clean_tree({"hostname": socket.gethostname() if self.config.root == "/"
-                             else None}),
-            extra=clean_tree({**self.fabric.inventory(), **self.storage.inventory(),
-                              "fabric_status": self.fabric.status,
-                              "steps_status": self.steps_status}),
-        )
+            host={"hostname": socket.gethostname() if self.config.root == "/" else None},
+            extra={**self.fabric.inventory(), **self.storage.inventory(),
+                   "fabric_status": self.fabric.status, "steps_status": self.steps_status},
+        ))
+        fit_hello_frame(hello)
+        return hello
 
     def _first_inventory(self) -> None:
         now = self._monotonic()
@@ -245,13 +245,9 @@ class NodeAgent:
             except Exception as exc:
                 log.exception("%s collector failed", family)
                 self._family_failed(family, f"{family} collector error: {exc}", wall, events)
-        for g in gpus or ():
-            for key in _GPU_TEXT:
-                if g.get(key) is not None:
-                    g[key] = clean_tree(g[key])
-        if host is not None and host.get("errors"):
-            clean_tree(host["errors"])
-        clean_tree(extra)
+        # NVML, sysfs and /proc are outside input too: every value leaves the agent
+        # fitted to the wire's schema (names cleaned and cut, lists capped).
+        gpus, host = fit_values(gpus, host, extra)
         self._seq += 1
         sample = Sample(seq=self._seq, ts=wall, interval=self.config.interval,
                         gpus=gpus if self.gpu.nvml is not None else [], host=host,
@@ -291,15 +287,16 @@ class NodeAgent:
             self.emit_event(event)
         steps = self.steps.take()  # on the loop: datagrams arrive here too
         if steps is not None:
-            sample.extra["steps"] = steps
+            sample.extra["steps"] = _STEPS.fit(steps)
         # The node judges itself and summarises itself before anyone sees the sample:
         # viewers of the whole cluster take only these two families (tuimon_core.overview).
         conditions = self.findings.observe(self.hello, sample)
         sample.extra["findings"] = findings_to_wire(conditions)
         sample.extra["overview"] = build_overview(self.hello, sample)
+        data = fit_frame(sample)
         self.latest = sample
         self.stats.samples += 1
-        self.hub.publish_sample(sample, hello_port_ids(self.hello))
+        self.hub.publish_sample(sample, hello_port_ids(self.hello), data)
         return sample
 
     async def _sample_loop(self) -> None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.schema_values import valid
 from tuimon_core.protocol import (
     MAX_MESSAGE_BYTES,
     Event,
@@ -22,7 +23,7 @@ from tuimon_core.protocol import (
     encode,
     encode_map,
 )
-from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
+from tuimon_core.protocol.fields import GPU, HOST
 
 VECTORS = Path(__file__).parent / "vectors"
 VALID = sorted(p.stem for p in VECTORS.glob("*.msgpack"))
@@ -121,26 +122,9 @@ maybe_num = st.none() | st.floats(min_value=0, max_value=1e15, allow_nan=False) 
     0, 2**53)
 
 
-def _value(kind: str) -> st.SearchStrategy:
-    if kind == "num":
-        return st.none() | st.floats(allow_nan=False, allow_infinity=False, width=64)
-    if kind == "int":
-        return st.none() | st.integers(0, 2**63 - 1)
-    if kind == "str":
-        return st.none() | st.text(max_size=60)
-    if kind == "strlist":
-        return st.none() | st.lists(st.text(max_size=20), max_size=5)
-    if kind == "maplist":
-        return st.none() | st.lists(st.fixed_dictionaries(
-            {"gi": st.integers(0, 14)},
-            optional={"profile": st.text(max_size=12), "mem_used": st.integers(0, 2**40),
-                      "gr_active": st.floats(0, 1), "ci": st.none() | st.integers(0, 7)}),
-            max_size=7)
-    return st.none() | st.dictionaries(st.text(max_size=10), st.text(max_size=20), max_size=3)
-
-
-gpu_values = st.fixed_dictionaries({}, optional={f.key: _value(f.kind) for f in GPU_FIELDS})
-host_values = st.fixed_dictionaries({}, optional={f.key: _value(f.kind) for f in HOST_FIELDS})
+# Every GPU and host field, drawn from the schema (tests/schema_values.py).
+gpu_values = valid(GPU, nil=False)
+host_values = valid(HOST, nil=False)
 gpu_info = st.builds(
     GpuInfo, index=st.integers(0, 63), uuid=st.none() | names, name=st.none() | names,
     mem_total=st.none() | st.integers(0, 2**40), power_limit=st.none() | st.floats(0, 2000),

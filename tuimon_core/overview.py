@@ -19,7 +19,7 @@ from typing import Any
 
 from tuimon_core.findings import Finding
 from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS, gpu_busy
-from tuimon_core.protocol.codec import MAX_FINDING_TEXT, MAX_FINDINGS
+from tuimon_core.protocol.fields import FAMILY_TYPES, FS_ROW_FIELDS, MAX_SHARED_FS
 from tuimon_core.protocol.overview_forms import first_form, level_blob
 
 # The families a viewer of the whole cluster takes from every node; a node it looks at
@@ -108,12 +108,22 @@ def build_overview(hello: Any, sample: Any) -> dict[str, Any]:
         out["wait"] = [_whole(p.get("xmit_wait_s")) for p in ports]
     storage = extra.get("storage")
     if storage is not None:
-        out["fs_rows"] = [
+        rows = [
             [f["id"], f.get("fstype"), _whole(f.get("read_bytes_s")),
              _whole(f.get("write_bytes_s")), f.get("metadata_ops_s"), f.get("size"),
              f.get("free")]
             for f in storage.get("filesystems") or [] if f.get("fstype") in SHARED_FSTYPES]
+        out["fs_rows"] = [_fit_row(r) for r in rows[:MAX_SHARED_FS]]
     return out
+
+
+_ROW_TYPES = tuple(f.type for f in FS_ROW_FIELDS)
+
+
+def _fit_row(row: list[Any]) -> list[Any]:
+    """A row as the wire allows it (a mount path of escapes cut to its bound): every
+    reader's check passes what the agent sends."""
+    return [None if v is None else t.fit(v) for t, v in zip(_ROW_TYPES, row)]
 
 
 def findings_to_wire(conditions: list[Finding]) -> list[dict[str, Any]]:
@@ -121,9 +131,8 @@ def findings_to_wire(conditions: list[Finding]) -> list[dict[str, Any]]:
     own FindingBook adds the hold and the hysteresis, exactly as for conditions it
     judged itself. The node is not sent: a reader names the node that sent it."""
     out = []
-    for f in conditions[:MAX_FINDINGS]:
-        row: dict[str, Any] = {"severity": f.severity, "kind": f.kind,
-                               "message": f.message[:MAX_FINDING_TEXT]}
+    for f in conditions:
+        row: dict[str, Any] = {"severity": f.severity, "kind": f.kind, "message": f.message}
         if f.gpu is not None:
             row["gpu"] = f.gpu
         if f.port is not None:
@@ -133,7 +142,10 @@ def findings_to_wire(conditions: list[Finding]) -> list[dict[str, Any]]:
         if f.score:
             row["score"] = f.score
         out.append(row)
-    return out
+    return _FINDINGS.fit(out)  # at most MAX_FINDINGS, each string within its bound
+
+
+_FINDINGS = FAMILY_TYPES["findings"]
 
 
 def findings_from_wire(rows: list[dict[str, Any]], node: str) -> list[Finding]:

@@ -3,23 +3,33 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, TypeGuard
 
 import msgpack
 
 from tuimon_core.protocol.errors import ProtocolError
 from tuimon_core.protocol.fields import (
+    BUDGET,
+    EVENT_FIELDS,
     FABRIC_LEVEL_ORDER,
+    FAMILY_TYPES,
     FS_COLUMNS,
-    GPU_FIELDS,
+    FS_ROW_FIELDS,
+    GPU,
     GPU_INFO_FIELDS,
     GPU_LEVEL_ORDER,
-    HOST_FIELDS,
+    HELLO_FIELDS,
+    HOST,
+    MAX_GPUS,
+    MAX_PORTS,
+    MAX_SHARED_FS,
+    SUBSCRIBE,
+    TIME,
+    Field,
 )
 from tuimon_core.protocol.messages import (
     PROTOCOL_VERSION,
-    SEVERITIES,
     SOURCE_STATES,
     Batch,
     Event,
@@ -30,25 +40,25 @@ from tuimon_core.protocol.messages import (
     Subscribe,
 )
 from tuimon_core.protocol.overview_forms import level_blob
-from tuimon_core.protocol.text import clean, clean_tree
+from tuimon_core.protocol.schema import (
+    MAX_NUM,
+    MAX_STR,
+    ListOf,
+    Record,
+    Str,
+    WireType,
+    show,
+    unknown_value,
+)
+from tuimon_core.protocol.text import clean
 
 # One node's frame is a few KiB; a relay's batch holds many and has its own limit.
 MAX_MESSAGE_BYTES = 1 << 20
 MAX_BATCH_BYTES = 16 << 20
-MAX_STR = 4096
 MAX_ARRAY = 65536
 MAX_MAP = 4096
-MAX_GPUS = 64
-# The overview and findings families (tuimon_core.overview).
-MAX_FINDINGS = 256
-MAX_FINDING_TEXT = 512
-MAX_SHARED_FS = 256
 # Messages up to this size are within every bound of unpack() by their size alone.
 _WITHIN_EVERY_LIMIT = min(MAX_STR, MAX_ARRAY, MAX_MAP)
-
-_GPU_SPEC = {f.key: f.kind for f in GPU_FIELDS}
-_HOST_SPEC = {f.key: f.kind for f in HOST_FIELDS}
-_INFO_SPEC = {f.key: f.kind for f in GPU_INFO_FIELDS}
 
 
 def encode(message: Message) -> bytes:
@@ -204,10 +214,10 @@ def decode_map(m: dict[str, Any]) -> Message | None:
     """Validate an unpacked wire map and build its message object."""
     version = m.get("v")
     if (type(version) is not int and not _is_int(version)) or version < 1:
-        raise ProtocolError(f"missing or invalid protocol version 'v': {_show(version)}")
+        raise ProtocolError(f"missing or invalid protocol version 'v': {show(version)}")
     kind = m.get("t")
     if not isinstance(kind, str):
-        raise ProtocolError(f"missing or invalid message type 't': {_show(kind)}")
+        raise ProtocolError(f"missing or invalid message type 't': {show(kind)}")
     builder = _BUILDERS.get(kind)
     if builder is None:
         return None
@@ -217,152 +227,115 @@ def decode_map(m: dict[str, Any]) -> Message | None:
 # -- per type -------------------------------------------------------------------------
 
 
+_HELLO = {f.key: f for f in HELLO_FIELDS}
+_INVENTORY_OWN = frozenset({"gpus", "driver_version", "gpu_status"})
+
+
 def _hello(m: dict[str, Any]) -> Hello:
-    inventory = _opt_map(m, "inventory", "hello") or {}
-    gpus_raw = inventory.get("gpus") or []
-    if not isinstance(gpus_raw, list) or len(gpus_raw) > MAX_GPUS:
-        raise ProtocolError("hello.inventory.gpus: expected a list of at most "
-                            f"{MAX_GPUS} GPUs")
-    gpus = []
-    for i, g in enumerate(gpus_raw):
-        where = f"hello.inventory.gpus[{i}]"
-        if not isinstance(g, dict):
-            raise ProtocolError(f"{where}: expected a map, got {_show(g)}")
-        _check_fields(g, _INFO_SPEC, where)
-        if not _is_int(g.get("index")):
-            raise ProtocolError(f"{where}.index: required integer, got {_show(g.get('index'))}")
-        # Checked against _INFO_SPEC above; absent fields are None.
-        info: dict[str, Any] = {f.key: g.get(f.key) for f in GPU_INFO_FIELDS}
-        gpus.append(GpuInfo(**info))
-    extra = {k: v for k, v in inventory.items() if k not in ("gpus", "driver_version",
-                                                              "gpu_status")}
-    families = m.get("families") or []
-    if not isinstance(families, list) or not all(isinstance(f, str) for f in families):
-        raise ProtocolError("hello.families: expected a list of strings")
-    host = _opt_map(m, "host", "hello") or {}
-    # Inventory and host sections are free-form maps (ports, file systems, statuses):
-    # every string in them is cleaned here, once per hello.
-    clean_tree(host)
-    clean_tree(extra)
+    f = _HELLO
+    inventory = _field(m, f["inventory"], "hello") or {}
+    gpus = [GpuInfo(**{g.key: info.get(g.key) for g in GPU_INFO_FIELDS})
+            for info in inventory.get("gpus") or ()]
     return Hello(
-        node=_req_str(m, "node", "hello"),
-        agent_version=_req_str(m, "agent_version", "hello"),
-        boot_id=_opt_str(m, "boot_id", "hello"),
-        interval=_req_pos_num(m, "interval", "hello"),
-        ts=_req_num(m, "ts", "hello"),
+        node=_field(m, f["node"], "hello"),
+        agent_version=_field(m, f["agent_version"], "hello"),
+        boot_id=_field(m, f["boot_id"], "hello"),
+        interval=float(_field(m, f["interval"], "hello")),
+        ts=float(_field(m, f["ts"], "hello")),
         gpus=gpus,
-        driver_version=_opt_str(inventory, "driver_version", "hello.inventory"),
-        gpu_status=_opt_str(inventory, "gpu_status", "hello.inventory"),
-        families=[clean(f) for f in families],
-        host=host,
-        extra=extra,
+        driver_version=inventory.get("driver_version"),
+        gpu_status=inventory.get("gpu_status"),
+        families=_field(m, f["families"], "hello") or [],
+        host=_field(m, f["host"], "hello") or {},
+        # Ports, NICs, file systems, disks and statuses, checked by the inventory's record.
+        extra={k: v for k, v in inventory.items() if k not in _INVENTORY_OWN},
     )
 
 
+def _field(m: dict[str, Any], field: Field, where: str) -> Any:
+    """One field of a message map, checked by its type (None when absent or nil)."""
+    v = m.get(field.key)
+    if v is None:
+        if field.required:
+            raise ProtocolError(f"{where}.{field.key}: required {field.type.words}, got nil")
+        return None
+    return field.type.check(v, f"{where}.{field.key}")
+
+
 _SAMPLE_KEYS = frozenset({"v", "t", "seq", "ts", "interval", "gpus", "host", "dropped"})
+_GPUS = ListOf(GPU, MAX_GPUS)
 
 
 def _sample(m: dict[str, Any]) -> Sample:
     seq = m.get("seq")
-    if (type(seq) is not int and not _is_int(seq)) or seq < 0:
-        raise ProtocolError(f"sample.seq: expected a non-negative integer, got {_show(seq)}")
+    if type(seq) is not int or seq < 0:
+        raise ProtocolError(f"sample.seq: expected a non-negative integer, got {show(seq)}")
     gpus = m.get("gpus")
     if gpus is not None:
-        if not isinstance(gpus, list) or len(gpus) > MAX_GPUS:
-            raise ProtocolError(f"sample.gpus: expected a list of at most {MAX_GPUS} maps")
-        for i, g in enumerate(gpus):
-            if not isinstance(g, dict):
-                raise ProtocolError(f"sample.gpus[{i}]: expected a map, got {_show(g)}")
-            _check_fields(g, _GPU_SPEC, f"sample.gpus[{i}]")
+        gpus = _GPUS.check(gpus, "sample.gpus")
     host = m.get("host")
     if host is not None:
-        if not isinstance(host, dict):
-            raise ProtocolError(f"sample.host: expected a map, got {_show(host)}")
-        _check_fields(host, _HOST_SPEC, "sample.host")
+        host = HOST.check(host, "sample.host")
     dropped = m.get("dropped", 0)
-    if (type(dropped) is not int and not _is_int(dropped)) or dropped < 0:
+    if type(dropped) is not int or dropped < 0:
         raise ProtocolError(f"sample.dropped: expected a non-negative integer, got "
-                            f"{_show(dropped)}")
+                            f"{show(dropped)}")
     extra = {k: v for k, v in m.items() if k not in _SAMPLE_KEYS}
+    for key, value in extra.items():
+        if value is None:
+            continue
+        kind = FAMILY_TYPES.get(key)
+        if kind is not None:
+            if key != "findings" or value:  # most samples: no findings
+                extra[key] = kind.check(value, f"sample.{key}")
+        elif key == "overview":
+            _check_overview(value)
+        elif type(key) is not str or len(key) > 64:
+            raise ProtocolError(f"sample: expected family names as keys, got {show(key)}")
     if not extra.keys() <= _KNOWN_EXTRA:
         for key in [k for k in extra if k not in _KNOWN_EXTRA]:
             # A newer agent's family: kept for newer views, its strings cleaned like ours.
-            extra[clean(key)] = clean_tree(extra.pop(key))
-    if not extra.keys().isdisjoint(_ENTITY_FAMILIES):
-        for family, lists in _ENTITY_FAMILIES.items():
-            if family in extra:
-                _check_entity_family(extra[family], lists, f"sample.{family}")
-    if "steps" in extra:
-        _check_steps(extra["steps"])
-    if "overview" in extra:
-        _check_overview(extra["overview"])
-    if "findings" in extra:
-        _check_findings(extra["findings"])
-    # Every sample of every node: the usual float read inline, the rest as _req_num.
+            extra[clean(key)] = unknown_value(extra.pop(key), f"sample.{key}", 1)
+    # Every sample of every node: the usual float read inline, the rest by their type.
     ts = m.get("ts")
-    if type(ts) is not float or ts - ts != 0:
-        ts = _req_num(m, "ts", "sample")
+    if type(ts) is not float or not 0 <= ts <= _TIME_HI:
+        ts = float(_required(m, "ts", TIME, "sample"))
     interval = m.get("interval")
-    if type(interval) is not float or not 0 < interval < math.inf:
-        interval = _req_pos_num(m, "interval", "sample")
+    if type(interval) is not float or not 0 < interval <= 3600:
+        interval = float(_required(m, "interval", _INTERVAL, "sample"))
     return Sample(seq, ts, interval, gpus, host, dropped, extra)  # positional: cheaper
 
 
 _KNOWN_EXTRA = frozenset({"fabric", "storage", "steps", "overview", "findings"})
+_TIME_HI = TIME.hi
+_INTERVAL = _HELLO["interval"].type
+
+
+def _required(m: dict[str, Any], key: str, kind: WireType, where: str) -> Any:
+    v = m.get(key)
+    if v is None:
+        raise ProtocolError(f"{where}.{key}: required {kind.words}, got nil")
+    return kind.check(v, f"{where}.{key}")
+
+
+_EVENT = Record("event", EVENT_FIELDS)
 
 
 def _event(m: dict[str, Any]) -> Event:
-    gpu = m.get("gpu")
-    if gpu is not None and (not _is_int(gpu) or gpu < 0):
-        raise ProtocolError(f"event.gpu: expected a GPU index or nil, got {_show(gpu)}")
-    code = m.get("code")
-    if code is not None and not _is_int(code):
-        raise ProtocolError(f"event.code: expected an integer or nil, got {_show(code)}")
-    severity = _req_str(m, "severity", "event")
-    return Event(
-        ts=_req_num(m, "ts", "event"),
-        # Unknown kinds and severities pass: newer agents may add them.
-        kind=_req_str(m, "kind", "event"),
-        severity=severity,
-        message=_opt_str(m, "message", "event") or "",
-        gpu=gpu,
-        code=code,
-        source=_opt_str(m, "source", "event"),
-    )
+    known: dict[str, Any] = {f.key: m.get(f.key) for f in EVENT_FIELDS}
+    _EVENT.check(known, "event")
+    return Event(ts=float(known["ts"]), kind=known["kind"], severity=known["severity"],
+                 message=known["message"] or "", gpu=known["gpu"], code=known["code"],
+                 source=known["source"])
 
 
 def _subscribe(m: dict[str, Any]) -> Subscribe:
-    interval = m.get("interval")
-    if interval is not None and (not _is_num(interval) or not 0 < interval <= 3600):
-        raise ProtocolError(f"subscribe.interval: expected seconds in (0, 3600], got "
-                            f"{_show(interval)}")
-    families = m.get("families")
-    if families is not None and (
-        not isinstance(families, list) or not all(isinstance(f, str) for f in families)
-    ):
-        raise ProtocolError("subscribe.families: expected a list of family names or nil")
-    nodes = m.get("nodes")
-    if nodes is not None and (
-        not isinstance(nodes, list) or not all(isinstance(n, str) for n in nodes)
-    ):
-        raise ProtocolError("subscribe.nodes: expected a list of host names or host lists, "
-                            "or nil")
-    detail = m.get("detail")
-    if detail is not None and (
-        not isinstance(detail, list) or len(detail) > MAX_DETAIL
-        or not all(isinstance(n, str) and len(n) <= MAX_STR for n in detail)
-    ):
-        raise ProtocolError(f"subscribe.detail: expected a list of at most {MAX_DETAIL} "
-                            "source names, or nil")
-    form = m.get("overview_form")
-    if form is not None and (type(form) is not int or not 1 <= form <= 255):
-        raise ProtocolError(f"subscribe.overview_form: expected a form number (1..255) or "
-                            f"nil, got {_show(form)}")
+    known: dict[str, Any] = {f.key: m.get(f.key) for f in SUBSCRIBE.fields}
+    SUBSCRIBE.check(known, "subscribe")
+    interval = known["interval"]
     return Subscribe(interval=float(interval) if interval is not None else None,
-                     families=None if families is None else [clean(f) for f in families],
-                     nodes=None if nodes is None else [clean(n) for n in nodes],
-                     detail=None if detail is None else [clean(n) for n in detail],
-                     overview_form=form)
+                     families=known["families"], nodes=known["nodes"],
+                     detail=known["detail"], overview_form=known["overview_form"])
 
 
 # Nodes one viewer may take whole through a relay at once (a node screen, a short list).
@@ -371,115 +344,36 @@ MAX_DETAIL = 256
 
 def _batch(m: dict[str, Any]) -> Batch:
     frames_raw = m.get("frames")
-    if not isinstance(frames_raw, list):
-        raise ProtocolError(f"batch.frames: expected a list, got {_show(frames_raw)}")
+    if type(frames_raw) is not list:
+        raise ProtocolError(f"batch.frames: expected a list, got {show(frames_raw)}")
     frames = []
     for i, f in enumerate(frames_raw):
-        if (not isinstance(f, list) or len(f) != 2 or not isinstance(f[0], str)
-                or not isinstance(f[1], bytes)):
+        if (type(f) is not list or len(f) != 2 or type(f[0]) is not str
+                or len(f[0]) > MAX_STR or type(f[1]) is not bytes):
             raise ProtocolError(f"batch.frames[{i}]: expected [source name, frame bytes]")
         frames.append((f[0] if f[0].isprintable() else clean(f[0]), f[1]))
     sources = []
-    for i, s in enumerate(m.get("sources") or []):
-        if (not isinstance(s, list) or len(s) != 3 or not isinstance(s[0], str)
-                or s[1] not in SOURCE_STATES or not (s[2] is None or isinstance(s[2], str))):
+    raw_sources = m.get("sources") or []
+    if type(raw_sources) is not list:
+        raise ProtocolError(f"batch.sources: expected a list, got {show(raw_sources)}")
+    for i, s in enumerate(raw_sources):
+        if (type(s) is not list or len(s) != 3 or type(s[0]) is not str
+                or len(s[0]) > MAX_STR or s[1] not in SOURCE_STATES
+                or not (s[2] is None or (type(s[2]) is str and len(s[2]) <= MAX_STR))):
             raise ProtocolError(f"batch.sources[{i}]: expected [source, state, reason or nil]"
                                 f" with state one of {', '.join(SOURCE_STATES)}")
         sources.append((clean(s[0]), s[1], None if s[2] is None else clean(s[2])))
     budget = m.get("budget")
     if budget is not None:
-        if not isinstance(budget, dict):
-            raise ProtocolError(f"batch.budget: expected a map, got {_show(budget)}")
-        for job, entry in budget.items():
-            if not isinstance(entry, dict):
-                raise ProtocolError(f"batch.budget.{job}: expected a map")
-            _check_values(entry, f"batch.budget.{job}", depth=1)
-        budget = {clean(job): entry for job, entry in budget.items()}
+        budget = BUDGET.check(budget, "batch.budget")
     dropped = m.get("dropped", 0)
-    if not _is_int(dropped) or dropped < 0:
-        raise ProtocolError(f"batch.dropped: expected a count, got {_show(dropped)}")
-    return Batch(ts=_req_num(m, "ts", "batch"), frames=frames, sources=sources, budget=budget,
-                 relay=_opt_str(m, "relay", "batch"), dropped=dropped)
-
-
-# Families whose sample section is a map of entity lists (ports, file systems, ...).
-_ENTITY_FAMILIES = {"fabric": ("ports", "nics"), "storage": ("filesystems", "disks")}
-MAX_ENTITIES = 4096
-
-
-def _check_entity_family(value: Any, lists: tuple[str, ...], where: str) -> None:
-    if not isinstance(value, dict):
-        raise ProtocolError(f"{where}: expected a map, got {_show(value)}")
-    for key in lists:
-        items = value.get(key)
-        if items is None:
-            continue
-        if not isinstance(items, list) or len(items) > MAX_ENTITIES:
-            raise ProtocolError(f"{where}.{key}: expected a list of at most {MAX_ENTITIES} maps")
-        for i, item in enumerate(items):
-            if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-                raise ProtocolError(f"{where}.{key}[{i}]: expected a map with a string 'id'")
-            _check_values(item, f"{where}.{key}[{i}]", depth=0)
-
-
-_PLAIN = frozenset({int, bool, type(None)})
-
-
-def _check_values(m: dict[str, Any], where: str, depth: int) -> None:
-    """Entity values: numbers finite, strings bounded and cleaned, nested maps at most
-    two deep."""
-    bad_keys = False
-    for key, v in m.items():
-        if not key.isprintable():
-            bad_keys = True
-        t = type(v)
-        if t is float:
-            if v - v != 0:
-                raise ProtocolError(f"{where}.{key}: expected a finite number, got {_show(v)}")
-        elif t in _PLAIN:
-            continue
-        elif t is str:
-            if len(v) > MAX_STR:
-                raise ProtocolError(f"{where}.{key}: string longer than {MAX_STR}")
-            if not v.isprintable():
-                m[key] = clean(v)
-        elif t is dict:
-            if depth >= 2:
-                raise ProtocolError(f"{where}.{key}: nested too deep")
-            _check_values(v, f"{where}.{key}", depth + 1)
-        elif t is list:
-            for i, x in enumerate(v):
-                tx = type(x)
-                if (tx is float and x - x != 0) or tx not in (str, int, float):
-                    raise ProtocolError(f"{where}.{key}: expected a list of finite scalars")
-                if tx is str and not x.isprintable():
-                    v[i] = clean(x)
-        else:
-            raise ProtocolError(f"{where}.{key}: unexpected {t.__name__}")
-    if bad_keys:
-        for key in [k for k in m if not k.isprintable()]:
-            m[clean(key)] = m.pop(key)
-
-
-def _check_steps(steps: Any) -> None:
-    if not isinstance(steps, dict):
-        raise ProtocolError(f"sample.steps: expected a map, got {_show(steps)}")
-    jobs = steps.get("jobs") or []
-    if not isinstance(jobs, list) or len(jobs) > MAX_ENTITIES:
-        raise ProtocolError("sample.steps.jobs: expected a list of jobs")
-    for i, job in enumerate(jobs):
-        where = f"sample.steps.jobs[{i}]"
-        if not isinstance(job, dict) or not isinstance(job.get("id"), str):
-            raise ProtocolError(f"{where}: expected a map with a string 'id'")
-        if not job["id"].isprintable():
-            job["id"] = clean(job["id"])
-        ranks = job.get("ranks") or []
-        if not isinstance(ranks, list) or len(ranks) > MAX_ENTITIES:
-            raise ProtocolError(f"{where}.ranks: expected a list")
-        for j, rank in enumerate(ranks):
-            if not isinstance(rank, dict) or not _is_int(rank.get("rank")):
-                raise ProtocolError(f"{where}.ranks[{j}]: expected a map with an int 'rank'")
-            _check_values(rank, f"{where}.ranks[{j}]", depth=1)
+    if type(dropped) is not int or dropped < 0:
+        raise ProtocolError(f"batch.dropped: expected a count, got {show(dropped)}")
+    relay = m.get("relay")
+    if relay is not None and (type(relay) is not str or len(relay) > MAX_STR):
+        raise ProtocolError(f"batch.relay: expected a string or nil, got {show(relay)}")
+    return Batch(ts=float(_required(m, "ts", TIME, "batch")), frames=frames, sources=sources,
+                 budget=budget, relay=None if relay is None else clean(relay), dropped=dropped)
 
 
 def _check_overview(ov: Any) -> None:
@@ -490,8 +384,8 @@ def _check_overview(ov: Any) -> None:
     overview of the first form (levels as maps, file systems as maps) is checked as it
     was and turned into the compact form, the one the views read."""
     if type(ov) is not dict:
-        raise ProtocolError(f"sample.overview: expected a map, got {_show(ov)}")
-    for key, limit in (("gpu_levels", MAX_GPUS), ("fabric_levels", MAX_ENTITIES)):
+        raise ProtocolError(f"sample.overview: expected a map, got {show(ov)}")
+    for key, limit in (("gpu_levels", MAX_GPUS), ("fabric_levels", MAX_PORTS)):
         blob = ov.get(key)
         if blob is not None and not _is_level_blob(blob, limit):
             raise ProtocolError(f"sample.overview.{key}: expected a count of metrics, then "
@@ -509,7 +403,7 @@ def _check_overview(ov: Any) -> None:
             names = "".join(ports) if type(ports) is list else None
         except TypeError:
             names = None
-        if names is None or len(ports) > MAX_ENTITIES or (
+        if names is None or len(ports) > MAX_PORTS or (
                 ports and max(map(len, ports)) > MAX_STR):
             raise ProtocolError("sample.overview.ports: expected a list of port names")
         if not names.isprintable():
@@ -529,12 +423,13 @@ def _check_overview(ov: Any) -> None:
             if len(row) > _FS_WIDTH:
                 rows[i] = row = row[:_FS_WIDTH]  # a newer agent's columns
             if not _plain_row(row):
-                _clean_row(row, f"sample.overview.fs_rows[{i}]")  # says what is wrong
+                _check_row(row, f"sample.overview.fs_rows[{i}]")  # says what is wrong
     if "fs" in ov:
         _first_form_fs(ov)
     if not ov.keys() <= _OVERVIEW_KEYS:
         for key in [k for k in ov if k not in _OVERVIEW_KEYS]:
-            ov[clean(key)] = clean_tree(ov.pop(key))  # a newer agent's section
+            # a newer agent's section
+            ov[clean(key)] = unknown_value(ov.pop(key), f"sample.overview.{key}", 2)
 
 
 def _is_level_blob(blob: Any, limit: int) -> bool:
@@ -554,7 +449,7 @@ def _first_form_levels(ov: dict[str, Any]) -> None:
     """`gpu` and `fabric` as maps of metric to level bytes (agents of the first overview
     form): checked, then made the blobs the views read."""
     for section, limit, order in (("gpu", MAX_GPUS, GPU_LEVEL_ORDER),
-                                  ("fabric", MAX_ENTITIES, FABRIC_LEVEL_ORDER)):
+                                  ("fabric", MAX_PORTS, FABRIC_LEVEL_ORDER)):
         levels = ov.pop(section, None)
         if levels is None:
             continue
@@ -564,7 +459,7 @@ def _first_form_levels(ov: dict[str, Any]) -> None:
         if not _all_levels(levels, limit):  # all metrics at once; then say which one
             for metric, values in levels.items():
                 if type(metric) is not str or not _all_levels({metric: values}, limit):
-                    raise ProtocolError(f"sample.overview.{section}.{_show(metric)}: expected "
+                    raise ProtocolError(f"sample.overview.{section}.{show(metric)}: expected "
                                         f"at most {limit} level bytes (0..10)")
         cells = max(map(len, levels.values()), default=0)
         # A metric the agent did not send is no data (level byte 0) in every cell.
@@ -584,10 +479,7 @@ def _first_form_fs(ov: dict[str, Any]) -> None:
             raise ProtocolError(f"sample.overview.fs[{i}]: expected a map with a string "
                                 "'id'")
         if not _plain_fs(f):
-            _check_values(f, f"sample.overview.fs[{i}]", depth=2)  # says what is wrong
-            if not _plain_row([f.get(c) for c in FS_COLUMNS]):
-                raise ProtocolError(f"sample.overview.fs[{i}]: expected numbers or short "
-                                    f"strings in {', '.join(FS_COLUMNS)}")
+            _FS_ROW.check(f, f"sample.overview.fs[{i}]")  # cleans, or says what is wrong
         fs[i] = [f.get(c) for c in FS_COLUMNS]
     ov["fs_rows"] = fs
 
@@ -595,44 +487,54 @@ def _first_form_fs(ov: dict[str, Any]) -> None:
 _OVERVIEW_KEYS = frozenset({"gpu_levels", "busy", "ports", "fabric_levels", "wait",
                             "fs_rows"})
 _FS_WIDTH = len(FS_COLUMNS)
+_FS_ROW = Record("file system row", FS_ROW_FIELDS)
+# The row's text columns (id, fstype) and their bounds; every other column is a
+# non-negative number or nil (the schema's RATE).
+_ROW_TEXT = tuple((i, f.type.max_len) for i, f in enumerate(FS_ROW_FIELDS)
+                  if isinstance(f.type, Str))
+_ROW_NUMBERS = tuple(i for i, f in enumerate(FS_ROW_FIELDS) if not isinstance(f.type, Str))
 # An overview's file system as agents build it: printable keys known in advance.
 _FS_KEYS = frozenset(FS_COLUMNS)
 
 
-def _plain_row(row: Iterable[Any]) -> bool:
-    """A file system's row: finite numbers, nil, and short printable strings."""
-    for v in row:
-        t = type(v)
-        if t is int or v is None:
-            continue
-        if t is float:
-            if v - v != 0:
+def _plain_row(row: list[Any]) -> bool:
+    """A file system's row as every agent sends it: printable text of bounded length in
+    the text columns, finite non-negative numbers or nil in the rest."""
+    for i, limit in _ROW_TEXT:
+        v = row[i]
+        if v is None:
+            if i == 0:
                 return False
-        elif t is not str or len(v) > MAX_STR or not v.isprintable():
+        elif type(v) is not str or len(v) > limit or not v.isprintable():
+            return False
+    for i in _ROW_NUMBERS:
+        v = row[i]
+        t = type(v)
+        if t is int or t is float:
+            if not 0 <= v <= MAX_NUM:  # NaN fails too
+                return False
+        elif v is not None:
             return False
     return True
 
 
-def _clean_row(row: list[Any], where: str) -> None:
+def _check_row(row: list[Any], where: str) -> None:
     """A row that is not plain: its strings cleaned in place, or what is wrong said."""
-    for c, v in enumerate(row):
-        t = type(v)
-        if t is int or v is None:
+    for c, field in enumerate(FS_ROW_FIELDS):
+        v = row[c]
+        if v is None:
+            if field.required:
+                raise ProtocolError(f"{where}.{field.key}: required {field.type.words}, "
+                                    "got nil")
             continue
-        if t is float and v - v == 0:
-            continue
-        if t is str and len(v) <= MAX_STR:
-            row[c] = clean(v)
-            continue
-        raise ProtocolError(f"{where}.{FS_COLUMNS[c]}: expected a finite number, a string of "
-                            f"at most {MAX_STR} characters or nil, got {_show(v)}")
+        row[c] = field.type.check(v, f"{where}.{field.key}")
 
 
 def _plain_fs(f: dict[Any, Any]) -> bool:
     """A shared file system of the overview's first form with only the known keys and
-    plain values: true for every agent's, so the generic check (which cleans and says
-    what is wrong) runs only for what is not."""
-    return _FS_KEYS.issuperset(f) and _plain_row(f.values())
+    plain values: true for every agent's, so the full check (which cleans and says what
+    is wrong) runs only for what is not."""
+    return _FS_KEYS.issuperset(f) and _plain_row([f.get(c) for c in FS_COLUMNS])
 
 
 _NUM_OR_NIL: frozenset[type] = frozenset({int, float, type(None)})
@@ -653,46 +555,18 @@ _PERCENT_BYTES = bytes([*range(101), 255])
 
 
 def _is_waits(values: Any) -> bool:
-    """Port waits: a list of at most MAX_ENTITIES finite numbers >= 0, nil allowed."""
-    if type(values) is not list or len(values) > MAX_ENTITIES:
+    """Port waits: a list of at most MAX_PORTS finite numbers >= 0, nil allowed."""
+    if type(values) is not list or len(values) > MAX_PORTS:
         return False
     types = set(map(type, values))
     if types == _INT_ONLY:  # the usual case: counter rates as whole ticks
-        return min(values) >= 0
+        return min(values) >= 0 and max(values) <= MAX_NUM
     if not types <= _NUM_OR_NIL:
         return False
     if None in values:
         values = [v for v in values if v is not None]
-    return not values or (all(map(math.isfinite, values)) and min(values) >= 0)
-
-
-def _check_findings(rows: Any) -> None:
-    """The findings family: a node's rule conditions (docs/protocol.md)."""
-    if type(rows) is not list or len(rows) > MAX_FINDINGS:
-        raise ProtocolError(f"sample.findings: expected a list of at most {MAX_FINDINGS} maps")
-    for i, r in enumerate(rows):
-        where = f"sample.findings[{i}]"
-        if type(r) is not dict:
-            raise ProtocolError(f"{where}: expected a map, got {_show(r)}")
-        if r.get("severity") not in SEVERITIES:
-            raise ProtocolError(f"{where}.severity: expected one of {', '.join(SEVERITIES)}, "
-                                f"got {_show(r.get('severity'))}")
-        for key, limit in (("kind", 64), ("message", MAX_FINDING_TEXT), ("port", MAX_STR),
-                           ("fs", MAX_STR)):
-            v = r.get(key)
-            if v is None and key != "kind":
-                continue
-            if type(v) is not str or len(v) > limit:
-                raise ProtocolError(f"{where}.{key}: expected a string of at most {limit} "
-                                    f"characters, got {_show(v)}")
-            if not v.isprintable():
-                r[key] = clean(v)
-        gpu = r.get("gpu")
-        if gpu is not None and (not _is_int(gpu) or not 0 <= gpu < MAX_GPUS):
-            raise ProtocolError(f"{where}.gpu: expected a GPU index or nil, got {_show(gpu)}")
-        score = r.get("score")
-        if score is not None and (not _is_num(score) or not 0 <= score <= 1):
-            raise ProtocolError(f"{where}.score: expected a number in 0..1, got {_show(score)}")
+    return not values or (all(map(math.isfinite, values)) and min(values) >= 0
+                          and max(values) <= MAX_NUM)
 
 
 _BUILDERS: dict[str, Callable[[dict[str, Any]], Message]] = {
@@ -705,106 +579,6 @@ _BUILDERS: dict[str, Callable[[dict[str, Any]], Message]] = {
 
 def _is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> TypeGuard[float]:
-    if isinstance(v, bool):
-        return False
-    if isinstance(v, int):
-        return True
-    return isinstance(v, float) and math.isfinite(v)
-
-
-def _show(v: Any) -> str:
-    if v is None:
-        return "nil"
-    text = repr(v)
-    return f"{type(v).__name__} {text[:40]}"
-
-
-def _check_fields(values: dict[str, Any], spec: dict[str, str], where: str) -> None:
-    # Hot path (every GPU of every node, every second): dispatch on exact types.
-    unknown = False
-    for key, value in values.items():
-        kind = spec.get(key)
-        if kind is None:
-            unknown = True  # a newer agent's field: kept, its strings cleaned below
-            continue
-        if value is None:
-            continue  # nil is "could not be read"
-        t = type(value)
-        if kind == "num":
-            ok = (t is float and value - value == 0) or t is int  # NaN and inf fail
-        elif kind == "int":
-            ok = t is int and value >= 0
-        elif kind == "str":
-            ok = t is str and len(value) <= MAX_STR
-            if ok and not value.isprintable():
-                values[key] = clean(value)
-        elif kind == "strlist":
-            ok = t is list and all(type(s) is str and len(s) <= MAX_STR for s in value)
-            if ok and not all(s.isprintable() for s in value):
-                values[key] = [clean(s) for s in value]
-        elif kind == "maplist":  # MIG instances: a short list of flat maps
-            ok = t is list and len(value) <= MAX_GPUS and all(type(m) is dict for m in value)
-            if ok:
-                for j, item in enumerate(value):
-                    _check_values(item, f"{where}.{key}[{j}]", depth=1)
-        else:  # dict of str -> str
-            ok = t is dict and all(type(s) is str for s in value.values())
-            if ok and not all(k.isprintable() and s.isprintable() for k, s in value.items()):
-                values[key] = {clean(k): clean(s) for k, s in value.items()}
-        if not ok:
-            raise ProtocolError(f"{where}.{key}: expected {_KIND_WORDS[kind]}, got "
-                                f"{_show(value)}")
-    if unknown:
-        for key in [k for k in values if k not in spec]:
-            values[clean(key)] = clean_tree(values.pop(key))
-
-
-_KIND_WORDS = {
-    "num": "a finite number or nil",
-    "int": "a non-negative integer or nil",
-    "str": f"a string of at most {MAX_STR} characters or nil",
-    "strlist": "a list of strings or nil",
-    "dict": "a map of strings or nil",
-    "maplist": f"a list of at most {MAX_GPUS} maps or nil",
-}
-
-
-def _req_str(m: dict[str, Any], key: str, where: str) -> str:
-    v = m.get(key)
-    if not isinstance(v, str) or len(v) > MAX_STR:
-        raise ProtocolError(f"{where}.{key}: required string, got {_show(v)}")
-    return clean(v)
-
-
-def _opt_str(m: dict[str, Any], key: str, where: str) -> str | None:
-    v = m.get(key)
-    if v is not None and (not isinstance(v, str) or len(v) > MAX_STR):
-        raise ProtocolError(f"{where}.{key}: expected a string or nil, got {_show(v)}")
-    return None if v is None else clean(v)
-
-
-def _opt_map(m: dict[str, Any], key: str, where: str) -> dict[str, Any] | None:
-    v = m.get(key)
-    if v is not None and not isinstance(v, dict):
-        raise ProtocolError(f"{where}.{key}: expected a map or nil, got {_show(v)}")
-    return v
-
-
-def _req_num(m: dict[str, Any], key: str, where: str) -> float:
-    v = m.get(key)
-    if not _is_num(v):
-        raise ProtocolError(f"{where}.{key}: required finite number, got {_show(v)}")
-    return float(v)
-
-
-def _req_pos_num(m: dict[str, Any], key: str, where: str) -> float:
-    v = _req_num(m, key, where)
-    if v <= 0:
-        raise ProtocolError(f"{where}.{key}: must be positive, got {v}")
-    return v
 
 
 __all__ = ["MAX_MESSAGE_BYTES", "PROTOCOL_VERSION", "decode", "decode_map", "encode",

@@ -1,12 +1,26 @@
-"""The per-GPU and per-host value fields of protocol v1, with kinds and units.
+"""The one name table of protocol v1: every field of every message and family, with its
+type, bounds, unit and meaning, and the names it goes by elsewhere.
 
-One table drives validation in the decoder, the Prometheus names in `/metrics`
-and the field lists in docs/protocol.md (a test checks the document against it).
+This table is the wire's schema. The decoder checks every value against its field's
+type (`tuimon_core/protocol/schema.py`), the agent fits what it sends to the same types,
+`/metrics` takes its names from here, `tuimon prom` maps Prometheus names back through
+it, and docs/protocol.md lists its rows (tests/test_docs.py checks every row).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from tuimon_core.protocol.schema import (
+    AnyOf,
+    Int,
+    ListOf,
+    MapOf,
+    Num,
+    Record,
+    Str,
+    WireType,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,18 +36,31 @@ class Dcgm:
 
 @dataclass(frozen=True, slots=True)
 class Field:
-    """One value in a sample: its wire key, value kind, SI unit and meaning, and the names
-    it goes by elsewhere: the agent's `/metrics` name (without `_total` for counters; the
-    client library appends it) and dcgm-exporter's, first match wins."""
+    """One value on the wire: its key, type, SI unit and meaning, and the names it goes by
+    elsewhere: the agent's `/metrics` name (without `_total` for counters; the client
+    library appends it), dcgm-exporter's (first match wins) and node_exporter's. A
+    `required` field must be present and not nil; any other may be nil (could not be
+    read) or absent."""
 
     key: str
-    kind: str  # "num" | "int" | "str" | "strlist" | "dict" | "maplist"
+    type: WireType
     unit: str
     doc: str
     metric: str | None = None
     counter: bool = False
     dcgm: tuple[Dcgm, ...] = ()
     node_exporter: str | None = None
+    required: bool = False
+
+    @property
+    def kind(self) -> str:
+        """The type as docs/protocol.md spells it (`num`, `int`, `str`, `[str]`, ...)."""
+        return self.type.doc
+
+    def doc_row(self) -> str:
+        """The field's row in docs/protocol.md's tables (tests/test_docs.py checks each)."""
+        kind = f"{self.kind}, required" if self.required else self.kind
+        return f"| `{self.key}` | {kind} | {self.unit} | {self.doc} |"
 
     @property
     def exposed(self) -> str | None:
@@ -46,137 +73,399 @@ class Field:
 MIB = float(1 << 20)
 MHZ = 1e6
 
+# -- bounds: what one node's frame may hold --------------------------------------------
+# Counts the wire allows and the agent cuts to. A frame must also fit MAX_MESSAGE_BYTES
+# (codec.py): the agent measures that too (agent/frame_fit.py).
+MAX_GPUS = 64
+MAX_PROCESSES = 16  # per GPU or MIG instance: the largest memory users
+MAX_MIG = 16
+MAX_PORTS = 1024
+MAX_NICS = 1024
+MAX_FILESYSTEMS = 1024
+MAX_DISKS = 1024
+MAX_SHARED_FS = 256  # rows of the overview
+MAX_FINDINGS = 256
+MAX_FINDING_TEXT = 512
+MAX_JOBS = 256  # in one node's step sums
+MAX_RANKS = 1024  # of one job on one node
+MAX_BUDGET_JOBS = 1024  # in a relay's batch
+MAX_NAME = 255  # a node's name (a DNS name is at most 253)
+MAX_KIND = 64  # a finding's or event's kind, a family's name
+
+# -- the types most fields have ---------------------------------------------------------
+NUM = Num()  # any finite number within +-MAX_NUM
+RATE = Num(lo=0)  # a rate or a ratio: never negative
+# A Unix time: after 1970 and before the year 5000, so every clock and calendar function
+# a reader passes it to can represent it.
+TIME = Num(0, 95e9, doc="time")
+INT = Int()
+STR = Str()
+SEVERITIES = ("info", "warning", "critical")
+SEVERITY = Str(choices=SEVERITIES, doc="severity")
+CLOCK_EVENTS = ListOf(Str(MAX_KIND), 64)
+REASONS = MapOf(STR, 64)  # name -> why it could not be read
+
+PROCESS_FIELDS: tuple[Field, ...] = (
+    Field("pid", INT, "", "host process id (as NVML reports it)", required=True),
+    Field("mem", INT, "bytes", "GPU memory it uses, nil when NVML cannot say"),
+    Field("user", Str(256), "", "user name from the node's /etc/passwd, else the uid"),
+    Field("command", STR, "", "command line (its first 160 characters)"),
+    Field("job", Str(64), "", "Slurm job id, from the process's cgroup"),
+    Field("pod_uid", Str(64), "", "Kubernetes pod uid, from the cgroup"),
+    Field("namespace", Str(MAX_NAME), "", "Kubernetes namespace"),
+    Field("pod", Str(MAX_NAME), "", "Kubernetes pod name"),
+    Field("container", Str(64), "", "container id (its first 12 characters)"),
+    Field("runtime", Str(32), "", "container runtime: containerd, crio, docker, podman"),
+)
+PROCESS = Record("process", PROCESS_FIELDS)
+
+MIG_FIELDS: tuple[Field, ...] = (
+    Field("gi", INT, "", "GPU instance id", required=True),
+    Field("ci", INT, "", "compute instance id"),
+    Field("profile", Str(64), "", "profile, e.g. `2g.20gb`"),
+    Field("uuid", Str(128), "", "MIG device UUID"),
+    Field("mem_used", INT, "bytes", "instance memory in use"),
+    Field("mem_total", INT, "bytes", "instance memory"),
+    Field("procs", INT, "count", "compute processes in the instance"),
+    Field("proc_mem", INT, "bytes", "memory those processes use"),
+    Field("processes", ListOf(PROCESS, MAX_PROCESSES), "processes", "as the GPU's"),
+    Field("gr_active", RATE, "ratio 0..1", "engine active (DCGM profiling)"),
+    Field("sm_active", RATE, "ratio 0..1", "SM active (DCGM profiling)"),
+    Field("tensor_active", RATE, "ratio 0..1", "tensor pipe active (DCGM profiling)"),
+    Field("dram_active", RATE, "ratio 0..1", "memory interface active (DCGM profiling)"),
+    Field("errors", REASONS, "field -> reason", "values that could not be read"),
+)
+MIG = Record("mig", MIG_FIELDS)
+
 GPU_FIELDS: tuple[Field, ...] = (
-    Field("util", "num", "ratio 0..1", "GPU utilization over the driver's sample period "
+    Field("util", NUM, "ratio 0..1", "GPU utilization over the driver's sample period "
           "(NVML: the share of time a kernel ran, on any SM)",
           "tuimon_gpu_utilization_ratio", dcgm=(Dcgm("DCGM_FI_DEV_GPU_UTIL", 0.01),)),
-    Field("mem_util", "num", "ratio 0..1", "memory controller utilization",
+    Field("mem_util", NUM, "ratio 0..1", "memory controller utilization",
           "tuimon_gpu_memory_utilization_ratio",
           dcgm=(Dcgm("DCGM_FI_DEV_MEM_COPY_UTIL", 0.01),)),
-    Field("gr_active", "num", "ratio 0..1", "graphics/compute engine active (DCGM "
+    Field("gr_active", NUM, "ratio 0..1", "graphics/compute engine active (DCGM "
           "profiling); in MIG mode, per instance", "tuimon_gpu_engine_active_ratio",
           dcgm=(Dcgm("DCGM_FI_PROF_GR_ENGINE_ACTIVE"),)),
-    Field("sm_active", "num", "ratio 0..1", "SMs with at least one warp resident, averaged "
+    Field("sm_active", NUM, "ratio 0..1", "SMs with at least one warp resident, averaged "
           "over all SMs (DCGM profiling): a truer busy measure than `util`",
           "tuimon_gpu_sm_active_ratio", dcgm=(Dcgm("DCGM_FI_PROF_SM_ACTIVE"),)),
-    Field("tensor_active", "num", "ratio 0..1", "tensor pipe active (DCGM profiling)",
+    Field("tensor_active", NUM, "ratio 0..1", "tensor pipe active (DCGM profiling)",
           "tuimon_gpu_tensor_active_ratio", dcgm=(Dcgm("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"),)),
-    Field("dram_active", "num", "ratio 0..1", "device memory interface active (DCGM "
+    Field("dram_active", NUM, "ratio 0..1", "device memory interface active (DCGM "
           "profiling)", "tuimon_gpu_dram_active_ratio",
           dcgm=(Dcgm("DCGM_FI_PROF_DRAM_ACTIVE"),)),
-    Field("mem_used", "int", "bytes", "device memory in use", "tuimon_gpu_memory_used_bytes",
+    Field("mem_used", INT, "bytes", "device memory in use", "tuimon_gpu_memory_used_bytes",
           dcgm=(Dcgm("DCGM_FI_DEV_FB_USED", MIB),)),
-    Field("mem_total", "int", "bytes", "device memory total", "tuimon_gpu_memory_total_bytes",
+    Field("mem_total", INT, "bytes", "device memory total", "tuimon_gpu_memory_total_bytes",
           dcgm=(Dcgm("DCGM_FI_DEV_FB_TOTAL", MIB),)),
-    Field("mem_reserved", "int", "bytes", "device memory the driver reserves",
+    Field("mem_reserved", INT, "bytes", "device memory the driver reserves",
           "tuimon_gpu_memory_reserved_bytes", dcgm=(Dcgm("DCGM_FI_DEV_FB_RESERVED", MIB),)),
-    Field("temp", "num", "°C", "GPU core temperature", "tuimon_gpu_temperature_celsius",
+    Field("temp", NUM, "°C", "GPU core temperature", "tuimon_gpu_temperature_celsius",
           dcgm=(Dcgm("DCGM_FI_DEV_GPU_TEMP"),)),
-    Field("power", "num", "W", "power draw", "tuimon_gpu_power_watts",
+    Field("power", NUM, "W", "power draw", "tuimon_gpu_power_watts",
           dcgm=(Dcgm("DCGM_FI_DEV_POWER_USAGE"),)),
-    Field("power_limit", "num", "W", "enforced power limit", "tuimon_gpu_power_limit_watts",
+    Field("power_limit", NUM, "W", "enforced power limit", "tuimon_gpu_power_limit_watts",
           dcgm=(Dcgm("DCGM_FI_DEV_POWER_MGMT_LIMIT"),)),
-    Field("energy", "num", "J", "energy counter since driver load (monotonic)",
+    Field("energy", NUM, "J", "energy counter since driver load (monotonic)",
           "tuimon_gpu_energy_joules", counter=True,
           dcgm=(Dcgm("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", 1e-3),)),
-    Field("sm_clock", "num", "Hz", "current SM clock", "tuimon_gpu_sm_clock_hertz",
+    Field("sm_clock", NUM, "Hz", "current SM clock", "tuimon_gpu_sm_clock_hertz",
           dcgm=(Dcgm("DCGM_FI_DEV_SM_CLOCK", MHZ),)),
-    Field("mem_clock", "num", "Hz", "current memory clock", "tuimon_gpu_memory_clock_hertz",
+    Field("mem_clock", NUM, "Hz", "current memory clock", "tuimon_gpu_memory_clock_hertz",
           dcgm=(Dcgm("DCGM_FI_DEV_MEM_CLOCK", MHZ),)),
-    Field("clock_events", "strlist", "names", "active clock-event (throttle) reasons "
+    Field("clock_events", CLOCK_EVENTS, "names", "active clock-event (throttle) reasons "
           "(`/metrics`: tuimon_gpu_clock_event_active; dcgm-exporter: the bit mask "
           "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS or DCGM_FI_DEV_CLOCKS_EVENT_REASONS)"),
-    Field("pstate", "int", "0..15", "performance state (P0 fastest)",
+    Field("pstate", INT, "0..15", "performance state (P0 fastest)",
           "tuimon_gpu_performance_state", dcgm=(Dcgm("DCGM_FI_DEV_PSTATE"),)),
-    Field("ecc_corrected", "int", "count", "corrected ECC errors, aggregate (lifetime)",
+    Field("ecc_corrected", INT, "count", "corrected ECC errors, aggregate (lifetime)",
           "tuimon_gpu_ecc_corrected_errors", counter=True,
           dcgm=(Dcgm("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"),)),
-    Field("ecc_uncorrected", "int", "count", "uncorrected ECC errors, aggregate (lifetime)",
+    Field("ecc_uncorrected", INT, "count", "uncorrected ECC errors, aggregate (lifetime)",
           "tuimon_gpu_ecc_uncorrected_errors", counter=True,
           dcgm=(Dcgm("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"),)),
-    Field("retired_pages", "int", "count", "retired pages (pre-Ampere page retirement)",
+    Field("retired_pages", INT, "count", "retired pages (pre-Ampere page retirement)",
           "tuimon_gpu_retired_pages", dcgm=(Dcgm("DCGM_FI_DEV_RETIRED_SBE", add=True),
                                             Dcgm("DCGM_FI_DEV_RETIRED_DBE", add=True))),
-    Field("retired_pending", "int", "0/1", "a page retirement awaits a reboot",
+    Field("retired_pending", INT, "0/1", "a page retirement awaits a reboot",
           "tuimon_gpu_retired_pages_pending", dcgm=(Dcgm("DCGM_FI_DEV_RETIRED_PENDING"),)),
-    Field("remapped_rows", "int", "count", "remapped rows, corrected and uncorrected",
+    Field("remapped_rows", INT, "count", "remapped rows, corrected and uncorrected",
           "tuimon_gpu_remapped_rows",
           dcgm=(Dcgm("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", add=True),
                 Dcgm("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", add=True))),
-    Field("remap_pending", "int", "0/1", "a row remap awaits a GPU reset",
+    Field("remap_pending", INT, "0/1", "a row remap awaits a GPU reset",
           "tuimon_gpu_remapped_rows_pending", dcgm=(Dcgm("DCGM_FI_DEV_ROW_REMAP_PENDING"),)),
-    Field("remap_failed", "int", "0/1", "a row remap failed", "tuimon_gpu_remapped_rows_failed",
+    Field("remap_failed", INT, "0/1", "a row remap failed", "tuimon_gpu_remapped_rows_failed",
           dcgm=(Dcgm("DCGM_FI_DEV_ROW_REMAP_FAILURE"),)),
-    Field("pcie_tx", "num", "bytes/s", "PCIe transmit throughput",
+    Field("pcie_tx", NUM, "bytes/s", "PCIe transmit throughput",
           "tuimon_gpu_pcie_transmit_bytes_per_second",
           dcgm=(Dcgm("DCGM_FI_PROF_PCIE_TX_BYTES"),
                 Dcgm("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", 1024.0))),  # KB/s, before DCP
-    Field("pcie_rx", "num", "bytes/s", "PCIe receive throughput",
+    Field("pcie_rx", NUM, "bytes/s", "PCIe receive throughput",
           "tuimon_gpu_pcie_receive_bytes_per_second",
           dcgm=(Dcgm("DCGM_FI_PROF_PCIE_RX_BYTES"),
                 Dcgm("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", 1024.0))),
-    Field("nvlink_tx", "num", "bytes/s", "NVLink transmit data rate, from the data counter"),
-    Field("nvlink_rx", "num", "bytes/s", "NVLink receive data rate, from the data counter"),
-    Field("nvlink_tx_total", "int", "bytes", "NVLink transmit data counter",
+    Field("nvlink_tx", NUM, "bytes/s", "NVLink transmit data rate, from the data counter"),
+    Field("nvlink_rx", NUM, "bytes/s", "NVLink receive data rate, from the data counter"),
+    Field("nvlink_tx_total", INT, "bytes", "NVLink transmit data counter",
           "tuimon_gpu_nvlink_transmit_bytes", counter=True),
-    Field("nvlink_rx_total", "int", "bytes", "NVLink receive data counter",
+    Field("nvlink_rx_total", INT, "bytes", "NVLink receive data counter",
           "tuimon_gpu_nvlink_receive_bytes", counter=True),
-    Field("procs", "int", "count", "compute processes on the GPU", "tuimon_gpu_processes"),
-    Field("proc_mem", "int", "bytes", "device memory used by those processes",
+    Field("procs", INT, "count", "compute processes on the GPU", "tuimon_gpu_processes"),
+    Field("proc_mem", INT, "bytes", "device memory used by those processes",
           "tuimon_gpu_process_memory_bytes"),
-    Field("xid_total", "int", "count", "XID errors seen by this agent since it started",
+    Field("xid_total", INT, "count", "XID errors seen by this agent since it started",
           "tuimon_gpu_xid_errors", counter=True),
-    Field("last_xid", "int", "code", "the most recent XID code seen, nil when none",
+    Field("last_xid", INT, "code", "the most recent XID code seen, nil when none",
           "tuimon_gpu_last_xid", dcgm=(Dcgm("DCGM_FI_DEV_XID_ERRORS"),)),
-    Field("processes", "maplist", "processes", "the compute processes (at most 16, the "
-          "largest memory users first), each a map: `pid`, `mem` (bytes of GPU memory), "
-          "and where /proc tells: `user`, `command`, `job` (Slurm job id, from the "
-          "cgroup), `pod_uid`, `namespace` and `pod` (Kubernetes), `container` (12 "
-          "characters of its id) and `runtime` (containerd, crio, docker)"),
-    Field("mig_mode", "int", "0/1", "1 when the GPU is partitioned into MIG instances",
+    Field("processes", ListOf(PROCESS, MAX_PROCESSES), "processes", "the compute "
+          "processes, the largest memory users first (`process`, below)"),
+    Field("mig_mode", INT, "0/1", "1 when the GPU is partitioned into MIG instances",
           "tuimon_gpu_mig_mode"),
-    Field("mig", "maplist", "instances", "MIG instances, each a map: `gi` (GPU instance id), "
-          "`ci` (compute instance id or nil), `profile` (e.g. `2g.20gb`), `uuid`, "
-          "`mem_used`, `mem_total` (bytes), `procs`, `processes` (as the GPU's), and where "
-          "known `gr_active`, "
-          "`sm_active`, `tensor_active`, `dram_active` (ratios); the GPU's own values "
-          "stand for the whole GPU (memory summed, power once)"),
-    Field("failed", "str", "reason", "set when the GPU could not be read at all (e.g. GPU lost)"),
-    Field("errors", "dict", "field -> reason", "fields that failed to read for a reason other "
+    Field("mig", ListOf(MIG, MAX_MIG), "instances", "MIG instances (`mig`, below); the "
+          "GPU's own values stand for the whole GPU (memory summed, power once)"),
+    Field("failed", STR, "reason", "set when the GPU could not be read at all (e.g. GPU lost)"),
+    Field("errors", REASONS, "field -> reason", "fields that failed to read for a reason other "
           "than 'not supported'"),
 )
 
 HOST_FIELDS: tuple[Field, ...] = (
-    Field("cpu_util", "num", "ratio 0..1", "CPU busy time over the last interval, all cores",
+    Field("cpu_util", NUM, "ratio 0..1", "CPU busy time over the last interval, all cores",
           "tuimon_host_cpu_utilization_ratio"),
-    Field("cpus", "int", "count", "online logical CPUs", "tuimon_host_cpus"),
-    Field("load1", "num", "runnable tasks", "1-minute load average", "tuimon_host_load1",
+    Field("cpus", INT, "count", "online logical CPUs", "tuimon_host_cpus"),
+    Field("load1", NUM, "runnable tasks", "1-minute load average", "tuimon_host_load1",
           node_exporter="node_load1"),
-    Field("load5", "num", "runnable tasks", "5-minute load average", "tuimon_host_load5",
+    Field("load5", NUM, "runnable tasks", "5-minute load average", "tuimon_host_load5",
           node_exporter="node_load5"),
-    Field("load15", "num", "runnable tasks", "15-minute load average", "tuimon_host_load15",
+    Field("load15", NUM, "runnable tasks", "15-minute load average", "tuimon_host_load15",
           node_exporter="node_load15"),
-    Field("mem_total", "int", "bytes", "physical memory", "tuimon_host_memory_total_bytes",
+    Field("mem_total", INT, "bytes", "physical memory", "tuimon_host_memory_total_bytes",
           node_exporter="node_memory_MemTotal_bytes"),
-    Field("mem_available", "int", "bytes", "memory available without swapping (MemAvailable)",
+    Field("mem_available", INT, "bytes", "memory available without swapping (MemAvailable)",
           "tuimon_host_memory_available_bytes",
           node_exporter="node_memory_MemAvailable_bytes"),
-    Field("mem_used", "int", "bytes", "mem_total - mem_available",
+    Field("mem_used", INT, "bytes", "mem_total - mem_available",
           "tuimon_host_memory_used_bytes"),
-    Field("uptime", "num", "s", "time since boot", "tuimon_host_uptime_seconds"),
-    Field("errors", "dict", "field -> reason", "host fields that could not be read, and why"),
+    Field("uptime", NUM, "s", "time since boot", "tuimon_host_uptime_seconds"),
+    Field("errors", REASONS, "field -> reason", "host fields that could not be read, and why"),
 )
 
+GPU = Record("gpu", GPU_FIELDS)
+HOST = Record("host", HOST_FIELDS)
+
 GPU_INFO_FIELDS: tuple[Field, ...] = (
-    Field("index", "int", "", "NVML device index"),
-    Field("uuid", "str", "", "GPU UUID"),
-    Field("name", "str", "", "product name"),
-    Field("mem_total", "int", "bytes", "device memory"),
-    Field("power_limit", "num", "W", "power management limit"),
-    Field("pci_bus_id", "str", "", "PCI bus id"),
-    Field("max_sm_clock", "num", "Hz", "maximum SM clock"),
-    Field("max_mem_clock", "num", "Hz", "maximum memory clock"),
+    Field("index", Int(hi=MAX_GPUS - 1), "", "NVML device index", required=True),
+    Field("uuid", STR, "", "GPU UUID"),
+    Field("name", STR, "", "product name"),
+    Field("mem_total", INT, "bytes", "device memory"),
+    Field("power_limit", NUM, "W", "power management limit"),
+    Field("pci_bus_id", STR, "", "PCI bus id"),
+    Field("max_sm_clock", NUM, "Hz", "maximum SM clock"),
+    Field("max_mem_clock", NUM, "Hz", "maximum memory clock"),
 )
+
+GPU_INFO = Record("gpu info", GPU_INFO_FIELDS)
+
+# -- fabric ------------------------------------------------------------------------------
+
+PORT_INFO_FIELDS: tuple[Field, ...] = (
+    Field("id", Str(256), "", "`device:port`, e.g. `mlx5_0:1`", required=True),
+    Field("device", Str(128), "", "the HCA, e.g. `mlx5_0`"),
+    Field("port", AnyOf(INT, Str(32), doc="int or str <= 32"), "", "port number (the "
+          "directory's name where it is not a number)"),
+    Field("link_layer", Str(64), "", "`InfiniBand`, or `Ethernet` for RoCE"),
+    Field("rate", RATE, "bytes/s", "link rate, from `400 Gb/sec (4X NDR)`"),
+    Field("rate_text", Str(128), "", "the rate as read"),
+    Field("hca_type", Str(128), "", "HCA model, e.g. `MT4129`"),
+    Field("board_id", Str(128), "", "board id, e.g. `MT_0000000838`"),
+    Field("fw_ver", Str(128), "", "firmware version"),
+    Field("netdev", Str(64), "", "the Ethernet device behind a RoCE port, or nil"),
+)
+NIC_INFO_FIELDS: tuple[Field, ...] = (
+    Field("id", Str(256), "", "interface name, e.g. `eth0`", required=True),
+    Field("speed", RATE, "bytes/s", "link speed"),
+)
+PORT_COUNTERS = MapOf(Int(), 32)  # counter -> increment, nil: could not be counted
+PORT_FIELDS: tuple[Field, ...] = (
+    Field("id", Str(256), "", "as the inventory's", required=True),
+    Field("state", INT, "", "as read: `4: ACTIVE` is 4"),
+    Field("state_name", Str(64), "", "as read: `ACTIVE`"),
+    Field("phys_state", INT, "", "as read: `5: LinkUp` is 5"),
+    Field("phys_state_name", Str(64), "", "as read: `LinkUp`"),
+    Field("tx_bytes_s", RATE, "bytes/s", "data rate (`port_xmit_data` x 4 / s)"),
+    Field("rx_bytes_s", RATE, "bytes/s", "data rate (`port_rcv_data` x 4 / s)"),
+    Field("tx_packets_s", RATE, "packets/s", "packets sent"),
+    Field("rx_packets_s", RATE, "packets/s", "packets received"),
+    Field("xmit_wait_s", RATE, "ticks/s", "`port_xmit_wait` per second: congestion (no "
+          "credits to send)"),
+    Field("tx_util", RATE, "ratio 0..1", "data rate over link rate"),
+    Field("rx_util", RATE, "ratio 0..1", "data rate over link rate"),
+    Field("errors_inc", PORT_COUNTERS, "counter -> count", "increments since the previous "
+          "read of the error counters (every 5 samples, and at once when the link leaves "
+          "ACTIVE), only for counters that moved or could not be counted (nil): "
+          "`symbol_errors`, `rcv_errors`, `remote_physical_errors`, `xmit_discards`, "
+          "`link_downed`, `link_error_recovery`, `buffer_overruns`, "
+          "`local_link_integrity_errors`. Absent: nothing moved"),
+    Field("saturated", ListOf(Str(64), 32), "counters", "legacy counters stuck at their "
+          "maximum: their rates and increments are nil"),
+    Field("hw", MapOf(RATE, 64), "counter -> 1/s", "mlx5 `hw_counters` rates "
+          "(`np_cnp_sent`, `rp_cnp_handled`, `np_ecn_marked_roce_packets`, "
+          "`out_of_sequence`, `packet_seq_err`, `local_ack_timeout_err`, "
+          "`rnr_nak_retry_err`, `out_of_buffer`, ...), read across their 2^32 wrap"),
+    Field("counter_errors", REASONS, "counter -> reason", "counters that could not be read: "
+          "`N/A (no PMA)`, `missing`, `permission denied`, `not a counter: ...`"),
+)
+NIC_FIELDS: tuple[Field, ...] = (
+    Field("id", Str(256), "", "as the inventory's", required=True),
+    Field("operstate", Str(64), "", "`up`, `down`, ... as read"),
+    Field("rx_bytes_s", RATE, "bytes/s", "bytes received"),
+    Field("tx_bytes_s", RATE, "bytes/s", "bytes sent"),
+    Field("rx_packets_s", RATE, "packets/s", "packets received"),
+    Field("tx_packets_s", RATE, "packets/s", "packets sent"),
+    Field("rx_errors_s", RATE, "1/s", "receive errors"),
+    Field("tx_errors_s", RATE, "1/s", "transmit errors"),
+    Field("rx_dropped_s", RATE, "1/s", "received packets dropped"),
+    Field("tx_dropped_s", RATE, "1/s", "sent packets dropped"),
+    Field("rx_util", RATE, "ratio 0..1", "receive rate over link speed"),
+    Field("tx_util", RATE, "ratio 0..1", "send rate over link speed"),
+    Field("counter_errors", REASONS, "counter -> reason", "counters that could not be read"),
+)
+PORT_INFO = Record("port info", PORT_INFO_FIELDS)
+NIC_INFO = Record("nic info", NIC_INFO_FIELDS)
+FABRIC_FIELDS: tuple[Field, ...] = (
+    Field("ports", ListOf(Record("port", PORT_FIELDS), MAX_PORTS), "ports",
+          "InfiniBand and RoCE ports (below)"),
+    Field("nics", ListOf(Record("nic", NIC_FIELDS), MAX_NICS), "nics", "network interfaces "
+          "(below)"),
+    Field("errors", REASONS, "part -> reason", "what could not be read or sent (e.g. "
+          "`ports_cut`: ports left out of a frame over the size limit)"),
+)
+
+# -- storage -----------------------------------------------------------------------------
+
+FS_INFO_FIELDS: tuple[Field, ...] = (
+    Field("id", STR, "", "mount point, or `lustre:<fsname>` for an unmounted Lustre "
+          "client", required=True),
+    Field("fstype", Str(64), "", "`lustre`, `gpfs`, `nfs4`, `xfs`, ...", required=True),
+    Field("source", STR, "", "what is mounted: `host:/export`, `10.0.0.1@o2ib:/scratch`"),
+)
+DISK_INFO_FIELDS: tuple[Field, ...] = (
+    Field("id", Str(256), "", "kernel name, e.g. `nvme0n1`", required=True),
+    Field("kind", Str(32), "", "`disk`, `partition`, `virtual`"),
+)
+FS_FIELDS: tuple[Field, ...] = (
+    Field("id", STR, "", "as the inventory's", required=True),
+    Field("fstype", Str(64), "", "as the inventory's", required=True),
+    Field("source", STR, "", "as the inventory's"),
+    Field("mounts", ListOf(STR, 64), "paths", "Lustre: every mount point of the file "
+          "system, when there are several"),
+    Field("instances", INT, "count", "Lustre: llite instances summed"),
+    Field("read_bytes_s", RATE, "bytes/s", "this client's reads: Lustre llite "
+          "`read_bytes`, GPFS `_br_`, NFS normal plus direct I/O"),
+    Field("write_bytes_s", RATE, "bytes/s", "this client's writes, as reads"),
+    Field("read_ops_s", RATE, "1/s", "read calls"),
+    Field("write_ops_s", RATE, "1/s", "write calls"),
+    Field("metadata_ops_s", RATE, "1/s", "open, close, getattr, setattr, readdir, ... "
+          "(NFS: every op but READ and WRITE)"),
+    Field("latency", MapOf(RATE, 32), "op -> s", "NFS: mean execution time per operation "
+          "over the interval"),
+    Field("size", INT, "bytes", "statvfs, refreshed every 30 s"),
+    Field("free", INT, "bytes", "statvfs"),
+    Field("avail", INT, "bytes", "statvfs: free to unprivileged users"),
+    Field("inodes", INT, "count", "statvfs"),
+    Field("inodes_free", INT, "count", "statvfs"),
+    Field("error", STR, "", "why throughput could not be read"),
+    Field("capacity_error", STR, "", "why capacity could not be read (e.g. `statvfs timed "
+          "out after 2 s`)"),
+)
+DISK_FIELDS: tuple[Field, ...] = (
+    Field("id", Str(256), "", "as the inventory's", required=True),
+    Field("kind", Str(32), "", "as the inventory's"),
+    Field("read_bytes_s", RATE, "bytes/s", "bytes read"),
+    Field("write_bytes_s", RATE, "bytes/s", "bytes written"),
+    Field("read_iops", RATE, "1/s", "reads completed"),
+    Field("write_iops", RATE, "1/s", "writes completed"),
+    Field("await", RATE, "s", "mean time per I/O"),
+    Field("busy", RATE, "ratio 0..1", "share of the interval with I/O in flight"),
+)
+FS_INFO = Record("file system info", FS_INFO_FIELDS)
+DISK_INFO = Record("disk info", DISK_INFO_FIELDS)
+STORAGE_FIELDS: tuple[Field, ...] = (
+    Field("filesystems", ListOf(Record("file system", FS_FIELDS), MAX_FILESYSTEMS),
+          "file systems", "mounted data file systems (below)"),
+    Field("disks", ListOf(Record("disk", DISK_FIELDS), MAX_DISKS), "disks",
+          "block devices (below)"),
+    Field("errors", REASONS, "part -> reason", "what could not be read or sent (`mounts`, "
+          "`nfs`, `disks`; `filesystems_cut`: file systems left out of a frame over the size "
+          "limit)"),
+)
+
+# -- steps -------------------------------------------------------------------------------
+
+MAX_JOB_NAME = 128
+STEP_RANK_FIELDS: tuple[Field, ...] = (
+    Field("rank", Int(hi=(1 << 31) - 1), "", "the rank in the job", required=True),
+    Field("steps", INT, "count", "steps credited"),
+    Field("wall", RATE, "s", "wall time credited"),
+    Field("compute", RATE, "s", "compute time credited (not waiting)"),
+    Field("samples", INT, "count", "samples processed"),
+    Field("tokens", INT, "count", "tokens processed"),
+)
+STEP_JOB_FIELDS: tuple[Field, ...] = (
+    Field("id", Str(MAX_JOB_NAME * 10), "", "job name (cleaned)", required=True),
+    Field("world", Int(lo=1, hi=1 << 31), "ranks", "the job's world size", required=True),
+    Field("lost", INT, "count", "reports missing from its ranks' sequence numbers"),
+    Field("ranks", ListOf(Record("step rank", STEP_RANK_FIELDS), MAX_RANKS), "ranks",
+          "per rank sums"),
+)
+STEPS_FIELDS: tuple[Field, ...] = (
+    Field("jobs", ListOf(Record("step job", STEP_JOB_FIELDS), MAX_JOBS), "jobs",
+          "per job sums since the previous sample"),
+    Field("received", INT, "count", "datagrams counted since the agent started"),
+    Field("rejected", INT, "count", "datagrams refused"),
+    Field("lost", INT, "count", "reports missing"),
+    Field("clipped", INT, "count", "reports credited less time than they claimed"),
+    Field("refused", MapOf(INT, 16, nil=False), "reason -> count", "refused by reason"),
+)
+
+# -- findings and events -----------------------------------------------------------------
+
+FINDING_FIELDS: tuple[Field, ...] = (
+    Field("severity", SEVERITY, "", "`critical`, `warning`, `info`", required=True),
+    Field("kind", Str(MAX_KIND), "", "what was found", required=True),
+    Field("message", Str(MAX_FINDING_TEXT), "", "one line for people"),
+    Field("gpu", Int(hi=MAX_GPUS - 1), "", "the GPU, where it is about one"),
+    Field("port", Str(256), "", "the port, where it is about one"),
+    Field("fs", STR, "", "the file system, where it is about one"),
+    Field("score", Num(0, 1), "0..1", "how strongly it explains an efficiency drop"),
+)
+FINDING = Record("finding", FINDING_FIELDS)
+
+EVENT_FIELDS: tuple[Field, ...] = (
+    Field("ts", TIME, "s", "when it happened", required=True),
+    Field("kind", Str(MAX_KIND), "", "`xid`, `ecc`, `gpu_failed`, ... (readers accept kinds "
+          "they do not know)", required=True),
+    Field("severity", SEVERITY, "", "`info`, `warning`, `critical`", required=True),
+    Field("message", STR, "", "one line for people"),
+    Field("gpu", Int(hi=MAX_GPUS - 1), "", "GPU index, when about one GPU"),
+    Field("code", Int(lo=-(1 << 31), hi=(1 << 31) - 1), "", "the XID number for `xid`"),
+    Field("source", Str(MAX_KIND), "", "the collector or family (`gpu`, `host`, ...)"),
+)
+
+# -- the relay's budget ------------------------------------------------------------------
+
+BUDGET_FIELDS: tuple[Field, ...] = (
+    Field("since", TIME, "s", "Unix time of the job's first minute in the ledger"),
+    Field("window_h", Num(above=0), "h", "the SLO window counted over"),
+    Field("consumed_h", RATE, "h", "sum of total - effective hours in the window"),
+    Field("observed_h", RATE, "h", "total hours in the window"),
+    Field("error_ratio", MapOf(Num(0, 1), 16), "window -> ratio", "1 - effective/total "
+          "over `5m`, `30m`, `1h`, `6h`, `1d`, `3d`; nil when nothing was observed"),
+    Field("error", STR, "", "why the ledger cannot write (e.g. the disk is full)"),
+)
+BUDGET = MapOf(Record("budget", BUDGET_FIELDS), MAX_BUDGET_JOBS, key_len=MAX_JOB_NAME * 10,
+               nil=False)
 
 # Clock-event reason bits as NVML defines them (nvmlClocksEventReason*), with the
 # names the wire carries. Bits this table lacks are reported as "unknown_0x...".
@@ -206,5 +495,106 @@ FAMILIES: tuple[str, ...] = ("gpu", "host", "fabric", "storage", "steps", "event
 # metrics in these orders; a newer agent appends metrics, never reorders them.
 GPU_LEVEL_ORDER: tuple[str, ...] = ("util", "mem", "temp", "power", "clock", "health")
 FABRIC_LEVEL_ORDER: tuple[str, ...] = ("util", "congestion", "errors")
-# A shared file system in `fs_rows`; a newer agent may add columns after these.
-FS_COLUMNS: tuple[str, ...] = ("id", "fstype", "read", "write", "md_ops", "size", "free")
+# A shared file system in `fs_rows`, by column; a newer agent may add columns after these.
+FS_ROW_FIELDS: tuple[Field, ...] = (
+    Field("id", STR, "", "mount point", required=True),
+    Field("fstype", Str(64), "", "type"),
+    Field("read", RATE, "bytes/s", "read by this node"),
+    Field("write", RATE, "bytes/s", "written by this node"),
+    Field("md_ops", RATE, "1/s", "metadata operations"),
+    Field("size", RATE, "bytes", "size"),
+    Field("free", RATE, "bytes", "free"),
+)
+FS_COLUMNS: tuple[str, ...] = tuple(f.key for f in FS_ROW_FIELDS)
+
+# -- messages ----------------------------------------------------------------------------
+
+INVENTORY_FIELDS: tuple[Field, ...] = (
+    Field("gpus", ListOf(GPU_INFO, MAX_GPUS), "GPUs", "one per NVML device (below)"),
+    Field("driver_version", Str(64), "", "NVIDIA driver release"),
+    Field("gpu_status", STR, "", "why this node has no readable GPUs, e.g. `no NVIDIA "
+          "driver or GPU: NVML init failed (...)`; nil when NVML works"),
+    Field("ports", ListOf(PORT_INFO, MAX_PORTS), "ports", "fabric ports (below)"),
+    Field("nics", ListOf(NIC_INFO, MAX_NICS), "NICs", "network interfaces (below)"),
+    Field("filesystems", ListOf(FS_INFO, MAX_FILESYSTEMS), "file systems",
+          "data file systems (below)"),
+    Field("disks", ListOf(DISK_INFO, MAX_DISKS), "disks", "block devices (below)"),
+    Field("fabric_status", STR, "", "why there are no fabric ports"),
+    Field("steps_status", STR, "", "`off` (no step socket), the reason the step socket "
+          "could not be opened, or nil (listening)"),
+)
+INVENTORY = Record("inventory", INVENTORY_FIELDS)
+HELLO_HOST_FIELDS: tuple[Field, ...] = (
+    Field("hostname", Str(MAX_NAME), "", "the host's own name (nil in a container that "
+          "reads the host under --root)"),
+)
+HELLO_HOST = Record("hello host", HELLO_HOST_FIELDS)
+HELLO_FIELDS: tuple[Field, ...] = (
+    Field("node", Str(MAX_NAME), "", "node name (default: the host name)", required=True),
+    Field("agent_version", Str(MAX_KIND), "", "agent release", required=True),
+    Field("boot_id", Str(64), "", "`/proc/sys/kernel/random/boot_id`: changes when the "
+          "node reboots"),
+    Field("interval", Num(above=0, hi=3600), "s", "sampling interval", required=True),
+    Field("ts", TIME, "s", "when the hello was made", required=True),
+    Field("families", ListOf(Str(MAX_KIND), 64), "names", "families this agent can send: "
+          "`gpu`, `host`, `fabric`, `storage`, `steps`, `events`, `overview`, `findings` (an "
+          "agent that does not list `overview` predates it: take it whole and build its "
+          "overview yourself)"),
+    Field("inventory", INVENTORY, "", "what the node has (below)"),
+    Field("host", HELLO_HOST, "", "static host facts"),
+)
+FAMILY_TYPES: dict[str, WireType] = {
+    "fabric": Record("fabric", FABRIC_FIELDS),
+    "storage": Record("storage", STORAGE_FIELDS),
+    "steps": Record("steps", STEPS_FIELDS),
+    "findings": ListOf(FINDING, MAX_FINDINGS),
+}
+SUBSCRIBE_FIELDS: tuple[Field, ...] = (
+    Field("interval", Num(above=0, hi=3600), "s", "send samples at most this often "
+          "(rounded to a multiple of the agent's interval); nil: every sample"),
+    Field("families", ListOf(Str(MAX_KIND), 64), "names", "families to receive (`gpu`, "
+          "`host`, `fabric`, `storage`, `steps`, `events`, `overview`, `findings`); nil: all"),
+    Field("nodes", ListOf(Str(65536), 4096), "host lists", "relays only (agents ignore "
+          "it): nodes to receive, as host names or Slurm host lists (`gpu[001-064]`), "
+          "matched against the source's target, its host and the node name in its hello; "
+          "nil: all. At most 100,000 names and 4 MiB of names in all; a list that does not "
+          "parse or names more closes the connection (1003) with the reason"),
+    Field("detail", ListOf(STR, 256), "sources", "relays only: sources (as the relay's "
+          "batches name them) to send with every family whatever `families` says: the "
+          "nodes the viewer looks at closely (its node screen)"),
+    Field("overview_form", Int(1, 255), "", "the newest overview form the reader "
+          "understands (\"Overview and findings\"): 2 for the compact form; nil or absent: "
+          "1. A sender sends the newest form it has that is not newer"),
+)
+SUBSCRIBE = Record("subscribe", SUBSCRIBE_FIELDS)
+
+# Every table above by the name docs/protocol.md gives it: the document lists each row
+# (tests/test_docs.py), and the fuzz tests mutate each field (tests/test_schema_fuzz.py).
+TABLES: dict[str, tuple[Field, ...]] = {
+    "hello": HELLO_FIELDS,
+    "hello.inventory": INVENTORY_FIELDS,
+    "hello.host": HELLO_HOST_FIELDS,
+    "inventory.gpus[]": GPU_INFO_FIELDS,
+    "inventory.ports[]": PORT_INFO_FIELDS,
+    "inventory.nics[]": NIC_INFO_FIELDS,
+    "inventory.filesystems[]": FS_INFO_FIELDS,
+    "inventory.disks[]": DISK_INFO_FIELDS,
+    "sample.gpus[]": GPU_FIELDS,
+    "process": PROCESS_FIELDS,
+    "mig": MIG_FIELDS,
+    "sample.host": HOST_FIELDS,
+    "sample.fabric": FABRIC_FIELDS,
+    "fabric.ports[]": PORT_FIELDS,
+    "fabric.nics[]": NIC_FIELDS,
+    "sample.storage": STORAGE_FIELDS,
+    "storage.filesystems[]": FS_FIELDS,
+    "storage.disks[]": DISK_FIELDS,
+    "sample.steps": STEPS_FIELDS,
+    "steps.jobs[]": STEP_JOB_FIELDS,
+    "jobs[].ranks[]": STEP_RANK_FIELDS,
+    "overview.fs_rows[]": FS_ROW_FIELDS,
+    "sample.findings[]": FINDING_FIELDS,
+    "event": EVENT_FIELDS,
+    "subscribe": SUBSCRIBE_FIELDS,
+    "batch.budget.<job>": BUDGET_FIELDS,
+}

@@ -115,16 +115,6 @@ class Sample:
         return out
 
 
-EVENT_KINDS = (
-    "xid",
-    "ecc",
-    "gpu_failed",
-    "gpu_recovered",
-    "collector_failed",
-    "collector_recovered",
-    "inventory_changed",
-)
-SEVERITIES = ("info", "warning", "critical")
 
 
 @dataclass(slots=True)
