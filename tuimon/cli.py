@@ -38,6 +38,7 @@ from tuimon_core.errors import UsageError
 from tuimon_core.output import write_file
 from tuimon_core.protocol import Subscribe
 from tuimon_core.protocol.overview_forms import OVERVIEW_FORM
+from tuimon_core.protocol.text import clean
 from tuimon_core.serving.security import (
     check_token_transport,
     client_ssl_context,
@@ -506,16 +507,26 @@ def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[st
 
 
 def _status(args: argparse.Namespace) -> int:
-    from tuimon.status import run_status
+    from tuimon.status import EXIT, run_status
 
     targets, relays, options = _connect_options(args)
     slo, baselines, _ = _slo(args)
-    return asyncio.run(run_status(targets, options, relays=relays, watch=args.watch,
-                                  topology=_topology(args.topology,
-                                                     getattr(args, "leaves", None)),
-                                  provisioned=_provisioned(args.provisioned), slo=slo,
-                                  baselines=baselines, as_json=args.json, name=args.name,
-                                  cpu_nodes=_cpu_nodes(args)))
+    topology = _topology(args.topology, getattr(args, "leaves", None))
+    try:
+        return asyncio.run(run_status(targets, options, relays=relays, watch=args.watch,
+                                      topology=topology,
+                                      provisioned=_provisioned(args.provisioned), slo=slo,
+                                      baselines=baselines, as_json=args.json, name=args.name,
+                                      cpu_nodes=_cpu_nodes(args)))
+    except Exception as exc:
+        # A bug in the check is no verdict on the cluster: UNKNOWN, as a monitoring
+        # system expects of a check that failed, with the traceback for the report.
+        import traceback
+
+        traceback.print_exc(file=sys.stderr)
+        print(clean(f"UNKNOWN: internal error in tuimon status: {type(exc).__name__}: "
+                    f"{exc}"[:300]), flush=True)
+        return EXIT["unknown"]
 
 
 def _connect_app(args: argparse.Namespace) -> int:

@@ -1,6 +1,8 @@
 """`tuimon status`: one snapshot of the cluster, or a watch, as text or JSON, with an exit
 code a monitoring system understands (Nagios' convention): 0 ok, 1 warning, 2 critical,
-3 unknown (no node could be reached at all).
+3 unknown (no node could be reached at all, or the check itself failed: an internal
+error in a part of the judgement, said in the output, makes a verdict short of critical
+unknown).
 
 A one-shot status waits for what it needs before it judges: two samples from every node
 that answers (or that node's failure), and, from every node that reports training
@@ -140,6 +142,9 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
             now_level = level(findings)
             if not any(n.last_seen is not None for n in cluster.nodes.values()):
                 now_level = "unknown"  # reached nothing: no verdict is possible
+            elif now_level != "critical" and any(f.kind == "internal_error"
+                                                 for f in findings):
+                now_level = "unknown"  # part of the check failed: its verdict is partial
             if EXIT[now_level] > EXIT[worst]:
                 worst = now_level
             r = report(cluster, eff, findings, worst if watch else now_level)

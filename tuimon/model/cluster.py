@@ -21,6 +21,7 @@ from tuimon_core.timing import aged_state, lost_state
 
 HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
 MAX_EVENTS = 2000
+MAX_RELAY_PROBLEMS = 16
 
 
 @dataclass(slots=True)
@@ -111,6 +112,9 @@ class ClusterState:
         self.budgets: dict[str, dict[str, Any]] = {}
         # Prometheus targets whose last scrape failed: "job instance" -> (node, reason).
         self.scrape_failures: dict[str, tuple[str, str]] = {}
+        # relay -> problem -> text: what a relay did that the viewer refused (declared too
+        # many nodes, claimed another relay's): shown as findings naming both.
+        self.relay_problems: dict[str, dict[str, str]] = {}
         # Targets the viewer looks at closely (the node screen): sources are told, and take
         # those nodes' full samples instead of their overviews.
         self.detail_targets: frozenset[str] = frozenset()
@@ -133,6 +137,24 @@ class ClusterState:
             self.add_target(source).owner = relay
             return True
         return node.owner == relay
+
+    def owner_of(self, source: str) -> str | None:
+        """The relay that carries `source` (None: watched directly, or unknown)."""
+        node = self.nodes.get(source)
+        return node.owner if node is not None else None
+
+    def note_relay_problem(self, relay: str, key: str, text: str | None) -> None:
+        """A relay's problem as the viewer sees it (None clears it); at most
+        MAX_RELAY_PROBLEMS kept a relay, the rest counted in one line."""
+        problems = self.relay_problems.setdefault(relay, {})
+        if text is None:
+            problems.pop(key, None)
+        elif key in problems or len(problems) < MAX_RELAY_PROBLEMS:
+            problems[key] = text
+        else:
+            more = problems.get("more", "0").split()[0]
+            problems["more"] = f"{int(more) + 1} more problems with relay {relay}"
+        self.version += 1
 
     def clear(self) -> None:
         """Forget every node and event (a replay seeking back rebuilds from the start)."""

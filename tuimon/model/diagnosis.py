@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.guard import Guard
 from tuimon.model.slo import burn_text
 from tuimon.model.storage import StorageView
 from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
@@ -64,6 +66,8 @@ class Diagnosis:
         # job -> (the SLI it dropped from, when): the drop stands until the SLI is back.
         self._drops: dict[str, tuple[float, float]] = {}
         self._wall = wall
+        # Parts of the judgement that failed (a bug), shown as internal_error findings.
+        self.guard = Guard()
         # target -> (its conditions as last read, its name then, the findings they say)
         self._read_conditions: dict[str, tuple[list[Any], str, list[Finding]]] = {}
 
@@ -71,16 +75,20 @@ class Diagnosis:
                storage: StorageView) -> list[Finding]:
         now = self._wall()
         out: list[Finding] = []
-        out += self._nodes(cluster)
+        run = self.guard.run  # each rule alone: a bug in one loses no other finding
+        out += run("the lost-node rule", lambda: self._nodes(cluster), [])
         out += [Finding("critical", "scrape_failed", reason, node=node, target=target)
                 for target, (node, reason) in cluster.scrape_failures.items()]
+        out += [Finding("warning", "relay_refused", text, target=f"{relay} ({key})")
+                for relay, problems in cluster.relay_problems.items()
+                for key, text in problems.items()]
         out += self._node_local(cluster, now)
-        out += self._gpu_init(cluster)
-        out += self._congestion(cluster)
-        out += self._storage(storage)
-        out += self._stragglers(eff)
-        out += self._efficiency(eff, out)
-        self.findings = self.book.update(out, now)
+        out += run("the GPU-init rule", lambda: self._gpu_init(cluster), [])
+        out += run("the congestion rules", lambda: self._congestion(cluster), [])
+        out += run("the storage rule", lambda: self._storage(storage), [])
+        out += run("the straggler rule", lambda: self._stragglers(eff), [])
+        out += run("the efficiency rule", lambda: self._efficiency(eff, out), [])
+        self.findings = self.book.update(out, now) + self.guard.findings()
         return self.findings
 
     # -- rules -------------------------------------------------------------------------
@@ -137,7 +145,9 @@ class Diagnosis:
             if rules is None or rules.name != n.name:
                 rules = self._rules[n.target] = NodeRules(n.name)
             if n.detail is not None:
-                rules.observe(n.hello, n.detail, now)
+                # One node's values a rule cannot judge (a bug) lose that node's rules only.
+                self.guard.run(f"the node rules of {n.name}",
+                               partial(rules.observe, n.hello, n.detail, now), None)
             if n.status == "up":
                 out += rules.conditions(now)
         for gone in self._rules.keys() - live:

@@ -7,6 +7,7 @@ is tested without a screen.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tuimon.model.cluster import ClusterState, NodeState
@@ -58,6 +59,13 @@ class ViewState:
                 self._pattern = re.compile(text, re.IGNORECASE)
             except re.error as exc:
                 raise FilterError(f"bad filter {text!r}: {exc}") from None
+        self.filter_text = text
+
+    def show_names(self, names: Iterable[str], text: str) -> None:
+        """Exactly these nodes (a finding's), under `text` (its host list): node names are
+        matched as they are, never read as a pattern."""
+        self._pattern = None
+        self._names = frozenset(names)
         self.filter_text = text
 
     def shows(self, node: NodeState) -> bool:

@@ -21,8 +21,11 @@ class ClusterWatch:
     diagnosis: Diagnosis
 
     def update(self) -> list[Finding]:
-        """Call once a second; returns the findings that hold now."""
-        self.cluster.refresh_ages()
-        self.storage.update(self.cluster)
-        self.efficiency.update(self.cluster)
+        """Call once a second; returns the findings that hold now. A part that fails (a
+        bug) is an `internal_error` finding, and the parts after it still run on what
+        the one before left (tuimon.model.guard)."""
+        guard = self.diagnosis.guard
+        guard.run("node ages", self.cluster.refresh_ages, None)
+        guard.run("storage aggregates", lambda: self.storage.update(self.cluster), None)
+        guard.run("efficiency windows", lambda: self.efficiency.update(self.cluster), None)
         return self.diagnosis.update(self.cluster, self.efficiency, self.storage)

@@ -12,6 +12,7 @@ families, and each filtered encoding is made once and shared.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -47,6 +48,8 @@ from tuimon_core.protocol.codec import map_header, sample_spans
 from tuimon_core.protocol.families import FAMILY_KEYS, Frame, keep_families, wants_events
 from tuimon_core.protocol.overview_forms import OVERVIEW_FORM, first_form
 from tuimon_core.timing import aged_state, lost_state
+
+log = logging.getLogger(__name__)
 
 # One batch message stays under this many bytes of frames; more makes another message.
 BATCH_BYTES = 1 << 20
@@ -361,6 +364,7 @@ class FanOut:
         # The nodes' findings as this relay holds them (for its /metrics).
         self.book = FindingBook()
         self.findings: list[Finding] = []
+        self._problems_logged: set[tuple[str, str]] = set()
 
     # -- viewers --------------------------------------------------------------------
 
@@ -415,6 +419,18 @@ class FanOut:
             self.add_target(source).owner = relay
             return True
         return known.owner == relay
+
+    def owner_of(self, source: str) -> str | None:
+        known = self.sources.get(source)
+        return known.owner if known is not None else None
+
+    def note_relay_problem(self, relay: str, key: str, text: str | None) -> None:
+        """An upstream relay's problem: logged once (the viewers of this relay see the
+        nodes it refused as not declared)."""
+        if text is not None and (relay, key) not in self._problems_logged:
+            if len(self._problems_logged) < 4096:
+                self._problems_logged.add((relay, key))
+            log.warning("%s", text)
 
     def forget_target(self, target: str) -> None:
         # An upstream relay is not a node; viewers never heard of it as one.

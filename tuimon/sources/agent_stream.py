@@ -50,6 +50,12 @@ from tuimon_core.timing import STALE_AFTER_INTERVALS, STALE_AT_LEAST_S
 
 log = logging.getLogger(__name__)
 CLOSE_WAIT_S = 2.0  # at most this long for a peer to answer our close
+# What one relay may declare to a viewer (or to a relay of relays): nodes, and the bytes
+# of their names. A relay that declares more (a hostile one declaring thousands of new
+# names a second) has the rest refused, and is told as a finding, in bounded memory.
+MAX_RELAY_SOURCES = 65536
+MAX_RELAY_NAME_CHARS = 4 << 20
+MAX_REFUSED_KEPT = 4096  # refused names remembered (logged once each); the rest counted
 
 
 @dataclass(slots=True)
@@ -84,6 +90,8 @@ class StreamSink(Protocol):
     def note_protocol_error(self, target: str, reason: str) -> None: ...
     def apply_source_state(self, source: str, state: str, reason: str | None) -> None: ...
     def apply_budget(self, budget: dict[str, dict[str, Any]]) -> None: ...
+    def note_relay_problem(self, relay: str, key: str, text: str | None) -> None: ...
+    def owner_of(self, source: str) -> str | None: ...
 
 
 class TrustError(ProtocolError):
@@ -103,7 +111,9 @@ class AgentStream:
         # Nodes this relay declared and the viewer let it carry.
         self.sources: set[str] = set()
         self.declared: set[str] = set()
+        self._declared_chars = 0
         self.refused: dict[str, str] = {}  # source -> why its frames were refused
+        self.refused_more = 0  # refused beyond MAX_REFUSED_KEPT, counted only
         self._names: dict[str, str] = {}  # source -> the node name its hello gave
         # What to subscribe to, beyond options.subscribe's interval and nodes: the
         # families (None: all), whether this node is looked at closely (agents), which of
@@ -295,7 +305,7 @@ class AgentStream:
         # anything else are refused. States come after frames (below), but declarations
         # first: a node's first batch carries both.
         for source, _state, _reason in batch.sources:
-            self.declared.add(source)
+            self._declare(source)
         for source, data in batch.frames:
             if not self._may_carry(source):
                 continue
@@ -318,7 +328,7 @@ class AgentStream:
                 self._names[source] = message.node
             if self.options.recorder is not None:
                 self.options.recorder(source, data)
-            self.cluster.apply_message(source, message, data)
+            self._apply(source, message, data)
         # States after frames: a state is as of the batch's sending, newer than any frame
         # in it (a node that said hello and then sent garbage is stale, not up).
         for source, state, reason in batch.sources:
@@ -326,6 +336,32 @@ class AgentStream:
                 self.cluster.apply_source_state(source, state, reason)
         if batch.budget:
             self.cluster.apply_budget(batch.budget)
+
+    def _apply(self, source: str, message: Hello | Sample | Event | None,
+               data: bytes) -> None:
+        """One node's frame from a relay, alone: whatever goes wrong with it (a bug in a
+        view or the model) is that node's internal error, never the whole relay's
+        connection and every node it carries."""
+        try:
+            self.cluster.apply_message(source, message, data)
+        except Exception as exc:
+            reason = clean(f"internal error: {type(exc).__name__}: {exc}"[:200])
+            log.exception("frame for %s from relay %s failed", source, self.target)
+            self.cluster.mark_stale(source, reason)
+
+    def _declare(self, source: str) -> None:
+        if source in self.declared:
+            return
+        if len(self.declared) >= MAX_RELAY_SOURCES or \
+                self._declared_chars + len(source) > MAX_RELAY_NAME_CHARS:
+            self.cluster.note_relay_problem(
+                self.target, "too many sources",
+                f"relay {self.target} declared more nodes than one relay may carry "
+                f"({MAX_RELAY_SOURCES} nodes, {MAX_RELAY_NAME_CHARS >> 20} MiB of names): "
+                "the rest are refused")
+            return
+        self.declared.add(source)
+        self._declared_chars += len(source)
 
     def _may_carry(self, source: str) -> bool:
         if source in self.sources:
@@ -340,10 +376,18 @@ class AgentStream:
             # Its hello's name may still match the subscription: decided on the hello.
             return True
         elif not self.cluster.claim(source, self.target):
-            why = "watched directly or carried by another relay"
+            owner = self.cluster.owner_of(source)
+            why = (f"carried by relay {owner}" if owner else "watched directly")
+            # Two relays that claim one node: a misconfigured tree, or a relay speaking
+            # for nodes it does not carry. Neither is silently believed.
+            self.cluster.note_relay_problem(
+                self.target, f"claims {source}",
+                f"relays {owner} and {self.target} both claim {source}: {self.target}'s "
+                f"frames for it are refused" if owner else
+                f"relay {self.target} claims {source}, which this viewer watches directly: "
+                "its frames for it are refused")
         if why is not None:
-            self.refused[source] = why
-            log.warning("relay %s may not speak for %s: %s", self.target, source, why)
+            self._refuse(source, why)
             return False
         self.sources.add(source)
         return True
@@ -355,10 +399,17 @@ class AgentStream:
         if node in self._wanted and self.cluster.claim(source, self.target):
             self.sources.add(source)
             return True
-        self.refused[source] = "not among the nodes this viewer subscribed to"
-        log.warning("relay %s sent %s (%s), which this viewer did not subscribe to",
-                    self.target, source, node)
+        self._refuse(source, f"not among the nodes this viewer subscribed to (its hello "
+                             f"says {node})")
         return False
+
+    def _refuse(self, source: str, why: str) -> None:
+        """Its frames are not applied; said once a source, in bounded memory."""
+        if len(self.refused) >= MAX_REFUSED_KEPT:
+            self.refused_more += 1
+            return
+        self.refused[source] = why
+        log.warning("relay %s may not speak for %s: %s", self.target, source, why)
 
     def _lost(self, reason: str) -> None:
         if not self.sources:

@@ -23,6 +23,7 @@ from textual.widgets import Footer, Input, Static
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding
 from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.guard import Guard
 from tuimon.model.heat import FABRIC_MAP, GPU_MAP
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
@@ -187,6 +188,9 @@ class TuimonApp(App[None]):
         self.job_index = 0
         self.diagnosis = diagnosis or Diagnosis(topology, cpu_nodes=cpu_nodes)
         self.cluster_watch = ClusterWatch(cluster, self.storage, self.efficiency, self.diagnosis)
+        # Panes and maps that failed (a bug): shown, logged, and the rest goes on.
+        self.ui_guard = Guard()
+        self._told_errors: set[str] = set()
         self.refresh_every = refresh
         # The judgement (ages, aggregates, diagnosis) reads every node: beyond a few
         # thousand it runs less often than the map is drawn, so that it takes at most
@@ -226,10 +230,10 @@ class TuimonApp(App[None]):
             self.theme = self._wanted_theme
         else:
             self.notify(f"unknown theme {self._wanted_theme!r}; themes: "
-                        f"{', '.join(self.theme_names)}", severity="warning")
+                        f"{', '.join(self.theme_names)}", severity="warning", markup=False)
             self.theme = DEFAULT_THEME
         for problem in self.theme_problems:
-            self.notify(problem, severity="warning", timeout=10)
+            self.notify(problem, severity="warning", timeout=10, markup=False)
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         if self._make_sources is not None:
             self._tasks = [asyncio.create_task(s) for s in self._make_sources(self.cluster)]
@@ -270,19 +274,23 @@ class TuimonApp(App[None]):
             return False  # the tick has just drawn what changed (the timers meet each second)
         if self.cluster.layout_version != self._layout_seen or self.view.sort == "metric":
             return False
-        self.active_map.refresh_changed()
+        self.ui_guard.run("the map", self.active_map.refresh_changed, None)
         return True
 
     def tick(self) -> None:
-        """Once a second: ages, aggregates, and redraw of what changed."""
+        """Once a second: ages, aggregates, and redraw of what changed. Each part runs
+        alone (tuimon.model.guard): a bug in one pane is shown and logged, and the map
+        and the other panes go on updating."""
         if not self.is_running:
             return  # shutting down: the timers outlive the screen's widgets
         start = time.perf_counter()
+        guard = self.ui_guard
         # Every tick while judging is cheap (it always is below a few thousand nodes).
         judged = self.judge_every <= self.refresh_every or \
             start - self._judged_at >= self.judge_every - self.refresh_every / 2
         if judged:
-            faults = self._faults(self.cluster_watch.update())
+            findings = self.cluster_watch.update()
+            faults = guard.run("the map's fault marks", lambda: self._faults(findings), {})
             for view in self.query(HeatmapView):
                 view.faults = faults
             took = time.perf_counter() - start
@@ -294,25 +302,41 @@ class TuimonApp(App[None]):
             ticks = min(JUDGE_MAX_TICKS, math.ceil(self._judge_cost / JUDGE_SHARE /
                                                    self.refresh_every - 1e-9))
             self.judge_every = self.refresh_every * max(1, ticks)
-        heat = self.active_map
         self._ticked_at = time.perf_counter()
+        guard.run("the map", self._redraw_maps, None)
+        width, compact = self.size.width, self.size.height < 32
+        guard.run("the header", lambda: self.query_one(HeaderBar).update_from(
+            self.cluster, self.active_map.folded, width,
+            self.clock_text() if self.clock_text else None,
+            judged_every=self.judge_every if self.judge_every > self.refresh_every else None),
+            None)
+        guard.run("the legend", self._update_legend, None)
+        if judged:
+            guard.run("the efficiency strip", lambda: self.query_one(SloStrip).update_from(
+                width, self.efficiency, self.job_index), None)
+            guard.run("the storage pane", lambda: self.query_one(StoragePanel).update_from(
+                self.storage, width, compact), None)
+            guard.run("the diagnosis pane", lambda: self.query_one(DiagnosisPane).update_from(
+                self.diagnosis.findings + guard.findings(), width), None)
+        guard.run("the events pane", lambda: self.query_one(EventsPane).update_from(
+            self.cluster, width), None)
+        self._tell_internal_errors()
+
+    def _redraw_maps(self) -> None:
         if self.cluster.layout_version != self._layout_seen or self.view.sort == "metric":
             self._layout_seen = self.cluster.layout_version
             for view in self.query(HeatmapView):
                 view.relayout()
         else:
-            heat.refresh_changed()
-        width, compact = self.size.width, self.size.height < 32
-        self.query_one(HeaderBar).update_from(
-            self.cluster, heat.folded, width,
-            self.clock_text() if self.clock_text else None,
-            judged_every=self.judge_every if self.judge_every > self.refresh_every else None)
-        self._update_legend()
-        if judged:
-            self.query_one(SloStrip).update_from(width, self.efficiency, self.job_index)
-            self.query_one(StoragePanel).update_from(self.storage, width, compact)
-            self.query_one(DiagnosisPane).update_from(self.diagnosis.findings, width)
-        self.query_one(EventsPane).update_from(self.cluster, width)
+            self.active_map.refresh_changed()
+
+    def _tell_internal_errors(self) -> None:
+        """A part that starts failing is said once, on top of its finding."""
+        errors = {**self.diagnosis.guard.errors, **self.ui_guard.errors}
+        for part in errors.keys() - self._told_errors:
+            self.notify(f"internal error in {part} (a bug; the log has the traceback); "
+                        "the rest keeps updating", severity="error", timeout=8, markup=False)
+        self._told_errors = set(errors)
 
     def _faults(self, findings: list[Finding]) -> dict[str, str]:
         """Nodes the diagnosis names (a leaf's finding names its nodes), worst severity
@@ -413,7 +437,7 @@ class TuimonApp(App[None]):
         names = self.theme_names
         i = names.index(self.theme) if self.theme in names else -1
         self.theme = names[(i + 1) % len(names)]
-        self.notify(f"theme: {self.theme}", timeout=2)
+        self.notify(f"theme: {self.theme}", timeout=2, markup=False)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_extra))
@@ -443,12 +467,15 @@ class TuimonApp(App[None]):
                 self.active_map.select(node)
                 self.push_screen(NodeScreen(self.cluster, node))
                 return
-        text = g.leaf or (collect_hostlist(nodes) if nodes else "")
-        if text:
-            self.view.known_names = frozenset(n.name for n in self.cluster.nodes.values())
-            self.view.set_filter(text)
-            self._resort()
-            self.active_map.focus()
+        if g.leaf:
+            self.view.set_filter(g.leaf)
+        elif nodes:
+            # The finding's own names, as they are: a name is never read as a pattern.
+            self.view.show_names(nodes, collect_hostlist(nodes))
+        else:
+            return
+        self._resort()
+        self.active_map.focus()
 
     def on_heatmap_view_metric_changed(self, message: HeatmapView.MetricChanged) -> None:
         self._update_legend()

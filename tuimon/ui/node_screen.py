@@ -9,6 +9,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.guard import Guard
 from tuimon.model.heat import gpu_busy, gpu_health
 from tuimon.ui.text import rate, safe, size, sparkline
 
@@ -47,6 +48,7 @@ class NodeScreen(Screen[None]):
         super().__init__()
         self.cluster = cluster
         self.node = node
+        self.guard = Guard()
 
     def compose(self) -> ComposeResult:
         yield Static(id="node-title")
@@ -88,11 +90,17 @@ class NodeScreen(Screen[None]):
             why.update(f"[{status}][b]{n.status}[/b][/]: {safe(n.reason or 'no frames', 200)}"
                        f"\n{seen}; {shown}; tuimon keeps reconnecting")
             why.display = True
-        self.query_one("#node-gpus", Static).update(self._gpus())
-        self.query_one("#node-fabric", Static).update(self._fabric())
-        self.query_one("#node-storage", Static).update(self._storage())
-        self.query_one("#node-events", Static).update(self._events())
-        self.query_one("#node-agent", Static).update(self._agent())
+        # Each section alone: one that cannot be drawn (a bug) says so in its place.
+        for part, section in (("gpus", self._gpus), ("fabric", self._fabric),
+                              ("storage", self._storage), ("events", self._events),
+                              ("agent", self._agent)):
+            name = f"the node screen's {part}"
+            text = self.guard.run(name, section, None)
+            if text is None:
+                text = (f"[$error]{part}: internal error: "
+                        f"{safe(self.guard.errors.get(name, ''), 160)}[/] (a bug; the log "
+                        "has the traceback)")
+            self.query_one(f"#node-{part}", Static).update(text)
 
     def _gpus(self) -> str:
         n = self.node
@@ -158,7 +166,7 @@ class NodeScreen(Screen[None]):
         n = self.node
         if n.detail is None or n.hello is None:
             return ""
-        info = {p["id"]: p for p in n.hello.extra.get("ports", [])}
+        info = {p["id"]: p for p in n.hello.extra.get("ports") or ()}
         ports = (n.detail.extra.get("fabric") or {}).get("ports") or []
         if not ports:
             return f"[b]fabric[/b]  no ports: {safe(n.hello.extra.get('fabric_status') or '-', 80)}"
@@ -166,10 +174,10 @@ class NodeScreen(Screen[None]):
                  "xmit_wait/s  errors"]
         for p in ports:
             i = info.get(p["id"], {})
-            errs = ", ".join(f"{k} +{v}" if v is not None else f"{k} ?" for k, v in
-                             (p.get("errors_inc") or {}).items())
+            errs = ", ".join(f"{safe(k, 30)} +{v}" if v is not None else f"{safe(k, 30)} ?"
+                             for k, v in (p.get("errors_inc") or {}).items())
             if p.get("saturated"):
-                errs += f" [$warning]saturated: {', '.join(p['saturated'])}[/]"
+                errs += f" [$warning]saturated: {safe(', '.join(p['saturated']), 80)}[/]"
             state_color = "$success" if p.get("state") == 4 else "$error"
             lines.append(
                 f"        {safe(p['id'], 12):<12} "
@@ -189,12 +197,14 @@ class NodeScreen(Screen[None]):
             used = (f"{size(fs['size'] - fs['free'])} / {size(fs['size'])}"
                     if fs.get("size") and fs.get("free") is not None else
                     safe(fs.get("capacity_error") or "-", 40))
-            lines.append(f"              {safe(fs['id'], 20):<20} {fs['fstype']:<6} "
+            lines.append(f"              {safe(fs['id'], 20):<20} "
+                         f"{safe(fs.get('fstype') or '-', 8):<6} "
                          f"{rate(fs.get('read_bytes_s')):>10}  {rate(fs.get('write_bytes_s')):>10}"
                          f"  {used}" + (f"  [$error]{safe(fs['error'], 60)}[/]"
                                         if fs.get("error") else ""))
         for d in st.get("disks") or []:
-            lines.append(f"              {safe(d['id'], 20):<20} {d['kind']:<6} "
+            lines.append(f"              {safe(d['id'], 20):<20} "
+                         f"{safe(d.get('kind') or '-', 8):<6} "
                          f"{rate(d.get('read_bytes_s')):>10}  {rate(d.get('write_bytes_s')):>10}"
                          f"  busy {_f(d.get('busy'), '{:.0f}%', 0.01)}")
         return "\n".join(lines)
@@ -213,7 +223,8 @@ class NodeScreen(Screen[None]):
         h = n.hello
         host = (n.detail.host or {}) if n.detail else {}
         return (f"[b]agent[/b]  version {safe(h.agent_version, 20)}  interval {h.interval:g}s  "
-                f"boot id {safe(h.boot_id or '-', 40)}  families {', '.join(h.families)}\n"
+                f"boot id {safe(h.boot_id or '-', 40)}  families "
+                f"{safe(', '.join(h.families), 100)}\n"
                 f"[b]host[/b]   cpu {_f(host.get('cpu_util'), '{:.0f}%', 0.01)} of "
                 f"{_f(host.get('cpus'))} CPUs  load {_f(host.get('load1'), '{:.1f}')}  mem "
                 f"{_f(host.get('mem_used'), '{:.0f}', 2**30)}/"

@@ -231,7 +231,7 @@ class StoragePanel(Panel):
             top = ", ".join(f"{safe(n, 16)} {rate(v)}" for n, v in fs.top_readers if v)
             writers = ", ".join(f"{safe(n, 16)} {rate(v)}" for n, v in fs.top_writers if v)
             lines.append(
-                f"  [$accent]{safe(mount, 24):<24}[/] {fs.fstype:<6} "
+                f"  [$accent]{safe(mount, 24):<24}[/] {safe(fs.fstype or '-', 8):<6} "
                 f"read [b]{rate(fs.read):>10}[/] "
                 f"[$heat-4]{sparkline(fs.read_hist, spark_w, prov)}[/]"
                 f"  write [b]{rate(fs.write):>10}[/] "
@@ -318,9 +318,10 @@ class EventsPane(Panel):
             color = SEVERITY.get(ev.severity, "$foreground")
             when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
             if width < 120:
-                lines.append(f" {when} [{color}]{ev.severity[:4]}[/] "
+                lines.append(f" {when} [{color}]{safe(ev.severity, 4)}[/] "
                              f"{safe(ev.message, max(20, width - 16))}")
             else:
-                lines.append(f"  {when} [{color}]{ev.severity:<8}[/] {safe(ev.node, 20):<20} "
+                lines.append(f"  {when} [{color}]{safe(ev.severity, 8):<8}[/] "
+                             f"{safe(ev.node, 20):<20} "
                              f"{safe(ev.message, max(20, width - 42))}")
         self.update("\n".join(lines))
