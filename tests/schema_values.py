@@ -14,6 +14,7 @@ from typing import Any
 from hypothesis import strategies as st
 
 from tuimon_core.protocol.schema import (
+    MAX_NUM,
     MAX_STR,
     AnyOf,
     Bin,
@@ -73,7 +74,9 @@ def _valid(t: WireType) -> st.SearchStrategy[Any]:
 def example(t: WireType) -> Any:
     """A small valid value of `t`, the same every time: what mutants are set inside."""
     if isinstance(t, Num):
-        return t.lo if t.lo is not None else (t.hi if t.hi is not None else 1.5)
+        if t.lo is not None and t.lo > -MAX_NUM:
+            return t.lo
+        return t.hi if t.above is not None else 1.5
     if isinstance(t, Int):
         return t.lo
     if isinstance(t, Str):
@@ -101,9 +104,8 @@ def wrong(t: WireType) -> Iterator[Any]:
         if isinstance(t, Num):
             yield from (math.nan, math.inf)
             if t.lo is not None:
-                yield t.lo - 1
-            if t.hi is not None:
-                yield t.hi + 1
+                yield t.lo - max(1.0, abs(t.lo) / 1000)
+            yield t.hi + max(1.0, abs(t.hi) / 1000)
             if t.above is not None:
                 yield t.above
         else:
@@ -162,3 +164,58 @@ def mutants(t: Record, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 __all__ = ["MAX_STR", "example", "mutants", "valid", "wrong"]
+
+
+# Strings a hostile peer sends: markup that would end a view or restyle it, escapes.
+HOSTILE_TEXT = ("[/]", "[reverse][b]PWNED", "[@click=app.quit]QUIT[/]", "x\x1b[2J\x07",
+                "\u202eevil", "[$error]red", "\\")
+
+
+def random_valid(t: WireType, rng: Any, depth: int = 0) -> Any:
+    """A valid value of `t` drawn with `rng` (random.Random), leaning on the edges a
+    reader's arithmetic and formatting must survive: bounds, zero, huge values,
+    hostile text, empty and full-ish lists."""
+    if isinstance(t, Num):
+        lo = t.lo if t.lo is not None else -1e18
+        hi = t.hi
+        choice = rng.random()
+        if choice < 0.2:
+            v = hi
+        elif choice < 0.35:
+            v = lo if t.above is None else hi
+        elif choice < 0.5:
+            v = max(lo, min(hi, 0.0)) if t.above is None or t.above < 0 else hi
+        else:
+            v = rng.uniform(max(lo, -1e6), min(hi, 1e6))
+        if t.above is not None and v <= t.above:
+            v = hi
+        return v if rng.random() < 0.8 or v != int(v) else int(v)
+    if isinstance(t, Int):
+        hi = t.hi if t.hi is not None else 2**63
+        return rng.choice([t.lo, hi, rng.randint(t.lo, min(hi, t.lo + 1000))])
+    if isinstance(t, Str):
+        if t.choices is not None:
+            return rng.choice(sorted(t.choices))
+        text = rng.choice((*HOSTILE_TEXT, "gpu001", "", "lustre", "x" * t.max_len))
+        return text[:t.max_len]
+    if isinstance(t, Bin):
+        return b""
+    if isinstance(t, AnyOf):
+        return random_valid(rng.choice(t.types), rng, depth)
+    if isinstance(t, ListOf):
+        n = rng.choice([0, 1, 2, min(t.max_items, 3)])
+        return [None if t.nil and rng.random() < 0.2 else random_valid(t.item, rng, depth + 1)
+                for _ in range(n)]
+    if isinstance(t, MapOf):
+        n = rng.choice([0, 1, 2])
+        return {rng.choice((*HOSTILE_TEXT[:3], "READ", "symbol_errors")) + str(i):
+                None if t.nil and rng.random() < 0.2 else random_valid(t.value, rng, depth + 1)
+                for i in range(n)}
+    if isinstance(t, Record):
+        out = {}
+        for f in t.fields:
+            if f.required or rng.random() < 0.7:
+                out[f.key] = (None if not f.required and rng.random() < 0.15 else
+                              random_valid(f.type, rng, depth + 1))
+        return out
+    raise TypeError(f"no value for {t!r}")

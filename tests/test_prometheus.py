@@ -248,7 +248,7 @@ def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -
 
     rec = read_recording(tmp_path / "rec.tuimon")
     replayed = ClusterState()
-    for _, target, data in rec.frames:
+    for _, target, data in rec.frames():
         apply_frame(replayed, target, data)
     assert {n.name for n in replayed.nodes.values() if n.status == "up"} == {
         "sim-node000", "sim-node001"}

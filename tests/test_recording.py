@@ -36,7 +36,7 @@ async def test_replay_shows_what_was_recorded(tmp_path: Path, unused_tcp_port_fa
     path = tmp_path / "incident.tuimon"
     live = await _record(path, unused_tcp_port_factory())
     rec = read_recording(path)
-    assert rec.name == "rec-test" and len(rec.frames) > 10 and rec.duration > 1.5
+    assert rec.name == "rec-test" and rec.count > 10 and rec.duration > 1.5 and not rec.damage
     replayed = ClusterState("replay")
     control = ReplayControl(speed=50.0)
     task = asyncio.create_task(replay(rec, replayed, control))
@@ -98,7 +98,8 @@ def test_damaged_and_foreign_files_are_refused_or_kept_to_the_damage(tmp_path: P
     cut = tmp_path / "cut.tuimon"
     cut.write_bytes(gzip.compress(data[: len(data) - 150]))  # killed mid-write
     rec = read_recording(cut)
-    assert 0 < len(rec.frames) < 50
+    assert 0 < rec.count < 50 and len(list(rec.frames())) == rec.count
+    assert rec.damage is not None and f"stops after {rec.count} frames" in rec.damage
     with pytest.raises(RecordingError, match="cannot write"):
         RecordingWriter(tmp_path / "no" / "such" / "dir.tuimon")
 

@@ -13,11 +13,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from agent.sim.limits import MAX_GPUS, MAX_NODES
 from agent.sim.scenarios import add_scenario_options
+from tuimon.app_log import log_to_file
 from tuimon.config import ClusterConfig, cluster_defaults, set_cluster_defaults
 from tuimon.manual import SECTIONS as MANUAL_SECTIONS
 from tuimon.model.cluster import ClusterState
@@ -92,6 +94,13 @@ def _view_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--theme", help="theme name (t cycles them in the app)")
     p.add_argument("--record", metavar="FILE",
                    help="write every frame as received (gzip, msgpack) for replay")
+    _log_option(p)
+
+
+def _log_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-file", metavar="FILE",
+                   help="the full-screen app's log: warnings and internal errors with their "
+                        "tracebacks (default $XDG_STATE_HOME/tuimon/tuimon.log)")
 
 
 def _slo_options(p: argparse.ArgumentParser) -> None:
@@ -149,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     prom.add_argument("--tls-ca", metavar="F", help="CA bundle for an https:// server")
     prom.add_argument("--tls-insecure", action="store_true",
                       help="do not verify the server's certificate")
+    prom.add_argument("--insecure", action="store_true",
+                      help="send the token over plain http:// to a non-loopback server anyway")
     prom.add_argument("--match", default="", metavar="MATCHERS",
                       help="label matchers added to every query, e.g. 'cluster=\"prod\"'")
     prom.add_argument("--every", type=positive_float(3600.0, least=0.5), default=5.0,
@@ -176,6 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds of the recording per second (default 1)")
     rep.add_argument("--theme")
     rep.add_argument("--topology", metavar="F")
+    _log_option(rep)
     status = sub.add_parser("status", help="no screen: one snapshot (or --watch), exit code "
                                            "0 ok / 1 warning / 2 critical")
     _target_options(status)
@@ -245,6 +257,9 @@ def _main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if cluster is not None:
         _fill_targets(args, cluster)
+    if args.command in ("connect", "prom", "demo", "replay") and not (
+            getattr(args, "once", False) or getattr(args, "plain", False)):
+        log_to_file(args.log_file)
     if args.command == "demo":
         if args.once or args.plain:
             return asyncio.run(_demo(args))
@@ -291,8 +306,10 @@ def _replay(args: argparse.Namespace) -> int:
     cluster = ClusterState(f"replay of {rec.name or args.file}")
     ReplayApp(cluster, control, rec.duration,
               sources=lambda state: [replay(rec, state, control)], theme=args.theme,
-              topology=_topology(args.topology),
+              topology=_topology(args.topology), damage=rec.damage,
               wall=lambda: rec.started + control.position).run()
+    if rec.damage:
+        print(f"tuimon: {args.file}: {rec.damage}", file=sys.stderr)
     return 0
 
 
@@ -580,7 +597,13 @@ def _prom_options(args: argparse.Namespace) -> Any:
         if not sep or not name or not node:
             raise TargetError(f"--node-alias {item!r}: expected NAME=NODE")
         aliases[name] = node
-    return PromOptions(token=load_token(args.token_file) if args.token_file else None,
+    token = load_token(args.token_file) if args.token_file else None
+    if args.url.startswith("http://"):
+        # The same rule as for agents and relays: no token in clear off loopback.
+        server = urlsplit(args.url).netloc.rsplit("@", 1)[-1]
+        check_token_transport([server], token, False, args.insecure,
+                              tls_flag="an https:// URL")
+    return PromOptions(token=token,
                        ssl_context=ssl_ctx, match=args.match, every=args.every,
                        slo_hours=args.slo_hours, node_labels=list(args.node_label),
                        node_aliases=aliases)

@@ -27,6 +27,7 @@ naming the file, the line and the key.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
@@ -54,6 +55,11 @@ KEYS: dict[str, type | tuple[type, ...]] = {
     "relay": str, "prometheus": str, "match": str, "node_labels": list, "node_aliases": dict,
     "cpu_nodes": str,
 }
+
+
+# Numeric settings and their largest value, as their flags take them (inf and NaN fail
+# every comparison and are refused with the rest).
+NUMBER_LIMITS: dict[str, float] = {"slo_hours": 1e6, "slo_days": 36500.0}
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,9 @@ def load(path: Path | None = None) -> dict[str, ClusterConfig]:
         m = re.search(r"line (\d+)", str(exc))
         raise ConfigFileError(f"{path}:{m.group(1) if m else '?'}: not valid TOML: {exc}") \
             from None
+    except RecursionError:
+        raise ConfigFileError(f"{path}: not a config file: tables or arrays nested deeper "
+                              "than Python reads") from None
     clusters = data.get("clusters", {})
     if not isinstance(clusters, dict):
         raise ConfigFileError(f"{path}:{_line_of(text, 'clusters')}: clusters: expected a "
@@ -209,11 +218,14 @@ def load(path: Path | None = None) -> dict[str, ClusterConfig]:
                 if not all(isinstance(v, str) for v in value.values()):
                     raise ConfigFileError(f"{where}: values must be strings")
             elif isinstance(value, dict) and not all(
-                    isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                    for v in value.values()):
-                raise ConfigFileError(f"{where}: values must be positive numbers")
-            if key in ("slo_hours", "slo_days") and not value > 0:
-                raise ConfigFileError(f"{where}: must be a positive number")
+                    isinstance(v, (int, float)) and not isinstance(v, bool)
+                    and 0 < v < math.inf for v in value.values()):
+                raise ConfigFileError(f"{where}: values must be positive finite numbers")
+            # The same bounds as the flags' (tuimon.cli): a file is typed input too.
+            limit = NUMBER_LIMITS.get(key)
+            if limit is not None and not 0 < value <= limit:
+                raise ConfigFileError(f"{where}: must be a positive number of at most "
+                                      f"{limit:g}, got {value!r}")
         if "slo_target" in values and not 0 < values["slo_target"] < 1:
             raise ConfigFileError(f"{path}:{_line_of(text, 'slo_target')}: "
                                   f"clusters.{name}.slo_target: must be between 0 and 1")

@@ -16,6 +16,11 @@ from tuimon_core.errors import UsageError
 
 MAX_TARGETS = 100_000
 MAX_HOSTLIST_CHARS = 65536
+# Characters of names one host list (or several together) may expand to: 100,000 names
+# of 40 characters fit; a 20 KB prefix times 100,000 (2 GB) does not.
+MAX_EXPANDED_CHARS = 4 << 20
+# Digits of one range bound: a node number, not a 5,000-digit integer to convert.
+MAX_RANGE_DIGITS = 12
 
 
 class TargetError(UsageError, ValueError):
@@ -26,12 +31,16 @@ _GROUP = re.compile(r"\[([^\]]*)\]")
 _RANGE = re.compile(r"([0-9]+)-([0-9]+)")
 
 
-def hostlist_size(text: str, limit: int = MAX_TARGETS) -> int:
+def hostlist_size(text: str, limit: int = MAX_TARGETS,
+                  chars_limit: int = MAX_EXPANDED_CHARS) -> int:
     """How many names a Slurm host list names (duplicates counted), without building any;
-    raises TargetError as soon as the count passes `limit`."""
+    raises TargetError as soon as the count passes `limit`, or the names would take more
+    than `chars_limit` characters (each name is at most as long as its part of the list:
+    a range's text is longer than any number in it)."""
     if len(text) > MAX_HOSTLIST_CHARS:
         raise TargetError(f"host list of {len(text)} characters (limit {MAX_HOSTLIST_CHARS})")
     total = 0
+    chars = 0
     depth = 0
     start = 0
     for i, c in enumerate(text + ","):
@@ -42,8 +51,14 @@ def hostlist_size(text: str, limit: int = MAX_TARGETS) -> int:
         if depth > 1 or depth < 0:
             raise TargetError(f"bad host list {_short(text)}: nested or unbalanced brackets")
         if c == "," and depth == 0:
-            total += _part_size(text[start:i], text)
+            part = text[start:i]
+            size = _part_size(part, text)
+            total += size
+            chars += size * len(part)
             start = i + 1
+            if chars > chars_limit:
+                raise TargetError(f"host list {_short(text)} names more than "
+                                  f"{chars_limit >> 20} MiB of names")
             if total > limit:
                 # `limit` is what is left of MAX_TARGETS when several lists share it.
                 cap = f"{limit} hosts" if limit == MAX_TARGETS else \
@@ -63,7 +78,14 @@ def _part_size(part: str, whole: str) -> int:
         for item in group.split(","):
             m = _RANGE.fullmatch(item)
             if m:
-                n += max(0, int(m.group(2)) - int(m.group(1)) + 1)
+                low, high = m.group(1), m.group(2)
+                if max(len(low), len(high)) > MAX_RANGE_DIGITS:
+                    raise TargetError(f"bad host list {_short(whole)}: range {_short(item)} "
+                                      f"has more than {MAX_RANGE_DIGITS} digits")
+                if int(high) < int(low):
+                    raise TargetError(f"bad host list {_short(whole)}: range {item!r} runs "
+                                      "backwards")
+                n += int(high) - int(low) + 1
             elif item.isdigit():
                 n += 1
             else:
@@ -89,14 +111,21 @@ def expand_hostlist(text: str, limit: int = MAX_TARGETS) -> list[str]:
 
 
 def expand_hostlists(items: Iterable[str], limit: int = MAX_TARGETS) -> list[str]:
-    """Several host lists, at most `limit` names in all, counted before any is expanded."""
+    """Several host lists, at most `limit` names and MAX_EXPANDED_CHARS characters of names
+    in all, counted before any is expanded."""
     items = list(items)
     total = 0
+    chars = 0
     for item in items:
-        total += hostlist_size(item, limit - total)
+        size = hostlist_size(item, limit - total, MAX_EXPANDED_CHARS - chars)
+        total += size
+        chars += size * len(item)
     out: list[str] = []
     for item in items:
-        out.extend(hostlist.expand_hostlist(item))
+        try:
+            out.extend(hostlist.expand_hostlist(item))
+        except hostlist.BadHostlist as exc:
+            raise TargetError(f"bad host list {_short(item)}: {exc}") from None
     return out
 
 

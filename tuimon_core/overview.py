@@ -148,12 +148,14 @@ def findings_to_wire(conditions: list[Finding]) -> list[dict[str, Any]]:
 _FINDINGS = FAMILY_TYPES["findings"]
 
 
-def findings_from_wire(rows: list[dict[str, Any]], node: str) -> list[Finding]:
+def findings_from_wire(rows: list[dict[str, Any]], node: str,
+                       target: str | None = None) -> list[Finding]:
     """The conditions a node sent (already checked by the decoder), named after the node
-    the reader knows it as: a node cannot raise findings about another."""
+    the reader knows it as: a node cannot raise findings about another. `target`: the
+    address they came from, where the reader keeps it apart from the name (the relay)."""
     return [Finding(r["severity"], r["kind"], r.get("message") or "", node=node,
                     gpu=r.get("gpu"), port=r.get("port"), fs=r.get("fs"),
-                    score=float(r.get("score") or 0.0))
+                    score=float(r.get("score") or 0.0), target=target)
             for r in rows]
 
 

@@ -114,6 +114,7 @@ class StorageCollector:
         self._gpfs_error: str | None = None
         self._kinds: dict[str, str] = {}
         self._inventory: dict[str, list[dict[str, Any]]] = {"filesystems": [], "disks": []}
+        self._last_mounts: list[Mount] = []
         self.errors: dict[str, str] = {}
         # Cumulative counters for /metrics, by mount point and by disk; off the wire.
         self.fs_totals: dict[str, dict[str, int]] = {}
@@ -171,10 +172,15 @@ class StorageCollector:
 
     def _mounts(self) -> list[Mount]:
         try:
-            return parse_mounts(self._read_proc("mounts")[1])
+            mounts = parse_mounts(self._read_proc("mounts")[1])
         except ReadError as exc:
-            self.errors["mounts"] = f"{exc.path}: {exc.reason}"
-            return []
+            # A read that failed (no descriptor left, a /proc hiccup) is not a node that
+            # lost its file systems: the mounts read before stand, and the reason shows.
+            self.errors["mounts"] = (f"{exc.path}: {exc.reason}" + (
+                "; showing the mounts read before" if self._last_mounts else ""))
+            return self._last_mounts
+        self._last_mounts = mounts
+        return mounts
 
     def _rate_fields(self, entry: dict[str, Any], key: str, now: float,
                      counters: Mapping[str, int | None]) -> None:

@@ -146,10 +146,15 @@ class ClusterState:
     def note_relay_problem(self, relay: str, key: str, text: str | None) -> None:
         """A relay's problem as the viewer sees it (None clears it); at most
         MAX_RELAY_PROBLEMS kept a relay, the rest counted in one line."""
-        problems = self.relay_problems.setdefault(relay, {})
         if text is None:
-            problems.pop(key, None)
-        elif key in problems or len(problems) < MAX_RELAY_PROBLEMS:
+            problems = self.relay_problems.get(relay)
+            if problems and problems.pop(key, None) is not None:
+                self.version += 1
+            return
+        problems = self.relay_problems.setdefault(relay, {})
+        if problems.get(key) == text:
+            return  # every batch says it again: nothing new
+        if key in problems or len(problems) < MAX_RELAY_PROBLEMS:
             problems[key] = text
         else:
             more = problems.get("more", "0").split()[0]

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuimon_core.protocol.fields import MAX_COUNT, STEP_RANK_FIELDS
+
 CAP_S = 600.0
 FIRST_S = 15.0
 IDLE_S = 600.0
@@ -150,6 +152,12 @@ class StepCredit:
         return owned.source if owned else None
 
 
+# The summed fields and their upper bounds (an Int's or a Num's `hi`).
+_SUMMED: tuple[tuple[str, float], ...] = tuple(
+    (f.key, getattr(f.type, "hi")) for f in STEP_RANK_FIELDS  # noqa: B009
+    if f.key in ("steps", "wall", "compute", "samples", "tokens"))
+
+
 def merge_steps(older: dict[str, Any] | None,
                 newer: dict[str, Any] | None) -> dict[str, Any] | None:
     """Add two samples' step sums, so whoever sees only the newer sample misses nothing
@@ -164,12 +172,14 @@ def merge_steps(older: dict[str, Any] | None,
             into = jobs.setdefault(job["id"], {"id": job["id"], "world": 0, "ranks": {}})
             into["world"] = max(into["world"], int(job.get("world") or 0))
             if job.get("lost"):
-                into["lost"] = into.get("lost", 0) + job["lost"]
+                into["lost"] = min(MAX_COUNT, into.get("lost", 0) + job["lost"])
             for r in job.get("ranks") or []:
                 acc = into["ranks"].setdefault(r["rank"], {"rank": r["rank"]})
-                for key in ("steps", "wall", "compute", "samples", "tokens"):
+                for key, most in _SUMMED:
                     if r.get(key) is not None:
-                        acc[key] = acc.get(key, 0) + r[key]
+                        # Within the field's bound: the merged sums are sent on, and a
+                        # reader refuses what its type does not allow.
+                        acc[key] = min(most, acc.get(key, 0) + r[key])
     out = dict(newer)
     out["jobs"] = [{**j, "ranks": list(j["ranks"].values())} for j in jobs.values()]
     return out

@@ -12,6 +12,7 @@ families, and each filtered encoding is made once and shared.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import deque
@@ -44,7 +45,7 @@ from tuimon_core.protocol import (
     encode_map,
     unpack,
 )
-from tuimon_core.protocol.codec import map_header, sample_spans
+from tuimon_core.protocol.codec import MAX_DETAIL, map_header, sample_spans
 from tuimon_core.protocol.families import FAMILY_KEYS, Frame, keep_families, wants_events
 from tuimon_core.protocol.overview_forms import OVERVIEW_FORM, first_form
 from tuimon_core.timing import aged_state, lost_state
@@ -211,6 +212,29 @@ def _declared(chunk: list[tuple[str, bytes]],
     return out
 
 
+def _entry(entries: list[tuple[str, bytes]], name: str, encoded: Callable[..., bytes],
+           *args: Any) -> None:
+    """One node's frame for a batch, alone: a frame the relay cannot encode (a bug, or
+    values it cannot pack) is left out and logged, never the viewer's whole batch."""
+    try:
+        entries.append((name, encoded(*args)))
+    except Exception:
+        log.exception("relay: cannot encode a frame of %s; left out of the batch", name)
+
+
+def _fair_share(lists: list[list[str]], limit: int) -> set[str]:
+    """At most `limit` names from several viewers' lists, taken in turns, so that each
+    viewer keeps some of what it looks at when together they want more."""
+    out: set[str] = set()
+    for column in itertools.zip_longest(*lists):
+        for name in column:
+            if name is not None and len(out) < limit:
+                out.add(name)
+        if len(out) >= limit:
+            break
+    return out
+
+
 class ViewerFeed:
     """What one viewer subscribed to and what it is still owed."""
 
@@ -293,12 +317,12 @@ class ViewerFeed:
         entries: list[tuple[str, bytes]] = []
         families, detail, form = self.families, self.detail, self.form
         for name, frame in self.hellos.items():
-            entries.append((name, frame.encoded(families)))
+            _entry(entries, name, frame.encoded, families)
         for name, frame in self.events:
-            entries.append((name, frame.encoded(families)))
+            _entry(entries, name, frame.encoded, families)
         for name, sample_frame in self.samples.items():
-            entries.append((name, sample_frame.encoded(None if name in detail else families,
-                                                       form)))
+            _entry(entries, name, sample_frame.encoded,
+                   None if name in detail else families, form)
         states = [(name, state, reason) for name, (state, reason) in self.states.items()]
         self.hellos.clear()
         self.events.clear()
@@ -365,6 +389,7 @@ class FanOut:
         self.book = FindingBook()
         self.findings: list[Finding] = []
         self._problems_logged: set[tuple[str, str]] = set()
+        self._detail_over = 0  # nodes asked for in detail beyond what an upstream takes
 
     # -- viewers --------------------------------------------------------------------
 
@@ -501,7 +526,8 @@ class FanOut:
             self._set_state(source, aged_state(source.state, source.last_seen, now),
                             source.reason)
             if source.conditions and source.state == "up":
-                conditions += findings_from_wire(source.conditions, source.node or source.name)
+                conditions += findings_from_wire(source.conditions, source.node or source.name,
+                                                 target=source.name)
         self.findings = self.book.update(conditions, now)
 
     # -- what to ask upstream for -----------------------------------------------------
@@ -525,14 +551,20 @@ class FanOut:
         """The families and the detail to ask an upstream relay for: the union of what
         this relay's viewers ask."""
         families: set[str] | None = set(OVERVIEW_FAMILIES)
-        detail: set[str] = set()
         for feed in self.viewers:
-            detail |= feed.detail
             if families is not None:
                 if feed.families is None:
                     families = None
                 else:
                     families |= feed.families
+        detail = _fair_share([sorted(feed.detail) for feed in self.viewers], MAX_DETAIL)
+        wanted = len(set().union(*(feed.detail for feed in self.viewers)))
+        if wanted > len(detail) and wanted != self._detail_over:
+            # An upstream refuses more (and would close the connection): each viewer keeps
+            # a share, the rest of its nodes come as overviews until a place frees.
+            log.warning("relay: viewers look closely at %d nodes; an upstream relay takes "
+                        "%d, the rest come as overviews", wanted, MAX_DETAIL)
+        self._detail_over = wanted if wanted > len(detail) else 0
         return (None if families is None else frozenset(families)), frozenset(detail)
 
     def _upgrade(self, source: Source, raw: bytes) -> dict[str, Any] | None:

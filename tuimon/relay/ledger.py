@@ -44,32 +44,51 @@ ON CONFLICT (job, minute) DO UPDATE SET total_s = total_s + excluded.total_s,
 """
 # Unwritten minutes kept in memory while the disk refuses them (jobs x minutes).
 MAX_PENDING = 100_000
+# A day without a single bucket between what a prune drops and what it keeps, when it
+# would drop most of the file, is read as a clock jump, not as history to forget.
+JUMP_GAP_MINUTES = 1440
+
+
+def _when(minute: int | None) -> str:
+    return "-" if minute is None else time.strftime("%Y-%m-%d %H:%M", time.gmtime(minute * 60))
 
 
 class LedgerError(UsageError):
     """The ledger file cannot be opened; the message names the path and the reason."""
 
 
-def _lock(path: Path) -> int:
-    """An exclusive lock beside the ledger (`ledger.db.lock`): two relays adding the same
-    steps to one file would count every second twice. Held until the process exits."""
-    lock_path = path.with_name(path.name + ".lock")
+def _lock(path: Path) -> tuple[int, int]:
+    """Exclusive locks on the ledger file itself (its inode: the same file through a
+    symlink, a hard link or another mount is one lock) and on `ledger.db.lock` beside
+    the real file (which older relays take, and which names the holder): two relays
+    adding the same steps to one file would count every second twice. Held until the
+    process exits."""
+    real = path.resolve()
+    lock_path = real.with_name(real.name + ".lock")
+    fds: list[int] = []
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise LedgerError(f"ledger {path}: cannot create its lock file {lock_path}: "
-                          f"{exc.strerror or exc}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
-        os.close(fd)
-        raise LedgerError(f"ledger {path} is in use by another relay (pid {holder}); two "
-                          "relays on one ledger would count every second twice. Give this "
-                          "one another --ledger or stop the other.") from None
-    os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    return fd
+        for target in (lock_path, real):
+            try:
+                fd = os.open(target, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise LedgerError(f"ledger {path}: cannot open {target} to lock it: "
+                                  f"{exc.strerror or exc}") from None
+            fds.append(fd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = os.pread(fds[0], 64, 0).decode(errors="replace").strip() or "?"
+                raise LedgerError(
+                    f"ledger {path} (the file {real}) is in use by another relay (pid "
+                    f"{holder}); two relays on one ledger would count every second twice. "
+                    "Give this one another --ledger or stop the other.") from None
+    except LedgerError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    os.ftruncate(fds[0], 0)
+    os.write(fds[0], f"{os.getpid()}\n".encode())
+    return fds[0], fds[1]
 
 
 class Ledger:
@@ -108,10 +127,11 @@ class Ledger:
         self._warn_future()
 
     def _unlock(self) -> None:
-        fd, self._lock_fd = self._lock_fd, -1
-        if fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(fd)  # closing the descriptor releases the flock
+        fds, self._lock_fd = self._lock_fd, (-1, -1)
+        for fd in fds:
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)  # closing the descriptor releases the flock
 
     def close(self) -> None:
         self.flush()
@@ -174,22 +194,32 @@ class Ledger:
         return True
 
     def prune(self) -> int:
-        """Drop buckets older than the retention; returns how many went. A prune that
-        would take most of the file (this relay's clock far ahead of the one that wrote
-        it) is refused and logged: the ledger is worth more than the disk it uses."""
+        """Drop buckets older than the retention; returns how many went. A prune that looks
+        like a clock jump is refused and logged: the ledger is worth more than the disk
+        it uses. That is when every bucket would go (this relay's clock far ahead of the
+        one that wrote them), or when most would and a day or more without any bucket
+        lies between what would go and what stays (a clock that jumped ahead, and the
+        minutes written since)."""
         first = int(self.clock() // 60) - int(self.keep_days * 1440)
         try:
-            old, total = self._db.execute(
-                "SELECT SUM(minute < ?), COUNT(*) FROM buckets", (first,)).fetchone()
+            old, total, newest_old = self._db.execute(
+                "SELECT SUM(minute < ?), COUNT(*), MAX(CASE WHEN minute < ? THEN minute END) "
+                "FROM buckets", (first, first)).fetchone()
             old, total = old or 0, total or 0
             if not old:
                 return 0
-            newest = self._db.execute("SELECT MAX(minute) FROM buckets").fetchone()[0]
-            if newest is not None and newest < first:
+            oldest_kept = self._db.execute("SELECT MIN(minute) FROM buckets WHERE minute >= ?",
+                                           (first,)).fetchone()[0]
+            if oldest_kept is None:
                 log.error("ledger %s: every bucket (%d) is older than %g days by this relay's "
                           "clock (newest %s); not pruning: check the clock", self.path, total,
-                          self.keep_days, time.strftime("%Y-%m-%d %H:%M", time.gmtime(
-                              newest * 60)))
+                          self.keep_days, _when(newest_old))
+                return 0
+            if old > total - old and oldest_kept - newest_old > JUMP_GAP_MINUTES:
+                log.error("ledger %s: pruning would drop %d of %d buckets, and nothing was "
+                          "written between %s and %s: the clock looks to have jumped; not "
+                          "pruning: check the clock", self.path, old, total,
+                          _when(newest_old), _when(oldest_kept))
                 return 0
             with self._db:
                 self._db.execute("BEGIN")

@@ -215,9 +215,11 @@ class RelayCollector(Collector):
             "tuimon_finding", "A finding a node's own rules hold now, as this relay holds "
             "it (1 while it holds; raised and cleared with the app's hold and hysteresis): "
             "kind, severity (critical, warning, info) and the component",
-            labels=["node", "kind", "severity", "component"])
+            labels=["node", "kind", "severity", "component", "source"])
         for f in s.fanout.findings:
-            finding.add_metric([f.node or "", f.kind, f.severity, f.where], 1)
+            # `source`: the target the relay reads it from. `node` is what that agent
+            # calls itself; an agent naming itself as another node is told apart here.
+            finding.add_metric([f.node or "", f.kind, f.severity, f.where, f.target or ""], 1)
         out = [sources, viewers, frames, bad, ledger_ok, consumed, finding]
         if self.guard is not None:
             out.extend(connection_metrics("tuimon_relay", None, self.guard))

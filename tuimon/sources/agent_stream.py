@@ -336,6 +336,10 @@ class AgentStream:
                 self.cluster.apply_source_state(source, state, reason)
         if batch.budget:
             self.cluster.apply_budget(batch.budget)
+        self.cluster.note_relay_problem(
+            self.target, "budget", None if batch.budget_error is None else
+            f"relay {self.target} sent a budget this viewer cannot read: "
+            f"{batch.budget_error}; the run's budget is not shown from it")
 
     def _apply(self, source: str, message: Hello | Sample | Event | None,
                data: bytes) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import re
@@ -41,6 +42,7 @@ from tuimon_core.protocol import (
     encode,
 )
 from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
+from tuimon_core.protocol.text import clean
 from tuimon_core.version import __version__
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,25 @@ Series = list[tuple[dict[str, str], float]]
 
 class PromError(Exception):
     """Prometheus could not answer; the message says which query and why."""
+
+
+# The largest answer read from the server (after decompression); past it the refresh
+# fails with a reason, in bounded memory.
+MAX_ANSWER_BYTES = 128 << 20
+
+
+async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
+    """The body, or None when it is longer than `limit` bytes (read no further)."""
+    if resp.content_length is not None and resp.content_length > limit:
+        return None
+    chunks = []
+    size = 0
+    async for chunk in resp.content.iter_chunked(1 << 20):
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 @dataclass
@@ -108,6 +129,14 @@ class PromSource:
                 log.warning("%s", exc)
                 for target in list(self.cluster.nodes):
                     self.cluster.mark_stale(target, str(exc))
+            except Exception as exc:
+                # A bug, or an answer no check foresaw: said on every node and logged;
+                # the next refresh runs as usual (it used to end this task silently).
+                reason = clean(f"internal error reading prometheus: "
+                               f"{type(exc).__name__}: {exc}")[:200]
+                log.exception("prometheus %s: refresh failed", self.url)
+                for target in list(self.cluster.nodes):
+                    self.cluster.mark_stale(target, reason)
             await asyncio.sleep(max(0.5, self.options.every - (time.monotonic() - started)))
 
     def _headers(self) -> dict[str, str]:
@@ -121,13 +150,18 @@ class PromSource:
                     timeout=aiohttp.ClientTimeout(total=self.options.timeout)) as resp:
                 if resp.status == 401:
                     raise PromError(f"prometheus {self.url}: wrong or missing token (401)")
-                try:
-                    return resp.status, await resp.json(content_type=None)
-                except ValueError:
-                    raise PromError(f"prometheus {self.url}: HTTP {resp.status}, not "
-                                    "a JSON answer") from None
+                body = await _read_bounded(resp, MAX_ANSWER_BYTES)
+                if body is None:
+                    raise PromError(f"prometheus {self.url}: an answer over "
+                                    f"{MAX_ANSWER_BYTES >> 20} MiB ({path}): refused; narrow "
+                                    "the selection (--match)")
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise PromError(f"prometheus {self.url}: {describe_error(exc)}") from None
+        try:
+            return resp.status, json.loads(body)
+        except (ValueError, RecursionError):  # not JSON, or nested past any answer's depth
+            raise PromError(f"prometheus {self.url}: HTTP {resp.status}, not a JSON "
+                            f"answer ({path})") from None
 
     async def query(self, promql: str) -> Series:
         async with self._sem:
@@ -135,18 +169,20 @@ class PromSource:
             _, body = await self._get("/api/v1/query", {"query": promql})
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
-            raise PromError(f"prometheus {self.url}: query failed: {error or body!r:.200}"
-                            f" ({promql[:80]})")
-        data = body.get("data") or {}
-        if data.get("resultType") != "vector":
+            raise PromError(clean(f"prometheus {self.url}: query failed: "
+                                  f"{str(error or body)[:200]} ({promql[:80]})"))
+        data = body.get("data")
+        if not isinstance(data, dict) or data.get("resultType") != "vector":
             return []
+        result = data.get("result")
         out: Series = []
-        for item in data.get("result") or []:
+        for item in result if isinstance(result, list) else ():
             try:
-                labels = {str(k): str(v) for k, v in item["metric"].items()}
-                value = float(item["value"][1])
-            except (KeyError, TypeError, ValueError, IndexError):
-                continue
+                metric, (_, text) = item["metric"], item["value"]
+                labels = {str(k): str(v) for k, v in metric.items()}
+                value = float(text)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue  # not a sample of an instant vector: skipped, like a NaN
             if math.isfinite(value):
                 out.append((labels, value))
         return out
@@ -162,11 +198,14 @@ class PromSource:
         if status != 200 or not isinstance(body, dict):
             return {}
         out = {}
-        for t in (body.get("data") or {}).get("activeTargets") or []:
+        data = body.get("data")
+        targets = data.get("activeTargets") if isinstance(data, dict) else None
+        for t in targets if isinstance(targets, list) else ():
             if not isinstance(t, dict) or t.get("health") == "up":
                 continue
-            labels = t.get("labels") or {}
-            error = str(t.get("lastError") or "").strip()
+            labels = t.get("labels")
+            labels = labels if isinstance(labels, dict) else {}
+            error = clean(str(t.get("lastError") or "").strip())[:300]
             if error:
                 out[(str(labels.get("job", "")), str(labels.get("instance", "")))] = error
         return out

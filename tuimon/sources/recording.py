@@ -13,17 +13,20 @@ import asyncio
 import gzip
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import msgpack
 
 from tuimon.model.cluster import ClusterState
 from tuimon_core.errors import UsageError
-from tuimon_core.protocol import Batch, ProtocolError, Subscribe, decode
+from tuimon_core.protocol import MAX_MESSAGE_BYTES, Batch, ProtocolError, Subscribe, decode
+from tuimon_core.protocol.text import clean
 
 FORMAT_VERSION = 1
-MAX_FRAME = 16 << 20
+# A recorded frame is one node's (a viewer records each node's frames, not batches).
+MAX_ITEM = MAX_MESSAGE_BYTES + (64 << 10)
 
 
 class RecordingError(UsageError, ValueError):
@@ -59,21 +62,49 @@ class RecordingWriter:
 
 @dataclass
 class Recording:
+    """A recording as read once from start to end: what it holds and where it stops. The
+    frames are read again from the file as a replay plays them (`frames()`), never held
+    all at once: an hour of a large cluster is gigabytes, and a small gzip can inflate
+    to any size."""
+
+    path: Path
     started: float
     name: str
-    frames: list[tuple[float, str, bytes]] = field(default_factory=list)
+    duration: float = 0.0
+    count: int = 0
+    # Why the frames stop before the file's end (cut short, damaged), with where.
+    damage: str | None = None
+    # Frames larger than a node's frame may be (MAX_MESSAGE_BYTES): left out, counted.
+    skipped: int = 0
 
-    @property
-    def duration(self) -> float:
-        return self.frames[-1][0] if self.frames else 0.0
+    def frames(self) -> Iterator[tuple[float, str, bytes]]:
+        """(seconds since the start, target, frame bytes), read from the file in order,
+        as many as the first read found whole."""
+        with gzip.open(self.path, "rb") as fh:
+            unpacker = _unpacker(fh)
+            next(unpacker)  # the header, checked by read_recording
+            for n, item in enumerate(_frames(unpacker)):
+                if n >= self.count:
+                    return
+                yield item
+
+
+def _unpacker(fh: Any) -> msgpack.Unpacker:
+    # Bounded per item, so a frame of any claimed size is refused at its header, before
+    # it is inflated: a node's frame is at most MAX_MESSAGE_BYTES (a little slack).
+    return msgpack.Unpacker(fh, raw=False, max_buffer_size=MAX_ITEM * 2,
+                            max_bin_len=MAX_ITEM, max_str_len=1 << 16,
+                            max_array_len=16, max_map_len=64)
 
 
 def read_recording(path: str | Path) -> Recording:
-    """Load a whole recording; a damaged tail keeps the frames before it."""
+    """Read a recording through once (constant memory): its header, how many frames and
+    how long, and where a damaged or cut file stops (`damage`: the frames before it
+    play)."""
+    path = Path(path)
     try:
-        with gzip.open(Path(path), "rb") as fh:
-            unpacker = msgpack.Unpacker(fh, raw=False, max_buffer_size=MAX_FRAME * 2,
-                                        max_bin_len=MAX_FRAME, max_str_len=1 << 16)
+        with gzip.open(path, "rb") as fh:
+            unpacker = _unpacker(fh)
             try:
                 header = next(unpacker)
             except StopIteration:
@@ -82,12 +113,23 @@ def read_recording(path: str | Path) -> Recording:
                     header.get("tuimon_recording") != FORMAT_VERSION:
                 raise RecordingError(f"{path}: not a tuimon recording (no version "
                                      f"{FORMAT_VERSION} header)")
-            rec = Recording(float(header.get("started") or 0.0), str(header.get("name") or ""))
+            started = header.get("started")
+            rec = Recording(path, float(started) if isinstance(started, (int, float)) and
+                            not isinstance(started, bool) and 0 <= started < 1e11 else 0.0,
+                            clean(str(header.get("name") or ""))[:255])
             try:
-                for item in _frames(unpacker):
-                    rec.frames.append(item)
-            except (OSError, EOFError, ValueError, msgpack.UnpackException):
-                pass  # cut short (the recorder was killed): keep what is whole
+                for t, _, data in _frames(unpacker):
+                    rec.count += 1
+                    rec.duration = max(rec.duration, t)
+                    if len(data) > MAX_MESSAGE_BYTES:
+                        rec.skipped += 1
+                if fh.tell() > unpacker.tell():  # bytes left that make no whole frame
+                    raise EOFError(f"the last {fh.tell() - unpacker.tell()} bytes are a "
+                                   "frame cut short")
+            except (OSError, EOFError, ValueError, msgpack.UnpackException) as exc:
+                # Cut short (the recorder was killed) or damaged: keep what is whole.
+                rec.damage = clean(f"stops after {rec.count} frames ({rec.duration:.0f} s "
+                                   f"in): {exc or type(exc).__name__}")[:300]
     except RecordingError:
         raise
     except FileNotFoundError:
@@ -102,7 +144,8 @@ def read_recording(path: str | Path) -> Recording:
 def _frames(unpacker: msgpack.Unpacker) -> Iterator[tuple[float, str, bytes]]:
     for item in unpacker:
         if (isinstance(item, list) and len(item) == 3 and isinstance(item[0], (int, float))
-                and isinstance(item[1], str) and isinstance(item[2], bytes)):
+                and isinstance(item[1], str) and isinstance(item[2], bytes)
+                and 0 <= item[0] < 1e9):
             yield float(item[0]), item[1], item[2]
 
 
@@ -128,28 +171,31 @@ def apply_frame(cluster: ClusterState, target: str, data: bytes) -> None:
 
 
 async def replay(rec: Recording, cluster: ClusterState, control: ReplayControl) -> None:
-    """Feed the recording into the model at its pace (times `speed`), obeying `control`."""
-    i = 0
+    """Feed the recording into the model at its pace (times `speed`), obeying `control`;
+    frames are read from the file as they play (seeking back reads it from the start)."""
+    frames = rec.frames()
+    pending = next(frames, None)
     while True:
         if control.seek_to is not None:
             target = max(0.0, min(rec.duration, control.seek_to))
             control.seek_to = None
             if target < control.position:  # backwards: rebuild from the start
                 cluster.clear()
-                i = 0
-            while i < len(rec.frames) and rec.frames[i][0] <= target:
-                apply_frame(cluster, rec.frames[i][1], rec.frames[i][2])
-                i += 1
+                frames = rec.frames()
+                pending = next(frames, None)
+            while pending is not None and pending[0] <= target:
+                apply_frame(cluster, pending[1], pending[2])
+                pending = next(frames, None)
             control.position = target
             cluster.version += 1
-        if i >= len(rec.frames):
+        if pending is None:
             control.paused = True  # the end: stay on the last picture
             await asyncio.sleep(0.1)
             continue
         if control.paused and not control.step_once:
             await asyncio.sleep(0.05)
             continue
-        t, target_name, data = rec.frames[i]
+        t, target_name, data = pending
         if control.step_once:
             control.step_once = False
             control.seek_to = control.position + 1.0
@@ -161,4 +207,4 @@ async def replay(rec: Recording, cluster: ClusterState, control: ReplayControl) 
             continue
         apply_frame(cluster, target_name, data)
         control.position = max(control.position, t)
-        i += 1
+        pending = next(frames, None)

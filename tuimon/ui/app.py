@@ -20,6 +20,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
+from tuimon.app_log import current_log_path
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding
 from tuimon.model.efficiency import EfficiencyView
@@ -334,8 +335,11 @@ class TuimonApp(App[None]):
         """A part that starts failing is said once, on top of its finding."""
         errors = {**self.diagnosis.guard.errors, **self.ui_guard.errors}
         for part in errors.keys() - self._told_errors:
-            self.notify(f"internal error in {part} (a bug; the log has the traceback); "
-                        "the rest keeps updating", severity="error", timeout=8, markup=False)
+            where = current_log_path()
+            self.notify(f"internal error in {part}: {errors[part]} (a bug"
+                        + (f"; the traceback is in {where}" if where else "")
+                        + "); the rest keeps updating", severity="error", timeout=8,
+                        markup=False)
         self._told_errors = set(errors)
 
     def _faults(self, findings: list[Finding]) -> dict[str, str]:
@@ -436,7 +440,16 @@ class TuimonApp(App[None]):
     def action_next_theme(self) -> None:
         names = self.theme_names
         i = names.index(self.theme) if self.theme in names else -1
-        self.theme = names[(i + 1) % len(names)]
+        for step in range(1, len(names) + 1):
+            name = names[(i + step) % len(names)]
+            try:
+                self.theme = name
+            except Exception as exc:  # a theme the checks let through: skipped, said
+                self.theme_names.remove(name)
+                self.notify(f"theme {name} cannot be drawn ({exc}); skipped",
+                            severity="warning", markup=False)
+                return
+            break
         self.notify(f"theme: {self.theme}", timeout=2, markup=False)
 
     def action_help(self) -> None:
@@ -496,15 +509,23 @@ class ReplayApp(TuimonApp):
     ]
 
     def __init__(self, cluster: ClusterState, control: ReplayControl, duration: float,
-                 **kwargs: object) -> None:
+                 damage: str | None = None, **kwargs: object) -> None:
         self.control = control
         self.duration = duration
+        # Why the recording stops before its file's end (cut short, damaged).
+        self.damage = damage
         super().__init__(cluster, clock_text=self._position, **kwargs)  # type: ignore[arg-type]
+
+    async def on_mount(self) -> None:
+        if self.damage:
+            self.notify(f"the recording {self.damage}", severity="warning", timeout=30,
+                        markup=False)
 
     def _position(self) -> str:
         c = self.control
         state = "paused" if c.paused else f"x{c.speed:g}"
-        return f"replay {c.position:6.0f}/{self.duration:.0f} s {state}"
+        cut = " [$warning](cut short)[/]" if self.damage else ""
+        return f"replay {c.position:6.0f}/{self.duration:.0f} s {state}{cut}"
 
     def action_toggle_pause(self) -> None:
         self.control.paused = not self.control.paused

@@ -13,6 +13,7 @@ import os
 import sys
 from pathlib import Path
 
+from textual.color import Color
 from textual.theme import Theme
 
 if sys.version_info >= (3, 11):
@@ -53,6 +54,8 @@ def load_theme_file(path: Path) -> Theme:
         raise ThemeFileError(f"{path}: cannot read: {exc}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ThemeFileError(f"{path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ThemeFileError(f"{path}: not a theme: nested deeper than Python reads") from None
     name = data.get("name")
     if not isinstance(name, str) or not name:
         raise ThemeFileError(f"{path}: needs a `name`")
@@ -65,8 +68,21 @@ def load_theme_file(path: Path) -> Theme:
     if missing:
         raise ThemeFileError(f"{path}: [variables] lacks {', '.join(missing)}")
     kwargs = {k: data[k] for k in THEME_FIELDS if isinstance(data.get(k), str)}
-    return Theme(name=name, dark=bool(data.get("dark", True)),
-                 variables={k: str(v) for k, v in variables.items()}, **kwargs)
+    # Every colour is parsed now: a theme that cannot be drawn is refused here, with its
+    # file and key, never when the app (or `t`) switches to it.
+    for key, value in [*kwargs.items(), *((k, variables[k]) for k in REQUIRED_VARIABLES)]:
+        try:
+            Color.parse(str(value))
+        except Exception:
+            raise ThemeFileError(f"{path}: {key} = {str(value)[:40]!r} is not a colour") \
+                from None
+    theme = Theme(name=name, dark=bool(data.get("dark", True)),
+                  variables={k: str(v) for k, v in variables.items()}, **kwargs)
+    try:
+        theme.to_color_system().generate()
+    except Exception as exc:
+        raise ThemeFileError(f"{path}: cannot be drawn: {exc}") from None
+    return theme
 
 
 @functools.cache

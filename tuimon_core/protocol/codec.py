@@ -365,8 +365,14 @@ def _batch(m: dict[str, Any]) -> Batch:
                                 f" with state one of {', '.join(SOURCE_STATES)}")
         sources.append((clean(s[0]), s[1], None if s[2] is None else clean(s[2])))
     budget = m.get("budget")
+    budget_error = None
     if budget is not None:
-        budget = BUDGET.check(budget, "batch.budget")
+        try:
+            budget = BUDGET.check(budget, "batch.budget")
+        except ProtocolError as exc:
+            # The relay's own ledger is one part of its batch: refused alone, with the
+            # reason, and the nodes' frames in the batch still apply.
+            budget, budget_error = None, exc.reason
     dropped = m.get("dropped", 0)
     if type(dropped) is not int or dropped < 0:
         raise ProtocolError(f"batch.dropped: expected a count, got {show(dropped)}")
@@ -374,7 +380,8 @@ def _batch(m: dict[str, Any]) -> Batch:
     if relay is not None and (type(relay) is not str or len(relay) > MAX_STR):
         raise ProtocolError(f"batch.relay: expected a string or nil, got {show(relay)}")
     return Batch(ts=float(_required(m, "ts", TIME, "batch")), frames=frames, sources=sources,
-                 budget=budget, relay=None if relay is None else clean(relay), dropped=dropped)
+                 budget=budget, relay=None if relay is None else clean(relay), dropped=dropped,
+                 budget_error=budget_error)
 
 
 def _check_overview(ov: Any) -> None:

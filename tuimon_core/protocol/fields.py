@@ -90,6 +90,9 @@ MAX_JOBS = 256  # in one node's step sums
 MAX_RANKS = 1024  # of one job on one node
 MAX_BUDGET_JOBS = 1024  # in a relay's batch
 MAX_NAME = 255  # a node's name (a DNS name is at most 253)
+# A count that is summed (steps, samples, tokens): exact in a float, and a sum of many
+# stays far within msgpack's 64 bits.
+MAX_COUNT = 1 << 53
 MAX_KIND = 64  # a finding's or event's kind, a family's name
 
 # -- the types most fields have ---------------------------------------------------------
@@ -99,6 +102,7 @@ RATE = Num(lo=0)  # a rate or a ratio: never negative
 # a reader passes it to can represent it.
 TIME = Num(0, 95e9, doc="time")
 INT = Int()
+COUNT = Int(hi=MAX_COUNT, doc="int")  # summed by readers: see MAX_COUNT
 STR = Str()
 SEVERITIES = ("info", "warning", "critical")
 SEVERITY = Str(choices=SEVERITIES, doc="severity")
@@ -406,27 +410,27 @@ STORAGE_FIELDS: tuple[Field, ...] = (
 MAX_JOB_NAME = 128
 STEP_RANK_FIELDS: tuple[Field, ...] = (
     Field("rank", Int(hi=(1 << 31) - 1), "", "the rank in the job", required=True),
-    Field("steps", INT, "count", "steps credited"),
+    Field("steps", COUNT, "count", "steps credited"),
     Field("wall", RATE, "s", "wall time credited"),
     Field("compute", RATE, "s", "compute time credited (not waiting)"),
-    Field("samples", INT, "count", "samples processed"),
-    Field("tokens", INT, "count", "tokens processed"),
+    Field("samples", COUNT, "count", "samples processed"),
+    Field("tokens", COUNT, "count", "tokens processed"),
 )
 STEP_JOB_FIELDS: tuple[Field, ...] = (
     Field("id", Str(MAX_JOB_NAME * 10), "", "job name (cleaned)", required=True),
     Field("world", Int(lo=1, hi=1 << 31), "ranks", "the job's world size", required=True),
-    Field("lost", INT, "count", "reports missing from its ranks' sequence numbers"),
+    Field("lost", COUNT, "count", "reports missing from its ranks' sequence numbers"),
     Field("ranks", ListOf(Record("step rank", STEP_RANK_FIELDS), MAX_RANKS), "ranks",
           "per rank sums"),
 )
 STEPS_FIELDS: tuple[Field, ...] = (
     Field("jobs", ListOf(Record("step job", STEP_JOB_FIELDS), MAX_JOBS), "jobs",
           "per job sums since the previous sample"),
-    Field("received", INT, "count", "datagrams counted since the agent started"),
-    Field("rejected", INT, "count", "datagrams refused"),
-    Field("lost", INT, "count", "reports missing"),
-    Field("clipped", INT, "count", "reports credited less time than they claimed"),
-    Field("refused", MapOf(INT, 16, nil=False), "reason -> count", "refused by reason"),
+    Field("received", COUNT, "count", "datagrams counted since the agent started"),
+    Field("rejected", COUNT, "count", "datagrams refused"),
+    Field("lost", COUNT, "count", "reports missing"),
+    Field("clipped", COUNT, "count", "reports credited less time than they claimed"),
+    Field("refused", MapOf(COUNT, 16, nil=False), "reason -> count", "refused by reason"),
 )
 
 # -- findings and events -----------------------------------------------------------------

@@ -194,6 +194,8 @@ class Batch:
     budget: dict[str, dict[str, Any]] | None = None
     relay: str | None = None
     dropped: int = 0
+    # Not on the wire: why the batch's `budget` was refused (the rest of it applies).
+    budget_error: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -1,0 +1,287 @@
+"""Fuzzing from the schema: every field the name table declares, given what its type
+does not allow, is refused at decode naming the field; and any frame the schema allows,
+however hostile its values (bounds, huge numbers, markup, escapes), is drawn by every
+view without an error, through a real relay, the app, `status`, the readout and a replay.
+
+The frames are built from tuimon_core.protocol.fields (tests/schema_values.py), so a
+field added to the table is tried here without a test naming it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.schema_values import example, mutants, random_valid, valid
+from tuimon.model.cluster import ClusterState
+from tuimon.model.diagnosis import Diagnosis
+from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.storage import StorageView
+from tuimon.model.watch import ClusterWatch
+from tuimon_core.protocol import ProtocolError, decode, encode_map
+from tuimon_core.protocol.fields import (
+    EVENT_FIELDS,
+    FAMILY_TYPES,
+    FS_COLUMNS,
+    GPU,
+    HELLO_FIELDS,
+    HOST,
+    MAX_GPUS,
+    TABLES,
+)
+from tuimon_core.protocol.schema import Record
+
+HELLO = Record("hello", HELLO_FIELDS)
+EVENT = Record("event", EVENT_FIELDS)
+
+
+def _hello(**fields: Any) -> dict[str, Any]:
+    return {"v": 1, "t": "hello", **example(HELLO), **fields}
+
+
+def _sample(**fields: Any) -> dict[str, Any]:
+    return {"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0, **fields}
+
+
+def _inventory(key: str, value: Any) -> dict[str, Any]:
+    return _hello(inventory={key: [value]})
+
+
+def _family(family: str, key: str, value: Any) -> dict[str, Any]:
+    return _sample(**{family: {key: [value]}})
+
+
+# Where each table's record lives in a message: the record's value -> the message map.
+PLACES: dict[str, Callable[[Any], dict[str, Any]]] = {
+    "hello": lambda v: {"v": 1, "t": "hello", **v},
+    "hello.inventory": lambda v: _hello(inventory=v),
+    "hello.host": lambda v: _hello(host=v),
+    "inventory.gpus[]": lambda v: _inventory("gpus", v),
+    "inventory.ports[]": lambda v: _inventory("ports", v),
+    "inventory.nics[]": lambda v: _inventory("nics", v),
+    "inventory.filesystems[]": lambda v: _inventory("filesystems", v),
+    "inventory.disks[]": lambda v: _inventory("disks", v),
+    "sample.gpus[]": lambda v: _sample(gpus=[v]),
+    "process": lambda v: _sample(gpus=[{"processes": [v]}]),
+    "mig": lambda v: _sample(gpus=[{"mig": [v]}]),
+    "sample.host": lambda v: _sample(host=v),
+    "sample.fabric": lambda v: _sample(fabric=v),
+    "fabric.ports[]": lambda v: _family("fabric", "ports", v),
+    "fabric.nics[]": lambda v: _family("fabric", "nics", v),
+    "sample.storage": lambda v: _sample(storage=v),
+    "storage.filesystems[]": lambda v: _family("storage", "filesystems", v),
+    "storage.disks[]": lambda v: _family("storage", "disks", v),
+    "sample.steps": lambda v: _sample(steps=v),
+    "steps.jobs[]": lambda v: _family("steps", "jobs", v),
+    "jobs[].ranks[]": lambda v: _sample(steps={"jobs": [{"id": "j", "world": 2,
+                                                          "ranks": [v]}]}),
+    "overview.fs_rows[]": lambda v: _sample(overview={"fs_rows": [[v.get(c)
+                                                                    for c in FS_COLUMNS]]}),
+    "sample.findings[]": lambda v: _sample(findings=[v]),
+    "event": lambda v: {"v": 1, "t": "event", **v},
+    "subscribe": lambda v: {"v": 1, "t": "subscribe", **v},
+    "batch.budget.<job>": lambda v: {"v": 1, "t": "batch", "ts": 1.0, "frames": [],
+                                     "budget": {"job": v}},
+}
+
+
+def test_every_table_has_a_place_in_a_message() -> None:
+    assert PLACES.keys() == TABLES.keys()
+
+
+def test_every_field_refuses_what_its_type_does_not_allow() -> None:
+    """For each field of each table: the record with that one field another type, out of
+    bounds, too long, too deep or (required) missing is refused, and the reason names
+    the field; the record as the schema allows it decodes."""
+    tried: set[str] = set()
+    for name, fields in TABLES.items():
+        record = Record(name, fields)
+        place = PLACES[name]
+        decode(encode_map(place(example(record))))  # the valid one goes through
+        for path, bad in mutants(record):
+            data = encode_map(place(bad))
+            with pytest.raises(ProtocolError) as err:
+                decode(data)
+            field = path.rsplit(".", 1)[-1]
+            assert field in err.value.reason, (name, path, err.value.reason)
+            tried.add(f"{name}.{path}")
+    declared = sum(len(f) for f in TABLES.values())
+    assert len({t.split(".", 1)[0] for t in tried}) > 5 and len(tried) >= declared
+
+
+# -- any valid frame is drawn ---------------------------------------------------------------
+
+valid_samples = st.fixed_dictionaries(
+    {"gpus": st.lists(valid(GPU, nil=False), max_size=3),
+     "host": valid(HOST, nil=False)},
+    optional={family: valid(kind, nil=False) for family, kind in FAMILY_TYPES.items()})
+
+
+def _judge(cluster: ClusterState) -> tuple[ClusterWatch, list[Any]]:
+    watch = ClusterWatch(cluster, StorageView(), EfficiencyView(), Diagnosis())
+    return watch, watch.update()
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hello=valid(HELLO, nil=False), samples=st.lists(valid_samples, min_size=1, max_size=3))
+def test_any_frame_the_schema_allows_is_judged_and_printed(hello: dict[str, Any],
+                                                           samples: list[Any]) -> None:
+    """The model, the judgement, the plain readout and `status` over frames drawn from
+    the schema: no part fails (an internal error would be a bug the schema let in)."""
+    from tuimon.readout import render
+    from tuimon.status import format_text, report
+
+    cluster = ClusterState()
+    decoded = decode(encode_map({"v": 1, "t": "hello", **hello}))
+    cluster.apply_message("n1:9477", decoded)
+    for i, s in enumerate(samples):
+        cluster.apply_message("n1:9477", decode(encode_map(_sample(seq=i, **s))))
+    watch, findings = _judge(cluster)
+    assert watch.diagnosis.guard.errors == {}
+    render(cluster)
+    format_text(report(cluster, watch.efficiency, findings, "ok"))
+
+
+# -- end to end: hostile frames through a relay into the app, status and a replay -----------
+
+
+def _frames(seed: int, count: int) -> list[bytes]:
+    """A hostile agent's stream: hellos and samples the schema allows with hostile
+    values, and every so often one with a field of the wrong type (refused)."""
+    rng = random.Random(seed)
+    bad_samples = [bad for _, bad in mutants(Record("gpu", GPU.fields))][:40]
+    bad_fs = [bad for _, bad in mutants(Record("fs", TABLES["storage.filesystems[]"]))][:40]
+    out = []
+    for i in range(count):
+        if i % 10 == 0:
+            hello = random_valid(HELLO, rng)
+            hello.update(node="hostile", interval=0.1)
+            hello.setdefault("inventory", {})
+            if hello["inventory"] is not None:
+                gpus = hello["inventory"].get("gpus") or []
+                for j, g in enumerate(gpus[:MAX_GPUS]):
+                    g["index"] = j
+            out.append(encode_map({"v": 1, "t": "hello", **hello}))
+            continue
+        sample: dict[str, Any] = {"gpus": [random_valid(GPU, rng) for _ in range(2)],
+                                  "host": random_valid(HOST, rng)}
+        for family, kind in FAMILY_TYPES.items():
+            if rng.random() < 0.8:
+                sample[family] = random_valid(kind, rng)
+        if i % 7 == 3:
+            sample["gpus"] = [rng.choice(bad_samples)]
+        elif i % 7 == 5:
+            sample["storage"] = {"filesystems": [rng.choice(bad_fs)]}
+        out.append(encode_map(_sample(seq=i, ts=time.time(), interval=0.1, **sample)))
+    out.append(encode_map({"v": 1, "t": "event", **random_valid(EVENT, rng)}))
+    return out
+
+
+@contextlib.asynccontextmanager
+async def _agents(behaviours: list[Callable[[web.WebSocketResponse], Any]]
+                  ) -> AsyncIterator[list[str]]:
+    from tests.test_hostile import fake_agents
+
+    async def wrap(behave: Callable[[web.WebSocketResponse], Any]) -> Any:
+        async def inner(ws: web.WebSocketResponse, _: web.Request) -> None:
+            await behave(ws)
+        return inner
+
+    async with fake_agents([await wrap(b) for b in behaviours]) as targets:
+        yield targets
+
+
+async def test_hostile_frames_through_a_relay_into_the_app_status_and_a_replay(
+        tmp_path: Path, proc_root: Path) -> None:
+    """One honest agent and one whose every frame is hostile (schema-valid with markup,
+    escapes and extreme numbers, or one field of the wrong type), behind a real relay:
+    the app draws both maps and the hostile node's screen, `status` and the readout
+    print, and the recording plays back; no part of any of them fails, the honest node
+    stays up, and the refused frames are named on the hostile node."""
+    from tests.conftest import make_agent
+    from tuimon.readout import render
+    from tuimon.relay import Relay, RelayConfig
+    from tuimon.sources.agent_stream import StreamOptions, watching
+    from tuimon.sources.recording import (
+        RecordingWriter,
+        ReplayControl,
+        read_recording,
+        replay,
+    )
+    from tuimon.status import format_text, report
+    from tuimon.ui.app import ReplayApp, TuimonApp
+    from tuimon.ui.node_screen import NodeScreen
+
+    frames = _frames(seed=22, count=120)
+
+    async def hostile(ws: web.WebSocketResponse) -> None:
+        while True:
+            for data in frames:
+                await ws.send_bytes(data)
+                await asyncio.sleep(0.02)
+
+    from agent.sim.fake_nvml import FakeNvml
+    from tests.conftest import serve
+
+    honest = make_agent(proc_root, FakeNvml(2), interval=0.2)
+    writer = RecordingWriter(str(tmp_path / "rec.tmr"), "fuzz")
+    try:
+        async with serve(honest) as server, _agents([hostile]) as (hostile_target,):
+            honest_target = f"{server.host}:{server.port}"
+            config = RelayConfig(listen="127.0.0.1:0", ledger=None, interval=0.1,
+                                 targets=[honest_target, hostile_target])
+            async with Relay(config) as relay:
+                relay_target = f"127.0.0.1:{relay.port}"
+                cluster = ClusterState("fuzz")
+                options = StreamOptions(min_backoff=0.1, max_backoff=0.3, overview=True,
+                                        recorder=writer.write)
+                app = TuimonApp(cluster, sources=lambda state: [])
+                async with watching([], cluster, options, relays=[relay_target]), \
+                        app.run_test(size=(120, 40)) as pilot:
+                    seen_reasons: set[str] = set()
+                    deadline = time.monotonic() + 12
+                    while time.monotonic() < deadline:
+                        await pilot.pause(0.2)
+                        for n in cluster.nodes.values():
+                            if n.reason:
+                                seen_reasons.add(n.reason)
+                        host = next((n for n in cluster.nodes.values()
+                                     if n.target == hostile_target), None)
+                        if host is not None and not isinstance(app.screen, NodeScreen):
+                            app.push_screen(NodeScreen(cluster, host))
+                        await pilot.press("tab")  # both maps
+                        findings = app.diagnosis.findings
+                        format_text(report(cluster, app.efficiency, findings, "ok"))
+                        render(cluster)
+                    assert app.is_running
+                    assert app.ui_guard.errors == {}, app.ui_guard.errors
+                    assert app.diagnosis.guard.errors == {}, app.diagnosis.guard.errors
+                    if isinstance(app.screen, NodeScreen):
+                        assert app.screen.guard.errors == {}, app.screen.guard.errors
+                    honest_node = cluster.nodes[honest_target]
+                    assert honest_node.status == "up", honest_node.reason
+                    assert any("bad frame" in r for r in seen_reasons), seen_reasons
+    finally:
+        writer.close()
+
+    rec = read_recording(str(tmp_path / "rec.tmr"))
+    assert rec.duration > 5
+    control = ReplayControl(speed=50.0)
+    cluster = ClusterState("replay")
+    replay_app = ReplayApp(cluster, control, rec.duration,
+                           sources=lambda state: [replay(rec, state, control)])
+    async with replay_app.run_test(size=(100, 30)) as pilot:
+        for _ in range(10):
+            await pilot.pause(0.2)
+        assert replay_app.ui_guard.errors == {} and replay_app.diagnosis.guard.errors == {}
+        assert any(n.status == "up" for n in cluster.nodes.values())
