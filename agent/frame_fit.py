@@ -82,6 +82,7 @@ def fit_hello_frame(hello: Hello, limit: int = FRAME_BUDGET) -> bytes:
 
 def _shrink(families: dict[str, Any], encode: Any, limit: int, cut: Any) -> bytes:
     data: bytes = encode()
+    before: dict[tuple[str, str], int] = {}  # each list's length before any cut
     while len(data) > limit:
         family, key = max(_CUTTABLE, key=lambda fk: len(
             (families.get(fk[0]) or {}).get(fk[1]) or ()))
@@ -89,7 +90,8 @@ def _shrink(families: dict[str, Any], encode: Any, limit: int, cut: Any) -> byte
         if len(items) <= 1:
             break  # nothing left to cut: its readers refuse it, saying why
         keep = len(items) // 2
+        total = before.setdefault((family, key), len(items))
         families[family][key] = items[:keep]
-        cut(family, key, len(items), keep)
+        cut(family, key, total, keep)
         data = encode()
     return data

@@ -191,7 +191,7 @@ def _mig_metrics(gpus: list[dict[str, Any]], labels: list[list[str]]) -> Iterato
 
 def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
                     collector: Any) -> Iterator[Metric]:
-    info = {p["id"]: p for p in hello.extra.get("ports", [])}
+    info = {p["id"]: p for p in hello.extra.get("ports") or ()}
     ports = fabric.get("ports") or []
 
     def labels(p: dict[str, Any]) -> list[str]:

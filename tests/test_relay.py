@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -223,6 +224,78 @@ async def test_relay_of_relays_and_a_lost_node(unused_tcp_port_factory) -> None:
             await until(lambda: all(n.status != "up" for n in viewer2.nodes.values()),
                         what="nodes stale when their relay is lost")
             assert all("relay 127.0.0.1:" in (n.reason or "") for n in viewer2.nodes.values())
+
+
+async def test_viewers_looking_closely_at_more_than_an_upstream_takes_never_lose_it(
+        unused_tcp_port_factory) -> None:
+    """Two viewers each opening 150 nodes' detail at a top relay want 300 together; the
+    leaf takes 256 in one subscription and closes on more. The top relay asks for a fair
+    share of each viewer's, so its upstream stays up and no node goes stale."""
+    sim = SimCluster(nodes=300, gpus=1, base_port=unused_tcp_port_factory(), interval=1.0,
+                     scenario="healthy")
+    async with sim, Relay(relay_config(sim.targets, name="leaf")) as leaf, \
+            Relay(relay_config([], relays=[f"127.0.0.1:{leaf.port}"], name="top")) as top, \
+            aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{top.port}/v1/stream"
+        viewers = []
+        for v in range(2):
+            ws = await session.ws_connect(url, max_msg_size=16 << 20)
+            detail = sim.targets[v * 150:(v + 1) * 150]
+            await ws.send_bytes(encode(Subscribe(detail=detail, overview_form=2)))
+            viewers.append(ws)
+        watcher = ClusterState("third viewer")
+        async with watching([], watcher, relays=[f"127.0.0.1:{top.port}"]):
+            names = {m.name for m in sim.members}
+            await until(lambda: up(watcher) == names, timeout=20,
+                        what="every node through two relays")
+            await until(lambda: any(len(f.detail) > 200 for f in leaf.state.fanout.viewers),
+                        what="the top relay's detail at the leaf")
+            seen = {n.target: n.sample.seq for n in watcher.nodes.values() if n.sample}
+            await asyncio.sleep(2.5)
+            assert all(n.status == "up" for n in watcher.nodes.values())
+            assert all(watcher.nodes[t].sample.seq > seq for t, seq in seen.items())
+        asked = [f.detail for f in leaf.state.fanout.viewers]
+        assert asked and all(len(d) <= 256 for d in asked)
+        # Each viewer kept its share: 128 of its 150.
+        wide = max(asked, key=len)
+        for v in range(2):
+            assert len(wide & set(sim.targets[v * 150:(v + 1) * 150])) == 128
+        for ws in viewers:
+            await ws.close()
+
+
+async def test_two_relays_claiming_one_node_is_a_finding_naming_both() -> None:
+    """A leaf that claims another leaf's node first used to win silently (the real
+    leaf's frames dropped with a log line): the viewer now says so, naming both."""
+    from tests.test_hostile import fake_agents
+    from tuimon.model.diagnosis import Diagnosis
+    from tuimon.model.storage import StorageView
+
+    def leaf(name: str) -> Any:
+        async def behave(ws: Any, _: Any) -> None:
+            while True:
+                hello = Hello(node="gpu001", agent_version=name, boot_id=None, interval=0.2,
+                              ts=time.time())
+                await ws.send_bytes(encode(Batch(ts=time.time(), frames=[
+                    ("gpu001:9477", encode(hello))], sources=[("gpu001:9477", "up", None)])))
+                await asyncio.sleep(0.2)
+        return behave
+
+    async with fake_agents([leaf("first")]) as (first,), \
+            fake_agents([leaf("second")]) as (second,):
+        cluster = ClusterState()
+        async with watching([], cluster, relays=[first]):
+            await until(lambda: "gpu001:9477" in cluster.nodes, what="the first claim")
+            async with watching([], cluster, relays=[second]):
+                await until(lambda: bool(cluster.relay_problems.get(second)),
+                            what="the second claim refused")
+        text = next(iter(cluster.relay_problems[second].values()))
+        assert first in text and second in text and "gpu001:9477" in text
+        eff = EfficiencyView()
+        eff.update(cluster)
+        findings = Diagnosis().update(cluster, eff, StorageView())
+        assert any(f.kind == "relay_refused" and first in f.message and second in f.message
+                   for f in findings)
 
 
 async def test_token_and_bind_rules(unused_tcp_port_factory) -> None:
@@ -516,6 +589,46 @@ def test_two_relays_cannot_share_one_ledger(tmp_path: Path) -> None:
         Ledger(path)
     with Ledger(path):  # released with the first
         pass
+
+
+def test_a_second_relay_through_a_symlink_or_a_hard_link_is_refused(tmp_path: Path) -> None:
+    """The lock is the file's own, not its name's: the same ledger reached by another
+    path (a symlink, a hard link) is one ledger in use."""
+    path = tmp_path / "ledger.db"
+    (tmp_path / "other").mkdir()
+    link = tmp_path / "other" / "alias.db"
+    with Ledger(path):
+        link.symlink_to(path)
+        with pytest.raises(LedgerError, match="in use by another relay"):
+            Ledger(link)
+        hard = tmp_path / "other" / "hard.db"
+        os.link(path, hard)
+        with pytest.raises(LedgerError, match="in use by another relay"):
+            Ledger(hard)
+
+
+def test_a_clock_jump_then_new_minutes_never_empty_the_ledger(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A relay whose clock jumped 40 days ahead writes a minute there; its next hourly
+    prune would find history older than the retention and one minute within it. It does
+    not take the history: a day without a bucket between the two says the clock jumped."""
+    now = 1_800_000_000.0
+    with Ledger(tmp_path / "l.db", clock=lambda: now) as ledger:
+        for i in range(600):
+            ledger.add("job", now - 36000 + 60 * i, 60.0, 54.0)
+    ahead = now + 40 * 86400
+    with Ledger(tmp_path / "l.db", clock=lambda: ahead) as ledger:
+        ledger.add("job", ahead, 60.0, 60.0)
+        ledger.flush()
+        assert ledger.prune() == 0
+        assert len(ledger.buckets("job")) == 601
+    assert any("looks to have jumped" in r.message for r in caplog.records)
+    # Steady operation still prunes: a minute past the retention, next to the rest.
+    with Ledger(tmp_path / "l2.db", keep_days=1, clock=lambda: now) as ledger:
+        for i in range(1500):
+            ledger.add("job", now - 86400 - 120 + 60 * i, 60.0, 60.0)
+        ledger.flush()
+        assert ledger.prune() == 2
 
 
 def test_a_relay_clock_far_ahead_never_empties_the_ledger(

@@ -56,14 +56,14 @@ def hostlist_size(text: str, limit: int = MAX_TARGETS,
             total += size
             chars += size * len(part)
             start = i + 1
-            if chars > chars_limit:
-                raise TargetError(f"host list {_short(text)} names more than "
-                                  f"{chars_limit >> 20} MiB of names")
             if total > limit:
                 # `limit` is what is left of MAX_TARGETS when several lists share it.
                 cap = f"{limit} hosts" if limit == MAX_TARGETS else \
                     f"{MAX_TARGETS} hosts with the lists before it"
                 raise TargetError(f"host list {_short(text)} names more than {cap}")
+            if chars > chars_limit:
+                raise TargetError(f"host list {_short(text)} names more than "
+                                  f"{chars_limit >> 20} MiB of names")
     if depth:
         raise TargetError(f"bad host list {_short(text)}: unbalanced brackets")
     return total

@@ -51,7 +51,7 @@ def hello_port_ids(hello: Any) -> list[str]:
     its own (the usual case: the agent leaves them out when they are the hello's)."""
     if hello is None:
         return []
-    return [p["id"] for p in hello.extra.get("ports", [])]
+    return [p["id"] for p in hello.extra.get("ports") or ()]
 
 
 def busy_values(data: bytes) -> bytes:
@@ -97,7 +97,7 @@ def build_overview(hello: Any, sample: Any) -> dict[str, Any]:
     fabric = extra.get("fabric")
     if fabric is not None:
         ports = fabric.get("ports") or []
-        known = {p["id"]: p for p in hello.extra.get("ports", [])} if hello is not None else {}
+        known = {p["id"]: p for p in hello.extra.get("ports") or ()} if hello is not None else {}
         pairs = [(p, known.get(p["id"])) for p in ports]
         ids = [p["id"] for p in ports]
         if ids != hello_port_ids(hello):  # usually they are: the hello's, in its order

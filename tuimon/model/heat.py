@@ -90,7 +90,7 @@ class GpuMapKind(MapKind):
 @dataclass(frozen=True, slots=True)
 class FabricMapKind(MapKind):
     def cell_count(self, node: Any, cpu_nodes: frozenset[str] = frozenset()) -> int:
-        return len(node.hello.extra.get("ports", [])) if node.hello else 0
+        return len(node.hello.extra.get("ports") or ()) if node.hello else 0
 
 
 def gpus_missing(node: Any, cpu_nodes: frozenset[str] = frozenset()) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 
 from tuimon.model.slo import BURN_WINDOWS_S
 from tuimon_core.errors import UsageError
+from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
 from tuimon_core.protocol.text import clean
 
 log = logging.getLogger(__name__)
@@ -264,6 +265,15 @@ class Ledger:
         for (job, minute) in self._pending:
             since[job] = min(since.get(job, minute), minute)
         out: dict[str, dict[str, Any]] = {}
+        if len(sums) > MAX_BUDGET_JOBS:
+            # What a viewer reads in one batch: the jobs seen most recently.
+            latest = {clean(job): minute for job, minute in self._db.execute(
+                "SELECT job, MAX(minute) FROM buckets WHERE minute <= ? GROUP BY job",
+                (minute_now,))}
+            for job, minute in self._pending:
+                latest[job] = max(latest.get(job, minute), minute)
+            keep = sorted(sums, key=lambda j: latest.get(j, 0), reverse=True)[:MAX_BUDGET_JOBS]
+            sums = {job: sums[job] for job in keep}
         for job, entry in sums.items():
             total, effective = entry["windows"].get("run", (0.0, 0.0))
             ratios = {}

@@ -124,7 +124,9 @@ class AgentStream:
             else frozenset(self.options.subscribe.families))
         self._managed = False  # families set by the caller (a relay's demand)
         self._detail = False
-        self._detail_sources: frozenset[str] = frozenset()
+        # The nodes wanted whole (a relay sends those of them it carries, as it declares
+        # them: a node screen opened before its relay declared the node still gets it).
+        self._detail_wanted: frozenset[str] = frozenset()
         self._legacy = False
         self._ws: aiohttp.ClientWebSocketResponse[bool] | None = None
         self._sent: Subscribe | None = None
@@ -259,7 +261,7 @@ class AgentStream:
         return Subscribe(interval=base.interval if base else None,
                          families=None if families is None else sorted(families),
                          nodes=base.nodes if base else None,
-                         detail=sorted(self._detail_sources) if self.relay and
+                         detail=sorted(self._detail_wanted & self.sources) if self.relay and
                          self.options.overview else None,
                          overview_form=OVERVIEW_FORM)
 
@@ -273,7 +275,7 @@ class AgentStream:
     def set_detail(self, targets: frozenset[str]) -> None:
         """The viewer's nodes looked at closely changed (ClusterState.set_detail)."""
         if self.relay:
-            self._detail_sources = frozenset(t for t in targets if t in self.sources)
+            self._detail_wanted = frozenset(targets)
         else:
             self._detail = self.target in targets
         self._resubscribe()
@@ -393,15 +395,20 @@ class AgentStream:
         if why is not None:
             self._refuse(source, why)
             return False
-        self.sources.add(source)
+        self._carry(source)
         return True
+
+    def _carry(self, source: str) -> None:
+        self.sources.add(source)
+        if source in self._detail_wanted:
+            self._resubscribe()  # wanted whole before the relay declared it
 
     def _wanted_name(self, source: str, node: str) -> bool:
         """Only the nodes the viewer subscribed to (by source, host or node name)."""
         if self._wanted is None or source in self.sources:
             return True
         if node in self._wanted and self.cluster.claim(source, self.target):
-            self.sources.add(source)
+            self._carry(source)
             return True
         self._refuse(source, f"not among the nodes this viewer subscribed to (its hello "
                              f"says {node})")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,10 +84,8 @@ class Recording:
         with gzip.open(self.path, "rb") as fh:
             unpacker = _unpacker(fh)
             next(unpacker)  # the header, checked by read_recording
-            for n, item in enumerate(_frames(unpacker)):
-                if n >= self.count:
-                    return
-                yield item
+            # No further than the whole frames read found: what follows is the damage.
+            yield from itertools.islice(_frames(unpacker), self.count)
 
 
 def _unpacker(fh: Any) -> msgpack.Unpacker:

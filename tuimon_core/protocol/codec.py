@@ -247,9 +247,9 @@ def _hello(m: dict[str, Any]) -> Hello:
         gpu_status=inventory.get("gpu_status"),
         families=_field(m, f["families"], "hello") or [],
         host=_field(m, f["host"], "hello") or {},
-        # Ports, NICs, file systems, disks and statuses, checked by the inventory's record;
-        # a nil list is no list, so readers of `extra.get("ports", [])` get one.
-        extra={k: v for k, v in inventory.items() if k not in _INVENTORY_OWN and v is not None},
+        # Ports, NICs, file systems, disks and statuses, checked by the inventory's record
+        # (any may be nil: readers take `extra.get("ports") or ()`).
+        extra={k: v for k, v in inventory.items() if k not in _INVENTORY_OWN},
     )
 
 
