@@ -74,9 +74,9 @@ def _valid(t: WireType) -> st.SearchStrategy[Any]:
 def example(t: WireType) -> Any:
     """A small valid value of `t`, the same every time: what mutants are set inside."""
     if isinstance(t, Num):
-        if t.lo is not None and t.lo > -MAX_NUM:
-            return t.lo
-        return t.hi if t.above is not None else 1.5
+        if t.above is not None:
+            return t.hi
+        return t.lo if t.lo > -MAX_NUM else 1.5
     if isinstance(t, Int):
         return t.lo
     if isinstance(t, Str):

@@ -31,9 +31,11 @@ class HeatMetric:
         if values.get("failed"):
             return FAILED
         v = self.value(values, info)
-        if v is None or math.isnan(v):
+        if v is None or v != v:  # NaN: nothing known
             return NO_DATA
-        return max(0, min(LEVELS - 1, int(v * (LEVELS - 1) + 0.5)))
+        # Clamped before the int: a ratio of valid values can be inf (a power limit of
+        # 1e-309), and the level of anything past the top is the top.
+        return int(max(0.0, min(LEVELS - 1.0, v * (LEVELS - 1) + 0.5)))
 
 
 # Where DCGM profiling gives it, SM activity says how busy a GPU is better than NVML's

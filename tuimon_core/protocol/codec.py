@@ -21,6 +21,7 @@ from tuimon_core.protocol.fields import (
     GPU_LEVEL_ORDER,
     HELLO_FIELDS,
     HOST,
+    INTERVAL,
     MAX_GPUS,
     MAX_PORTS,
     MAX_SHARED_FS,
@@ -302,14 +303,14 @@ def _sample(m: dict[str, Any]) -> Sample:
     if type(ts) is not float or not 0 <= ts <= _TIME_HI:
         ts = float(_required(m, "ts", TIME, "sample"))
     interval = m.get("interval")
-    if type(interval) is not float or not 0 < interval <= 3600:
+    if type(interval) is not float or not _INTERVAL.lo <= interval <= _INTERVAL.hi:
         interval = float(_required(m, "interval", _INTERVAL, "sample"))
     return Sample(seq, ts, interval, gpus, host, dropped, extra)  # positional: cheaper
 
 
 _KNOWN_EXTRA = frozenset({"fabric", "storage", "steps", "overview", "findings"})
 _TIME_HI = TIME.hi
-_INTERVAL = _HELLO["interval"].type
+_INTERVAL = INTERVAL
 
 
 def _required(m: dict[str, Any], key: str, kind: WireType, where: str) -> Any:

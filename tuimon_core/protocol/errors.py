@@ -17,3 +17,8 @@ class ProtocolError(ValueError):
         reason = clean(reason)
         super().__init__(reason)
         self.reason = reason
+
+    def under(self, where: str) -> ProtocolError:
+        """The same error one level up: a container's checks pass "" as the path of
+        what they hold (building paths costs on every frame) and add their own here."""
+        return type(self)(where + self.reason)

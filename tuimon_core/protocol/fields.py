@@ -101,6 +101,8 @@ RATE = Num(lo=0)  # a rate or a ratio: never negative
 # A Unix time: after 1970 and before the year 5000, so every clock and calendar function
 # a reader passes it to can represent it.
 TIME = Num(0, 95e9, doc="time")
+# A sampling interval, as the agent takes it (--interval): a reader divides by it.
+INTERVAL = Num(0.01, 3600)
 INT = Int()
 COUNT = Int(hi=MAX_COUNT, doc="int")  # summed by readers: see MAX_COUNT
 STR = Str()
@@ -538,7 +540,7 @@ HELLO_FIELDS: tuple[Field, ...] = (
     Field("agent_version", Str(MAX_KIND), "", "agent release", required=True),
     Field("boot_id", Str(64), "", "`/proc/sys/kernel/random/boot_id`: changes when the "
           "node reboots"),
-    Field("interval", Num(above=0, hi=3600), "s", "sampling interval", required=True),
+    Field("interval", INTERVAL, "s", "sampling interval", required=True),
     Field("ts", TIME, "s", "when the hello was made", required=True),
     Field("families", ListOf(Str(MAX_KIND), 64), "names", "families this agent can send: "
           "`gpu`, `host`, `fabric`, `storage`, `steps`, `events`, `overview`, `findings` (an "

@@ -16,7 +16,7 @@ their strings cleaned and their depth bounded, and never reads them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from tuimon_core.protocol.errors import ProtocolError
@@ -29,6 +29,8 @@ MAX_STR = 4096
 MAX_NUM = 1e18
 # Nesting of a value no record describes (a newer agent's field): deeper is refused.
 MAX_UNKNOWN_DEPTH = 4
+# Type codes a container checks inline (WireType.code).
+NUM, INT, STR = 1, 2, 3
 
 
 def show(v: Any) -> str:
@@ -58,8 +60,8 @@ class WireType:
     def __init__(self, doc: str, words: str, code: int = 0) -> None:
         self.doc = doc
         self.words = words
-        # How a record checks a value of this type inline (hot path): 1 any finite
-        # number, 2 any non-negative integer, 3 any string of at most MAX_STR; 0: check().
+        # How a record checks a value of this type inline (hot path): NUM, INT or STR,
+        # against the type's own bounds; 0: by calling check().
         self.code = code
 
     def check(self, v: Any, where: str) -> Any:
@@ -85,7 +87,6 @@ class Num(WireType):
 
     def __init__(self, lo: float | None = None, hi: float | None = None, *,
                  above: float | None = None, doc: str | None = None) -> None:
-        unbounded = lo is None and hi is None and above is None
         if doc is None:
             low = f"> {above:g}" if above is not None else (
                 f">= {lo:g}" if lo is not None else "")
@@ -93,17 +94,17 @@ class Num(WireType):
                 f" <= {hi:g}" if hi is not None else "")
         lo = -MAX_NUM if lo is None and above is None else lo
         hi = MAX_NUM if hi is None else hi
-        self.lo, self.hi, self.above = lo, hi, above
         low = f"> {above:g}" if above is not None else f">= {lo:g}"
-        super().__init__(doc, f"a number {low} and <= {hi:g}")
-        self.code = 1 if unbounded else 0
+        super().__init__(doc, f"a number {low} and <= {hi:g}", NUM)
+        # Inline: `low <= v <= hi`, and `v > above` where given (then low is above).
+        self.lo: float = lo if lo is not None else above  # type: ignore[assignment]
+        self.hi: float = hi
+        self.above = above
 
     def check(self, v: Any, where: str) -> Any:
         t = type(v)
-        if t is not float and t is not int:  # NaN fails every comparison below
-            raise self.bad(v, where)
-        if not ((self.lo is None or v >= self.lo) and v <= self.hi and
-                (self.above is None or v > self.above)):
+        if (t is not float and t is not int) or not self.lo <= v <= self.hi or (
+                self.above is not None and v <= self.above):  # NaN fails every comparison
             raise self.bad(v, where)
         return v
 
@@ -118,8 +119,7 @@ class Int(WireType):
         if doc is None:
             doc = "int" + (f" {lo}..{hi}" if hi is not None else (f" >= {lo}" if lo else ""))
         words = "a non-negative integer" if lo == 0 else f"an integer >= {lo}"
-        super().__init__(doc, words + (f" <= {hi}" if hi is not None else ""))
-        self.code = 2 if lo == 0 and hi is None else 0
+        super().__init__(doc, words + (f" <= {hi}" if hi is not None else ""), INT)
 
     def check(self, v: Any, where: str) -> Any:
         if type(v) is not int or v < self.lo or (self.hi is not None and v > self.hi):
@@ -141,8 +141,7 @@ class Str(WireType):
             doc = "str" + (f" <= {max_len}" if max_len != MAX_STR else "")
         words = (f"one of {', '.join(sorted(self.choices))}" if self.choices is not None else
                  f"a string of at most {max_len} characters")
-        super().__init__(doc, words)
-        self.code = 3 if max_len == MAX_STR and choices is None else 0
+        super().__init__(doc, words, STR)
 
     def check(self, v: Any, where: str) -> Any:
         if type(v) is not str or len(v) > self.max_len:
@@ -193,20 +192,27 @@ class ListOf(WireType):
     def check(self, v: Any, where: str) -> Any:
         if type(v) is not list or len(v) > self.max_items:
             raise self.bad(v, where)
-        item = self.item
+        item: Any = self.item  # its own bounds are read inline
         code = item.code
-        if code == 3:  # strings: the usual case checked in C-level passes
-            if all(type(x) is str and len(x) <= MAX_STR for x in v):
+        if code == STR:  # strings: the usual case checked in C-level passes
+            if item.choices is None and all(
+                    type(x) is str and len(x) <= item.max_len
+                    for x in v):
                 return v if all(map(str.isprintable, v)) else [clean(x) for x in v]
-        elif code == 1 and all(type(x) is float or type(x) is int for x in v) and (
-                not v or (sum(v) - sum(v) == 0 and min(v) >= -MAX_NUM and max(v) <= MAX_NUM)):
+        elif code == NUM and item.above is None and all(
+                type(x) is float or type(x) is int for x in v) and (
+                not v or (sum(v) - sum(v) == 0 and min(v) >= item.lo
+                          and max(v) <= item.hi)):
             return v  # the sum is NaN where any item is: min and max skip NaN
         for i, x in enumerate(v):
             if x is None:
                 if not self.nil:
                     raise ProtocolError(f"{where}[{i}]: expected {item.words}, got nil")
                 continue
-            checked = item.check(x, f"{where}[{i}]")
+            try:  # the path is built only for an error: every frame passes here
+                checked = item.check(x, "")
+            except ProtocolError as exc:
+                raise exc.under(f"{where}[{i}]") from None
             if checked is not x:
                 v[i] = checked
         return v
@@ -252,7 +258,10 @@ class MapOf(WireType):
                 if not self.nil:
                     raise ProtocolError(f"{where}.{k}: expected {value.words}, got nil")
                 continue
-            checked = value.check(x, f"{where}.{k}")
+            try:
+                checked = value.check(x, "")
+            except ProtocolError as exc:
+                raise exc.under(f"{where}.{k}") from None
             if checked is not x:
                 v[k] = checked
         if bad_keys:
@@ -285,60 +294,85 @@ class Record(WireType):
     checked by its type; required ones present and not nil. Keys it does not know (a
     newer sender's) are kept, cleaned, at most MAX_UNKNOWN_DEPTH deep."""
 
-    __slots__ = ("_required", "_spec", "fields", "name")
+    __slots__ = ("_check", "_required", "_spec", "fields", "name")
 
     def __init__(self, name: str, fields: Iterable[FieldLike], *, doc: str | None = None) -> None:
         self.name = name
         self.fields = tuple(fields)
-        self._spec = {f.key: f.type for f in self.fields}
+        # Any: the agent's fit reads each type's own bounds (lo, hi, max_len, ...) inline.
+        self._spec: dict[str, Any] = {f.key: f.type for f in self.fields}
         self._required = tuple(f.key for f in self.fields if f.required)
         super().__init__(doc or name, f"a map ({name})")
+        self._check = self._compile()
 
     def check(self, v: Any, where: str) -> Any:
-        if type(v) is not dict:
-            raise self.bad(v, where)
-        spec = self._spec
-        unknown = False
-        # Hot path (every GPU of every node a viewer takes whole): plain numbers and
-        # strings are checked inline, by exact type; the rest by their type's check.
-        for key, x in v.items():
-            t = spec.get(key)
-            if t is None:
-                unknown = True
-                continue
-            if x is None:
-                continue
-            code = t.code
-            tx = type(x)
-            if code == 1:
-                if (tx is float or tx is int) and -MAX_NUM <= x <= MAX_NUM:
-                    continue
-            elif code == 2:
-                if tx is int and x >= 0:
-                    continue
-            elif code == 3:
-                if tx is str and len(x) <= MAX_STR:
-                    if not x.isprintable():
-                        v[key] = clean(x)
-                    continue
+        return self._check(v, where)
+
+    def _compile(self) -> Callable[[Any, str], Any]:
+        """The record's check as one function with a line per field: a viewer checks
+        every node's frames every second, and a loop that looks up each key's type and
+        its bounds costs about twice as much as these unrolled tests (the overview
+        frame's findings, a full frame's GPUs). What it tests is each field's type:
+        the same code as the types' own check, written out."""
+        ns: dict[str, Any] = {"ProtocolError": ProtocolError, "clean": clean, "show": show,
+                              "_unknown": self._unknown, "_bad": self.bad,
+                              "KEYS": frozenset(self._spec)}
+        out = ["def check(v, where):",
+               "    if type(v) is not dict:",
+               "        raise _bad(v, where)",
+               "    get = v.get"]
+        for i, f in enumerate(self.fields):
+            t: Any = f.type  # a Num's, Int's or Str's bounds are written into the code
+            key, name = repr(f.key), f"T{i}"
+            ns[name] = t
+            path = repr("." + f.key)
+            out.append(f"    x = get({key})")
+            if f.required:
+                out.append("    if x is None:")
+                out.append(f"        raise ProtocolError(where + {path} + ': required ' + "
+                           f"{name}.words + ', got nil')")
+                pad = "    "
             else:
-                checked = t.check(x, f"{where}.{key}")
-                if checked is not x:
-                    v[key] = checked
-                continue
-            raise t.bad(x, f"{where}.{key}")
-        for key in self._required:
-            if v.get(key) is None:
-                raise ProtocolError(f"{where}.{key}: required {spec[key].words}, got "
-                                    f"{show(v.get(key))}")
-        if unknown:
-            for key in [k for k in v if k not in spec]:
-                value = v.pop(key)
-                if type(key) is not str or len(key) > 128:
-                    raise ProtocolError(f"{where}: expected names of at most 128 characters "
-                                        f"as keys, got {show(key)}")
-                v[clean(key)] = unknown_value(value, f"{where}.{key}", 1)
-        return v
+                out.append("    if x is not None:")
+                pad = "        "
+            bad = f"raise {name}.bad(x, where + {path})"
+            if t.code == NUM:
+                test = f"{t.lo!r} <= x <= {t.hi!r}" + (
+                    f" and x > {t.above!r}" if t.above is not None else "")
+                out.append(f"{pad}if not ((type(x) is float or type(x) is int) and {test}):")
+                out.append(f"{pad}    {bad}")
+            elif t.code == INT:
+                test = f"{t.lo!r} <= x" + (f" <= {t.hi!r}" if t.hi is not None else "")
+                out.append(f"{pad}if type(x) is not int or not {test}:")
+                out.append(f"{pad}    {bad}")
+            elif t.code == STR:
+                test = f"len(x) > {t.max_len!r}" + (
+                    f" or x not in {name}.choices" if t.choices is not None else "")
+                out.append(f"{pad}if type(x) is not str or {test}:")
+                out.append(f"{pad}    {bad}")
+                out.append(f"{pad}if not x.isprintable():")
+                out.append(f"{pad}    v[{key}] = clean(x)")
+            else:  # the path is built only for an error
+                out.append(f"{pad}try:")
+                out.append(f"{pad}    c = {name}.check(x, '')")
+                out.append(f"{pad}except ProtocolError as exc:")
+                out.append(f"{pad}    raise exc.under(where + {path}) from None")
+                out.append(f"{pad}if c is not x:")
+                out.append(f"{pad}    v[{key}] = c")
+        out.append("    if not v.keys() <= KEYS:")
+        out.append("        _unknown(v, where)")
+        out.append("    return v")
+        exec(compile("\n".join(out), f"<check of {self.name}>", "exec"), ns)
+        return ns["check"]
+
+    def _unknown(self, v: dict[Any, Any], where: str) -> None:
+        """Keys the record does not know (a newer sender's): kept, cleaned, bounded."""
+        for key in [k for k in v if k not in self._spec]:
+            value = v.pop(key)
+            if type(key) is not str or len(key) > 128:
+                raise ProtocolError(f"{where}: expected names of at most 128 characters "
+                                    f"as keys, got {show(key)}")
+            v[clean(key)] = unknown_value(value, f"{where}.{key}", 1)
 
     def fit(self, v: Any) -> Any:
         """The known keys fitted; a record whose required key cannot be is None. Keys the
@@ -355,10 +389,12 @@ class Record(WireType):
             if x is not None:
                 code = t.code
                 tx = type(x)
-                if not ((code == 1 and (tx is float or tx is int) and -MAX_NUM <= x <= MAX_NUM)
-                        or (code == 2 and tx is int and x >= 0)
-                        or (code == 3 and tx is str and len(x) <= MAX_STR
-                            and x.isprintable())):
+                if not ((code == NUM and (tx is float or tx is int)
+                         and t.lo <= x <= t.hi and t.above is None)
+                        or (code == INT and tx is int and t.lo <= x
+                            and (t.hi is None or x <= t.hi))
+                        or (code == STR and tx is str and t.choices is None
+                            and len(x) <= t.max_len and x.isprintable())):
                     x = t.fit(x)
             out[key] = x
         for key in self._required:
