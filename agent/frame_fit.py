@@ -11,10 +11,12 @@ fits instead of every sample being refused.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from tuimon_core.protocol.codec import MAX_MESSAGE_BYTES, encode_map
 from tuimon_core.protocol.fields import (
+    EVENT_FIELDS,
     FAMILY_TYPES,
     GPU,
     GPU_INFO,
@@ -24,12 +26,16 @@ from tuimon_core.protocol.fields import (
     MAX_GPUS,
     STR,
 )
-from tuimon_core.protocol.messages import GpuInfo, Hello, Sample
+from tuimon_core.protocol.messages import Event, GpuInfo, Hello, Sample
 from tuimon_core.protocol.schema import ListOf
+
+log = logging.getLogger(__name__)
 
 # Room left for what the agent adds after fitting (`dropped`) and for msgpack headers.
 FRAME_BUDGET = MAX_MESSAGE_BYTES - 4096
 _GPUS = ListOf(GPU, MAX_GPUS)
+# An event's texts share one type (the table's); its other fields are the agent's own.
+_EVENT_TEXT = next(f.type for f in EVENT_FIELDS if f.key == "message")
 # The entity lists a frame can be cut in, by family: what grows with the machine.
 _CUTTABLE = (("storage", "filesystems"), ("storage", "disks"), ("fabric", "ports"),
              ("fabric", "nics"))
@@ -47,11 +53,23 @@ def fit_values(gpus: list[dict[str, Any]] | None, host: dict[str, Any] | None,
             None if host is None else HOST.fit(host))
 
 
+def fit_event(event: Event) -> Event:
+    """The event's texts as the wire allows them (a collector's error may be any length)."""
+    wire = event.to_wire()
+    for key in ("message", "kind", "source"):
+        value = wire.get(key)
+        if value is not None:
+            wire[key] = _EVENT_TEXT.fit(value)
+    event.message, event.kind, event.source = wire["message"] or "", wire["kind"] or "event", \
+        wire["source"]
+    return event
+
+
 def fit_hello(hello: Hello) -> Hello:
     """The hello's names and inventory as the wire allows them."""
     inventory = INVENTORY.fit({"gpus": [g.to_wire() for g in hello.gpus], **hello.extra})
     gpus = [GpuInfo(**g) for g in inventory.pop("gpus") or () if GPU_INFO.fit(g)]
-    hello.node = STR.fit(hello.node)[:255]
+    hello.node = STR.fit(hello.node)
     hello.gpus = gpus
     hello.driver_version = STR.fit(hello.driver_version) if hello.driver_version else None
     hello.gpu_status = STR.fit(hello.gpu_status) if hello.gpu_status else None
@@ -76,8 +94,12 @@ def fit_frame(sample: Sample, limit: int = FRAME_BUDGET) -> bytes:
 def fit_hello_frame(hello: Hello, limit: int = FRAME_BUDGET) -> bytes:
     """The hello's bytes, within `limit`, its inventory lists cut as a sample's are."""
     inventory = {"storage": hello.extra, "fabric": hello.extra}
-    return _shrink(inventory, lambda: encode_map(hello.to_wire()), limit,
-                   lambda *_: None)
+
+    def cut(_: str, key: str, total: int, kept: int) -> None:
+        log.warning("%s: the hello's inventory lists %d of %d %s: the frame was over %d "
+                    "bytes", hello.node, kept, total, key, limit)
+
+    return _shrink(inventory, lambda: encode_map(hello.to_wire()), limit, cut)
 
 
 def _shrink(families: dict[str, Any], encode: Any, limit: int, cut: Any) -> bytes:

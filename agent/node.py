@@ -24,7 +24,7 @@ from agent.collectors.host import HostCollector
 from agent.collectors.storage import StorageCollector, StorageConfig
 from agent.files import FileTree
 from agent.findings import NodeFindings
-from agent.frame_fit import fit_frame, fit_hello, fit_hello_frame, fit_values
+from agent.frame_fit import fit_event, fit_frame, fit_hello, fit_hello_frame, fit_values
 from agent.hub import FrameHub
 from agent.steps import StepAggregator, StepSocket, StepSocketError
 from tuimon_core.overview import build_overview, findings_to_wire, hello_port_ids
@@ -197,7 +197,7 @@ class NodeAgent:
             loop.call_soon_threadsafe(self.emit_event, event)
 
     def emit_event(self, event: Event) -> None:
-        event.message = clean(event.message)
+        event = fit_event(event)  # a collector's error text may be any length
         self.events_total[event.kind] = self.events_total.get(event.kind, 0) + 1
         level = logging.WARNING if event.severity != "info" else logging.INFO
         log.log(level, "%s: %s", self.config.node_name, event.message)

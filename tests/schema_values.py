@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+import msgpack
 from hypothesis import strategies as st
 
 from tuimon_core.protocol.schema import (
@@ -97,7 +98,7 @@ def example(t: WireType) -> Any:
 def wrong(t: WireType) -> Iterator[Any]:
     """Values `t` must refuse: another type, out of bounds, too long, too deep."""
     deep: Any = 1
-    for _ in range(50):
+    for _ in range(400):  # msgpack packs at most 511 deep; DEEP_FRAME below is deeper
         deep = [deep]
     if isinstance(t, (Num, Int)):
         yield from ("abc", True, [1], {"a": 1}, b"1", deep)
@@ -166,6 +167,16 @@ def mutants(t: Record, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
 __all__ = ["MAX_STR", "example", "mutants", "valid", "wrong"]
 
 
+def deep_frame(depth: int = 995) -> bytes:
+    """A ~1 KB sample whose overview is a list nested `depth` deep: deeper than Python
+    recurses when it prints it (msgpack's packer cannot write it, so it is built by
+    hand: fixarray headers)."""
+    head = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0})
+    # the map header counts five pairs: make it six, then add "overview": [[[...]]]
+    return bytes([head[0] + 1]) + head[1:] + msgpack.packb("overview") + \
+        b"\x91" * depth + b"\xc0"
+
+
 # Strings a hostile peer sends: markup that would end a view or restyle it, escapes.
 HOSTILE_TEXT = ("[/]", "[reverse][b]PWNED", "[@click=app.quit]QUIT[/]", "x\x1b[2J\x07",
                 "\u202eevil", "[$error]red", "\\")
@@ -176,23 +187,16 @@ def random_valid(t: WireType, rng: Any, depth: int = 0) -> Any:
     reader's arithmetic and formatting must survive: bounds, zero, huge values,
     hostile text, empty and full-ish lists."""
     if isinstance(t, Num):
-        lo = t.lo if t.lo is not None else -1e18
-        hi = t.hi
-        choice = rng.random()
-        if choice < 0.2:
-            v = hi
-        elif choice < 0.35:
-            v = lo if t.above is None else hi
-        elif choice < 0.5:
-            v = max(lo, min(hi, 0.0)) if t.above is None or t.above < 0 else hi
-        else:
-            v = rng.uniform(max(lo, -1e6), min(hi, 1e6))
-        if t.above is not None and v <= t.above:
-            v = hi
+        lo, hi = t.lo, t.hi
+        # The edges: the bounds, zero, and the smallest positive numbers (a reader that
+        # divides by them gets infinity, or zero where it divides by a world size).
+        edges = [hi, lo, 0.0, 5e-324, 1e-300, 1e-9, rng.uniform(max(lo, -1e6), min(hi, 1e6))]
+        v = rng.choice([e for e in edges if lo <= e <= hi and
+                        (t.above is None or e > t.above)] or [hi])
         return v if rng.random() < 0.8 or v != int(v) else int(v)
     if isinstance(t, Int):
-        hi = t.hi if t.hi is not None else 2**63
-        return rng.choice([t.lo, hi, rng.randint(t.lo, min(hi, t.lo + 1000))])
+        hi = t.hi if t.hi is not None else 2**64 - 1
+        return rng.choice([t.lo, hi, min(hi, 2**53), rng.randint(t.lo, min(hi, t.lo + 1000))])
     if isinstance(t, Str):
         if t.choices is not None:
             return rng.choice(sorted(t.choices))

@@ -77,7 +77,7 @@ async def test_the_agent_fits_a_crowded_machine_to_what_its_viewers_accept(
     assert weird["id"].startswith("/\\x1b") and len(weird["id"]) <= 4096
     assert len(sample.extra["overview"]["fs_rows"]) == MAX_SHARED_FS
     user = sample.gpus[0]["processes"][0]["user"]
-    assert user.startswith("uuuu") and len(user) <= 256
+    assert user.startswith("uuuu") and len(user) <= 4096
     hello = decode(encode(agent.hello))
     assert any(f["fstype"] == "nfs4" for f in hello.extra["filesystems"])
 
@@ -152,6 +152,43 @@ async def test_a_relay_declaring_new_nodes_without_end_is_bounded_and_named(
     assert len(cluster.nodes) <= 3000
     problems = cluster.relay_problems[relay]
     assert "declared more nodes than one relay may carry" in problems["too many sources"]
+
+
+async def test_a_relay_declaring_long_names_is_bounded_by_their_bytes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same flood with names of 4 KB: the bound on their bytes stops it first."""
+    monkeypatch.setattr(agent_stream, "MAX_RELAY_NAME_CHARS", 4 << 20)
+    sent = [0]
+
+    async def flood(ws: web.WebSocketResponse, _: web.Request) -> None:
+        while True:
+            names = [f"{sent[0] + i:09d}" + "x" * 4000 for i in range(200)]
+            sent[0] += len(names)
+            await ws.send_bytes(encode(Batch(ts=time.time(), frames=[],
+                                             sources=[(n, "up", None) for n in names])))
+            await asyncio.sleep(0.05)
+
+    async with fake_agents([flood]) as (relay,):
+        cluster = ClusterState()
+        async with watching([], cluster, StreamOptions(), relays=[relay]):
+            await _until(lambda: sent[0] >= 2000, "the names sent")
+            await asyncio.sleep(0.3)
+    assert len(cluster.nodes) * 4009 <= 4 << 20
+    assert "4 MiB of names" in cluster.relay_problems[relay]["too many sources"]
+
+
+def test_real_slurm_node_lists_are_taken_and_bombs_refused() -> None:
+    """A large job's node list after failures is thousands of fragments; its names are
+    counted by what they are (before, by the whole list's length each: refused)."""
+    from tuimon_core.hostlist import TargetError, expand_hostlists
+
+    fragmented = "gpu[" + ",".join(f"{i:04d}-{i + 1:04d}" for i in range(0, 8000, 3)) + "]"
+    assert len(fragmented) > 20_000
+    assert len(expand_hostlists([fragmented])) == 5334
+    many = ",".join(f"n{i:05d}" for i in range(4096))
+    assert len(expand_hostlists([many, "x1", "y[1-9]"])) == 4106
+    with pytest.raises(TargetError, match="4 MiB of names"):
+        expand_hostlists(["x" * 20_000 + "[1-99999]"])
 
 
 async def test_a_subscribe_of_a_few_kilobytes_naming_gigabytes_is_refused(

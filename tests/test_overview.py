@@ -548,3 +548,7 @@ async def test_the_relays_metrics_page_on_what_its_nodes_found(unused_tcp_port_f
         line = next(x for x in text.splitlines() if x.startswith("tuimon_finding{")
                     and f'node="{failed}"' in x)
         assert 'severity="critical"' in line and f'component="{failed} GPU' in line
+        # Where the relay read it: an agent can name itself as any node, not as any
+        # address the relay connects to.
+        target = next(t for t, m in zip(sim.targets, sim.members) if m.name == failed)
+        assert f'source="{target}"' in line

@@ -220,3 +220,12 @@ def test_wrongly_shaped_messages_raise_the_typed_error(kind: str, fields: dict) 
         decode(data)
     except ProtocolError as exc:
         assert exc.reason
+
+
+def test_the_hello_gpu_message_holds_every_field_of_its_table() -> None:
+    """GpuInfo is built from the table's keys: one list, checked."""
+    import dataclasses
+
+    from tuimon_core.protocol.fields import GPU_INFO_FIELDS
+
+    assert [f.name for f in dataclasses.fields(GpuInfo)] == [f.key for f in GPU_INFO_FIELDS]

@@ -609,21 +609,46 @@ def test_a_second_relay_through_a_symlink_or_a_hard_link_is_refused(tmp_path: Pa
 
 def test_a_clock_jump_then_new_minutes_never_empty_the_ledger(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A relay whose clock jumped 40 days ahead writes a minute there; its next hourly
-    prune would find history older than the retention and one minute within it. It does
-    not take the history: a day without a bucket between the two says the clock jumped."""
-    now = 1_800_000_000.0
-    with Ledger(tmp_path / "l.db", clock=lambda: now) as ledger:
+    """A running relay whose clock jumps 40 days ahead writes a minute there; its next
+    hourly prune would find history older than the retention and one minute within it.
+    It does not take the history: the wall clock moved 40 days while an hour passed."""
+    now = [1_800_000_000.0]
+    mono = [100.0]
+    with Ledger(tmp_path / "l.db", clock=lambda: now[0], monotonic=lambda: mono[0]) as ledger:
         for i in range(600):
-            ledger.add("job", now - 36000 + 60 * i, 60.0, 54.0)
-    ahead = now + 40 * 86400
-    with Ledger(tmp_path / "l.db", clock=lambda: ahead) as ledger:
-        ledger.add("job", ahead, 60.0, 60.0)
+            ledger.add("job", now[0] - 36000 + 60 * i, 60.0, 54.0)
+        ledger.flush()
+        now[0] += 40 * 86400
+        mono[0] += 3600
+        ledger.add("job", now[0], 60.0, 60.0)
         ledger.flush()
         assert ledger.prune() == 0
         assert len(ledger.buckets("job")) == 601
-    assert any("looks to have jumped" in r.message for r in caplog.records)
-    # Steady operation still prunes: a minute past the retention, next to the rest.
+    assert any("moved +959.0 h apart" in r.message for r in caplog.records)
+
+
+def test_a_relay_down_for_days_still_prunes(tmp_path: Path,
+                                            caplog: pytest.LogCaptureFixture) -> None:
+    """Maintenance: ten jobs for nine days, two days of nothing, one job for 29 days:
+    what is older than the retention goes, and no one is told to check a clock."""
+    start = 1_800_000_000.0
+    path = tmp_path / "l.db"
+    with Ledger(path, clock=lambda: start) as ledger:
+        for day in range(9):
+            for job in range(10):
+                ledger.add(f"job{job}", start + day * 86400, 60.0, 60.0)
+    back = start + 11 * 86400
+    with Ledger(path, clock=lambda: back) as ledger:
+        for day in range(29):
+            ledger.add("job0", back + day * 86400, 60.0, 60.0)
+        ledger.flush()
+    later = back + 29 * 86400
+    with Ledger(path, keep_days=30, clock=lambda: later) as ledger:
+        assert ledger.prune() == 90
+        assert len(ledger.buckets("job0")) == 29
+    assert not any("check the clock" in r.message for r in caplog.records)
+    # Steady operation prunes too: a minute past the retention, next to the rest.
+    now = 1_800_000_000.0
     with Ledger(tmp_path / "l2.db", keep_days=1, clock=lambda: now) as ledger:
         for i in range(1500):
             ledger.add("job", now - 86400 - 120 + 60 * i, 60.0, 60.0)

@@ -14,7 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+from tuimon_core.protocol.fields import SEVERITIES
+
+# Worst first: the order findings are shown in, from the wire's severities (least first).
+SEVERITY_ORDER = {severity: i for i, severity in enumerate(reversed(SEVERITIES))}
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,8 +35,12 @@ def hostlist_size(text: str, limit: int = MAX_TARGETS,
                   chars_limit: int = MAX_EXPANDED_CHARS) -> int:
     """How many names a Slurm host list names (duplicates counted), without building any;
     raises TargetError as soon as the count passes `limit`, or the names would take more
-    than `chars_limit` characters (each name is at most as long as its part of the list:
-    a range's text is longer than any number in it)."""
+    than `chars_limit` characters."""
+    return _measure(text, limit, chars_limit)[0]
+
+
+def _measure(text: str, limit: int, chars_limit: int) -> tuple[int, int]:
+    """(names, characters of the names) of a host list, counted without building any."""
     if len(text) > MAX_HOSTLIST_CHARS:
         raise TargetError(f"host list of {len(text)} characters (limit {MAX_HOSTLIST_CHARS})")
     total = 0
@@ -51,10 +55,9 @@ def hostlist_size(text: str, limit: int = MAX_TARGETS,
         if depth > 1 or depth < 0:
             raise TargetError(f"bad host list {_short(text)}: nested or unbalanced brackets")
         if c == "," and depth == 0:
-            part = text[start:i]
-            size = _part_size(part, text)
+            size, longest = _part_size(text[start:i], text)
             total += size
-            chars += size * len(part)
+            chars += size * longest
             start = i + 1
             if total > limit:
                 # `limit` is what is left of MAX_TARGETS when several lists share it.
@@ -63,18 +66,22 @@ def hostlist_size(text: str, limit: int = MAX_TARGETS,
                 raise TargetError(f"host list {_short(text)} names more than {cap}")
             if chars > chars_limit:
                 raise TargetError(f"host list {_short(text)} names more than "
-                                  f"{chars_limit >> 20} MiB of names")
+                                  f"{MAX_EXPANDED_CHARS >> 20} MiB of names")
     if depth:
         raise TargetError(f"bad host list {_short(text)}: unbalanced brackets")
-    return total
+    return total, chars
 
 
-def _part_size(part: str, whole: str) -> int:
+def _part_size(part: str, whole: str) -> tuple[int, int]:
+    """(names, the longest name's length) of one comma-free part: the text outside its
+    brackets plus, for each bracket, its widest number."""
     if not part:
-        return 0
+        return 0, 0
     size = 1
+    longest = len(_GROUP.sub("", part))
     for group in _GROUP.findall(part):
         n = 0
+        width = 0
         for item in group.split(","):
             m = _RANGE.fullmatch(item)
             if m:
@@ -86,14 +93,20 @@ def _part_size(part: str, whole: str) -> int:
                     raise TargetError(f"bad host list {_short(whole)}: range {item!r} runs "
                                       "backwards")
                 n += int(high) - int(low) + 1
+                width = max(width, len(low), len(high))
             elif item.isdigit():
+                if len(item) > MAX_RANGE_DIGITS:
+                    raise TargetError(f"bad host list {_short(whole)}: number {_short(item)} "
+                                      f"has more than {MAX_RANGE_DIGITS} digits")
                 n += 1
+                width = max(width, len(item))
             else:
                 raise TargetError(f"bad host list {_short(whole)}: bad range {item!r}")
         size *= n
+        longest += width
         if size > MAX_TARGETS:
-            return size  # the caller stops at its limit; no need to multiply further
-    return size
+            return size, longest  # the caller stops at its limit: no need to go on
+    return size, longest
 
 
 def _short(text: str) -> str:
@@ -117,9 +130,9 @@ def expand_hostlists(items: Iterable[str], limit: int = MAX_TARGETS) -> list[str
     total = 0
     chars = 0
     for item in items:
-        size = hostlist_size(item, limit - total, MAX_EXPANDED_CHARS - chars)
+        size, used = _measure(item, limit - total, MAX_EXPANDED_CHARS - chars)
         total += size
-        chars += size * len(item)
+        chars += used
     out: list[str] = []
     for item in items:
         try:

@@ -110,11 +110,13 @@ class ClusterState:
         self.protocol_errors = 0
         # job -> the relay ledger's budget summary (batch.budget), when watching a relay.
         self.budgets: dict[str, dict[str, Any]] = {}
+        self._budgets_by_source: dict[str, dict[str, dict[str, Any]]] = {}
         # Prometheus targets whose last scrape failed: "job instance" -> (node, reason).
         self.scrape_failures: dict[str, tuple[str, str]] = {}
         # relay -> problem -> text: what a relay did that the viewer refused (declared too
         # many nodes, claimed another relay's): shown as findings naming both.
         self.relay_problems: dict[str, dict[str, str]] = {}
+        self._more_problems: dict[str, set[str]] = {}
         # Targets the viewer looks at closely (the node screen): sources are told, and take
         # those nodes' full samples instead of their overviews.
         self.detail_targets: frozenset[str] = frozenset()
@@ -145,7 +147,7 @@ class ClusterState:
 
     def note_relay_problem(self, relay: str, key: str, text: str | None) -> None:
         """A relay's problem as the viewer sees it (None clears it); at most
-        MAX_RELAY_PROBLEMS kept a relay, the rest counted in one line."""
+        MAX_RELAY_PROBLEMS kept a relay, the rest counted, each once."""
         if text is None:
             problems = self.relay_problems.get(relay)
             if problems and problems.pop(key, None) is not None:
@@ -157,9 +159,18 @@ class ClusterState:
         if key in problems or len(problems) < MAX_RELAY_PROBLEMS:
             problems[key] = text
         else:
-            more = problems.get("more", "0").split()[0]
-            problems["more"] = f"{int(more) + 1} more problems with relay {relay}"
+            more = self._more_problems.setdefault(relay, set())
+            if key in more or len(more) >= MAX_RELAY_PROBLEMS * 64:
+                return
+            more.add(key)
+            problems["more"] = f"{len(more)} more problems with relay {relay}"
         self.version += 1
+
+    def forget_relay_problems(self, relay: str) -> None:
+        """A relay connected again: what it does now is judged anew."""
+        if self.relay_problems.pop(relay, None):
+            self.version += 1
+        self._more_problems.pop(relay, None)
 
     def clear(self) -> None:
         """Forget every node and event (a replay seeking back rebuilds from the start)."""
@@ -217,8 +228,15 @@ class ClusterState:
         else:
             self.add_target(source)
 
-    def apply_budget(self, budget: dict[str, dict[str, Any]]) -> None:
-        self.budgets.update(budget)
+    def apply_budget(self, budget: dict[str, dict[str, Any]], source: str = "") -> None:
+        """A ledger's summary per job, from `source` (a relay, Prometheus): it replaces
+        what that source said before, so a source that names new jobs every batch holds
+        at most one batch's worth (MAX_BUDGET_JOBS) in the viewer."""
+        self._budgets_by_source[source] = budget
+        merged: dict[str, dict[str, Any]] = {}
+        for per_source in self._budgets_by_source.values():
+            merged.update(per_source)
+        self.budgets = merged
         self.version += 1
 
     def apply_hello(self, target: str, hello: Hello) -> None:

@@ -88,7 +88,8 @@ class Diagnosis:
         out += run("the storage rule", lambda: self._storage(storage), [])
         out += run("the straggler rule", lambda: self._stragglers(eff), [])
         out += run("the efficiency rule", lambda: self._efficiency(eff, out), [])
-        self.findings = self.book.update(out, now) + self.guard.findings()
+        # The parts' internal errors are added by the pass that ran them (ClusterWatch).
+        self.findings = self.book.update(out, now)
         return self.findings
 
     # -- rules -------------------------------------------------------------------------
@@ -141,21 +142,24 @@ class Diagnosis:
                     out += held[2]
                 continue
             live.add(n.target)
-            rules = self._rules.get(n.target)
-            if rules is None or rules.name != n.name:
-                rules = self._rules[n.target] = NodeRules(n.name)
-            if n.detail is not None:
-                # One node's values a rule cannot judge (a bug) lose that node's rules only.
-                self.guard.run(f"the node rules of {n.name}",
-                               partial(rules.observe, n.hello, n.detail, now), None)
-            if n.status == "up":
-                out += rules.conditions(now)
+            # One node's values a rule cannot judge (a bug) lose that node's rules only.
+            out += self.guard.run(f"the node rules of {n.name}",
+                                  partial(self._judge_node, n, now), [])
         for gone in self._rules.keys() - live:
             del self._rules[gone]
         if len(read) > len(cluster.nodes):
             for gone in read.keys() - cluster.nodes.keys():
                 del read[gone]
         return out
+
+    def _judge_node(self, n: NodeState, now: float) -> list[Finding]:
+        """The node rules, here, for a node whose agent does not judge itself."""
+        rules = self._rules.get(n.target)
+        if rules is None or rules.name != n.name:
+            rules = self._rules[n.target] = NodeRules(n.name)
+        if n.detail is not None:
+            rules.observe(n.hello, n.detail, now)
+        return rules.conditions(now) if n.status == "up" else []
 
     def _congestion(self, cluster: ClusterState) -> list[Finding]:
         # Per node, its ports and their xmit_wait (ticks/s), from the overviews: at 4096

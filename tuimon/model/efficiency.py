@@ -23,6 +23,9 @@ WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
 # Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
 PEAK_FLOPS = (("NVIDIA H200", 989e12), ("NVIDIA H100", 989e12), ("NVIDIA A100", 312e12),
               ("NVIDIA B200", 2250e12), ("NVIDIA GB200", 2500e12))
+# A job with no step reports for this long, and no ledger naming it, is forgotten: the
+# viewer's memory holds the jobs that run, not every name a peer ever sent.
+FORGET_JOB_S = 24 * 3600.0
 STRAGGLER_RATIO = 1.10
 STRAGGLER_SECONDS = 30.0
 
@@ -51,6 +54,7 @@ class JobState:
     stragglers: list[Straggler] = field(default_factory=list)
     rank_last: dict[int, float] = field(default_factory=dict)  # rank -> last credited
     last_update: float | None = None  # when steps last arrived
+    created: float = field(default_factory=time.time)  # when the viewer first heard of it
 
     def window(self, seconds: float, now: float) -> tuple[float | None, float | None]:
         """(SLI, samples/s) over the last `seconds`.
@@ -66,10 +70,11 @@ class JobState:
             wall += w
             compute += c
             samples += s
-        if wall <= 0:
-            return None, None
         ranks = self.world or max(1, len(self.rank_last))
-        return compute / wall, samples / (wall / ranks)
+        run = wall / ranks  # seconds of the run the reports cover
+        if wall <= 0 or run <= 0:  # (a valid 5e-324 s over a million ranks is 0)
+            return None, None
+        return compute / wall, samples / run
 
     def ranks_reporting(self, now: float, within: float) -> int:
         return sum(1 for ts in self.rank_last.values() if ts >= now - within)
@@ -146,15 +151,19 @@ class EfficiencyView:
         for name, summary in cluster.budgets.items():
             # The relay has counted the whole run; the viewer has seen only its session.
             self._job(name).burn = LedgerBurn(self.slo, summary)
+        oldest = now - max(WINDOWS.values())
+        for name in [n for n, s in self.jobs.items() if n not in cluster.budgets and
+                     (s.last_update or s.created) < now - FORGET_JOB_S]:
+            del self.jobs[name]  # no steps for a day, no ledger naming it: the job is over
         for state in self.jobs.values():
-            while state.history and state.history[0][0] < now - max(WINDOWS.values()):
+            while state.history and state.history[0][0] < oldest:
                 state.history.popleft()
             state.stragglers = self._stragglers(state, now)
 
     def _job(self, name: str) -> JobState:
         state = self.jobs.get(name)
         if state is None:
-            state = self.jobs[name] = JobState(name, self.slo)
+            state = self.jobs[name] = JobState(name, self.slo, created=self.now)
             state.burn = BurnTracker(self.slo)
         return state
 

@@ -28,12 +28,28 @@ class Guard:
 
     def __init__(self) -> None:
         self.errors: dict[str, str] = {}
+        self.failures = 0  # parts that raised, in all (a count that never goes back)
+        self._ran: set[str] | None = None
+
+    def begin(self) -> None:
+        """A pass starts: a part that does not run in it (a node gone, a screen closed)
+        has no error standing after `end()`."""
+        self._ran = set()
+
+    def end(self) -> None:
+        if self._ran is not None:
+            for part in self.errors.keys() - self._ran:
+                del self.errors[part]
+        self._ran = None
 
     def run(self, part: str, fn: Callable[[], T], default: D) -> T | D:
         """`fn()`, or `default` when it raises (logged once per distinct error)."""
+        if self._ran is not None:
+            self._ran.add(part)
         try:
             result = fn()
         except Exception as exc:
+            self.failures += 1
             text = clean(f"{type(exc).__name__}: {exc}")[:200]
             if self.errors.get(part) != text:
                 log.error("internal error in %s (the rest goes on)", part, exc_info=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuimon_core.protocol.fields import MAX_COUNT, STEP_RANK_FIELDS
+from tuimon_core.protocol.fields import MAX_COUNT, MAX_JOBS, MAX_RANKS, STEP_RANK_FIELDS
 
 CAP_S = 600.0
 FIRST_S = 15.0
@@ -181,5 +181,7 @@ def merge_steps(older: dict[str, Any] | None,
                         # reader refuses what its type does not allow.
                         acc[key] = min(most, acc.get(key, 0) + r[key])
     out = dict(newer)
-    out["jobs"] = [{**j, "ranks": list(j["ranks"].values())} for j in jobs.values()]
+    # Within the family's bounds too: the merged sums are sent on by a relay.
+    out["jobs"] = [{**j, "ranks": list(j["ranks"].values())[:MAX_RANKS]}
+                   for j in list(jobs.values())[:MAX_JOBS]]
     return out

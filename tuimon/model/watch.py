@@ -25,7 +25,12 @@ class ClusterWatch:
         bug) is an `internal_error` finding, and the parts after it still run on what
         the one before left (tuimon.model.guard)."""
         guard = self.diagnosis.guard
+        guard.begin()
         guard.run("node ages", self.cluster.refresh_ages, None)
         guard.run("storage aggregates", lambda: self.storage.update(self.cluster), None)
         guard.run("efficiency windows", lambda: self.efficiency.update(self.cluster), None)
-        return self.diagnosis.update(self.cluster, self.efficiency, self.storage)
+        findings = guard.run("the diagnosis", lambda: self.diagnosis.update(
+            self.cluster, self.efficiency, self.storage), self.diagnosis.findings)
+        guard.end()
+        self.diagnosis.findings = findings + guard.findings()
+        return self.diagnosis.findings

@@ -45,8 +45,9 @@ from tuimon_core.protocol import (
     encode_map,
     unpack,
 )
-from tuimon_core.protocol.codec import MAX_DETAIL, map_header, sample_spans
+from tuimon_core.protocol.codec import map_header, sample_spans
 from tuimon_core.protocol.families import FAMILY_KEYS, Frame, keep_families, wants_events
+from tuimon_core.protocol.fields import MAX_DETAIL
 from tuimon_core.protocol.overview_forms import OVERVIEW_FORM, first_form
 from tuimon_core.timing import aged_state, lost_state
 
@@ -452,10 +453,13 @@ class FanOut:
     def note_relay_problem(self, relay: str, key: str, text: str | None) -> None:
         """An upstream relay's problem: logged once (the viewers of this relay see the
         nodes it refused as not declared)."""
-        if text is not None and (relay, key) not in self._problems_logged:
-            if len(self._problems_logged) < 4096:
-                self._problems_logged.add((relay, key))
+        if text is not None and (relay, key) not in self._problems_logged and \
+                len(self._problems_logged) < 4096:  # then silent: said often enough
+            self._problems_logged.add((relay, key))
             log.warning("%s", text)
+
+    def forget_relay_problems(self, relay: str) -> None:
+        self._problems_logged = {p for p in self._problems_logged if p[0] != relay}
 
     def forget_target(self, target: str) -> None:
         # An upstream relay is not a node; viewers never heard of it as one.
@@ -513,7 +517,7 @@ class FanOut:
         # A relay upstream of this one says how its node stands: pass it on.
         self._set_state(self.add_target(source), state, reason)
 
-    def apply_budget(self, budget: dict[str, dict[str, Any]]) -> None:
+    def apply_budget(self, budget: dict[str, dict[str, Any]], source: str = "") -> None:
         """An upstream relay's ledger; this relay keeps its own from the same steps."""
 
     def refresh(self) -> None:

@@ -45,9 +45,9 @@ ON CONFLICT (job, minute) DO UPDATE SET total_s = total_s + excluded.total_s,
 """
 # Unwritten minutes kept in memory while the disk refuses them (jobs x minutes).
 MAX_PENDING = 100_000
-# A day without a single bucket between what a prune drops and what it keeps, when it
-# would drop most of the file, is read as a clock jump, not as history to forget.
-JUMP_GAP_MINUTES = 1440
+# The wall clock moving this far apart from the monotonic one since start is a jump: a
+# prune then would take history the clock only seems to have left behind.
+JUMP_S = 3600.0
 
 
 def _when(minute: int | None) -> str:
@@ -95,11 +95,14 @@ def _lock(path: Path) -> tuple[int, int]:
 class Ledger:
     def __init__(self, path: str | Path, *, keep_days: float = 30.0,
                  window_hours: float = 720.0, max_bytes: int | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
         self.keep_days = keep_days
         self.window_hours = window_hours
         self.clock = clock
+        self._monotonic = monotonic
+        self._wall0, self._mono0 = clock(), monotonic()
         self.error: str | None = None
         self.written = 0
         self._pending: dict[tuple[str, int], list[float]] = {}
@@ -195,12 +198,18 @@ class Ledger:
         return True
 
     def prune(self) -> int:
-        """Drop buckets older than the retention; returns how many went. A prune that looks
-        like a clock jump is refused and logged: the ledger is worth more than the disk
-        it uses. That is when every bucket would go (this relay's clock far ahead of the
-        one that wrote them), or when most would and a day or more without any bucket
-        lies between what would go and what stays (a clock that jumped ahead, and the
-        minutes written since)."""
+        """Drop buckets older than the retention; returns how many went. A prune the clock
+        cannot be trusted for is refused and logged, the ledger being worth more than the
+        disk it uses: when the wall clock moved more than an hour apart from the time that
+        passed since the relay started (it jumped, and may have written a minute where it
+        landed), or when every bucket would go (this relay's clock far ahead of the one
+        that wrote them)."""
+        jump = (self.clock() - self._wall0) - (self._monotonic() - self._mono0)
+        if abs(jump) > JUMP_S:
+            log.error("ledger %s: the clock moved %+.1f h apart from the time that passed "
+                      "since this relay started; not pruning: check the clock", self.path,
+                      jump / 3600)
+            return 0
         first = int(self.clock() // 60) - int(self.keep_days * 1440)
         try:
             old, total, newest_old = self._db.execute(
@@ -209,18 +218,10 @@ class Ledger:
             old, total = old or 0, total or 0
             if not old:
                 return 0
-            oldest_kept = self._db.execute("SELECT MIN(minute) FROM buckets WHERE minute >= ?",
-                                           (first,)).fetchone()[0]
-            if oldest_kept is None:
+            if old == total:
                 log.error("ledger %s: every bucket (%d) is older than %g days by this relay's "
                           "clock (newest %s); not pruning: check the clock", self.path, total,
                           self.keep_days, _when(newest_old))
-                return 0
-            if old > total - old and oldest_kept - newest_old > JUMP_GAP_MINUTES:
-                log.error("ledger %s: pruning would drop %d of %d buckets, and nothing was "
-                          "written between %s and %s: the clock looks to have jumped; not "
-                          "pruning: check the clock", self.path, old, total,
-                          _when(newest_old), _when(oldest_kept))
                 return 0
             with self._db:
                 self._db.execute("BEGIN")

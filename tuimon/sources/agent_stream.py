@@ -89,8 +89,9 @@ class StreamSink(Protocol):
     def mark_stale(self, target: str, reason: str) -> None: ...
     def note_protocol_error(self, target: str, reason: str) -> None: ...
     def apply_source_state(self, source: str, state: str, reason: str | None) -> None: ...
-    def apply_budget(self, budget: dict[str, dict[str, Any]]) -> None: ...
+    def apply_budget(self, budget: dict[str, dict[str, Any]], source: str = "") -> None: ...
     def note_relay_problem(self, relay: str, key: str, text: str | None) -> None: ...
+    def forget_relay_problems(self, relay: str) -> None: ...
     def owner_of(self, source: str) -> str | None: ...
 
 
@@ -114,6 +115,7 @@ class AgentStream:
         self._declared_chars = 0
         self.refused: dict[str, str] = {}  # source -> why its frames were refused
         self.refused_more = 0  # refused beyond MAX_REFUSED_KEPT, counted only
+        self._logged: set[tuple[str, str]] = set()  # (source, reason) said in the log
         self._names: dict[str, str] = {}  # source -> the node name its hello gave
         # What to subscribe to, beyond options.subscribe's interval and nodes: the
         # families (None: all), whether this node is looked at closely (agents), which of
@@ -194,6 +196,8 @@ class AgentStream:
         got = False
         interval = 1.0
         self._legacy = False  # until its hello says (it may have been upgraded meanwhile)
+        if self.relay:  # connected again: what it does now is judged anew
+            self.cluster.forget_relay_problems(self.target)
         self._sent = self.subscription()
         if self._sent is not None:
             await ws.send_bytes(encode(self._sent))
@@ -313,11 +317,12 @@ class AgentStream:
                 continue
             try:
                 message = decode(data, deep=self.options.deep_checks)
-            except ProtocolError as exc:
-                # One node's bad frame is that node's problem, not the relay's.
-                log.warning("bad frame for %s from relay %s: %s", source, self.target,
-                            exc.reason)
-                self.cluster.note_protocol_error(source, exc.reason)
+            except Exception as exc:
+                # One node's bad frame is that node's problem, not the relay's (and a
+                # check that fails on it, a bug, is that node's internal error).
+                why = exc.reason if isinstance(exc, ProtocolError) else clean(
+                    f"internal error: {type(exc).__name__}: {exc}"[:200])
+                self._note_bad(source, why, exc)
                 continue
             if isinstance(message, (Batch, Subscribe)):
                 what = "a batch inside a batch" if isinstance(message, Batch) else \
@@ -337,7 +342,7 @@ class AgentStream:
             if self._may_carry(source):
                 self.cluster.apply_source_state(source, state, reason)
         if batch.budget:
-            self.cluster.apply_budget(batch.budget)
+            self.cluster.apply_budget(batch.budget, self.target)
         self.cluster.note_relay_problem(
             self.target, "budget", None if batch.budget_error is None else
             f"relay {self.target} sent a budget this viewer cannot read: "
@@ -351,8 +356,23 @@ class AgentStream:
         try:
             self.cluster.apply_message(source, message, data)
         except Exception as exc:
-            reason = clean(f"internal error: {type(exc).__name__}: {exc}"[:200])
-            log.exception("frame for %s from relay %s failed", source, self.target)
+            self._note_bad(source, clean(f"internal error: {type(exc).__name__}: {exc}"[:200]),
+                           exc)
+
+    def _note_bad(self, source: str, reason: str, exc: Exception) -> None:
+        """A node's frame refused or failed: that node marked; logged once a source and
+        reason (N broken nodes behind a relay must not write N tracebacks a second)."""
+        key = (source, reason)
+        if key not in self._logged and len(self._logged) < MAX_REFUSED_KEPT:
+            self._logged.add(key)
+            if isinstance(exc, ProtocolError):
+                log.warning("bad frame for %s from relay %s: %s", source, self.target, reason)
+            else:
+                log.error("frame for %s from relay %s failed", source, self.target,
+                          exc_info=exc)
+        if isinstance(exc, ProtocolError):
+            self.cluster.note_protocol_error(source, reason)
+        else:
             self.cluster.mark_stale(source, reason)
 
     def _declare(self, source: str) -> None:

@@ -42,13 +42,16 @@ from tuimon_core.protocol import (
     encode,
 )
 from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
+from tuimon_core.protocol.schema import Int, WireType
 from tuimon_core.protocol.text import clean
 from tuimon_core.version import __version__
 
 log = logging.getLogger(__name__)
 
-_GPU_KIND = {f.key: f.kind for f in GPU_FIELDS}
-_HOST_KIND = {f.key: f.kind for f in HOST_FIELDS}
+# Each field's type, by key: a series' value is made what its field holds (whole numbers
+# where the field is an Int, within its bounds) before the frame goes to the decoder.
+_GPU_KIND = {f.key: f.type for f in GPU_FIELDS}
+_HOST_KIND = {f.key: f.type for f in HOST_FIELDS}
 Series = list[tuple[dict[str, str], float]]
 
 
@@ -234,7 +237,13 @@ class PromSource:
             for job, ranks in node.jobs.items():
                 worlds[job] = max(worlds.get(job, 0), max(ranks) + 1)
         for name, node in nodes.items():
-            self._emit(name, node, ts, worlds)
+            try:  # one node's series, alone: a value no check foresaw is that node's
+                self._emit(name, node, ts, worlds)
+            except Exception as exc:
+                log.error("prometheus %s: the series of %s failed", self.url, name,
+                          exc_info=exc)
+                self.cluster.mark_stale(name, clean(f"internal error: {type(exc).__name__}: "
+                                                    f"{exc}")[:200])
         self.cluster.scrape_failures = failures
         for name, reason in {n: r for n, r in failures.values()}.items():
             if name not in nodes:  # nothing else speaks for it: say why it is missing
@@ -244,7 +253,7 @@ class PromSource:
                 self.cluster.mark_stale(target, "no series for this node in Prometheus")
         if with_budget:
             self._last_budget = now
-            self.cluster.apply_budget(_budget(answers, self.options.slo_hours))
+            self.cluster.apply_budget(_budget(answers, self.options.slo_hours), self.url)
 
     async def _failures(self, up: Series,
                         resolver: NodeNames) -> dict[str, tuple[str, str]]:
@@ -371,7 +380,7 @@ class PromSource:
             if value > 0:
                 p = port(labels)
                 if p is not None:
-                    p["errors_inc"] = {"symbol_errors": round(value)}
+                    p["errors_inc"] = {"symbol_errors": _whole(value)}
 
     def _storage(self, a: dict[str, Series],
                  node: Callable[[dict[str, str]], _Node | None]) -> None:
@@ -422,9 +431,9 @@ class PromSource:
             fs = n.filesystems.setdefault(mp, {"id": mp, "fstype": entry["fstype"] or "-"})
             fs["fstype"] = entry["fstype"] or fs["fstype"]
             if entry.get("size") is not None:
-                fs["size"] = round(entry["size"])
+                fs["size"] = _whole(entry["size"])
             if entry.get("avail") is not None:
-                fs["avail"] = round(entry["avail"])
+                fs["avail"] = _whole(entry["avail"])
         for answer, key in (("disk_read", "read_bytes_s"), ("disk_write", "write_bytes_s")):
             for labels, value in a.get(answer, []):
                 if labels.get("device"):
@@ -457,7 +466,7 @@ class PromSource:
                 gpu = {"failed": "reported down by the agent (tuimon_gpu_up = 0)"}
             gpus.append(gpu)
             gpus_info.append(GpuInfo(index=i, uuid=info.get("uuid"), name=info.get("name"),
-                                     mem_total=_as("int", raw.get("mem_total")),
+                                     mem_total=_as(_GPU_KIND["mem_total"], raw.get("mem_total")),
                                      power_limit=raw.get("power_limit"),
                                      pci_bus_id=info.get("pci_bus_id"),
                                      max_sm_clock=raw.get("_max_sm_clock"),
@@ -504,10 +513,10 @@ class PromSource:
             dt = self.options.every  # rates over the refresh interval, as sums per sample
             extra["steps"] = {"jobs": [
                 {"id": job, "world": worlds.get(job, 1),
-                 "ranks": [{"rank": r, "steps": max(1, round(v.get("steps", 0) * dt)),
+                 "ranks": [{"rank": r, "steps": max(1, _whole(v.get("steps", 0) * dt) or 0),
                             "wall": v.get("wall", 0.0) * dt,
                             "compute": min(v.get("compute", 0.0), v.get("wall", 0.0)) * dt,
-                            "samples": round(v.get("samples", 0.0) * dt)}
+                            "samples": _whole(v.get("samples", 0.0) * dt)}
                            for r, v in sorted(ranks.items()) if v.get("wall", 0.0) > 0]}
                 for job, ranks in n.jobs.items()], "received": 0, "rejected": 0}
         host = {k: _as(_HOST_KIND[k], v) for k, v in n.host.items() if k in _HOST_KIND}
@@ -555,8 +564,7 @@ def _mig_parent(raw: dict[str, Any], instances: dict[int, dict[str, Any]]) -> di
         used += inst_used or 0.0
         total += inst_total or 0.0
         entry = {"gi": gi, "ci": None, "profile": v.get("profile"),
-                 "mem_used": round(inst_used) if inst_used is not None else None,
-                 "mem_total": round(inst_total) if inst_total is not None else None}
+                 "mem_used": _whole(inst_used), "mem_total": _whole(inst_total)}
         for key in _ACTIVITY:
             if v.get(key) is not None:
                 entry[key] = v[key]
@@ -621,12 +629,20 @@ def _int(text: str | None) -> int | None:
         return None
 
 
-def _as(kind: str, v: Any) -> Any:
+def _as(kind: WireType, v: Any) -> Any:
+    """A series' value as its field holds it: a whole number for an Int, and nil for
+    what the field cannot hold (a count past 2^64, an infinite rate): one exporter's odd
+    value is that value's, not the refresh's."""
     if v is None:
         return None
-    if kind == "int":
-        return round(v) if isinstance(v, (int, float)) and v >= 0 else None
-    return v
+    if isinstance(kind, Int) and isinstance(v, float):
+        v = _whole(v)
+    return None if v is None else kind.fit(v)
+
+
+def _whole(v: float | None) -> int | None:
+    """A count from a float series: nil where it is none (negative, past 2^63, NaN)."""
+    return round(v) if v is not None and 0 <= v < 2.0 ** 63 else None
 
 
 @contextlib.asynccontextmanager

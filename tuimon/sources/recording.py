@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import itertools
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from tuimon.model.cluster import ClusterState
 from tuimon_core.errors import UsageError
 from tuimon_core.protocol import MAX_MESSAGE_BYTES, Batch, ProtocolError, Subscribe, decode
 from tuimon_core.protocol.text import clean
+
+log = logging.getLogger(__name__)
 
 FORMAT_VERSION = 1
 # A recorded frame is one node's (a viewer records each node's frames, not batches).
@@ -75,8 +78,6 @@ class Recording:
     count: int = 0
     # Why the frames stop before the file's end (cut short, damaged), with where.
     damage: str | None = None
-    # Frames larger than a node's frame may be (MAX_MESSAGE_BYTES): left out, counted.
-    skipped: int = 0
 
     def frames(self) -> Iterator[tuple[float, str, bytes]]:
         """(seconds since the start, target, frame bytes), read from the file in order,
@@ -117,11 +118,9 @@ def read_recording(path: str | Path) -> Recording:
                             not isinstance(started, bool) and 0 <= started < 1e11 else 0.0,
                             clean(str(header.get("name") or ""))[:255])
             try:
-                for t, _, data in _frames(unpacker):
+                for t, _, _data in _frames(unpacker):
                     rec.count += 1
                     rec.duration = max(rec.duration, t)
-                    if len(data) > MAX_MESSAGE_BYTES:
-                        rec.skipped += 1
                 if fh.tell() > unpacker.tell():  # bytes left that make no whole frame
                     raise EOFError(f"the last {fh.tell() - unpacker.tell()} bytes are a "
                                    "frame cut short")
@@ -160,13 +159,17 @@ class ReplayControl:
 
 
 def apply_frame(cluster: ClusterState, target: str, data: bytes) -> None:
+    """One recorded frame, alone: a frame that does not decode is that node's refusal,
+    and one that fails to apply (a bug) that node's internal error; the replay goes on."""
     try:
         message = decode(data)
+        if not isinstance(message, (Subscribe, Batch)):
+            cluster.apply_message(target, message, data)
     except ProtocolError as exc:
         cluster.note_protocol_error(target, exc.reason)
-        return
-    if not isinstance(message, (Subscribe, Batch)):
-        cluster.apply_message(target, message, data)
+    except Exception as exc:
+        log.error("replaying a frame of %s failed", target, exc_info=exc)
+        cluster.mark_stale(target, clean(f"internal error: {type(exc).__name__}: {exc}")[:200])
 
 
 async def replay(rec: Recording, cluster: ClusterState, control: ReplayControl) -> None:

@@ -290,7 +290,8 @@ class TuimonApp(App[None]):
         judged = self.judge_every <= self.refresh_every or \
             start - self._judged_at >= self.judge_every - self.refresh_every / 2
         if judged:
-            findings = self.cluster_watch.update()
+            findings = guard.run("the judgement", self.cluster_watch.update,
+                                 self.diagnosis.findings)
             faults = guard.run("the map's fault marks", lambda: self._faults(findings), {})
             for view in self.query(HeatmapView):
                 view.faults = faults
@@ -318,7 +319,7 @@ class TuimonApp(App[None]):
             guard.run("the storage pane", lambda: self.query_one(StoragePanel).update_from(
                 self.storage, width, compact), None)
             guard.run("the diagnosis pane", lambda: self.query_one(DiagnosisPane).update_from(
-                self.diagnosis.findings + guard.findings(), width), None)
+                findings + guard.findings(), width), None)
         guard.run("the events pane", lambda: self.query_one(EventsPane).update_from(
             self.cluster, width), None)
         self._tell_internal_errors()

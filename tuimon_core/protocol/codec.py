@@ -132,6 +132,9 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES,
         # reader (a viewer's stream task, a relay's upstream).
         raise ProtocolError(f"malformed message: a key or value of the wrong type "
                             f"({exc})") from None
+    except RecursionError:
+        # A value nested deeper than any field (the overview a thousand lists deep).
+        raise ProtocolError("malformed message: nested deeper than any field") from None
 
 
 def _decode(data: bytes, max_bytes: int, deep: bool) -> Message | None:
@@ -288,11 +291,11 @@ def _sample(m: dict[str, Any]) -> Sample:
             continue
         kind = FAMILY_TYPES.get(key)
         if kind is not None:
-            if key != "findings" or value:  # most samples: no findings
+            if value != [] or key != "findings":  # most samples: no findings
                 extra[key] = kind.check(value, f"sample.{key}")
         elif key == "overview":
             _check_overview(value)
-        elif type(key) is not str or len(key) > 64:
+        elif type(key) is not str or len(key) > MAX_STR:
             raise ProtocolError(f"sample: expected family names as keys, got {show(key)}")
     if not extra.keys() <= _KNOWN_EXTRA:
         for key in [k for k in extra if k not in _KNOWN_EXTRA]:
@@ -338,10 +341,6 @@ def _subscribe(m: dict[str, Any]) -> Subscribe:
     return Subscribe(interval=float(interval) if interval is not None else None,
                      families=known["families"], nodes=known["nodes"],
                      detail=known["detail"], overview_form=known["overview_form"])
-
-
-# Nodes one viewer may take whole through a relay at once (a node screen, a short list).
-MAX_DETAIL = 256
 
 
 def _batch(m: dict[str, Any]) -> Batch:
@@ -426,9 +425,9 @@ def _check_overview(ov: Any) -> None:
             raise ProtocolError(f"sample.overview.fs_rows: expected a list of at most "
                                 f"{MAX_SHARED_FS} rows")
         for i, row in enumerate(rows):
-            if type(row) is not list or len(row) < _FS_WIDTH or type(row[0]) is not str:
+            if type(row) is not list or len(row) < _FS_WIDTH:
                 raise ProtocolError(f"sample.overview.fs_rows[{i}]: expected a row "
-                                    f"[{', '.join(FS_COLUMNS)}] with a string id")
+                                    f"[{', '.join(FS_COLUMNS)}]")
             if len(row) > _FS_WIDTH:
                 rows[i] = row = row[:_FS_WIDTH]  # a newer agent's columns
             if not _plain_row(row):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tuimon_core.hostlist import MAX_HOSTLIST_CHARS
 from tuimon_core.protocol.schema import (
+    MAX_STR,
     AnyOf,
     Int,
     ListOf,
@@ -76,24 +78,24 @@ MHZ = 1e6
 # -- bounds: what one node's frame may hold --------------------------------------------
 # Counts the wire allows and the agent cuts to. A frame must also fit MAX_MESSAGE_BYTES
 # (codec.py): the agent measures that too (agent/frame_fit.py).
+# No bound is tighter than what readers of earlier releases accepted: an agent that
+# predates the schema never sends what an upgraded viewer refuses.
 MAX_GPUS = 64
-MAX_PROCESSES = 16  # per GPU or MIG instance: the largest memory users
-MAX_MIG = 16
-MAX_PORTS = 1024
-MAX_NICS = 1024
-MAX_FILESYSTEMS = 1024
-MAX_DISKS = 1024
+MAX_PROCESSES = 64  # per GPU or MIG instance (the agent sends its 16 largest users)
+MAX_MIG = 64
+MAX_ENTITIES = 4096  # ports, NICs, file systems, disks, a job's ranks, a node's jobs
+MAX_PORTS = MAX_NICS = MAX_FILESYSTEMS = MAX_DISKS = MAX_ENTITIES
 MAX_SHARED_FS = 256  # rows of the overview
 MAX_FINDINGS = 256
 MAX_FINDING_TEXT = 512
-MAX_JOBS = 256  # in one node's step sums
-MAX_RANKS = 1024  # of one job on one node
-MAX_BUDGET_JOBS = 1024  # in a relay's batch
-MAX_NAME = 255  # a node's name (a DNS name is at most 253)
+MAX_JOBS = MAX_RANKS = MAX_ENTITIES
+MAX_BUDGET_JOBS = 1024  # in a relay's batch: the jobs seen most recently
+# Nodes one viewer may take whole through a relay at once (a node screen, a short list).
+MAX_DETAIL = 256
 # A count that is summed (steps, samples, tokens): exact in a float, and a sum of many
 # stays far within msgpack's 64 bits.
 MAX_COUNT = 1 << 53
-MAX_KIND = 64  # a finding's or event's kind, a family's name
+MAX_KIND = 64  # a finding's kind
 
 # -- the types most fields have ---------------------------------------------------------
 NUM = Num()  # any finite number within +-MAX_NUM
@@ -104,32 +106,32 @@ TIME = Num(0, 95e9, doc="time")
 # A sampling interval, as the agent takes it (--interval): a reader divides by it.
 INTERVAL = Num(0.01, 3600)
 INT = Int()
-COUNT = Int(hi=MAX_COUNT, doc="int")  # summed by readers: see MAX_COUNT
+COUNT = Int(hi=MAX_COUNT, doc="count")  # summed by readers: see MAX_COUNT
 STR = Str()
 SEVERITIES = ("info", "warning", "critical")
 SEVERITY = Str(choices=SEVERITIES, doc="severity")
-CLOCK_EVENTS = ListOf(Str(MAX_KIND), 64)
+CLOCK_EVENTS = ListOf(STR, 64)
 REASONS = MapOf(STR, 64)  # name -> why it could not be read
 
 PROCESS_FIELDS: tuple[Field, ...] = (
     Field("pid", INT, "", "host process id (as NVML reports it)", required=True),
     Field("mem", INT, "bytes", "GPU memory it uses, nil when NVML cannot say"),
-    Field("user", Str(256), "", "user name from the node's /etc/passwd, else the uid"),
+    Field("user", STR, "", "user name from the node's /etc/passwd, else the uid"),
     Field("command", STR, "", "command line (its first 160 characters)"),
-    Field("job", Str(64), "", "Slurm job id, from the process's cgroup"),
-    Field("pod_uid", Str(64), "", "Kubernetes pod uid, from the cgroup"),
-    Field("namespace", Str(MAX_NAME), "", "Kubernetes namespace"),
-    Field("pod", Str(MAX_NAME), "", "Kubernetes pod name"),
-    Field("container", Str(64), "", "container id (its first 12 characters)"),
-    Field("runtime", Str(32), "", "container runtime: containerd, crio, docker, podman"),
+    Field("job", STR, "", "Slurm job id, from the process's cgroup"),
+    Field("pod_uid", STR, "", "Kubernetes pod uid, from the cgroup"),
+    Field("namespace", STR, "", "Kubernetes namespace"),
+    Field("pod", STR, "", "Kubernetes pod name"),
+    Field("container", STR, "", "container id (its first 12 characters)"),
+    Field("runtime", STR, "", "container runtime: containerd, crio, docker, podman"),
 )
 PROCESS = Record("process", PROCESS_FIELDS)
 
 MIG_FIELDS: tuple[Field, ...] = (
     Field("gi", INT, "", "GPU instance id", required=True),
     Field("ci", INT, "", "compute instance id"),
-    Field("profile", Str(64), "", "profile, e.g. `2g.20gb`"),
-    Field("uuid", Str(128), "", "MIG device UUID"),
+    Field("profile", STR, "", "profile, e.g. `2g.20gb`"),
+    Field("uuid", STR, "", "MIG device UUID"),
     Field("mem_used", INT, "bytes", "instance memory in use"),
     Field("mem_total", INT, "bytes", "instance memory"),
     Field("procs", INT, "count", "compute processes in the instance"),
@@ -276,29 +278,29 @@ GPU_INFO = Record("gpu info", GPU_INFO_FIELDS)
 # -- fabric ------------------------------------------------------------------------------
 
 PORT_INFO_FIELDS: tuple[Field, ...] = (
-    Field("id", Str(256), "", "`device:port`, e.g. `mlx5_0:1`", required=True),
-    Field("device", Str(128), "", "the HCA, e.g. `mlx5_0`"),
-    Field("port", AnyOf(INT, Str(32), doc="int or str <= 32"), "", "port number (the "
+    Field("id", STR, "", "`device:port`, e.g. `mlx5_0:1`", required=True),
+    Field("device", STR, "", "the HCA, e.g. `mlx5_0`"),
+    Field("port", AnyOf(INT, STR, doc="int or str"), "", "port number (the "
           "directory's name where it is not a number)"),
-    Field("link_layer", Str(64), "", "`InfiniBand`, or `Ethernet` for RoCE"),
+    Field("link_layer", STR, "", "`InfiniBand`, or `Ethernet` for RoCE"),
     Field("rate", RATE, "bytes/s", "link rate, from `400 Gb/sec (4X NDR)`"),
-    Field("rate_text", Str(128), "", "the rate as read"),
-    Field("hca_type", Str(128), "", "HCA model, e.g. `MT4129`"),
-    Field("board_id", Str(128), "", "board id, e.g. `MT_0000000838`"),
-    Field("fw_ver", Str(128), "", "firmware version"),
-    Field("netdev", Str(64), "", "the Ethernet device behind a RoCE port, or nil"),
+    Field("rate_text", STR, "", "the rate as read"),
+    Field("hca_type", STR, "", "HCA model, e.g. `MT4129`"),
+    Field("board_id", STR, "", "board id, e.g. `MT_0000000838`"),
+    Field("fw_ver", STR, "", "firmware version"),
+    Field("netdev", STR, "", "the Ethernet device behind a RoCE port, or nil"),
 )
 NIC_INFO_FIELDS: tuple[Field, ...] = (
-    Field("id", Str(256), "", "interface name, e.g. `eth0`", required=True),
+    Field("id", STR, "", "interface name, e.g. `eth0`", required=True),
     Field("speed", RATE, "bytes/s", "link speed"),
 )
 PORT_COUNTERS = MapOf(Int(), 32)  # counter -> increment, nil: could not be counted
 PORT_FIELDS: tuple[Field, ...] = (
-    Field("id", Str(256), "", "as the inventory's", required=True),
+    Field("id", STR, "", "as the inventory's", required=True),
     Field("state", INT, "", "as read: `4: ACTIVE` is 4"),
-    Field("state_name", Str(64), "", "as read: `ACTIVE`"),
+    Field("state_name", STR, "", "as read: `ACTIVE`"),
     Field("phys_state", INT, "", "as read: `5: LinkUp` is 5"),
-    Field("phys_state_name", Str(64), "", "as read: `LinkUp`"),
+    Field("phys_state_name", STR, "", "as read: `LinkUp`"),
     Field("tx_bytes_s", RATE, "bytes/s", "data rate (`port_xmit_data` x 4 / s)"),
     Field("rx_bytes_s", RATE, "bytes/s", "data rate (`port_rcv_data` x 4 / s)"),
     Field("tx_packets_s", RATE, "packets/s", "packets sent"),
@@ -313,7 +315,7 @@ PORT_FIELDS: tuple[Field, ...] = (
           "`symbol_errors`, `rcv_errors`, `remote_physical_errors`, `xmit_discards`, "
           "`link_downed`, `link_error_recovery`, `buffer_overruns`, "
           "`local_link_integrity_errors`. Absent: nothing moved"),
-    Field("saturated", ListOf(Str(64), 32), "counters", "legacy counters stuck at their "
+    Field("saturated", ListOf(STR, 64), "counters", "legacy counters stuck at their "
           "maximum: their rates and increments are nil"),
     Field("hw", MapOf(RATE, 64), "counter -> 1/s", "mlx5 `hw_counters` rates "
           "(`np_cnp_sent`, `rp_cnp_handled`, `np_ecn_marked_roce_packets`, "
@@ -323,8 +325,8 @@ PORT_FIELDS: tuple[Field, ...] = (
           "`N/A (no PMA)`, `missing`, `permission denied`, `not a counter: ...`"),
 )
 NIC_FIELDS: tuple[Field, ...] = (
-    Field("id", Str(256), "", "as the inventory's", required=True),
-    Field("operstate", Str(64), "", "`up`, `down`, ... as read"),
+    Field("id", STR, "", "as the inventory's", required=True),
+    Field("operstate", STR, "", "`up`, `down`, ... as read"),
     Field("rx_bytes_s", RATE, "bytes/s", "bytes received"),
     Field("tx_bytes_s", RATE, "bytes/s", "bytes sent"),
     Field("rx_packets_s", RATE, "packets/s", "packets received"),
@@ -353,18 +355,18 @@ FABRIC_FIELDS: tuple[Field, ...] = (
 FS_INFO_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "mount point, or `lustre:<fsname>` for an unmounted Lustre "
           "client", required=True),
-    Field("fstype", Str(64), "", "`lustre`, `gpfs`, `nfs4`, `xfs`, ...", required=True),
+    Field("fstype", STR, "", "`lustre`, `gpfs`, `nfs4`, `xfs`, ...", required=True),
     Field("source", STR, "", "what is mounted: `host:/export`, `10.0.0.1@o2ib:/scratch`"),
 )
 DISK_INFO_FIELDS: tuple[Field, ...] = (
-    Field("id", Str(256), "", "kernel name, e.g. `nvme0n1`", required=True),
-    Field("kind", Str(32), "", "`disk`, `partition`, `virtual`"),
+    Field("id", STR, "", "kernel name, e.g. `nvme0n1`", required=True),
+    Field("kind", STR, "", "`disk`, `partition`, `virtual`"),
 )
 FS_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "as the inventory's", required=True),
-    Field("fstype", Str(64), "", "as the inventory's", required=True),
+    Field("fstype", STR, "", "as the inventory's", required=True),
     Field("source", STR, "", "as the inventory's"),
-    Field("mounts", ListOf(STR, 64), "paths", "Lustre: every mount point of the file "
+    Field("mounts", ListOf(STR, MAX_ENTITIES), "paths", "Lustre: every mount point of the file "
           "system, when there are several"),
     Field("instances", INT, "count", "Lustre: llite instances summed"),
     Field("read_bytes_s", RATE, "bytes/s", "this client's reads: Lustre llite "
@@ -386,8 +388,8 @@ FS_FIELDS: tuple[Field, ...] = (
           "out after 2 s`)"),
 )
 DISK_FIELDS: tuple[Field, ...] = (
-    Field("id", Str(256), "", "as the inventory's", required=True),
-    Field("kind", Str(32), "", "as the inventory's"),
+    Field("id", STR, "", "as the inventory's", required=True),
+    Field("kind", STR, "", "as the inventory's"),
     Field("read_bytes_s", RATE, "bytes/s", "bytes read"),
     Field("write_bytes_s", RATE, "bytes/s", "bytes written"),
     Field("read_iops", RATE, "1/s", "reads completed"),
@@ -409,7 +411,6 @@ STORAGE_FIELDS: tuple[Field, ...] = (
 
 # -- steps -------------------------------------------------------------------------------
 
-MAX_JOB_NAME = 128
 STEP_RANK_FIELDS: tuple[Field, ...] = (
     Field("rank", Int(hi=(1 << 31) - 1), "", "the rank in the job", required=True),
     Field("steps", COUNT, "count", "steps credited"),
@@ -419,7 +420,7 @@ STEP_RANK_FIELDS: tuple[Field, ...] = (
     Field("tokens", COUNT, "count", "tokens processed"),
 )
 STEP_JOB_FIELDS: tuple[Field, ...] = (
-    Field("id", Str(MAX_JOB_NAME * 10), "", "job name (cleaned)", required=True),
+    Field("id", STR, "", "job name (cleaned)", required=True),
     Field("world", Int(lo=1, hi=1 << 31), "ranks", "the job's world size", required=True),
     Field("lost", COUNT, "count", "reports missing from its ranks' sequence numbers"),
     Field("ranks", ListOf(Record("step rank", STEP_RANK_FIELDS), MAX_RANKS), "ranks",
@@ -442,7 +443,7 @@ FINDING_FIELDS: tuple[Field, ...] = (
     Field("kind", Str(MAX_KIND), "", "what was found", required=True),
     Field("message", Str(MAX_FINDING_TEXT), "", "one line for people"),
     Field("gpu", Int(hi=MAX_GPUS - 1), "", "the GPU, where it is about one"),
-    Field("port", Str(256), "", "the port, where it is about one"),
+    Field("port", STR, "", "the port, where it is about one"),
     Field("fs", STR, "", "the file system, where it is about one"),
     Field("score", Num(0, 1), "0..1", "how strongly it explains an efficiency drop"),
 )
@@ -450,13 +451,13 @@ FINDING = Record("finding", FINDING_FIELDS)
 
 EVENT_FIELDS: tuple[Field, ...] = (
     Field("ts", TIME, "s", "when it happened", required=True),
-    Field("kind", Str(MAX_KIND), "", "`xid`, `ecc`, `gpu_failed`, ... (readers accept kinds "
+    Field("kind", STR, "", "`xid`, `ecc`, `gpu_failed`, ... (readers accept kinds "
           "they do not know)", required=True),
     Field("severity", SEVERITY, "", "`info`, `warning`, `critical`", required=True),
     Field("message", STR, "", "one line for people"),
     Field("gpu", Int(hi=MAX_GPUS - 1), "", "GPU index, when about one GPU"),
     Field("code", Int(lo=-(1 << 31), hi=(1 << 31) - 1), "", "the XID number for `xid`"),
-    Field("source", Str(MAX_KIND), "", "the collector or family (`gpu`, `host`, ...)"),
+    Field("source", STR, "", "the collector or family (`gpu`, `host`, ...)"),
 )
 
 # -- the relay's budget ------------------------------------------------------------------
@@ -470,8 +471,7 @@ BUDGET_FIELDS: tuple[Field, ...] = (
           "over `5m`, `30m`, `1h`, `6h`, `1d`, `3d`; nil when nothing was observed"),
     Field("error", STR, "", "why the ledger cannot write (e.g. the disk is full)"),
 )
-BUDGET = MapOf(Record("budget", BUDGET_FIELDS), MAX_BUDGET_JOBS, key_len=MAX_JOB_NAME * 10,
-               nil=False)
+BUDGET = MapOf(Record("budget", BUDGET_FIELDS), MAX_BUDGET_JOBS, key_len=MAX_STR, nil=False)
 
 # Clock-event reason bits as NVML defines them (nvmlClocksEventReason*), with the
 # names the wire carries. Bits this table lacks are reported as "unknown_0x...".
@@ -504,7 +504,7 @@ FABRIC_LEVEL_ORDER: tuple[str, ...] = ("util", "congestion", "errors")
 # A shared file system in `fs_rows`, by column; a newer agent may add columns after these.
 FS_ROW_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "mount point", required=True),
-    Field("fstype", Str(64), "", "type"),
+    Field("fstype", STR, "", "type"),
     Field("read", RATE, "bytes/s", "read by this node"),
     Field("write", RATE, "bytes/s", "written by this node"),
     Field("md_ops", RATE, "1/s", "metadata operations"),
@@ -517,7 +517,7 @@ FS_COLUMNS: tuple[str, ...] = tuple(f.key for f in FS_ROW_FIELDS)
 
 INVENTORY_FIELDS: tuple[Field, ...] = (
     Field("gpus", ListOf(GPU_INFO, MAX_GPUS), "GPUs", "one per NVML device (below)"),
-    Field("driver_version", Str(64), "", "NVIDIA driver release"),
+    Field("driver_version", STR, "", "NVIDIA driver release"),
     Field("gpu_status", STR, "", "why this node has no readable GPUs, e.g. `no NVIDIA "
           "driver or GPU: NVML init failed (...)`; nil when NVML works"),
     Field("ports", ListOf(PORT_INFO, MAX_PORTS), "ports", "fabric ports (below)"),
@@ -531,18 +531,18 @@ INVENTORY_FIELDS: tuple[Field, ...] = (
 )
 INVENTORY = Record("inventory", INVENTORY_FIELDS)
 HELLO_HOST_FIELDS: tuple[Field, ...] = (
-    Field("hostname", Str(MAX_NAME), "", "the host's own name (nil in a container that "
+    Field("hostname", STR, "", "the host's own name (nil in a container that "
           "reads the host under --root)"),
 )
 HELLO_HOST = Record("hello host", HELLO_HOST_FIELDS)
 HELLO_FIELDS: tuple[Field, ...] = (
-    Field("node", Str(MAX_NAME), "", "node name (default: the host name)", required=True),
-    Field("agent_version", Str(MAX_KIND), "", "agent release", required=True),
-    Field("boot_id", Str(64), "", "`/proc/sys/kernel/random/boot_id`: changes when the "
+    Field("node", STR, "", "node name (default: the host name)", required=True),
+    Field("agent_version", STR, "", "agent release", required=True),
+    Field("boot_id", STR, "", "`/proc/sys/kernel/random/boot_id`: changes when the "
           "node reboots"),
     Field("interval", INTERVAL, "s", "sampling interval", required=True),
     Field("ts", TIME, "s", "when the hello was made", required=True),
-    Field("families", ListOf(Str(MAX_KIND), 64), "names", "families this agent can send: "
+    Field("families", ListOf(STR, 64), "names", "families this agent can send: "
           "`gpu`, `host`, `fabric`, `storage`, `steps`, `events`, `overview`, `findings` (an "
           "agent that does not list `overview` predates it: take it whole and build its "
           "overview yourself)"),
@@ -558,14 +558,15 @@ FAMILY_TYPES: dict[str, WireType] = {
 SUBSCRIBE_FIELDS: tuple[Field, ...] = (
     Field("interval", Num(above=0, hi=3600), "s", "send samples at most this often "
           "(rounded to a multiple of the agent's interval); nil: every sample"),
-    Field("families", ListOf(Str(MAX_KIND), 64), "names", "families to receive (`gpu`, "
+    Field("families", ListOf(STR, 64), "names", "families to receive (`gpu`, "
           "`host`, `fabric`, `storage`, `steps`, `events`, `overview`, `findings`); nil: all"),
-    Field("nodes", ListOf(Str(65536), 4096), "host lists", "relays only (agents ignore "
+    Field("nodes", ListOf(Str(MAX_HOSTLIST_CHARS), MAX_ENTITIES), "host lists", "relays "
+          "only (agents ignore "
           "it): nodes to receive, as host names or Slurm host lists (`gpu[001-064]`), "
           "matched against the source's target, its host and the node name in its hello; "
           "nil: all. At most 100,000 names and 4 MiB of names in all; a list that does not "
           "parse or names more closes the connection (1003) with the reason"),
-    Field("detail", ListOf(STR, 256), "sources", "relays only: sources (as the relay's "
+    Field("detail", ListOf(STR, MAX_DETAIL), "sources", "relays only: sources (as the relay's "
           "batches name them) to send with every family whatever `families` says: the "
           "nodes the viewer looks at closely (its node screen)"),
     Field("overview_form", Int(1, 255), "", "the newest overview form the reader "

@@ -16,6 +16,7 @@ their strings cleaned and their depth bounded, and never reads them.
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
@@ -23,21 +24,29 @@ from tuimon_core.protocol.errors import ProtocolError
 from tuimon_core.protocol.text import clean
 
 MAX_STR = 4096
-# The largest magnitude of a number on the wire: far above any real value (bytes/s,
+# The largest magnitude of a `num` on the wire: far above any real value (bytes/s,
 # joules, hertz), far below where sums over a cluster or a multiplication by a scale
-# overflow a float; so a reader's arithmetic on any valid value stays finite.
+# overflow a float. (A division by a valid value can still be infinite, 1 / 5e-324: a
+# reader that divides guards it.)
 MAX_NUM = 1e18
 # Nesting of a value no record describes (a newer agent's field): deeper is refused.
 MAX_UNKNOWN_DEPTH = 4
+# A map key's length (a counter's, an operation's, a field's name) unless a map says.
+MAX_KEY = 128
 # Type codes a container checks inline (WireType.code).
 NUM, INT, STR = 1, 2, 3
 
 
+_SHOW = reprlib.Repr()  # attributes, not keywords: Python 3.10 and 3.11
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlist, _SHOW.maxdict = 2, 40, 40, 4, 4
+
+
 def show(v: Any) -> str:
-    """A value as an error names it: its type and the start of its text."""
+    """A value as an error names it: its type and the start of its text (never all of
+    it, nor all of its depth: a value nested a thousand deep is shown in a few levels)."""
     if v is None:
         return "nil"
-    return f"{type(v).__name__} {repr(v)[:40]}"
+    return f"{type(v).__name__} {_SHOW.repr(v)[:60]}"
 
 
 class FieldLike(Protocol):
@@ -236,7 +245,7 @@ class MapOf(WireType):
 
     __slots__ = ("key_len", "max_items", "nil", "value")
 
-    def __init__(self, value: WireType, max_items: int = 64, *, key_len: int = 128,
+    def __init__(self, value: WireType, max_items: int = 64, *, key_len: int = MAX_KEY,
                  nil: bool = True, doc: str | None = None) -> None:
         self.value, self.max_items, self.key_len, self.nil = value, max_items, key_len, nil
         super().__init__(doc or f"{{str: {value.doc}}} <= {max_items}",
@@ -369,8 +378,8 @@ class Record(WireType):
         """Keys the record does not know (a newer sender's): kept, cleaned, bounded."""
         for key in [k for k in v if k not in self._spec]:
             value = v.pop(key)
-            if type(key) is not str or len(key) > 128:
-                raise ProtocolError(f"{where}: expected names of at most 128 characters "
+            if type(key) is not str or len(key) > MAX_KEY:
+                raise ProtocolError(f"{where}: expected names of at most {MAX_KEY} characters "
                                     f"as keys, got {show(key)}")
             v[clean(key)] = unknown_value(value, f"{where}.{key}", 1)
 
