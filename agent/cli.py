@@ -21,10 +21,10 @@ from agent.sim.scenarios import add_scenario_options
 from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_types import positive_float, positive_int
 from tuimon_core.errors import UsageError
-from tuimon_core.output import write_file
-from tuimon_core.overview import hello_port_ids, readable
+from tuimon_core.overview import hello_port_ids
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol.messages import Sample
+from tuimon_core.protocol.overview_layout import readable
 from tuimon_core.protocol.text import clean_lines
 from tuimon_core.serving.guard import serve
 from tuimon_core.serving.security import (
@@ -34,6 +34,7 @@ from tuimon_core.serving.security import (
     parse_listen,
     server_ssl_context,
 )
+from tuimon_core.user_files import write_file
 from tuimon_core.version import __version__
 
 log = logging.getLogger("tuimon.agent")

@@ -27,7 +27,8 @@ from agent.findings import NodeFindings
 from agent.frame_fit import fit_event, fit_frame, fit_hello, fit_hello_frame, fit_values
 from agent.hub import FrameHub
 from agent.steps import StepAggregator, StepSocket, StepSocketError
-from tuimon_core.overview import build_overview, findings_to_wire, hello_port_ids
+from tuimon_core.findings_family import findings_to_wire
+from tuimon_core.overview import build_overview, hello_port_ids
 from tuimon_core.ports import DEFAULT_PORT  # noqa: F401  (re-exported for callers)
 from tuimon_core.protocol.fields import FAMILIES, FAMILY_TYPES
 from tuimon_core.protocol.messages import Event, GpuInfo, Hello, Sample

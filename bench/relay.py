@@ -60,7 +60,7 @@ async def viewer(url: str, stop: float, warm: float, latencies: list[float],
 
     from tuimon_core.overview import OVERVIEW_FAMILIES
     from tuimon_core.protocol import Subscribe, encode
-    from tuimon_core.protocol.overview_forms import OVERVIEW_FORM
+    from tuimon_core.protocol.overview_layout import OVERVIEW_FORM
 
     async with aiohttp.ClientSession() as session, session.ws_connect(
             url, max_msg_size=16 << 20) as ws:

@@ -9,7 +9,7 @@ import pytest
 from agent.sim.cluster import SimCluster
 from tests.seeded import judged, seeded_cluster
 from tuimon.model.cluster import ClusterState
-from tuimon.model.heat import GLYPHS
+from tuimon.model.map_kinds import GLYPHS
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.ui.app import JUDGE_MAX_TICKS, HelpScreen, TuimonApp
@@ -288,7 +288,7 @@ def test_snapshot_node_screen(snap_compare, size: tuple[int, int]) -> None:  # t
 
 
 def test_control_characters_in_names_are_escaped() -> None:
-    from tuimon.ui.text import safe
+    from tuimon.ui.markup import safe
 
     shown = safe("evil\x1b[2Jnode\x07")
     assert "\x1b" not in shown and "\x07" not in shown

@@ -235,7 +235,7 @@ def test_safe_text_cannot_break_the_markup_around_it(text: str, width: int) -> N
     escaped, with nothing unprintable left."""
     from textual.markup import to_content
 
-    from tuimon.ui.text import safe
+    from tuimon.ui.markup import safe
     from tuimon_core.protocol.text import clean as printable
 
     shown = to_content(f"[b]node[/b] [red]{safe(text, width)}[/] [b]end[/b]").plain
@@ -305,10 +305,10 @@ def test_overview_findings_and_detail(overview: dict[str, object], findings: lis
                                       detail: object) -> None:
     """The overview and findings families, and a subscription's detail: each is refused
     with a reason naming it, or reads back as what views may index and colour with."""
+    from tuimon_core.findings_family import findings_from_wire
     from tuimon_core.heat_levels import FAILED
-    from tuimon_core.overview import findings_from_wire, levels_of
     from tuimon_core.protocol.fields import FS_COLUMNS
-    from tuimon_core.protocol.overview_forms import level_run
+    from tuimon_core.protocol.overview_layout import level_run, levels_of
 
     sample = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
                             "overview": overview, "findings": findings})

@@ -24,7 +24,7 @@ from tests.test_hostile import fake_agents
 from tuimon.model.cluster import ClusterState
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.protocol import Subscribe, encode_map
-from tuimon_core.protocol.overview_forms import OVERVIEW_FORM
+from tuimon_core.protocol.overview_layout import OVERVIEW_FORM
 
 MARKUP_NODE = "[reverse][b]PWNED"
 MARKUP_FS = "[@click=app.quit]Q"
@@ -282,8 +282,8 @@ def test_step_sums_of_the_smallest_durations_are_judged_and_printed() -> None:
     a ZeroDivisionError and the efficiency rule failed for every job)."""
     from tuimon.model.diagnosis import Diagnosis
     from tuimon.model.efficiency import EfficiencyView
+    from tuimon.model.judgement import Judgement
     from tuimon.model.storage import StorageView
-    from tuimon.model.watch import ClusterWatch
     from tuimon.status import format_text, report
     from tuimon_core.protocol import decode
 
@@ -294,7 +294,7 @@ def test_step_sums_of_the_smallest_durations_are_judged_and_printed() -> None:
             {"id": "tiny", "world": 2**31, "ranks": [
                 {"rank": 0, "steps": 1, "wall": 5e-324, "compute": 5e-324,
                  "samples": 2**53}]}]}))))
-        watch = ClusterWatch(cluster, StorageView(), EfficiencyView(), Diagnosis())
+        watch = Judgement(cluster, StorageView(), EfficiencyView(), Diagnosis())
         findings = watch.update()
         format_text(report(cluster, watch.efficiency, findings, "ok"))
     assert watch.diagnosis.guard.failures == 0, watch.diagnosis.guard.errors

@@ -6,7 +6,7 @@ import pytest
 
 from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
-from tuimon.model.heat import FABRIC_METRICS, FAILED, GPU_METRICS, NO_DATA, node_level
+from tuimon.model.map_kinds import FABRIC_METRICS, FAILED, GPU_METRICS, NO_DATA, node_level
 from tuimon.model.view_state import FilterError, ViewState, parse_topology_conf
 from tuimon_core.protocol import GpuInfo
 
@@ -87,7 +87,7 @@ async def test_sorting_the_fabric_map_by_congestion_puts_the_most_congested_firs
     """The fabric map sorts by its own metric over each node's ports (it sorted by name:
     every node had "no data" on a GPU fold of a fabric metric)."""
     from tests.seeded import seeded_cluster
-    from tuimon.model.heat import FABRIC_MAP
+    from tuimon.model.map_kinds import FABRIC_MAP
 
     cluster, _ = await seeded_cluster(6, gpus=1, samples=2)
     last = next(n for n in cluster.nodes.values() if n.name == "sim-node005")

@@ -19,13 +19,13 @@ from agent.sim.cluster import SimCluster
 from tests.seeded import seeded_cluster
 from tests.test_relay import relay_config, until, up
 from tuimon.model.cluster import ClusterState
-from tuimon.model.heat import FABRIC_MAP, GPU_MAP
+from tuimon.model.map_kinds import FABRIC_MAP, GPU_MAP
 from tuimon.relay import Relay
 from tuimon.sources.agent_stream import StreamOptions, watching
-from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview, levels_of
+from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview
 from tuimon_core.protocol import ProtocolError, Sample, Subscribe, decode, encode, encode_map
 from tuimon_core.protocol.families import keep_families
-from tuimon_core.protocol.overview_forms import level_run
+from tuimon_core.protocol.overview_layout import level_run, levels_of
 
 OVERVIEW = StreamOptions(overview=True, min_backoff=0.1, max_backoff=0.3)
 
@@ -80,7 +80,7 @@ def test_build_overview_keeps_shared_file_systems_only_and_says_what_is_missing(
 
 def test_levels_and_busy_travel_as_bytes_and_read_back_as_levels() -> None:
     from tuimon_core.heat_levels import FAILED, NO_DATA
-    from tuimon_core.overview import busy_values
+    from tuimon_core.protocol.overview_layout import busy_percents as busy_values
 
     assert levels_of(bytes([0, 1, 2, 10])) == [NO_DATA, FAILED, 0, 8]
     assert busy_values(bytes([97, 255, 0])) == bytes([97, 0])
@@ -90,7 +90,10 @@ def test_the_level_blobs_hold_the_maps_metrics_in_the_documented_order() -> None
     # The agent packs GPU_METRICS in their order and the viewer reads the n-th run as the
     # n-th metric: the published order (docs/protocol.md) must be that order.
     from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS
-    from tuimon_core.protocol.fields import FABRIC_LEVEL_ORDER, GPU_LEVEL_ORDER
+    from tuimon_core.protocol.fields import FS_COLUMNS
+    from tuimon_core.protocol.overview_layout import FABRIC_LEVEL_ORDER, GPU_LEVEL_ORDER, FsRow
+
+    assert FsRow._fields == FS_COLUMNS  # a row's columns are the name table's
 
     assert tuple(m.key for m in GPU_METRICS) == GPU_LEVEL_ORDER
     assert tuple(m.key for m in FABRIC_METRICS) == FABRIC_LEVEL_ORDER
@@ -127,7 +130,8 @@ async def test_a_newer_agents_extra_metrics_are_skipped_and_an_older_ones_are_no
 async def test_once_json_shows_the_overview_as_numbers_with_named_ports() -> None:
     # `tuimon-agent once --json` is read by people and scripts: levels as lists of
     # numbers per metric name, busy percents, ports named, file systems as maps.
-    from tuimon_core.overview import hello_port_ids, readable
+    from tuimon_core.overview import hello_port_ids
+    from tuimon_core.protocol.overview_layout import readable
 
     cluster, _ = await seeded_cluster(nodes=1, gpus=2, samples=2)
     node = next(iter(cluster.nodes.values()))
@@ -489,7 +493,7 @@ def test_a_small_frame_with_an_extension_type_is_refused() -> None:
 
 
 def test_a_nodes_findings_are_cleaned_and_cannot_name_another_node() -> None:
-    from tuimon_core.overview import findings_from_wire
+    from tuimon_core.findings_family import findings_from_wire
 
     data = msgpack.packb({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
                           "overview": {"ports": ["mlx5_0:1\x1b]0;pwned\x07"]},

@@ -34,9 +34,9 @@ from tests.trees import unttar, write
 from tuimon.model.cluster import ClusterState
 from tuimon.model.storage import StorageView
 from tuimon.sources.prometheus import PromOptions, PromSource
-from tuimon_core.overview import busy_values
 from tuimon_core.protocol import Sample, decode, encode
 from tuimon_core.protocol.fields import FS_COLUMNS
+from tuimon_core.protocol.overview_layout import busy_percents as busy_values
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")

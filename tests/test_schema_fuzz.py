@@ -27,8 +27,8 @@ from tests.schema_values import example, mutants, random_valid, valid
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.judgement import Judgement
 from tuimon.model.storage import StorageView
-from tuimon.model.watch import ClusterWatch
 from tuimon_core.protocol import Batch, ProtocolError, decode, encode_map
 from tuimon_core.protocol.fields import (
     EVENT_FIELDS,
@@ -144,8 +144,8 @@ valid_samples = st.fixed_dictionaries(
     optional={family: valid(kind, nil=False) for family, kind in FAMILY_TYPES.items()})
 
 
-def _judge(cluster: ClusterState) -> tuple[ClusterWatch, list[Any]]:
-    watch = ClusterWatch(cluster, StorageView(), EfficiencyView(), Diagnosis())
+def _judge(cluster: ClusterState) -> tuple[Judgement, list[Any]]:
+    watch = Judgement(cluster, StorageView(), EfficiencyView(), Diagnosis())
     return watch, watch.update()
 
 

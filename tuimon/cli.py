@@ -37,15 +37,15 @@ from tuimon.sources.targets import (
 from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_types import positive_float, positive_int, slo_target
 from tuimon_core.errors import UsageError
-from tuimon_core.output import write_file
 from tuimon_core.protocol import Subscribe
-from tuimon_core.protocol.overview_forms import OVERVIEW_FORM
+from tuimon_core.protocol.overview_layout import OVERVIEW_FORM
 from tuimon_core.protocol.text import clean
 from tuimon_core.serving.security import (
     check_token_transport,
     client_ssl_context,
     load_token,
 )
+from tuimon_core.user_files import write_file
 from tuimon_core.version import __version__
 
 

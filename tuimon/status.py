@@ -21,9 +21,9 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding, sort_key, unreached
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.finding_groups import group
+from tuimon.model.judgement import Judgement
 from tuimon.model.slo import Slo, burn_text
 from tuimon.model.storage import StorageView
-from tuimon.model.watch import ClusterWatch
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.protocol.text import clean_lines
 
@@ -125,7 +125,7 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
     cluster = ClusterState(name)
     eff = EfficiencyView(slo, baselines)
     storage = StorageView(provisioned)
-    judge = ClusterWatch(cluster, storage, eff, Diagnosis(topology, cpu_nodes=cpu_nodes))
+    judge = Judgement(cluster, storage, eff, Diagnosis(topology, cpu_nodes=cpu_nodes))
     worst = "ok"
     seen: dict[tuple[object, ...], Finding] = {}  # every finding of the watch
     async with watching(targets, cluster, options, relays=relays or []):

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent.collectors.storage_parsers import (
-    DATA_FSTYPES,
     FormatError,
     Mount,
     disk_kind_from_name,
@@ -33,6 +32,7 @@ from agent.collectors.storage_parsers import (
 )
 from agent.files import FileTree, ReadError
 from agent.rates import RateTracker
+from tuimon_core.filesystems import DATA_FSTYPES
 from tuimon_core.protocol.text import clean
 
 LLITE_DIRS = ("proc/fs/lustre/llite", "sys/kernel/debug/lustre/llite")  # before / from 2.12

@@ -254,11 +254,6 @@ def disk_kind_from_name(name: str) -> str:
 
 # -- /proc/mounts --------------------------------------------------------------------------
 
-# File systems whose capacity and throughput matter on a training cluster.
-DATA_FSTYPES = frozenset({
-    "lustre", "gpfs", "nfs", "nfs4", "beegfs", "ceph", "cephfs", "fuse.weka", "wekafs",
-    "xfs", "ext4", "ext3", "btrfs", "zfs", "fuse.juicefs", "cifs", "smb3", "panfs",
-})
 
 
 @dataclass

@@ -16,6 +16,7 @@ from tuimon.model.step_credit import merge_steps
 from tuimon_core.overview import build_overview, hello_port_ids
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol import Event, Hello, Sample
+from tuimon_core.protocol.overview_layout import BUSY_UNKNOWN, busy
 from tuimon_core.protocol.text import clean
 from tuimon_core.timing import aged_state, lost_state
 
@@ -79,7 +80,8 @@ class NodeState:
 
     def busy_history(self, gpu: int) -> list[int]:
         """GPU `gpu`'s busy percents over the last HISTORY samples (unknown as 0)."""
-        return [b[gpu] if gpu < len(b) and b[gpu] <= 100 else 0 for b in self.busy_hist]
+        return [b[gpu] if gpu < len(b) and b[gpu] != BUSY_UNKNOWN else 0
+                for b in self.busy_hist]
 
     def gpu_values(self) -> list[dict[str, Any]]:
         return (self.detail.gpus or []) if self.detail is not None else []
@@ -272,9 +274,9 @@ class ClusterState:
             overview = build_overview(node.hello, sample)  # an agent without overviews
         if overview is not None:
             node.overview = overview
-            busy = overview.get("busy")
-            if busy is not None:
-                node.busy_hist.append(busy)
+            percents = busy(overview)
+            if percents is not None:
+                node.busy_hist.append(percents)
         node.conditions = extra.get("findings")
         self._seen(node)
 

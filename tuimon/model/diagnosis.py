@@ -22,9 +22,10 @@ from tuimon.model.guard import Guard
 from tuimon.model.slo import burn_text
 from tuimon.model.storage import StorageView
 from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
+from tuimon_core.findings_family import findings_from_wire
 from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.node_rules import CRITICAL_XIDS, NodeRules
-from tuimon_core.overview import findings_from_wire
+from tuimon_core.protocol.overview_layout import port_waits
 
 __all__ = ["CRITICAL_XIDS", "SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
 
@@ -88,7 +89,7 @@ class Diagnosis:
         out += run("the storage rule", lambda: self._storage(storage), [])
         out += run("the straggler rule", lambda: self._stragglers(eff), [])
         out += run("the efficiency rule", lambda: self._efficiency(eff, out), [])
-        # The parts' internal errors are added by the pass that ran them (ClusterWatch).
+        # The parts' internal errors are added by the pass that ran them (Judgement).
         self.findings = self.book.update(out, now)
         return self.findings
 
@@ -170,15 +171,10 @@ class Diagnosis:
             ov = n.overview
             if ov is None or n.status != "up":
                 continue
-            waits = ov.get("wait")
-            if not waits:
+            read = port_waits(ov, n.port_ids)
+            if read is None:
                 continue
-            ports = ov.get("ports") or n.port_ids
-            if None in waits or len(ports) != len(waits):
-                pairs = [(p, w) for p, w in zip(ports, waits) if w is not None]
-                if not pairs:
-                    continue
-                ports, waits = [p for p, _ in pairs], [w for _, w in pairs]
+            ports, waits = read
             nodes.append((n.name, ports, waits))
             every.extend(waits)
         if not every:

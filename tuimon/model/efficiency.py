@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
 from tuimon.model.step_credit import JobCredit, StepCredit
-from tuimon_core.overview import busy_values
+from tuimon_core.protocol.overview_layout import busy, busy_percents
 
 WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
 # Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
@@ -113,7 +113,7 @@ class EfficiencyView:
                 node.pending_steps = None  # steps of a node that is not up do not count
                 continue
             if node.overview is not None:
-                known = busy_values(node.overview.get("busy") or b"")
+                known = busy_percents(busy(node.overview) or b"")
                 busy_sum += sum(known)
                 busy_n += len(known)
             pending, node.pending_steps = node.pending_steps, None

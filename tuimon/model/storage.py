@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuimon.model.cluster import ClusterState
-from tuimon_core.overview import SHARED_FSTYPES
+from tuimon_core.filesystems import SHARED_FSTYPES
+from tuimon_core.protocol.overview_layout import fs_rows
 
 __all__ = ["SHARED_FSTYPES", "FsAggregate", "StorageView"]
 
@@ -40,8 +41,8 @@ class StorageView:
 
     def update(self, cluster: ClusterState) -> None:
         # Per mount: [fstype, read, write, metadata ops, nodes, size, free, top readers,
-        # top writers], summed from the overviews' shared file systems (rows of
-        # tuimon_core.protocol.fields.FS_COLUMNS). Every node, every second: at 4096
+        # top writers], summed from the overviews' shared file systems (their rows,
+        # overview_layout.FsRow). Every node, every second: at 4096
         # nodes this loop is a third of the app's judgement, so the top three are kept
         # as it goes, not sorted out of a list of every node.
         sums: dict[str, list[Any]] = {}
@@ -49,11 +50,8 @@ class StorageView:
             ov = node.overview
             if ov is None or node.status != "up":
                 continue
-            filesystems = ov.get("fs_rows")
-            if not filesystems:
-                continue
             name = node.name
-            for fid, fstype, r, w, md_ops, size, free in filesystems:
+            for fid, fstype, r, w, md_ops, size, free in fs_rows(ov):
                 acc = sums.get(fid)
                 if acc is None:
                     acc = sums[fid] = [fstype or "?", 0, 0, 0.0, 0, None, None, [], []]

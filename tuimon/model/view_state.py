@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tuimon.model.cluster import ClusterState, NodeState
-from tuimon.model.heat import GPU_MAP, NO_DATA, HeatMetric, MapKind
+from tuimon.model.map_kinds import GPU_MAP, NO_DATA, HeatMetric, MapKind
 from tuimon_core.hostlist import TargetError, expand_hostlists
 
 SORTS = ("name", "metric")

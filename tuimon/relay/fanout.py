@@ -25,15 +25,10 @@ import msgpack
 
 from tuimon.model.step_credit import StepCredit, merge_steps
 from tuimon_core.findings import Finding, FindingBook
+from tuimon_core.findings_family import findings_from_wire, findings_to_wire
 from tuimon_core.hostlist import expand_hostlists
 from tuimon_core.node_rules import NodeRules
-from tuimon_core.overview import (
-    OVERVIEW_FAMILIES,
-    build_overview,
-    findings_from_wire,
-    findings_to_wire,
-    hello_port_ids,
-)
+from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview, hello_port_ids
 from tuimon_core.protocol import (
     Batch,
     Event,
@@ -48,7 +43,7 @@ from tuimon_core.protocol import (
 from tuimon_core.protocol.codec import map_header, sample_spans
 from tuimon_core.protocol.families import FAMILY_KEYS, Frame, keep_families, wants_events
 from tuimon_core.protocol.fields import MAX_DETAIL
-from tuimon_core.protocol.overview_forms import OVERVIEW_FORM, first_form
+from tuimon_core.protocol.overview_layout import OVERVIEW_FORM, first_form
 from tuimon_core.timing import aged_state, lost_state
 
 log = logging.getLogger(__name__)

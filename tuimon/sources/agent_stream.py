@@ -44,7 +44,7 @@ from tuimon_core.protocol import (
     decode,
     encode,
 )
-from tuimon_core.protocol.overview_forms import OVERVIEW_FORM
+from tuimon_core.protocol.overview_layout import OVERVIEW_FORM
 from tuimon_core.protocol.text import clean
 from tuimon_core.timing import STALE_AFTER_INTERVALS, STALE_AT_LEAST_S
 

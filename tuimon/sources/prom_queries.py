@@ -17,8 +17,10 @@ Prometheus can hold several clusters.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
+from tuimon_core.filesystems import SHARED_FSTYPES as SHARED
 from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS, MIB
 
 # Prometheus name -> (wire key, factor to the wire's unit, added to the others)
@@ -62,7 +64,8 @@ IB_ERRORS_NODE = ("symbol_error|link_downed|port_errors_received|link_error_reco
                   "excessive_buffer_overrun_errors|local_link_integrity_errors")
 # File systems worth showing from node_filesystem (capacity, and the mount point of an
 # NFS export, which node_exporter's mountstats metrics do not carry).
-SHARED_FSTYPES = "nfs|nfs4|lustre|gpfs|beegfs|wekafs|cifs|ceph|fuse.glusterfs"
+# A regex in a PromQL string literal: `fuse\.weka`, its backslash escaped again.
+SHARED_FSTYPES = "|".join(re.escape(t).replace("\\", "\\\\") for t in sorted(SHARED))
 
 
 def _names(table: Iterable[str]) -> str:

@@ -25,13 +25,14 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.guard import Guard
-from tuimon.model.heat import FABRIC_MAP, GPU_MAP
+from tuimon.model.judgement import Judgement
+from tuimon.model.map_kinds import FABRIC_MAP, GPU_MAP
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.model.view_state import FilterError, ViewState
-from tuimon.model.watch import ClusterWatch
 from tuimon.sources.recording import ReplayControl
 from tuimon.ui.heatmap import HeatmapView
+from tuimon.ui.markup import safe
 from tuimon.ui.node_screen import NodeScreen
 from tuimon.ui.panels import (
     DiagnosisPane,
@@ -41,7 +42,6 @@ from tuimon.ui.panels import (
     SloStrip,
     StoragePanel,
 )
-from tuimon.ui.text import safe
 from tuimon.ui.theme_files import DEFAULT_THEME, heat_variable_defaults, load_themes
 from tuimon_core import heap
 from tuimon_core.hostlist import collect_hostlist
@@ -188,7 +188,7 @@ class TuimonApp(App[None]):
                                          wall=wall if wall is not None else time.time)
         self.job_index = 0
         self.diagnosis = diagnosis or Diagnosis(topology, cpu_nodes=cpu_nodes)
-        self.cluster_watch = ClusterWatch(cluster, self.storage, self.efficiency, self.diagnosis)
+        self.cluster_watch = Judgement(cluster, self.storage, self.efficiency, self.diagnosis)
         # Panes and maps that failed (a bug): shown, logged, and the rest goes on.
         self.ui_guard = Guard()
         self._told_errors: set[str] = set()

@@ -27,7 +27,16 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from tuimon.model.cluster import ClusterState, NodeState
-from tuimon.model.heat import FAILED, GLYPHS, GPU_MAP, LEVELS, NO_DATA, HeatMetric, MapKind, fold
+from tuimon.model.map_kinds import (
+    FAILED,
+    GLYPHS,
+    GPU_MAP,
+    LEVELS,
+    NO_DATA,
+    HeatMetric,
+    MapKind,
+    fold,
+)
 from tuimon.model.view_state import ViewState
 
 NAME_W = 12

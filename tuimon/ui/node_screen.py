@@ -10,8 +10,10 @@ from textual.widgets import Footer, Static
 
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.guard import Guard
-from tuimon.model.heat import gpu_busy, gpu_health
-from tuimon.ui.text import rate, safe, size, sparkline
+from tuimon.model.map_kinds import gpu_busy, gpu_health
+from tuimon.ui.markup import safe
+from tuimon.ui.sparkline import sparkline
+from tuimon.ui.units import rate, size
 
 
 def _f(v: object, fmt: str = "{:.0f}", scale: float = 1.0) -> str:

@@ -16,10 +16,12 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Finding
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.finding_groups import FindingGroup, group
-from tuimon.model.heat import HeatMetric
+from tuimon.model.map_kinds import HeatMetric
 from tuimon.model.slo import LedgerBurn, burn_parts
 from tuimon.model.storage import StorageView
-from tuimon.ui.text import rate, safe, size, sparkline
+from tuimon.ui.markup import safe
+from tuimon.ui.sparkline import sparkline
+from tuimon.ui.units import rate, size
 
 SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$success"}
 STALE_STEPS_S = 15.0  # a job whose steps stopped this long ago is shown as stale

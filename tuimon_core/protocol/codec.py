@@ -12,13 +12,11 @@ from tuimon_core.protocol.errors import ProtocolError
 from tuimon_core.protocol.fields import (
     BUDGET,
     EVENT_FIELDS,
-    FABRIC_LEVEL_ORDER,
     FAMILY_TYPES,
     FS_COLUMNS,
     FS_ROW_FIELDS,
     GPU,
     GPU_INFO_FIELDS,
-    GPU_LEVEL_ORDER,
     HELLO_FIELDS,
     HOST,
     INTERVAL,
@@ -40,7 +38,20 @@ from tuimon_core.protocol.messages import (
     Sample,
     Subscribe,
 )
-from tuimon_core.protocol.overview_forms import level_blob
+from tuimon_core.protocol.overview_layout import (
+    BUSY,
+    BUSY_BYTES,
+    FABRIC_LEVEL_ORDER,
+    FABRIC_LEVELS,
+    FS_ROWS,
+    GPU_LEVEL_ORDER,
+    GPU_LEVELS,
+    LEVEL_BYTES,
+    PORTS,
+    SECTIONS,
+    WAIT,
+    level_blob,
+)
 from tuimon_core.protocol.schema import (
     MAX_NUM,
     MAX_STR,
@@ -393,19 +404,19 @@ def _check_overview(ov: Any) -> None:
     was and turned into the compact form, the one the views read."""
     if type(ov) is not dict:
         raise ProtocolError(f"sample.overview: expected a map, got {show(ov)}")
-    for key, limit in (("gpu_levels", MAX_GPUS), ("fabric_levels", MAX_PORTS)):
+    for key, limit in ((GPU_LEVELS, MAX_GPUS), (FABRIC_LEVELS, MAX_PORTS)):
         blob = ov.get(key)
         if blob is not None and not _is_level_blob(blob, limit):
             raise ProtocolError(f"sample.overview.{key}: expected a count of metrics, then "
                                 f"that many runs of at most {limit} level bytes (0..10)")
     if "gpu" in ov or "fabric" in ov:
         _first_form_levels(ov)
-    busy = ov.get("busy")
+    busy = ov.get(BUSY)
     if busy is not None and not (type(busy) is bytes and len(busy) <= MAX_GPUS and
-                                 not busy.translate(None, _PERCENT_BYTES)):
+                                 not busy.translate(None, BUSY_BYTES)):
         raise ProtocolError("sample.overview.busy: expected one byte per GPU, a percent "
                             "(0..100) or 255 (unknown)")
-    ports = ov.get("ports")
+    ports = ov.get(PORTS)
     if ports is not None:
         try:  # joined in C: a non-string fails here, and one check covers every name
             names = "".join(ports) if type(ports) is list else None
@@ -415,11 +426,11 @@ def _check_overview(ov: Any) -> None:
                 ports and max(map(len, ports)) > MAX_STR):
             raise ProtocolError("sample.overview.ports: expected a list of port names")
         if not names.isprintable():
-            ov["ports"] = [clean(p) for p in ports]
-    wait = ov.get("wait")
+            ov[PORTS] = [clean(p) for p in ports]
+    wait = ov.get(WAIT)
     if wait is not None and not _is_waits(wait):
         raise ProtocolError("sample.overview.wait: expected a list of non-negative numbers")
-    rows = ov.get("fs_rows")
+    rows = ov.get(FS_ROWS)
     if rows is not None:
         if type(rows) is not list or len(rows) > MAX_SHARED_FS:
             raise ProtocolError(f"sample.overview.fs_rows: expected a list of at most "
@@ -449,7 +460,8 @@ def _is_level_blob(blob: Any, limit: int) -> bool:
     cells, rest = divmod(len(blob) - 1, k)
     if rest or cells > limit:
         return False
-    left = blob.translate(None, _LEVEL_BYTES)
+    # Deleting every valid byte leaves nothing: one C pass per check, not a loop.
+    left = blob.translate(None, LEVEL_BYTES)
     return not left or left == blob[:1]
 
 
@@ -489,11 +501,10 @@ def _first_form_fs(ov: dict[str, Any]) -> None:
         if not _plain_fs(f):
             _FS_ROW.check(f, f"sample.overview.fs[{i}]")  # cleans, or says what is wrong
         fs[i] = [f.get(c) for c in FS_COLUMNS]
-    ov["fs_rows"] = fs
+    ov[FS_ROWS] = fs
 
 
-_OVERVIEW_KEYS = frozenset({"gpu_levels", "busy", "ports", "fabric_levels", "wait",
-                            "fs_rows"})
+_OVERVIEW_KEYS = SECTIONS
 _FS_WIDTH = len(FS_COLUMNS)
 _FS_ROW = Record("file system row", FS_ROW_FIELDS)
 # The row's text columns (id, fstype) and their bounds; every other column is a
@@ -554,12 +565,9 @@ def _all_levels(levels: dict[Any, Any], limit: int) -> bool:
     for metric, data in levels.items():
         if type(data) is not bytes or type(metric) is not str or len(data) > limit:
             return False
-    return not b"".join(levels.values()).translate(None, _LEVEL_BYTES)
+    return not b"".join(levels.values()).translate(None, LEVEL_BYTES)
 
 
-# Deleting every valid byte leaves nothing: one C pass per check, not a loop.
-_LEVEL_BYTES = bytes(range(11))
-_PERCENT_BYTES = bytes([*range(101), 255])
 
 
 def _is_waits(values: Any) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 
 from tuimon_core.protocol.codec import encode_map
 from tuimon_core.protocol.messages import Event, Hello, Sample
-from tuimon_core.protocol.overview_forms import OVERVIEW_FORM, first_form
+from tuimon_core.protocol.overview_layout import OVERVIEW_FORM, first_form
 
 # Which top-level sample key each subscribable family owns ("events" is a family too:
 # it selects event messages, not a sample key).

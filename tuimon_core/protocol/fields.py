@@ -497,10 +497,6 @@ FAMILIES: tuple[str, ...] = ("gpu", "host", "fabric", "storage", "steps", "event
                              "findings")
 
 
-# The overview's compact sections (docs/protocol.md, "overview"). Level blobs hold their
-# metrics in these orders; a newer agent appends metrics, never reorders them.
-GPU_LEVEL_ORDER: tuple[str, ...] = ("util", "mem", "temp", "power", "clock", "health")
-FABRIC_LEVEL_ORDER: tuple[str, ...] = ("util", "congestion", "errors")
 # A shared file system in `fs_rows`, by column; a newer agent may add columns after these.
 FS_ROW_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "mount point", required=True),

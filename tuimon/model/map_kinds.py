@@ -23,8 +23,7 @@ from tuimon_core.heat_levels import (
     gpu_busy,
     gpu_health,
 )
-from tuimon_core.overview import levels_of
-from tuimon_core.protocol.overview_forms import LEVEL_INDEX, level_run
+from tuimon_core.protocol.overview_layout import FABRIC_LEVELS, GPU_LEVELS, metric_levels
 
 __all__ = ["BUSY_FIELDS", "FABRIC_MAP", "FABRIC_METRICS", "FAILED", "GLYPHS", "GPU_MAP",
            "GPU_METRICS", "LEVELS", "NO_DATA", "WORST_WINS", "HeatMetric", "MapKind", "fold",
@@ -46,15 +45,15 @@ def node_level(metric: HeatMetric, gpus: list[dict[str, Any]], infos: list[Any])
 class MapKind:
     """A heatmap's kind: what its cells are (a node's GPUs, or its fabric ports), the
     metrics they can show, and how a node folds to one cell. Cells are read from the
-    node's overview (tuimon_core.overview), the same whether the agent made it or the
-    viewer did. The map widget and the sort ask the kind; neither switches on which kind
-    it is."""
+    node's overview (tuimon_core/protocol/overview_layout.py), the same whether the agent
+    made it or the viewer did. The map widget and the sort ask the kind; neither
+    switches on which kind it is."""
 
     key: str  # "gpu" | "fabric"
     title: str
     metrics: tuple[HeatMetric, ...]
     grouped: bool = False  # laid out under its leaf switches when the topology is known
-    section: str = "gpu_levels"  # the overview's blob of this map's levels
+    section: str = GPU_LEVELS  # the overview's blob of this map's levels
 
     def cell_count(self, node: Any, cpu_nodes: frozenset[str] = frozenset()) -> int:
         raise NotImplementedError
@@ -63,11 +62,9 @@ class MapKind:
                cpu_nodes: frozenset[str] = frozenset()) -> list[int]:
         """Each cell's level, in order."""
         overview = node.overview
-        blob = None if overview is None else overview.get(self.section)
-        run = None if not blob else level_run(blob, LEVEL_INDEX[self.section][metric.key])
-        if run is None:
-            return [NO_DATA] * self.cell_count(node, cpu_nodes)
-        return levels_of(run)
+        levels = None if overview is None else metric_levels(overview, self.section,
+                                                            metric.key)
+        return [NO_DATA] * self.cell_count(node, cpu_nodes) if levels is None else levels
 
     def node_level(self, node: Any, metric: HeatMetric,
                    cpu_nodes: frozenset[str] = frozenset()) -> int:
@@ -102,4 +99,4 @@ def gpus_missing(node: Any, cpu_nodes: frozenset[str] = frozenset()) -> bool:
 
 GPU_MAP: MapKind = GpuMapKind("gpu", "GPUs", GPU_METRICS)
 FABRIC_MAP: MapKind = FabricMapKind("fabric", "fabric", FABRIC_METRICS, grouped=True,
-                                    section="fabric_levels")
+                                    section=FABRIC_LEVELS)

@@ -14,7 +14,7 @@ from tuimon_core.findings import Finding
 
 
 @dataclass
-class ClusterWatch:
+class Judgement:
     cluster: ClusterState
     storage: StorageView
     efficiency: EfficiencyView
