@@ -15,7 +15,15 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from tuimon_core.findings import Finding
-from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
+from tuimon_core.protocol.fields import (
+    DISK_COUNTERS_READ,
+    FS_COUNTERS_READ,
+    GPU_FIELDS,
+    HOST_FIELDS,
+    NIC_COUNTERS_READ,
+    PORT_COUNTERS_READ,
+    PORT_GAUGE_METRICS,
+)
 from tuimon_core.serving.metrics import connection_metrics
 from tuimon_core.version import __version__
 
@@ -32,38 +40,6 @@ HOST_METRICS: tuple[tuple[str, str, str, str], ...] = tuple(
 
 GPU_LABELS = ["node", "gpu", "uuid"]
 PORT_LABELS = ["node", "device", "port"]
-
-# Port counter (wire total name) -> metric name without `_total`. Data in bytes (x4).
-PORT_COUNTER_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("tx_bytes", "tuimon_ib_port_transmit_bytes", "Data transmitted, bytes"),
-    ("rx_bytes", "tuimon_ib_port_receive_bytes", "Data received, bytes"),
-    ("tx_packets", "tuimon_ib_port_transmit_packets", "Packets transmitted"),
-    ("rx_packets", "tuimon_ib_port_receive_packets", "Packets received"),
-    ("xmit_wait", "tuimon_ib_port_transmit_wait", "Ticks with data to send but no credits"),
-    ("symbol_errors", "tuimon_ib_port_symbol_errors", "Symbol errors"),
-    ("link_downed", "tuimon_ib_port_link_downed", "Times the link went down"),
-    ("rcv_errors", "tuimon_ib_port_receive_errors", "Packets received with errors"),
-    ("link_error_recovery", "tuimon_ib_port_link_error_recovery",
-     "Successful link error recoveries"),
-    ("remote_physical_errors", "tuimon_ib_port_receive_remote_physical_errors",
-     "Packets received marked bad by the sender"),
-    ("xmit_discards", "tuimon_ib_port_transmit_discards", "Outbound packets discarded"),
-    ("buffer_overruns", "tuimon_ib_port_excessive_buffer_overrun_errors",
-     "Excessive buffer overruns"),
-    ("local_link_integrity_errors", "tuimon_ib_port_local_link_integrity_errors",
-     "Local link integrity errors"),
-)
-NIC_COUNTER_METRICS: tuple[tuple[str, str, str], ...] = (
-    ("rx_bytes", "tuimon_net_receive_bytes", "Bytes received"),
-    ("tx_bytes", "tuimon_net_transmit_bytes", "Bytes transmitted"),
-    ("rx_packets", "tuimon_net_receive_packets", "Packets received"),
-    ("tx_packets", "tuimon_net_transmit_packets", "Packets transmitted"),
-    ("rx_errors", "tuimon_net_receive_errors", "Receive errors"),
-    ("tx_errors", "tuimon_net_transmit_errors", "Transmit errors"),
-    ("rx_dropped", "tuimon_net_receive_dropped", "Received packets dropped"),
-    ("tx_dropped", "tuimon_net_transmit_dropped", "Transmitted packets dropped"),
-)
-
 
 def _family(name: str, kind: str, doc: str,
             labels: list[str]) -> CounterMetricFamily | GaugeMetricFamily:
@@ -198,21 +174,16 @@ def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
         device, _, port = p["id"].rpartition(":")
         return [node, device, port]
 
-    for key, name, doc in PORT_COUNTER_METRICS:
-        fam = CounterMetricFamily(name, doc, labels=PORT_LABELS)
+    for c in PORT_COUNTERS_READ:
+        fam = CounterMetricFamily(c.metric, c.doc, labels=PORT_LABELS)
         for p in ports:
-            value = collector.totals.get(p["id"], {}).get(key)
+            value = collector.totals.get(p["id"], {}).get(c.key)
             # A saturated legacy counter is stuck, not counting: absent, like unreadable.
-            if value is not None and key not in (p.get("saturated") or ()):
+            if value is not None and c.key not in (p.get("saturated") or ()):
                 fam.add_metric(labels(p), value)
         yield fam
-    rate = GaugeMetricFamily("tuimon_ib_port_rate_bytes_per_second", "Link rate",
-                             labels=PORT_LABELS)
-    state = GaugeMetricFamily("tuimon_ib_port_state_id",
-                              "Port state (1 down, 2 init, 3 armed, 4 active)", labels=PORT_LABELS)
-    phys = GaugeMetricFamily("tuimon_ib_port_physical_state_id",
-                             "Physical state (2 polling, 3 disabled, 5 link up, ...)",
-                             labels=PORT_LABELS)
+    rate, state, phys = (GaugeMetricFamily(name, doc, labels=PORT_LABELS)
+                         for _, name, _, doc in PORT_GAUGE_METRICS)
     saturated = GaugeMetricFamily("tuimon_ib_port_counter_saturated",
                                   "1 for each legacy counter stuck at its maximum",
                                   labels=[*PORT_LABELS, "counter"])
@@ -234,10 +205,10 @@ def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
                 hw.add_metric([*lab, counter], value)
     yield from (rate, state, phys, saturated, hw)
     nics = fabric.get("nics") or []
-    for key, name, doc in NIC_COUNTER_METRICS:
-        fam = CounterMetricFamily(name, doc, labels=["node", "device"])
+    for c in NIC_COUNTERS_READ:
+        fam = CounterMetricFamily(c.metric, c.doc, labels=["node", "device"])
         for n in nics:
-            value = collector.nic_totals.get(n["id"], {}).get(key)
+            value = collector.nic_totals.get(n["id"], {}).get(c.key)
             if value is not None:
                 fam.add_metric([node, n["id"]], value)
         yield fam
@@ -245,22 +216,19 @@ def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
 
 def _storage_metrics(node: str, storage: dict[str, Any], collector: Any) -> Iterator[Metric]:
     disks = storage.get("disks") or []
-    for key, name, doc in (("read_bytes", "tuimon_disk_read_bytes", "Bytes read"),
-                           ("written_bytes", "tuimon_disk_written_bytes", "Bytes written")):
-        fam = CounterMetricFamily(name, doc, labels=["node", "device"])
+    for c in DISK_COUNTERS_READ:
+        fam = CounterMetricFamily(c.metric, c.doc, labels=["node", "device"])
         for d in disks:
-            value = collector.disk_totals.get(d["id"], {}).get(key)
+            value = collector.disk_totals.get(d["id"], {}).get(c.key)
             if value is not None:
                 fam.add_metric([node, d["id"]], value)
         yield fam
     fs_labels = ["node", "mount", "fstype"]
     filesystems = storage.get("filesystems") or []
-    for key, name, doc in (("read_bytes", "tuimon_fs_read_bytes", "Bytes read by this client"),
-                           ("write_bytes", "tuimon_fs_write_bytes",
-                            "Bytes written by this client")):
-        fam = CounterMetricFamily(name, doc, labels=fs_labels)
+    for c in FS_COUNTERS_READ:
+        fam = CounterMetricFamily(c.metric, c.doc, labels=fs_labels)
         for f in filesystems:
-            value = collector.fs_totals.get(f["id"], {}).get(key)
+            value = collector.fs_totals.get(f["id"], {}).get(c.key)
             if value is not None:
                 fam.add_metric([node, f["id"], f["fstype"]], value)
         yield fam

@@ -1,4 +1,4 @@
-"""SLO arithmetic, with DESIGN.md's example reproduced exactly."""
+"""SLO arithmetic, with docs/definitions.md's example reproduced exactly."""
 
 from __future__ import annotations
 

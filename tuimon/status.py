@@ -57,10 +57,12 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         sli, throughput = job.window(60, now)
         used = job.burn.consumed_hours if job.burn else 0.0
         burn = job.burn.burn_rates(now) if job.burn else {}
-        firing = job.burn.firing(now) if job.burn else []
-        age = job.age(now)
+        verdict = job.verdict(now)
+        firing = verdict.firing
+        age = verdict.steps_age
         jobs[job.job] = {"world": job.world, "sli_1m": sli, "samples_per_s": throughput,
-                         "ranks_reporting": job.ranks_reporting(now, 60.0),
+                         "verdict": verdict.state,
+                         "ranks_reporting": verdict.reporting,
                          "steps_age_s": None if age is None else round(age, 1),
                          "budget_hours": eff.slo.budget_hours,
                          "budget_left_hours": eff.slo.remaining_hours(used),
@@ -101,7 +103,7 @@ def format_text(r: dict[str, Any]) -> str:
         ranks = (f"{j['ranks_reporting']} of {j['world']} ranks reporting"
                  if j["ranks_reporting"] < j["world"] else plural(j["world"], "rank"))
         stale = (f", no step reports for {j['steps_age_s']:.0f} s"
-                 if (j["steps_age_s"] or 0) > 30 else "")
+                 if j["verdict"] == "stale" else "")
         rate = f"{j['samples_per_s']:,.0f} samples/s" if j["samples_per_s"] else "- samples/s"
         lines.append(f"job {name} ({ranks}{stale}): SLI {sli}, {rate}, budget "
                      f"{j['budget_left_hours']:.1f} of {j['budget_hours']:.0f} h left, "

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuimon_core.findings import Finding
+from tuimon_core.protocol.fields import PORT_ERROR_COUNTERS
 
 ERRORS_WINDOW_S = 600.0  # port error counters and link flaps
 XID_WINDOW_S = 1800.0
@@ -25,9 +26,7 @@ FLAPS = 2  # link downs in the window that make a port flapping
 CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120})
 THERMAL = frozenset({"hw_thermal_slowdown", "sw_thermal_slowdown"})
 POWER = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "hw_slowdown"})
-ERROR_COUNTERS = frozenset({"symbol_errors", "link_downed", "rcv_errors",
-                            "link_error_recovery", "remote_physical_errors", "xmit_discards",
-                            "buffer_overruns", "local_link_integrity_errors"})
+ERROR_COUNTERS = frozenset(PORT_ERROR_COUNTERS)
 PORT_ERRORS = ("rcv_errors", "link_error_recovery", "remote_physical_errors",
                "xmit_discards", "buffer_overruns", "local_link_integrity_errors")
 

@@ -1,7 +1,7 @@
 """Fabric collector: InfiniBand and RoCE ports from /sys/class/infiniband, NICs from
 /sys/class/net.
 
-Counters are hard (DESIGN.md): legacy PMA counters are narrow and *saturate* at their
+Counters are hard: legacy PMA counters are narrow and *saturate* at their
 width (they stop, they do not wrap), mlx5 `hw_counters` are 32-bit and *wrap*, drivers
 reset counters, and a port with no PMA prints `N/A (no PMA)`. A saturated counter gives
 no rate and flags the port; a counter that went down restarts its baseline; a counter
@@ -17,6 +17,12 @@ from typing import Any
 
 from agent.files import FileTree, ReadError
 from agent.rates import RateTracker
+from tuimon_core.protocol.fields import (
+    HW_COUNTERS,
+    NIC_COUNTERS_READ,
+    PORT_COUNTERS_READ,
+    PORT_ERROR_COUNTERS,
+)
 from tuimon_core.protocol.text import clean
 
 IB = "sys/class/infiniband"
@@ -27,34 +33,9 @@ RATE_EVERY = 10  # samples between re-reads of link rate, firmware, board id
 # covering a few seconds. Data, packet and xmit_wait counters are read every sample.
 ERRORS_EVERY = 5
 
-# (wire name, counter file, legacy width in bits, 64-bit counters_ext file, scale)
-PORT_COUNTERS: tuple[tuple[str, str, int, str | None, int], ...] = (
-    ("tx_bytes", "port_xmit_data", 32, "port_xmit_data_64", 4),  # octets / 4
-    ("rx_bytes", "port_rcv_data", 32, "port_rcv_data_64", 4),
-    ("tx_packets", "port_xmit_packets", 32, "port_xmit_packets_64", 1),
-    ("rx_packets", "port_rcv_packets", 32, "port_rcv_packets_64", 1),
-    ("xmit_wait", "port_xmit_wait", 32, None, 1),
-    ("symbol_errors", "symbol_error", 16, None, 1),
-    ("rcv_errors", "port_rcv_errors", 16, None, 1),
-    ("remote_physical_errors", "port_rcv_remote_physical_errors", 16, None, 1),
-    ("xmit_discards", "port_xmit_discards", 16, None, 1),
-    ("link_downed", "link_downed", 8, None, 1),
-    ("link_error_recovery", "link_error_recovery", 8, None, 1),
-    ("buffer_overruns", "excessive_buffer_overrun_errors", 4, None, 1),
-    ("local_link_integrity_errors", "local_link_integrity_errors", 4, None, 1),
-)
-RATE_COUNTERS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "xmit_wait")
-ERROR_COUNTERS = tuple(c[0] for c in PORT_COUNTERS if c[0] not in RATE_COUNTERS)
-_ERROR_SET = frozenset(ERROR_COUNTERS)
-
-# mlx5 RoCE congestion and retransmission counters worth a rate (32-bit, wrapping).
-HW_COUNTERS = (
-    "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets",
-    "out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err",
-    "out_of_buffer", "implied_nak_seq_err", "duplicate_request", "roce_adp_retrans",
-)
-NIC_COUNTERS = ("rx_bytes", "tx_bytes", "rx_packets", "tx_packets", "rx_errors", "tx_errors",
-                "rx_dropped", "tx_dropped")
+# The port, NIC and hw counters read, their names and widths: the name table's.
+RATE_COUNTERS = tuple(c.key for c in PORT_COUNTERS_READ if c.rate)
+_ERROR_SET = frozenset(PORT_ERROR_COUNTERS)
 
 _RATE_RE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
 
@@ -183,11 +164,11 @@ class FabricCollector:
             ext = set(self.files.listdir(f"{base}/counters_ext"))
         except ReadError:
             ext = set()
-        for name, fname, width, ext_name, scale in PORT_COUNTERS:
-            if ext_name and ext_name in ext:
-                p.counters[name] = (f"{base}/counters_ext/{ext_name}", None, scale)
+        for c in PORT_COUNTERS_READ:
+            if c.ext_file and c.ext_file in ext:
+                p.counters[c.key] = (f"{base}/counters_ext/{c.ext_file}", None, c.scale)
             else:
-                p.counters[name] = (f"{base}/counters/{fname}", width, scale)
+                p.counters[c.key] = (f"{base}/counters/{c.file}", c.width, c.scale)
         try:
             present = set(self.files.listdir(f"{base}/hw_counters"))
         except ReadError:
@@ -372,8 +353,9 @@ class FabricCollector:
         except ReadError:
             v["operstate"] = None
         totals: dict[str, int | None] = {}
-        for counter in NIC_COUNTERS:
-            raw, reason = self._read_raw(f"{base}/statistics/{counter}")
+        for c in NIC_COUNTERS_READ:
+            counter = c.key
+            raw, reason = self._read_raw(f"{base}/{c.file}")
             totals[counter] = raw
             r = self._rates.rate(("nic", name, counter), raw, now)
             v[f"{counter}_s"] = r

@@ -1,5 +1,5 @@
 """Per-job efficiency from step telemetry: SLI over rolling windows, throughput, scaling
-efficiency, error budget and burn, stragglers. Definitions as in DESIGN.md.
+efficiency, error budget and burn, stragglers, as docs/definitions.md defines them.
 
 Without any step telemetry the view falls back to a proxy (mean GPU busy of the nodes
 that are up: SM active where DCGM profiling gives it, else utilization), always labelled
@@ -23,6 +23,11 @@ WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
 # Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
 PEAK_FLOPS = (("NVIDIA H200", 989e12), ("NVIDIA H100", 989e12), ("NVIDIA A100", 312e12),
               ("NVIDIA B200", 2250e12), ("NVIDIA GB200", 2500e12))
+# A job whose step reports stopped this long ago is stale: its windows say what was, not
+# what is (every view shows it so, from the job's verdict).
+STEPS_STALE_S = 15.0
+# A rank is reporting when it sent a step within this long.
+REPORTING_S = 60.0
 # A job with no step reports for this long, and no ledger naming it, is forgotten: the
 # viewer's memory holds the jobs that run, not every name a peer ever sent.
 FORGET_JOB_S = 24 * 3600.0
@@ -37,6 +42,14 @@ class Straggler:
     node: str
     gpu: int | None
     ratio: float  # compute time over the median of its peers
+
+
+@dataclass(frozen=True)
+class JobVerdict:
+    state: str  # page | ticket | stale | degraded | ok
+    firing: list[tuple[str, str, str, float]]  # (severity, long, short, threshold)
+    steps_age: float | None  # seconds since the last step report
+    reporting: int  # ranks that reported within REPORTING_S
 
 
 @dataclass
@@ -76,8 +89,27 @@ class JobState:
             return None, None
         return compute / wall, samples / run
 
-    def ranks_reporting(self, now: float, within: float) -> int:
+    def ranks_reporting(self, now: float, within: float = REPORTING_S) -> int:
         return sum(1 for ts in self.rank_last.values() if ts >= now - within)
+
+    def verdict(self, now: float) -> JobVerdict:
+        """How the job stands, as every view says it: paging or ticketing on its burn,
+        stale (no step reports lately: no numbers from before an outage pass as now),
+        degraded (a rank silent), or ok."""
+        firing = self.burn.firing(now) if self.burn else []
+        age = self.age(now)
+        reporting = self.ranks_reporting(now)
+        if age is not None and age > STEPS_STALE_S:
+            state = "stale"
+        elif any(f[0] == "page" for f in firing):
+            state = "page"
+        elif firing:
+            state = "ticket"
+        elif reporting < self.world:
+            state = "degraded"
+        else:
+            state = "ok"
+        return JobVerdict(state, firing, age, reporting)
 
     def age(self, now: float) -> float | None:
         return None if self.last_update is None else max(0.0, now - self.last_update)

@@ -2,7 +2,7 @@
 
 `rules_yaml(slo)` writes one rule group, `tuimon-training-slo`, that Prometheus 2.x loads
 (`rule_files:`). It uses the agent's step counters (docs/metrics.md, "Training jobs") and
-the same definitions as tuimon.model.slo and DESIGN.md:
+the same definitions as tuimon.model.slo (docs/definitions.md):
 
 - SLI = effective compute time / wall time; error ratio = 1 - SLI;
 - burn rate = error ratio / (1 - target);

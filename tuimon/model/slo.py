@@ -1,4 +1,4 @@
-"""SLO arithmetic for training runs, exactly as DESIGN.md defines it.
+"""SLO arithmetic for training runs, exactly as docs/definitions.md defines it.
 
 - SLI = effective compute time / total time, over a window.
 - Error budget hours = (1 - target) x window hours; consumed = sum of (1 - SLI) x dt;

@@ -21,7 +21,17 @@ import re
 from collections.abc import Iterable
 
 from tuimon_core.filesystems import SHARED_FSTYPES as SHARED
-from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS, MIB
+from tuimon_core.protocol.fields import (
+    CLOCK_EVENT_REASONS,
+    DISK_COUNTERS_READ,
+    FS_COUNTERS_READ,
+    GPU_FIELDS,
+    HOST_FIELDS,
+    MIB,
+    PORT_COUNTERS_READ,
+    PORT_GAUGE_METRICS,
+    Counter,
+)
 
 # Prometheus name -> (wire key, factor to the wire's unit, added to the others)
 Mapping = dict[str, tuple[str, float, bool]]
@@ -42,26 +52,16 @@ DCGM_RANK = {d.name: i for f in GPU_FIELDS for i, d in enumerate(f.dcgm)}
 HOST: Mapping = {f.exposed: (f.key, 1.0, False) for f in HOST_FIELDS if f.exposed}
 HOST.update({f.node_exporter: (f.key, 1.0, False) for f in HOST_FIELDS if f.node_exporter})
 
-PORT_GAUGES: dict[str, str] = {
-    "tuimon_ib_port_rate_bytes_per_second": "rate",
-    "tuimon_ib_port_state_id": "state",
-    "tuimon_ib_port_physical_state_id": "phys_state",
-    "node_infiniband_rate_bytes_per_second": "rate",
-    "node_infiniband_state_id": "state",
-    "node_infiniband_physical_state_id": "phys_state",
-}
+PORT_GAUGES: dict[str, str] = {name: key for key, ours, theirs, _ in PORT_GAUGE_METRICS
+                                for name in (ours, theirs)}
 
-# dcgm-exporter's clock throttle bit mask, as NVML names the bits.
-THROTTLE_BITS = {0x1: "gpu_idle", 0x2: "applications_clocks_setting", 0x4: "sw_power_cap",
-                 0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal_slowdown",
-                 0x40: "hw_thermal_slowdown", 0x80: "hw_power_brake_slowdown"}
+# dcgm-exporter's clock-event (throttle) bit mask, as NVML names the bits.
+THROTTLE_BITS = dict(CLOCK_EVENT_REASONS)
 
-IB_ERRORS_TUIMON = ("symbol_errors|link_downed|receive_errors|link_error_recovery|"
-                    "receive_remote_physical_errors|transmit_discards|"
-                    "excessive_buffer_overrun_errors|local_link_integrity_errors")
-IB_ERRORS_NODE = ("symbol_error|link_downed|port_errors_received|link_error_recovery|"
-                  "port_receive_remote_physical_errors|port_discards_transmitted|"
-                  "excessive_buffer_overrun_errors|local_link_integrity_errors")
+_COUNTER = {c.key: c for c in PORT_COUNTERS_READ}
+# The port error counters, by either exporter's name (each with `_total`).
+IB_ERRORS_TUIMON = "|".join(c.metric for c in PORT_COUNTERS_READ if not c.rate)
+IB_ERRORS_NODE = "|".join(c.node_exporter or "" for c in PORT_COUNTERS_READ if not c.rate)
 # File systems worth showing from node_filesystem (capacity, and the mount point of an
 # NFS export, which node_exporter's mountstats metrics do not carry).
 # A regex in a PromQL string literal: `fuse\.weka`, its backslash escaped again.
@@ -79,6 +79,11 @@ LIVE_RATE = "irate({sel}[1m])"
 
 def _either(tuimon: str, node: str, how: str = LIVE_RATE) -> str:
     return f"{how.format(sel=tuimon)} or {how.format(sel=node)}"
+
+
+def _counter(c: Counter) -> str:
+    """A counter's live rate, by our agent's name or else node_exporter's."""
+    return _either(c.metric + "_total{{{mm}}}", f"{c.node_exporter}{{{{{{mm}}}}}}")
 
 
 def _moved(by: str, selector: str) -> str:
@@ -106,28 +111,25 @@ LIVE_QUERIES: dict[str, str] = {
     "uname": "node_uname_info{{{mm}}}",
     "up": "up{{{mm}}}",
     "port_gauges": '{{__name__=~"' + _names(PORT_GAUGES) + '"{m}}}',
-    "ib_tx": _either("tuimon_ib_port_transmit_bytes_total{{{mm}}}",
-                     "node_infiniband_port_data_transmitted_bytes_total{{{mm}}}"),
-    "ib_rx": _either("tuimon_ib_port_receive_bytes_total{{{mm}}}",
-                     "node_infiniband_port_data_received_bytes_total{{{mm}}}"),
-    "ib_wait": _either("tuimon_ib_port_transmit_wait_total{{{mm}}}",
-                       "node_infiniband_port_transmit_wait_total{{{mm}}}"),
+    "ib_tx": _counter(_COUNTER["tx_bytes"]),
+    "ib_rx": _counter(_COUNTER["rx_bytes"]),
+    "ib_wait": _counter(_COUNTER["xmit_wait"]),
     # Error counters that moved in the last minute, all kinds summed per port. Not
     # increase() over a name regex: that would drop the names and collide.
     "ib_errors": (
         _moved("node, instance, device, port",
-               '{{__name__=~"tuimon_ib_port_(' + IB_ERRORS_TUIMON + ')_total"{m}}}')
+               '{{__name__=~"(' + IB_ERRORS_TUIMON.replace("|", "_total|") + '_total)"{m}}}')
         + " or " + _moved("instance, device, port",
-                          '{{__name__=~"node_infiniband_(' + IB_ERRORS_NODE + ')_total"{m}}}')),
-    "fs_read": "irate(tuimon_fs_read_bytes_total{{{mm}}}[1m]) or " + _nfs("read"),
-    "fs_write": "irate(tuimon_fs_write_bytes_total{{{mm}}}[1m]) or " + _nfs("write"),
+                          '{{__name__=~"(' + IB_ERRORS_NODE + ')"{m}}}')),
+    "fs_read": f"irate({FS_COUNTERS_READ[0].metric}_total{{{{{{mm}}}}}}[1m]) or "
+               + _nfs("read"),
+    "fs_write": f"irate({FS_COUNTERS_READ[1].metric}_total{{{{{{mm}}}}}}[1m]) or "
+                + _nfs("write"),
     "nfs_mounts": "node_mountstats_nfs_mountpoint_info{{{mm}}}",
     "fs_size": 'node_filesystem_size_bytes{{fstype=~"' + SHARED_FSTYPES + '"{m}}}',
     "fs_avail": 'node_filesystem_avail_bytes{{fstype=~"' + SHARED_FSTYPES + '"{m}}}',
-    "disk_read": _either("tuimon_disk_read_bytes_total{{{mm}}}",
-                         "node_disk_read_bytes_total{{{mm}}}"),
-    "disk_write": _either("tuimon_disk_written_bytes_total{{{mm}}}",
-                          "node_disk_written_bytes_total{{{mm}}}"),
+    "disk_read": _counter(DISK_COUNTERS_READ[0]),
+    "disk_write": _counter(DISK_COUNTERS_READ[1]),
     "job_wall": "rate(tuimon_job_wall_seconds_total{{{mm}}}[1m])",
     "job_compute": "rate(tuimon_job_compute_seconds_total{{{mm}}}[1m])",
     "job_samples": "rate(tuimon_job_samples_total{{{mm}}}[1m])",

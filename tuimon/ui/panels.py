@@ -24,7 +24,10 @@ from tuimon.ui.sparkline import sparkline
 from tuimon.ui.units import rate, size
 
 SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$success"}
-STALE_STEPS_S = 15.0  # a job whose steps stopped this long ago is shown as stale
+# A job's verdict (tuimon.model.efficiency.JobVerdict) as the strip shows it.
+_VERDICT = {"page": "[$error]PAGE[/]", "ticket": "[$warning]TICKET[/]",
+            "stale": "[$warning]no step reports for {age:.0f} s[/]",
+            "degraded": "[$warning]degraded[/]", "ok": "[$success]ok[/]"}
 
 
 class Panel(Static):
@@ -117,25 +120,18 @@ class SloStrip(Panel):
             burn = state.burn.burn_rates(now) if state.burn else {}
             used = state.burn.consumed_hours if state.burn else 0.0
             left = eff.slo.remaining_hours(used)
-            firing = state.burn.firing(now) if state.burn else []
-            burn_windows, burn_alert = burn_parts(burn, firing)
-            status = ("[$error]PAGE[/]" if any(f[0] == "page" for f in firing) else
-                      "[$warning]TICKET[/]" if firing else "[$success]ok[/]")
+            verdict = state.verdict(now)
+            burn_windows, burn_alert = burn_parts(burn, verdict.firing)
+            status = _VERDICT[verdict.state].format(age=verdict.steps_age or 0)
             share = max(0.0, min(1.0, left / eff.slo.budget_hours))
             bar = "\u2588" * round(share * 10) + "\u2591" * (10 - round(share * 10))
             to_empty = eff.slo.hours_to_exhaustion(used, burn.get("1h") or 0.0)
             mfu = eff.mfu(state, throughput)
             which = f" [{selected + 1}/{len(jobs)}, J: next]" if len(jobs) > 1 else ""
-            reporting = state.ranks_reporting(now, 60.0)
+            reporting = verdict.reporting
             ranks = (f"[$warning]{reporting} of {state.world} ranks[/]"
                      if reporting < state.world else
                      f"{state.world} rank{'s' if state.world != 1 else ''}")
-            age = state.age(now)
-            stale = age is not None and age > STALE_STEPS_S
-            if stale:  # old inputs say so: no silent numbers from before the outage
-                status = f"[$warning]no step reports for {age:.0f} s[/]"
-            elif reporting < state.world and not firing:
-                status = "[$warning]degraded[/]"  # a rank is silent: not "ok"
             straggler = ""
             if state.stragglers:
                 st = state.stragglers[0]

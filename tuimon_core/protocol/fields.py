@@ -339,6 +339,108 @@ NIC_FIELDS: tuple[Field, ...] = (
     Field("tx_util", RATE, "ratio 0..1", "send rate over link speed"),
     Field("counter_errors", REASONS, "counter -> reason", "counters that could not be read"),
 )
+@dataclass(frozen=True, slots=True)
+class Counter:
+    """A cumulative counter the agent reads from a file: the total it exports on
+    `/metrics` (`metric`, to which the client library appends `_total`), node_exporter's
+    name for the same total, and how it reaches the wire: as a rate (`<key>_s`), or for
+    error counters as increments in `errors_inc`. `scale` turns the file's unit into the
+    metric's (IB data counters count 4-byte words); a legacy PMA counter of `width` bits
+    saturates; `ext_file` is its 64-bit twin in `counters_ext` where the driver has one."""
+
+    key: str
+    file: str
+    metric: str
+    doc: str
+    node_exporter: str | None = None
+    rate: bool = True
+    width: int | None = None
+    ext_file: str | None = None
+    scale: int = 1
+
+
+PORT_COUNTERS_READ: tuple[Counter, ...] = (
+    Counter("tx_bytes", "port_xmit_data", "tuimon_ib_port_transmit_bytes",
+            "Data transmitted, bytes", "node_infiniband_port_data_transmitted_bytes_total",
+            width=32, ext_file="port_xmit_data_64", scale=4),
+    Counter("rx_bytes", "port_rcv_data", "tuimon_ib_port_receive_bytes",
+            "Data received, bytes", "node_infiniband_port_data_received_bytes_total",
+            width=32, ext_file="port_rcv_data_64", scale=4),
+    Counter("tx_packets", "port_xmit_packets", "tuimon_ib_port_transmit_packets",
+            "Packets transmitted", "node_infiniband_port_packets_transmitted_total",
+            width=32, ext_file="port_xmit_packets_64"),
+    Counter("rx_packets", "port_rcv_packets", "tuimon_ib_port_receive_packets",
+            "Packets received", "node_infiniband_port_packets_received_total",
+            width=32, ext_file="port_rcv_packets_64"),
+    Counter("xmit_wait", "port_xmit_wait", "tuimon_ib_port_transmit_wait",
+            "Ticks with data to send but no credits",
+            "node_infiniband_port_transmit_wait_total", width=32),
+    Counter("symbol_errors", "symbol_error", "tuimon_ib_port_symbol_errors", "Symbol errors",
+            "node_infiniband_symbol_error_total", rate=False, width=16),
+    Counter("rcv_errors", "port_rcv_errors", "tuimon_ib_port_receive_errors",
+            "Packets received with errors", "node_infiniband_port_errors_received_total",
+            rate=False, width=16),
+    Counter("remote_physical_errors", "port_rcv_remote_physical_errors",
+            "tuimon_ib_port_receive_remote_physical_errors",
+            "Packets received marked bad by the sender",
+            "node_infiniband_port_receive_remote_physical_errors_total", rate=False,
+            width=16),
+    Counter("xmit_discards", "port_xmit_discards", "tuimon_ib_port_transmit_discards",
+            "Outbound packets discarded", "node_infiniband_port_discards_transmitted_total",
+            rate=False, width=16),
+    Counter("link_downed", "link_downed", "tuimon_ib_port_link_downed",
+            "Times the link went down", "node_infiniband_link_downed_total", rate=False,
+            width=8),
+    Counter("link_error_recovery", "link_error_recovery",
+            "tuimon_ib_port_link_error_recovery", "Successful link error recoveries",
+            "node_infiniband_link_error_recovery_total", rate=False, width=8),
+    Counter("buffer_overruns", "excessive_buffer_overrun_errors",
+            "tuimon_ib_port_excessive_buffer_overrun_errors", "Excessive buffer overruns",
+            "node_infiniband_excessive_buffer_overrun_errors_total", rate=False, width=4),
+    Counter("local_link_integrity_errors", "local_link_integrity_errors",
+            "tuimon_ib_port_local_link_integrity_errors", "Local link integrity errors",
+            "node_infiniband_local_link_integrity_errors_total", rate=False, width=4),
+)
+PORT_ERROR_COUNTERS = tuple(c.key for c in PORT_COUNTERS_READ if not c.rate)
+# mlx5 RoCE congestion and retransmission counters worth a rate (32-bit, wrapping),
+# exported as tuimon_ib_port_hw_counter{counter}.
+HW_COUNTERS = (
+    "np_cnp_sent", "rp_cnp_handled", "rp_cnp_ignored", "np_ecn_marked_roce_packets",
+    "out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err",
+    "out_of_buffer", "implied_nak_seq_err", "duplicate_request", "roce_adp_retrans",
+)
+NIC_COUNTERS_READ: tuple[Counter, ...] = tuple(
+    Counter(key, f"statistics/{key}", f"tuimon_net_{metric}", doc,
+            f"node_network_{metric}_total")
+    for key, metric, doc in (
+        ("rx_bytes", "receive_bytes", "Bytes received"),
+        ("tx_bytes", "transmit_bytes", "Bytes transmitted"),
+        ("rx_packets", "receive_packets", "Packets received"),
+        ("tx_packets", "transmit_packets", "Packets transmitted"),
+        ("rx_errors", "receive_errors", "Receive errors"),
+        ("tx_errors", "transmit_errors", "Transmit errors"),
+        ("rx_dropped", "receive_dropped", "Received packets dropped"),
+        ("tx_dropped", "transmit_dropped", "Transmitted packets dropped")))
+DISK_COUNTERS_READ: tuple[Counter, ...] = (
+    Counter("read_bytes", "diskstats", "tuimon_disk_read_bytes", "Bytes read",
+            "node_disk_read_bytes_total"),
+    Counter("written_bytes", "diskstats", "tuimon_disk_written_bytes", "Bytes written",
+            "node_disk_written_bytes_total"),
+)
+FS_COUNTERS_READ: tuple[Counter, ...] = (
+    Counter("read_bytes", "stats", "tuimon_fs_read_bytes", "Bytes read by this client"),
+    Counter("write_bytes", "stats", "tuimon_fs_write_bytes", "Bytes written by this client"),
+)
+# Gauges of a port the agent exports beside its counters, and node_exporter's names.
+PORT_GAUGE_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("rate", "tuimon_ib_port_rate_bytes_per_second", "node_infiniband_rate_bytes_per_second",
+     "Link rate"),
+    ("state", "tuimon_ib_port_state_id", "node_infiniband_state_id",
+     "Port state (1 down, 2 init, 3 armed, 4 active)"),
+    ("phys_state", "tuimon_ib_port_physical_state_id", "node_infiniband_physical_state_id",
+     "Physical state (2 polling, 3 disabled, 5 link up, ...)"),
+)
+
 PORT_INFO = Record("port info", PORT_INFO_FIELDS)
 NIC_INFO = Record("nic info", NIC_INFO_FIELDS)
 FABRIC_FIELDS: tuple[Field, ...] = (
