@@ -128,6 +128,11 @@ async def test_metric_keys_switch_the_map_and_the_legend() -> None:
         assert app.active_map.kind == "fabric"
         await pilot.press("2")
         assert app.active_map.metric.key == "congestion"
+        # The fabric map has three metrics: keys past them do nothing, and the footer
+        # offers the map's own range.
+        await pilot.press("6")
+        assert app.active_map.metric.key == "congestion"
+        assert any(b.key_display == "1-3" for b in app.active_map._bindings.key_to_bindings["1"])
         # Grouped by leaf switch: the first line is a leaf label.
         assert line_text(app.active_map, 0).strip().startswith("leaf00")
 

@@ -288,6 +288,11 @@ class ClusterState:
                                        event.message, event.gpu))
         self._seen(node)
 
+    def set_scrape_failures(self, failures: dict[str, tuple[str, str]]) -> None:
+        """The Prometheus targets whose last scrape failed, replacing the last set:
+        "job instance" -> (node, reason)."""
+        self.scrape_failures = dict(failures)
+
     def mark_stale(self, target: str, reason: str) -> None:
         node = self.add_target(target)
         was = node.status

@@ -14,7 +14,6 @@ from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.map_kinds import GPU_MAP, NO_DATA, HeatMetric, MapKind
 from tuimon_core.hostlist import TargetError, expand_hostlists
 
-SORTS = ("name", "metric")
 _HOSTLIST = re.compile(r"\[[0-9,\-]+\]")
 
 

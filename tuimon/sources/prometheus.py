@@ -244,7 +244,7 @@ class PromSource:
                           exc_info=exc)
                 self.cluster.mark_stale(name, clean(f"internal error: {type(exc).__name__}: "
                                                     f"{exc}")[:200])
-        self.cluster.scrape_failures = failures
+        self.cluster.set_scrape_failures(failures)
         for name, reason in {n: r for n, r in failures.values()}.items():
             if name not in nodes:  # nothing else speaks for it: say why it is missing
                 self.cluster.mark_stale(name, reason)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import textwrap
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -56,10 +57,7 @@ HELP = """\
   f                 to the diagnosis: up/down pick, enter opens its node
   esc               back; clear the filter
 [b]What the map shows[/b]
-  1..6              GPU: busy (SM active, else utilization), memory,
-                    temperature, power, SM clock, health
-  1..3 (fabric)     ports: utilization, congestion (xmit_wait), errors
-  s  S              sort by name / by the metric (worst first); reverse
+{metric_keys}  s  S              sort by name / by the metric (worst first); reverse
   /                 filter: host list (gpu[008-015]), leaf, text, regex
 [b]Other[/b]
   J                 next job in the efficiency strip
@@ -72,6 +70,20 @@ per node. A stale node keeps its last values and its reason; tuimon
 reconnects on its own.{extra}
 
 esc or ? closes this."""
+
+
+
+def _metric_keys() -> str:
+    """The help's lines for the number keys, from the maps' own metrics."""
+    lines = []
+    for kind in (GPU_MAP, FABRIC_MAP):
+        keys = f"1..{len(kind.metrics)}" + ("" if kind is GPU_MAP else f" ({kind.key})")
+        names = ", ".join(safe(m.label) for m in kind.metrics)
+        wrapped = textwrap.wrap(f"{kind.title}: {names}", 52)
+        lines.append(f"  {keys:<18}{wrapped[0]}")
+        lines += [" " * 20 + rest for rest in wrapped[1:]]
+    return "\n".join(lines) + "\n"
+
 
 REPLAY_HELP = """
 
@@ -105,7 +117,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         # Scrolls where the terminal is smaller than the help (80x24).
         with VerticalScroll():
-            yield Static(HELP.format(extra=self.extra))
+            yield Static(HELP.format(extra=self.extra, metric_keys=_metric_keys()))
 
 
 class FilterScreen(ModalScreen[str | None]):
@@ -235,7 +247,6 @@ class TuimonApp(App[None]):
             self.theme = DEFAULT_THEME
         for problem in self.theme_problems:
             self.notify(problem, severity="warning", timeout=10, markup=False)
-        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         if self._make_sources is not None:
             self._tasks = [asyncio.create_task(s) for s in self._make_sources(self.cluster)]
         self.active_map.focus()
@@ -259,10 +270,6 @@ class TuimonApp(App[None]):
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         return {**super().get_theme_variable_defaults(), **heat_variable_defaults()}
-
-    def _on_theme_changed(self, _theme: object) -> None:
-        for view in self.query(HeatmapView):
-            view.theme_changed()
 
     # -- refresh -------------------------------------------------------------------------
 

@@ -61,7 +61,8 @@ _HEAT_CSS = "\n".join(f"    HeatmapView > .heatmap--heat-{i} {{ color: $heat-{i}
 
 class HeatmapView(ScrollView, can_focus=True):
     """A heatmap of the cluster: one tile per node, one cell per GPU (or port). Its keys
-    are its own (arrows, h j k l, enter, 1..6): they act only while it has the focus."""
+    are its own (arrows, h j k l, enter, a number key per metric): they act only while it
+    has the focus."""
 
     BINDINGS = [
         Binding("left,h", "move(-1,0)", "left", show=False, id="left"),
@@ -69,8 +70,6 @@ class HeatmapView(ScrollView, can_focus=True):
         Binding("up,k", "move(0,-1)", "up", show=False, id="up"),
         Binding("down,j", "move(0,1)", "down", show=False, id="down"),
         Binding("enter", "open", "open node", id="open_node"),
-        *[Binding(str(i + 1), f"metric({i})", "metric", show=i == 0, id=f"metric_{i + 1}",
-                  key_display="1-6") for i in range(6)],
     ]
 
     class MetricChanged(Message):
@@ -121,6 +120,13 @@ class HeatmapView(ScrollView, can_focus=True):
         self.map_kind = kind
         self.metrics = kind.metrics
         self.metric_index = 0
+        # A number key per metric this map offers (1..N), bound on this instance: the
+        # GPU map and the fabric map offer different counts.
+        count = len(self.metrics)
+        for i in range(count):
+            self._bindings.key_to_bindings.setdefault(str(i + 1), []).append(
+                Binding(str(i + 1), f"metric({i})", "metric", show=i == 0,
+                        id=f"metric_{i + 1}", key_display=f"1-{count}"))
         self.folded = False
         self._hm_order: list[NodeState] = []
         self._hm_lines: list[_Line] = []
@@ -186,7 +192,11 @@ class HeatmapView(ScrollView, can_focus=True):
         self.refresh_changed()
         self.post_message(self.CursorMoved(node))
 
-    def theme_changed(self) -> None:
+    def notify_style_update(self) -> None:
+        """Textual calls this whenever the rules that style this widget may have changed (a
+        new theme, a reloaded stylesheet, focus): the styles kept per component class and
+        every line drawn with them are dropped, and the next draw reads them anew."""
+        super().notify_style_update()
         self._hm_styles.clear()
         self._hm_theme_gen += 1
         self._hm_drawn.clear()

@@ -1,7 +1,8 @@
 """Theme files (TOML) to Textual themes: the packaged ones and the user's own.
 
 A theme file holds Textual's theme fields and, under [variables], the heatmap scale
-`heat-0` .. `heat-8` and `heat-stale`, `heat-down`, `heat-nodata`. Users drop their own
+`heat-0` .. `heat-8` (one per level of tuimon_core.heat_levels), `heat-stale` and
+`heat-nodata`. Users drop their own
 files in $XDG_CONFIG_HOME/tuimon/themes/ (default ~/.config/tuimon/themes/).
 """
 
@@ -16,6 +17,8 @@ from pathlib import Path
 from textual.color import Color
 from textual.theme import Theme
 
+from tuimon_core.heat_levels import LEVELS
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -25,8 +28,7 @@ log = logging.getLogger(__name__)
 
 THEME_FIELDS = ("primary", "secondary", "warning", "error", "success", "accent",
                 "foreground", "background", "surface", "panel", "boost")
-REQUIRED_VARIABLES = (*(f"heat-{i}" for i in range(9)), "heat-stale", "heat-down",
-                      "heat-nodata")
+REQUIRED_VARIABLES = (*(f"heat-{i}" for i in range(LEVELS)), "heat-stale", "heat-nodata")
 DEFAULT_THEME = "tuimon-dark"
 
 
