@@ -27,11 +27,13 @@ class NodeFindings:
         self.active: list[Finding] = []
 
     def observe(self, hello: Any, sample: Any) -> list[Finding]:
-        """Judge a new sample; returns the conditions that hold in it (what the sample's
-        `findings` family carries; readers hold and clear them with their own book).
-        `active` is then what this agent's own book holds, for `/metrics`."""
+        """Judge a new sample; returns the conditions that hold in it, each with how long
+        it has held here (what the sample's `findings` family carries: readers hold and
+        clear them with their own book, counting the hold from when this node first saw
+        it, so one who connects now sees a fault that is already there). `active` is
+        then what this agent's own book holds, for `/metrics`."""
         now = self._clock()
         self._rules.observe(hello, sample, now)
         conditions = self._rules.conditions(now)
         self.active = self._book.update(conditions, now)
-        return conditions
+        return self._book.held(conditions, now)

@@ -93,7 +93,8 @@ class NodeAgent:
         self.host = HostCollector(self.files)
         self.fabric = FabricCollector(self.files)
         self.storage = StorageCollector(self.files, config.storage)
-        self.steps = StepAggregator(interval=config.interval, clock=monotonic)
+        self.steps = StepAggregator(interval=config.interval, clock=monotonic,
+                                    wall_clock=wall)
         self.findings = NodeFindings(config.node_name, monotonic)
         self._steps_socket: StepSocket | None = None
         self.steps_status: str | None = "off"

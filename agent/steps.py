@@ -36,6 +36,7 @@ import socket
 import stat
 import struct
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,7 @@ from typing import Any
 import msgpack
 
 from agent.reporter import MAX_DATAGRAM
+from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, DropJudge
 from tuimon_core.protocol.text import clean
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,11 @@ SENDER_RATE = 2000.0  # datagrams a second per user (uid), with a burst of twice
 ALLOWANCE_SLACK_S = 5.0  # a new rank's allowance: the agent's interval plus this
 ALLOWANCE_CAP_S = 600.0  # at most this much unused allowance (the longest step credited)
 LOG_EVERY_S = 60.0
+# The windows each job's sums are also sent over (seconds, and how often a point of the
+# history is kept): a viewer that connects now reads the last minute and the last hour
+# of the job at once, as this node saw it, instead of waiting an hour to know (a drop
+# in efficiency is the last minute against the hour before it).
+STEP_WINDOWS: tuple[tuple[float, float], ...] = ((SHORT_S, 1.0), (LONG_S, 10.0))
 REFUSALS = ("invalid", "name_too_long", "too_many_jobs", "too_many_ranks", "not_owner",
             "flood")
 _UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid
@@ -127,6 +134,60 @@ class _Rank:
     seq: int | None = None
 
 
+class _JobHistory:
+    """One job's cumulative sums on this node (they only grow, whatever ranks come and
+    go) and, per window, points of them over time to subtract from."""
+
+    __slots__ = ("compute", "drop", "points", "samples", "since", "steps", "wall")
+
+    def __init__(self, now: float, since: float) -> None:
+        self.steps = 0
+        self.wall = self.compute = 0.0
+        self.samples = 0
+        self.since = since  # Unix time the agent first counted the job
+        # One deque a window: (monotonic time, wall, compute, samples), oldest first.
+        self.points: list[deque[tuple[float, float, float, int]]] = [
+            deque([(now, 0.0, 0.0, 0)]) for _ in STEP_WINDOWS]
+        self.drop = DropJudge()
+
+    def mark(self, now: float) -> None:
+        point = (now, self.wall, self.compute, self.samples)
+        for (span, every), q in zip(STEP_WINDOWS, self.points):
+            if now - q[-1][0] >= every:
+                q.append(point)
+            # One point at or before the window's start stays: the sums are subtracted
+            # from it.
+            while len(q) > 1 and q[1][0] <= now - span:
+                q.popleft()
+
+    def windows(self, now: float) -> list[dict[str, Any]]:
+        out = []
+        for (span, _), q in zip(STEP_WINDOWS, self.points):
+            at, wall, compute, samples = q[0]
+            out.append({"s": span, "covered": min(span, max(0.0, now - at)),
+                        "wall": max(0.0, self.wall - wall),
+                        "compute": max(0.0, self.compute - compute),
+                        "samples": max(0, self.samples - samples)})
+        return out
+
+    def judge(self, windows: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
+        """This node's verdict on the job's efficiency: the last minute against the hour
+        before it (tuimon_core.efficiency_drop), as the `drop` the sample carries."""
+        short, long = windows[0], windows[1]
+        sli = short["compute"] / short["wall"] if short["wall"] > 0 else None
+        wall = long["wall"] - short["wall"]
+        before = ((long["compute"] - short["compute"]) / wall
+                  if wall > 0 and long["covered"] - short["covered"] >= MIN_BEFORE_S else None)
+        drop = self.drop.update(sli, before, now)
+        # How long ago, not when: a reader's clock need not agree with this node's.
+        return None if drop is None else {"from": drop.from_sli,
+                                          "held": min(86400.0, round(now - drop.since, 1))}
+
+    def totals(self) -> dict[str, Any]:
+        return {"steps": self.steps, "wall": self.wall, "compute": self.compute,
+                "samples": self.samples, "since": self.since}
+
+
 class _Bucket:
     """A token bucket: `rate` tokens a second, at most `burst`."""
 
@@ -148,8 +209,10 @@ class StepAggregator:
     """Per (job, rank): this interval's sums, and totals since the agent started."""
 
     def __init__(self, interval: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
+        self.wall_clock = wall_clock
         self.allowance_first = interval + ALLOWANCE_SLACK_S
         self.allowance_cap = max(ALLOWANCE_CAP_S, 10 * interval)
         self.interval: dict[tuple[str, int], RankTotals] = {}
@@ -164,6 +227,7 @@ class StepAggregator:
         self._owners: dict[str, int | None] = {}  # job -> the uid it belongs to
         self._senders: dict[int | None, _Bucket] = {}
         self._lost_now: dict[str, int] = {}
+        self._jobs: dict[str, _JobHistory] = {}  # job -> its sums since first counted
         self._logged: dict[str, tuple[float, int]] = {}
 
     # -- receiving ---------------------------------------------------------------------
@@ -206,6 +270,13 @@ class StepAggregator:
         self._count_lost(job, state, step)
         wall, compute = self._credit(state, step["wall"], step["compute"], now)
         self.received += 1
+        history = self._jobs.get(job)
+        if history is None:
+            history = self._jobs[job] = _JobHistory(now, self.wall_clock())
+        history.steps += 1
+        history.wall += wall
+        history.compute += compute
+        history.samples += step["samples"]
         for table in (self.interval, self.totals):
             t = table.get(key)
             if t is None:
@@ -269,6 +340,16 @@ class StepAggregator:
         for job, n in self._lost_now.items():
             if job in jobs:
                 jobs[job]["lost"] = n
+        now = self.clock()
+        for job, entry in jobs.items():
+            history = self._jobs.get(job)
+            if history is not None:
+                history.mark(now)
+                entry["total"] = history.totals()
+                windows = entry["windows"] = history.windows(now)
+                drop = history.judge(windows, now)
+                if drop is not None:
+                    entry["drop"] = drop
         self.interval = {}
         self._lost_now = {}
         out: dict[str, Any] = {"jobs": list(jobs.values()), "received": self.received,
@@ -288,6 +369,8 @@ class StepAggregator:
             alive = {job for job, _ in self._ranks}
             for job in [j for j in self._owners if j not in alive]:
                 del self._owners[job]
+            for job in [j for j in self._jobs if j not in alive]:
+                del self._jobs[job]
 
 
 # -- the socket -------------------------------------------------------------------------

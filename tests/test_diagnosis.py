@@ -114,3 +114,61 @@ def test_an_efficiency_drop_stays_while_the_sli_stays_down() -> None:
         minute(0.92)
     assert not any(f.kind == "efficiency_drop" for f in
                    diag.update(ClusterState(), eff, StorageView()))
+
+
+def test_two_ports_far_above_their_node_are_named_at_once_by_a_new_viewer() -> None:
+    """Two of a node's eight HCA ports at 20 M xmit_wait/s, the others quiet: the node
+    judges it alone and sends how long it has held, so a viewer that connects now (a
+    one-shot status) names both ports in its first judgement, as one that watched does,
+    and its cluster rule does not name them again."""
+    from agent.findings import NodeFindings
+    from tuimon_core.findings_family import findings_from_wire, findings_to_wire
+    from tuimon_core.node_rules import NodeRules
+
+    ports = [{"id": f"mlx5_{i}:1", "state": 4, "xmit_wait_s": 2e7 if i in (2, 5) else 300.0}
+             for i in range(8)]
+    sample = Sample(1, 0.0, 1.0, gpus=[], extra={"fabric": {"ports": ports}})
+    rules = NodeRules("gpu007")
+    rules.observe(None, sample, 0.0)
+    named = {f.port for f in rules.conditions(0.0) if f.kind == "congestion"}
+    assert named == {"mlx5_2:1", "mlx5_5:1"}
+    # The agent: ten seconds of it.
+    clock = [0.0]
+    node = NodeFindings("gpu007", lambda: clock[0])
+    for seq in range(1, 11):
+        clock[0] += 1.0
+        sent = findings_to_wire(node.observe(None, Sample(seq, 0.0, 1.0, gpus=[],
+                                                          extra={"fabric": {"ports": ports}})))
+    assert all(row["held"] >= 9 for row in sent if row["kind"] == "congestion")
+    # A viewer that connects now.
+    cluster = ClusterState()
+    _node(cluster, "a:1", "gpu007", ports)
+    cluster.nodes["a:1"].conditions = sent
+    _node(cluster, "b:1", "gpu008", [{**p, "xmit_wait_s": 300.0} for p in ports])
+    findings = Diagnosis(wall=lambda: 5000.0).update(cluster, EfficiencyView(), StorageView())
+    congestion = [f for f in findings if f.kind == "congestion"]
+    assert sorted(f.where for f in congestion) == ["gpu007 mlx5_2:1", "gpu007 mlx5_5:1"]
+    assert findings_from_wire(sent, "gpu007")[0].held_s >= 9
+
+
+def test_a_whole_node_waiting_is_the_cluster_rules_to_name() -> None:
+    """Every port of one node waits: no port stands out on the node, so the node names
+    none; the cluster rule, comparing nodes, names the node (after its hold)."""
+    from tuimon_core.node_rules import NodeRules
+
+    hot = [{"id": f"mlx5_{i}:1", "state": 4, "xmit_wait_s": 2e7} for i in range(8)]
+    rules = NodeRules("gpu007")
+    rules.observe(None, Sample(1, 0.0, 1.0, gpus=[], extra={"fabric": {"ports": hot}}), 0.0)
+    assert not [f for f in rules.conditions(0.0) if f.kind == "congestion"]
+    cluster = ClusterState()
+    _node(cluster, "a:1", "gpu007", hot)
+    for i in range(1, 8):
+        _node(cluster, f"n{i}:1", f"gpu00{i}" if i != 7 else "gpu010",
+              [{**p, "xmit_wait_s": 300.0} for p in hot])
+    clock = [1000.0]
+    diag = Diagnosis(wall=lambda: clock[0])
+    for _ in range(7):
+        found = diag.update(cluster, EfficiencyView(), StorageView())
+        clock[0] += 1.0
+    (congestion,) = [f for f in found if f.kind == "congestion"]
+    assert congestion.node == "gpu007" and "mlx5_0:1" in congestion.message

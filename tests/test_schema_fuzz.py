@@ -86,6 +86,10 @@ PLACES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "steps.jobs[]": lambda v: _family("steps", "jobs", v),
     "jobs[].ranks[]": lambda v: _sample(steps={"jobs": [{"id": "j", "world": 2,
                                                           "ranks": [v]}]}),
+    "jobs[].windows[]": lambda v: _sample(steps={"jobs": [{"id": "j", "world": 2,
+                                                            "windows": [v]}]}),
+    "jobs[].total": lambda v: _sample(steps={"jobs": [{"id": "j", "world": 2, "total": v}]}),
+    "jobs[].drop": lambda v: _sample(steps={"jobs": [{"id": "j", "world": 2, "drop": v}]}),
     "overview.fs_rows[]": lambda v: _sample(overview={"fs_rows": [[v.get(c)
                                                                     for c in FS_COLUMNS]]}),
     "sample.findings[]": lambda v: _sample(findings=[v]),

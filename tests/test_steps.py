@@ -301,3 +301,41 @@ async def test_a_second_agent_never_removes_a_live_agents_socket(proc_root: Path
     finally:
         await first.stop()
     assert not Path(path).exists()
+
+
+# -- what a reader that connects now needs: windows, totals, the node's verdict ----------
+
+
+def test_the_node_sends_its_last_minute_and_hour_and_judges_a_drop() -> None:
+    """Two ranks at SLI 0.9 for ten minutes, then 0.6: the node's windows say the last
+    minute and how much of the hour it counted, its totals only grow, and it judges the
+    drop from the SLI the job had before the fault, holding it while the fault lasts and
+    ending it when the job is back."""
+    clock = Clock()
+    agg = StepAggregator(interval=1.0, clock=clock, wall_clock=lambda: 1.7e9 + clock.now)
+
+    def second(sli: float) -> dict:
+        clock.now += 1.0
+        for rank in (0, 1):
+            agg.add(_step(rank=rank, wall=1.0, compute=sli))
+        return agg.take()["jobs"][0]
+
+    for _ in range(600):
+        job = second(0.9)
+    minute, hour = job["windows"]
+    assert (minute["s"], hour["s"]) == (60.0, 3600.0)
+    assert minute["covered"] == 60.0 and 590 <= hour["covered"] <= 600  # 10 min old
+    assert minute["compute"] / minute["wall"] == pytest.approx(0.9)
+    assert "drop" not in job
+    since = job["total"]["since"]
+    for t in range(300):
+        job = second(0.6)
+        if t == 10:
+            assert "drop" not in job  # ten seconds in: the minute is 0.85
+    assert job["drop"]["from"] == pytest.approx(0.9, abs=0.02)  # before the fault
+    assert job["drop"]["held"] >= 200
+    assert job["total"]["since"] == since and job["total"]["steps"] == 2 * 900
+    assert job["total"]["wall"] == pytest.approx(1800.0)
+    for _ in range(90):
+        job = second(0.9)
+    assert "drop" not in job  # back within a few points of where it was

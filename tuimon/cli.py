@@ -26,6 +26,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import Slo
 from tuimon.readout import render
 from tuimon.relay.command import add_relay_options, run_relay
+from tuimon.snapshot_waits import WAITS
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.sources.targets import (
     TargetError,
@@ -189,7 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--topology", metavar="F")
     _log_option(rep)
     status = sub.add_parser("status", help="no screen: one snapshot (or --watch), exit code "
-                                           "0 ok / 1 warning / 2 critical")
+                                           "0 ok / 1 warning / 2 critical",
+                            description=f"One snapshot of the cluster, or a watch. {WAITS} "
+                                        "Exit code 0 ok, 1 warning, 2 critical, 3 unknown.")
     _target_options(status)
     status.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
                         help="keep watching this long; the exit code is the worst seen")

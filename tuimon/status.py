@@ -5,9 +5,11 @@ error in a part of the judgement, said in the output, makes a verdict short of c
 unknown).
 
 A one-shot status waits for what it needs before it judges: two samples from every node
-that answers (or that node's failure), and, from every node that reports training
-steps, step sums twice, within a bound. Nodes never reached by then count as down,
-with the reason."""
+that answers (or that node's failure); from every node that reports training steps,
+step sums twice; then, while a condition is being held before it shows (a finding the
+cluster rules raise only after it lasts a few seconds), until it is raised or gone.
+Each wait is bounded (tuimon.snapshot_waits, said in `--help`). Nodes never reached by then count as
+down, with the reason."""
 
 from __future__ import annotations
 
@@ -24,12 +26,11 @@ from tuimon.model.finding_groups import group
 from tuimon.model.judgement import Judgement
 from tuimon.model.slo import Slo, burn_text
 from tuimon.model.storage import StorageView
+from tuimon.snapshot_waits import FIRST_VERDICT_S, HOLD_WAIT_S, STEPS_WAIT_S
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.protocol.text import clean_lines
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
-FIRST_VERDICT_S = 5.0  # at most this long for every node's first two samples
-STEPS_WAIT_S = 5.0  # and then at most this long for step sums from every reporting node
 
 
 def level(findings: list[Finding]) -> str:
@@ -133,6 +134,8 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
     async with watching(targets, cluster, options, relays=relays or []):
         deadline = time.monotonic() + max(FIRST_VERDICT_S, watch)
         await _first_samples(cluster, eff)
+        if not watch:
+            await _held(judge)
         while True:
             findings = judge.update()
             final = not watch or time.monotonic() >= deadline
@@ -190,6 +193,20 @@ async def _first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
         if reporting and all(counted.get(n.target, 0) >= 2 for n in reporting):
             return
         await asyncio.sleep(0.25)
+
+
+async def _held(judge: Judgement) -> None:
+    """Judge each second while a condition is held before it shows (at most HOLD_WAIT_S):
+    a snapshot must not miss a finding only because it is young. Conditions the agents
+    already held for long enough come raised (their `held`) and need no wait."""
+    start = time.monotonic()
+    while True:
+        judge.update()
+        wait = judge.diagnosis.book.pending()
+        left = HOLD_WAIT_S - (time.monotonic() - start)
+        if wait <= 0 or left <= 0:
+            return
+        await asyncio.sleep(min(1.0, wait, left))
 
 
 def _unreached(cluster: ClusterState, final: bool) -> list[Finding]:

@@ -38,6 +38,9 @@ class Finding:
     nodes: tuple[str, ...] = ()
     first_seen: float | None = None  # when the condition started (raised: when raised)
     last_seen: float | None = None  # the last time the condition held
+    # How long the condition had already held where it was judged (a node's agent) when
+    # this reader got it: its hold counts from then, not from the first frame read.
+    held_s: float = 0.0
 
     @property
     def where(self) -> str:
@@ -84,6 +87,8 @@ class Timing:
 
 
 DEFAULT_TIMING = Timing(0.0, 60.0)
+# A condition's held_s is believed up to this: a node cannot backdate one further.
+MAX_HELD_S = 86400.0
 # By kind. Conditions over counters (symbol errors, link flaps, XIDs) already look back
 # over their own window; these add the hold and the hysteresis.
 TIMINGS: dict[str, Timing] = {
@@ -106,6 +111,9 @@ TIMINGS: dict[str, Timing] = {
     "steps_refused": Timing(0.0, 600.0),
     "steps_lost": Timing(0.0, 600.0),
 }
+# The longest hold of any kind: how long a one-shot check may wait for a finding that is
+# being held to be raised.
+LONGEST_HOLD_S = max(t.raise_after for t in TIMINGS.values())
 
 
 @dataclass(slots=True)
@@ -122,15 +130,20 @@ class FindingBook:
 
     timings: dict[str, Timing] = field(default_factory=lambda: dict(TIMINGS))
     _entries: dict[tuple[object, ...], _Entry] = field(default_factory=dict)
+    _updated: float | None = None
 
     def update(self, conditions: Iterable[Finding], now: float) -> list[Finding]:
+        self._updated = now
         seen = set()
         for c in conditions:
             key = c.key
             seen.add(key)
             entry = self._entries.get(key)
+            since = now - min(c.held_s, MAX_HELD_S) if c.held_s > 0 else now
             if entry is None:
-                entry = self._entries[key] = _Entry(now, now, c)
+                entry = self._entries[key] = _Entry(since, now, c)
+            elif since < entry.since:
+                entry.since = since
             entry.last = now
             entry.latest = c
         out = []
@@ -148,6 +161,27 @@ class FindingBook:
                 entry.raised_at = now
             out.append(replace(entry.latest, first_seen=entry.since, last_seen=entry.last))
         out.sort(key=sort_key)
+        return out
+
+    def pending(self) -> float:
+        """Seconds from the last update until the last condition held then but not yet
+        raised would be raised, if it lasts (0: none waits). A one-shot check waits this
+        long, so it shows what a viewer that watched would."""
+        wait = 0.0
+        for entry in self._entries.values():
+            if entry.raised_at is None and entry.last == self._updated:
+                timing = self.timings.get(entry.latest.kind, DEFAULT_TIMING)
+                wait = max(wait, timing.raise_after - (entry.last - entry.since))
+        return wait
+
+    def held(self, conditions: Iterable[Finding], now: float) -> list[Finding]:
+        """These conditions (given to `update` at `now`) with how long each has held, for
+        a reader that judges them again: an agent sends them so (docs/protocol.md)."""
+        out = []
+        for c in conditions:
+            entry = self._entries.get(c.key)
+            held = round(now - entry.since, 1) if entry is not None else 0.0
+            out.append(replace(c, held_s=held) if held > 0 else c)
         return out
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tuimon_core.findings import Finding
+from tuimon_core.findings import MAX_HELD_S, Finding
 from tuimon_core.protocol.fields import FAMILY_TYPES
 
 _FINDINGS = FAMILY_TYPES["findings"]
@@ -30,6 +30,8 @@ def findings_to_wire(conditions: list[Finding]) -> list[dict[str, Any]]:
             row["fs"] = f.fs
         if f.score:
             row["score"] = f.score
+        if f.held_s > 0:
+            row["held"] = min(f.held_s, MAX_HELD_S)
         out.append(row)
     return _FINDINGS.fit(out)
 
@@ -41,5 +43,6 @@ def findings_from_wire(rows: list[dict[str, Any]], node: str,
     address they came from, where the reader keeps it apart from the name (the relay)."""
     return [Finding(r["severity"], r["kind"], r.get("message") or "", node=node,
                     gpu=r.get("gpu"), port=r.get("port"), fs=r.get("fs"),
-                    score=float(r.get("score") or 0.0), target=target)
+                    score=float(r.get("score") or 0.0), target=target,
+                    held_s=float(r.get("held") or 0.0))
             for r in rows]

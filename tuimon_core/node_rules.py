@@ -18,6 +18,11 @@ from typing import Any
 from tuimon_core.findings import Finding
 from tuimon_core.protocol.fields import PORT_ERROR_COUNTERS
 
+# Congestion: sustained above this (xmit_wait ticks/s), senders starve; a port or a leaf
+# this many times its peers' median stands out (here: the node's other ports; in the
+# viewer's cluster rules: all ports, or the other leaves).
+CONGESTED_WAIT = 1e4
+OUTLIER_FACTOR = 10.0
 ERRORS_WINDOW_S = 600.0  # port error counters and link flaps
 XID_WINDOW_S = 1800.0
 STEPS_WINDOW_S = 600.0
@@ -139,8 +144,9 @@ class NodeRules:
 
     def _ports(self, sample: Any, now: float) -> list[Finding]:
         node = self.name
-        out = []
-        for p in (sample.extra.get("fabric") or {}).get("ports") or []:
+        ports = (sample.extra.get("fabric") or {}).get("ports") or []
+        out = self._congestion(ports)
+        for p in ports:
             pid = p["id"]
             where = f"{node} {pid}"
             counted = pid in self._error_ports
@@ -175,6 +181,29 @@ class NodeRules:
                 text = ", ".join(f"+{n} {k}" for k, n in sorted(others.items()))
                 out.append(Finding("warning", "port_errors", f"{where} {text} in 10 min",
                                    node=node, port=pid, score=0.3))
+        return out
+
+    def _congestion(self, ports: list[dict[str, Any]]) -> list[Finding]:
+        """A port far above the node's other ports: what a node can judge of congestion
+        alone (a cable, a port's peer on the switch, a job's traffic pinned to one rail).
+        A whole node or leaf waiting is the viewer's cluster rule: it compares nodes."""
+        waits = [(p["id"], w) for p in ports
+                 if isinstance(w := p.get("xmit_wait_s"), (int, float))]
+        if len(waits) < 3 or max(w for _, w in waits) < CONGESTED_WAIT:
+            return []
+        out = []
+        for i, (pid, wait) in enumerate(waits):
+            if wait < CONGESTED_WAIT:
+                continue
+            others = sorted(w for j, (_, w) in enumerate(waits) if j != i)
+            mid = len(others) // 2
+            median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+            if wait >= OUTLIER_FACTOR * max(median, 1.0):
+                out.append(Finding("warning", "congestion",
+                                   f"{self.name} {pid}: congestion: xmit_wait {wait:,.0f}/s vs "
+                                   f"{median:,.0f}/s median of the node's other "
+                                   f"{len(others)} ports", node=self.name, port=pid,
+                                   score=0.9))
         return out
 
     def _count(self, pid: str, kind: str, now: float) -> int:

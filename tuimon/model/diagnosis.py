@@ -21,18 +21,15 @@ from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.guard import Guard
 from tuimon.model.slo import burn_text
 from tuimon.model.storage import StorageView
+from tuimon_core.efficiency_drop import DropJudge
 from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
 from tuimon_core.findings_family import findings_from_wire
 from tuimon_core.hostlist import collect_hostlist
-from tuimon_core.node_rules import CRITICAL_XIDS, NodeRules
+from tuimon_core.node_rules import CONGESTED_WAIT, CRITICAL_XIDS, OUTLIER_FACTOR, NodeRules
 from tuimon_core.protocol.overview_layout import port_waits
 
 __all__ = ["CRITICAL_XIDS", "SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
 
-CONGESTED_WAIT = 1e4  # xmit_wait ticks/s: sustained above this, senders starve
-OUTLIER_FACTOR = 10.0  # a port or leaf this many times its peers' median stands out
-DROP_POINTS = 0.10
-RECOVER_POINTS = 0.03  # a drop clears once the SLI is back within this of where it was
 
 
 def _median(values: list[float]) -> float:
@@ -64,8 +61,8 @@ class Diagnosis:
         self.findings: list[Finding] = []
         self.book = FindingBook()
         self._rules: dict[str, NodeRules] = {}
-        # job -> (the SLI it dropped from, when): the drop stands until the SLI is back.
-        self._drops: dict[str, tuple[float, float]] = {}
+        # job -> the judge of its drop, for jobs whose nodes do not judge it themselves.
+        self._drops: dict[str, DropJudge] = {}
         self._wall = wall
         # Parts of the judgement that failed (a bug), shown as internal_error findings.
         self.guard = Guard()
@@ -85,7 +82,8 @@ class Diagnosis:
                 for key, text in problems.items()]
         out += self._node_local(cluster, now)
         out += run("the GPU-init rule", lambda: self._gpu_init(cluster), [])
-        out += run("the congestion rules", lambda: self._congestion(cluster), [])
+        local = [f for f in out if f.kind == "congestion" and f.node is not None]
+        out += run("the congestion rules", lambda: self._congestion(cluster, local), [])
         out += run("the storage rule", lambda: self._storage(storage), [])
         out += run("the straggler rule", lambda: self._stragglers(eff), [])
         out += run("the efficiency rule", lambda: self._efficiency(eff, out), [])
@@ -162,7 +160,11 @@ class Diagnosis:
             rules.observe(n.hello, n.detail, now)
         return rules.conditions(now) if n.status == "up" else []
 
-    def _congestion(self, cluster: ClusterState) -> list[Finding]:
+    def _congestion(self, cluster: ClusterState,
+                    local: list[Finding]) -> list[Finding]:
+        """Congestion that takes comparing nodes: a leaf's nodes all waiting, the spine,
+        a node whose ports all wait. A port its own node already named (the node rule,
+        `local`) is not named again."""
         # Per node, its ports and their xmit_wait (ticks/s), from the overviews: at 4096
         # nodes that is ~33k ports a second, so whole lists, not a tuple per port.
         nodes: list[tuple[str, list[str], list[float]]] = []
@@ -194,10 +196,14 @@ class Diagnosis:
             if max(waits) >= threshold:
                 hot[node] = [(p, w) for p, w in zip(ports, waits) if w >= threshold]
         flagged_leaves = {f.leaf for f in out}
+        named = {(f.node, f.port) for f in local}
         for node, items in sorted(hot.items()):
             leaf = self.topology.get(node)
             if leaf is not None and leaf in flagged_leaves:
                 continue  # the leaf's finding already names it
+            items = [(p, w) for p, w in items if (node, p) not in named]
+            if not items:
+                continue  # the node named its own ports
             items.sort(key=lambda x: -x[1])
             names = ", ".join(p for p, _ in items)
             worst = items[0][1]
@@ -278,25 +284,23 @@ class Diagnosis:
                                    f"{job.job} burns its error budget: burn "
                                    f"{burn_text(burn.burn_rates(now), firing)}",
                                    job=job.job))
-            short, _ = job.window(60, now)
-            long, _ = job.window(3600, now)
-            drop = self._drops.get(job.job)
-            if drop is None:
-                if short is None or long is None or long - short < DROP_POINTS:
-                    continue
-                drop = self._drops[job.job] = (long, now)
-            elif short is None:
-                continue  # no step reports now: the strip says so; the drop is not judged
-            elif short >= drop[0] - RECOVER_POINTS and short >= eff.slo.target:
-                del self._drops[job.job]  # back where it was, and within the SLO
-                continue
-            # The 1 h level absorbs a drop that lasts: compare with where it dropped from.
+            judged, drop = job.reported_drop(now)
+            if not judged:
+                judge = self._drops.get(job.job)
+                if judge is None:
+                    judge = self._drops[job.job] = DropJudge()
+                drop = judge.update(*job.drop_windows(now), now)
+            short = job.short_sli(now)
+            if drop is None or short is None:
+                continue  # no drop; or no step reports now: the strip says so
             causes = sorted((f for f in signals if f.score > 0), key=lambda f: -f.score)[:3]
             because = "; likely: " + " > ".join(f"{c.kind} {c.where}" for c in causes) \
                 if causes else ""
-            since = time.strftime("%H:%M", time.localtime(drop[1]))
+            since = time.strftime("%H:%M", time.localtime(drop.since))
             out.append(Finding("critical", "efficiency_drop",
-                               f"{job.job} SLI {short:.2f}, down from {drop[0]:.2f} since "
-                               f"{since}{because}", job=job.job))
+                               f"{job.job} SLI {short:.2f}, down from {drop.from_sli:.2f} "
+                               f"since {since}{because}", job=job.job))
+        for gone in self._drops.keys() - eff.jobs.keys():
+            del self._drops[gone]
         return out
 

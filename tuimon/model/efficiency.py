@@ -8,6 +8,7 @@ proxy, so the numbers are never blank.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from collections import deque
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
 from tuimon.model.step_credit import JobCredit, StepCredit
+from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, Drop
 from tuimon_core.protocol.overview_layout import busy, busy_percents
 
 WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
@@ -44,6 +46,20 @@ class Straggler:
     ratio: float  # compute time over the median of its peers
 
 
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Sums over a window: how much of it they cover, rank-seconds of wall and compute."""
+
+    covered: float
+    wall: float
+    compute: float
+    samples: int = 0
+
+    @property
+    def sli(self) -> float | None:
+        return self.compute / self.wall if self.wall > 0 else None
+
+
 @dataclass(frozen=True)
 class JobVerdict:
     state: str  # page | ticket | stale | degraded | ok
@@ -68,6 +84,11 @@ class JobState:
     rank_last: dict[int, float] = field(default_factory=dict)  # rank -> last credited
     last_update: float | None = None  # when steps last arrived
     created: float = field(default_factory=time.time)  # when the viewer first heard of it
+    # target -> (when it arrived, window length -> the node's sums, the node's drop):
+    # what each node counted over its last minute and hour and judged of them (the steps
+    # family's `windows` and `drop`).
+    reported: dict[str, tuple[float, dict[float, Window], Drop | None]] = field(
+        default_factory=dict)
 
     def window(self, seconds: float, now: float) -> tuple[float | None, float | None]:
         """(SLI, samples/s) over the last `seconds`.
@@ -88,6 +109,64 @@ class JobState:
         if wall <= 0 or run <= 0:  # (a valid 5e-324 s over a million ranks is 0)
             return None, None
         return compute / wall, samples / run
+
+    def reported_window(self, seconds: float, now: float) -> Window | None:
+        """The job's sums over the last `seconds` as its nodes counted them, added over the
+        nodes that reported lately; None unless each of them sent that window."""
+        covered = math.inf
+        wall = compute = 0.0
+        samples = 0
+        found = False
+        for at, windows, _ in self.reported.values():
+            if now - at > STEPS_STALE_S:
+                continue
+            w = windows.get(seconds)
+            if w is None:
+                return None
+            found = True
+            covered = min(covered, w.covered)
+            wall += w.wall
+            compute += w.compute
+            samples += w.samples
+        return Window(covered, wall, compute, samples) if found else None
+
+    def reported_drop(self, now: float) -> tuple[bool, Drop | None]:
+        """(whether the job's nodes judge its efficiency, their verdict): a drop when
+        most of the nodes that reported lately say so, from the median SLI they say it
+        dropped from, since the first of them saw it."""
+        fresh = [drop for at, _, drop in self.reported.values() if now - at <= STEPS_STALE_S]
+        if not fresh:
+            return False, None
+        drops = [d for d in fresh if d is not None]
+        if 2 * len(drops) <= len(fresh):
+            return True, None
+        return True, Drop(statistics.median(d.from_sli for d in drops),
+                          min(d.since for d in drops))
+
+    def short_sli(self, now: float) -> float | None:
+        """The SLI of the last minute: as the nodes counted it, else as this viewer did."""
+        reported = self.reported_window(SHORT_S, now)
+        return reported.sli if reported is not None else self.window(SHORT_S, now)[0]
+
+    def drop_windows(self, now: float) -> tuple[float | None, float | None]:
+        """(the SLI of the last minute, of the hour before it) from what this viewer saw,
+        for a viewer judging a job its nodes do not judge; the hour before is None while
+        it holds less than MIN_BEFORE_S."""
+        recent_wall = recent_compute = wall = compute = 0.0
+        oldest = None
+        for ts, w, c, _ in self.history:
+            if ts < now - LONG_S:
+                continue
+            if ts >= now - SHORT_S:
+                recent_wall += w
+                recent_compute += c
+            else:
+                oldest = ts if oldest is None else oldest
+                wall += w
+                compute += c
+        enough = oldest is not None and now - SHORT_S - oldest >= MIN_BEFORE_S
+        return (recent_compute / recent_wall if recent_wall > 0 else None,
+                compute / wall if enough and wall > 0 else None)
 
     def ranks_reporting(self, now: float, within: float = REPORTING_S) -> int:
         return sum(1 for ts in self.rank_last.values() if ts >= now - within)
@@ -149,6 +228,7 @@ class EfficiencyView:
                 busy_sum += sum(known)
                 busy_n += len(known)
             pending, node.pending_steps = node.pending_steps, None
+            sent = {j["id"]: j for j in pending.get("jobs") or ()} if pending else {}
             for job in self.credit.credit(node.target, pending, now):
                 state = self._job(job.job)
                 state.world = max(state.world, job.world)
@@ -159,6 +239,14 @@ class EfficiencyView:
                 acc.wall += job.wall
                 acc.compute += job.compute
                 acc.samples += job.samples
+                judged = sent.get(job.job) or {}
+                windows = judged.get("windows")
+                if windows:
+                    drop = judged.get("drop")
+                    state.reported[node.target] = (now, {
+                        w["s"]: Window(w["covered"], w["wall"], w["compute"],
+                                       w.get("samples") or 0) for w in windows},
+                        None if drop is None else Drop(drop["from"], now - drop["held"]))
                 for r in job.ranks:
                     state.rank_last[r.rank] = now
                     if r.steps:
@@ -190,6 +278,9 @@ class EfficiencyView:
         for state in self.jobs.values():
             while state.history and state.history[0][0] < oldest:
                 state.history.popleft()
+            for target in [t for t, (at, _, _) in state.reported.items()
+                           if now - at > REPORTING_S]:
+                del state.reported[target]
             state.stragglers = self._stragglers(state, now)
 
     def _job(self, name: str) -> JobState:

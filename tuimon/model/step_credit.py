@@ -173,6 +173,11 @@ def merge_steps(older: dict[str, Any] | None,
             into["world"] = max(into["world"], int(job.get("world") or 0))
             if job.get("lost"):
                 into["lost"] = min(MAX_COUNT, into.get("lost", 0) + job["lost"])
+            for latest in ("windows", "total", "drop"):  # the newer one says it all
+                if job.get(latest) is not None:
+                    into[latest] = job[latest]
+                elif section is newer:
+                    into.pop(latest, None)
             for r in job.get("ranks") or []:
                 acc = into["ranks"].setdefault(r["rank"], {"rank": r["rank"]})
                 for key, most in _SUMMED:

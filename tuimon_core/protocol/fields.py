@@ -521,12 +521,40 @@ STEP_RANK_FIELDS: tuple[Field, ...] = (
     Field("samples", COUNT, "count", "samples processed"),
     Field("tokens", COUNT, "count", "tokens processed"),
 )
+STEP_WINDOW_FIELDS: tuple[Field, ...] = (
+    Field("s", Num(above=0, hi=86400), "s", "the window's length (60, 3600)", required=True),
+    Field("covered", Num(0, 86400), "s", "how much of the window the agent counted the "
+          "job (less than `s` when the agent or the job started within it)", required=True),
+    Field("wall", RATE, "s", "wall time credited in the window, all ranks on the node",
+          required=True),
+    Field("compute", RATE, "s", "compute time credited in the window", required=True),
+    Field("samples", COUNT, "count", "samples processed in the window"),
+)
+STEP_TOTAL_FIELDS: tuple[Field, ...] = (
+    Field("steps", COUNT, "count", "steps credited since `since`", required=True),
+    Field("wall", RATE, "s", "wall time credited since `since`", required=True),
+    Field("compute", RATE, "s", "compute time credited since `since`", required=True),
+    Field("samples", COUNT, "count", "samples processed since `since`"),
+    Field("since", TIME, "s", "when the agent began counting the job (a new value: the "
+          "agent restarted, or forgot the job after its ranks fell silent)", required=True),
+)
+STEP_DROP_FIELDS: tuple[Field, ...] = (
+    Field("from", Num(0, 1), "0..1", "the SLI the job had before the drop", required=True),
+    Field("held", Num(0, 86400), "s", "how long the node has judged the drop",
+          required=True),
+)
 STEP_JOB_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "job name (cleaned)", required=True),
     Field("world", Int(lo=1, hi=1 << 31), "ranks", "the job's world size", required=True),
     Field("lost", COUNT, "count", "reports missing from its ranks' sequence numbers"),
     Field("ranks", ListOf(Record("step rank", STEP_RANK_FIELDS), MAX_RANKS), "ranks",
           "per rank sums"),
+    Field("windows", ListOf(Record("step window", STEP_WINDOW_FIELDS), 8), "windows",
+          "the node's sums for the job over the last minute and the last hour (below)"),
+    Field("total", Record("step totals", STEP_TOTAL_FIELDS), "totals",
+          "the node's cumulative sums for the job (below)"),
+    Field("drop", Record("step drop", STEP_DROP_FIELDS), "drop",
+          "the job's efficiency dropped, as this node judges it (below); absent: no drop"),
 )
 STEPS_FIELDS: tuple[Field, ...] = (
     Field("jobs", ListOf(Record("step job", STEP_JOB_FIELDS), MAX_JOBS), "jobs",
@@ -548,6 +576,8 @@ FINDING_FIELDS: tuple[Field, ...] = (
     Field("port", STR, "", "the port, where it is about one"),
     Field("fs", STR, "", "the file system, where it is about one"),
     Field("score", Num(0, 1), "0..1", "how strongly it explains an efficiency drop"),
+    Field("held", Num(0, 86400), "s", "how long the node has seen the condition hold: a "
+          "reader counts the finding's hold from then (since 2026-12)"),
 )
 FINDING = Record("finding", FINDING_FIELDS)
 
@@ -697,6 +727,9 @@ TABLES: dict[str, tuple[Field, ...]] = {
     "sample.steps": STEPS_FIELDS,
     "steps.jobs[]": STEP_JOB_FIELDS,
     "jobs[].ranks[]": STEP_RANK_FIELDS,
+    "jobs[].windows[]": STEP_WINDOW_FIELDS,
+    "jobs[].total": STEP_TOTAL_FIELDS,
+    "jobs[].drop": STEP_DROP_FIELDS,
     "overview.fs_rows[]": FS_ROW_FIELDS,
     "sample.findings[]": FINDING_FIELDS,
     "event": EVENT_FIELDS,
