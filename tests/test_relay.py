@@ -21,9 +21,11 @@ import pytest
 
 from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
+from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import LedgerBurn, Slo
 from tuimon.model.step_credit import merge_steps
+from tuimon.model.storage import StorageView
 from tuimon.relay import Relay, RelayConfig
 from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger, LedgerError
@@ -216,14 +218,42 @@ async def test_relay_of_relays_and_a_lost_node(unused_tcp_port_factory) -> None:
             assert up(viewer) == names - {sim_a.members[1].name}
             await sim_a.start_node(1)
             await until(lambda: lost.status == "up", what="node back through two relays")
-        # The top relay going away makes every node it carried stale in the viewer.
+
+    # The relay a viewer watches going away is one fault, the relay's: its nodes are
+    # unknown (nothing says they are down), one event says so, one finding names it;
+    # when it is back, so are they, with one event.
+    sim = SimCluster(nodes=3, gpus=1, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    port = unused_tcp_port_factory()
+    async with sim:
+        r1 = Relay(relay_config(sim.targets, name="r1", listen=f"127.0.0.1:{port}"))
+        await r1.start()
         viewer2 = ClusterState("v2")
-        async with watching([], viewer2, relays=[f"127.0.0.1:{r1.port}"]):
+        relay = f"127.0.0.1:{port}"
+        async with watching([], viewer2, relays=[relay],
+                            options=StreamOptions(min_backoff=0.2, max_backoff=0.5)):
             await until(lambda: len(up(viewer2)) == 3)
+            events_before = len(viewer2.events)
             await r1.stop()
-            await until(lambda: all(n.status != "up" for n in viewer2.nodes.values()),
-                        what="nodes stale when their relay is lost")
-            assert all("relay 127.0.0.1:" in (n.reason or "") for n in viewer2.nodes.values())
+            await until(lambda: all(n.status == "unknown" for n in viewer2.nodes.values()),
+                        what="nodes unknown when their relay is lost")
+            await asyncio.sleep(1.0)  # and they stay so: not stale, then down
+            assert viewer2.counts()["unknown"] == 3 and viewer2.counts()["down"] == 0
+            new = list(viewer2.events)[:len(viewer2.events) - events_before]
+            assert [e.kind for e in new] == ["relay_lost"], [e.message for e in new]
+            assert relay in new[0].message and "3 nodes unknown" in new[0].message
+            findings = Diagnosis().update(viewer2, EfficiencyView(), StorageView())
+            assert [f.kind for f in findings] == ["relay_lost"], findings
+            assert findings[0].target == relay
+            r1 = Relay(relay_config(sim.targets, name="r1", listen=f"127.0.0.1:{port}"))
+            await r1.start()
+            try:
+                await until(lambda: len(up(viewer2)) == 3, what="nodes back with the relay")
+                assert viewer2.events[0].kind in ("relay_back", "node_back") and \
+                    any(e.kind == "relay_back" for e in list(viewer2.events)[:5])
+                assert not viewer2.lost_relays
+            finally:
+                await r1.stop()
 
 
 async def test_viewers_looking_closely_at_more_than_an_upstream_takes_never_lose_it(
@@ -422,6 +452,54 @@ def test_viewer_shows_the_ledger_budget() -> None:
     eff.update(cluster)
     assert isinstance(eff.jobs["llm"].burn, LedgerBurn)
     assert eff.jobs["llm"].burn.consumed_hours == 60.0
+
+
+async def test_a_relay_away_counts_the_run_time_it_missed_from_the_agents_totals(
+        tmp_path: Path, unused_tcp_port_factory) -> None:
+    """kill -9 of the relay while the job runs, six seconds away, then back: the ledger
+    holds the whole run, the minutes it was away included (from the agents' cumulative
+    step totals, not more than the time that passed), and viewers are told how much was
+    recovered so."""
+    ledger_path = tmp_path / "ledger.db"
+    sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    port = unused_tcp_port_factory()
+    options = StreamOptions(min_backoff=0.1, max_backoff=0.3)
+    async with sim:
+        relay = await _start_relay(sim.targets, port, ledger_path)
+        try:
+            viewer = ClusterState()
+            async with watching([], viewer, options, relays=[f"127.0.0.1:{port}"]):
+                await until(lambda: "llm-pretrain" in viewer.budgets, timeout=20,
+                            what="budget from the relay")
+                counted_from = time.time()  # the relay counts the job by now
+                await asyncio.sleep(2.0)
+            relay.send_signal(signal.SIGKILL)
+            await asyncio.wait_for(relay.wait(), 30)
+            killed = time.time()
+            await asyncio.sleep(6.0)  # the job runs on; nobody counts it
+            relay = await _start_relay(sim.targets, port, ledger_path)
+            viewer = ClusterState()
+            async with watching([], viewer, options, relays=[f"127.0.0.1:{port}"]):
+                await until(lambda: (viewer.budgets.get("llm-pretrain") or {}).get(
+                    "recovered_h"), timeout=20, what="the recovered time in the budget")
+                recovered = viewer.budgets["llm-pretrain"]["recovered_h"] * 3600
+                back = time.time()
+                await asyncio.sleep(1.0)
+                end = time.time()
+        finally:
+            if relay.returncode is None:
+                relay.terminate()
+                await asyncio.wait_for(relay.wait(), 30)
+    # Away from the kill (less the last flush, at most 0.5 s, before it) to the first
+    # sample after the restart: six seconds and the relay's start.
+    assert 6.0 <= recovered <= back - killed + 1.0, (recovered, back - killed)
+    with Ledger(ledger_path) as after:
+        stored = sum(t for _, t, _ in after.buckets("llm-pretrain"))
+    # Every second the job ran since the relay first counted it, the six away included
+    # (the last flush before the terminate may be short of the end by its 0.5 s).
+    assert end - counted_from - 1.0 <= stored, (stored, end - counted_from)
+    assert "credited" in ledger_path.with_suffix(".stderr").read_text()
 
 
 async def _start_relay(targets: list[str], port: int, ledger: Path,

@@ -67,7 +67,8 @@ def render(cluster: ClusterState, max_rows: int = 40) -> str:
     interval = cluster.interval()
     lines = [
         f"tuimon  {cluster.name}  nodes up {counts['up']} / stale {counts['stale']} / down "
-        f"{counts['down']}  GPUs {cluster.gpu_total()}  interval "
+        f"{counts['down']}" + (f" / unknown {counts['unknown']}" if counts["unknown"] else "")
+        + f"  GPUs {cluster.gpu_total()}  interval "
         f"{f'{interval:g}s' if interval else '-'}  {time.strftime('%H:%M:%S')}",
         "",
         f"{'node':<20} {'status':<10} {'GPUs':>4} {'util':>5} {'temp':>5} {'power':>7} "

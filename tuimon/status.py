@@ -45,7 +45,7 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
            worst_seen: str) -> dict[str, Any]:
     now = eff.now
     # Down means lost: a node never reached is counted apart (connecting or refused).
-    counts = {"up": 0, "stale": 0, "down": 0, "unreached": 0}
+    counts = {"up": 0, "stale": 0, "down": 0, "unknown": 0, "unreached": 0}
     for n in cluster.nodes.values():
         counts["unreached" if n.last_seen is None else n.status] += 1
     hottest = []
@@ -67,6 +67,7 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                          "steps_age_s": None if age is None else round(age, 1),
                          "budget_hours": eff.slo.budget_hours,
                          "budget_left_hours": eff.slo.remaining_hours(used),
+                         "budget_recovered_hours": getattr(job.burn, "recovered_hours", 0.0),
                          "burn_rate_5m": burn.get("5m"), "burn_rate_1h": burn.get("1h"),
                          "burn_rates": burn,
                          "burn": burn_text(burn, firing),
@@ -94,7 +95,8 @@ def plural(n: int, word: str) -> str:
 
 def format_text(r: dict[str, Any]) -> str:
     n = r["nodes"]
-    extra = f" / {n['unreached']} never reached" if n.get("unreached") else ""
+    extra = (f" / {n['unknown']} unknown" if n.get("unknown") else "") + (
+        f" / {n['unreached']} never reached" if n.get("unreached") else "")
     lines = [f"{r['status'].upper()}: nodes {n['up']} up / {n['stale']} stale / "
              f"{n['down']} down{extra}, {r['gpus']} GPUs; hottest: "
              f"{', '.join(r['hottest_gpus']) or '-'}"]
@@ -106,8 +108,12 @@ def format_text(r: dict[str, Any]) -> str:
         stale = (f", no step reports for {j['steps_age_s']:.0f} s"
                  if j["verdict"] == "stale" else "")
         rate = f"{j['samples_per_s']:,.0f} samples/s" if j["samples_per_s"] else "- samples/s"
+        recovered = (f" ({j['budget_recovered_hours'] * 60:.1f} min the relay missed, "
+                     "counted from the agents' totals)"
+                     if j.get("budget_recovered_hours") else "")
         lines.append(f"job {name} ({ranks}{stale}): SLI {sli}, {rate}, budget "
-                     f"{j['budget_left_hours']:.1f} of {j['budget_hours']:.0f} h left, "
+                     f"{j['budget_left_hours']:.1f} of {j['budget_hours']:.0f} h left"
+                     f"{recovered}, "
                      f"burn {burn}" + (f"; stragglers: {', '.join(j['stragglers'])}"
                                        if j["stragglers"] else ""))
     if not r["jobs"]:
@@ -177,7 +183,7 @@ async def _first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
     failure), then step sums twice from every node that reports steps; both bounded."""
     start = time.monotonic()
     while time.monotonic() - start < FIRST_VERDICT_S and not all(
-            (n.sample is not None and n.sample.seq >= 2) or n.status in ("stale", "down")
+            (n.sample is not None and n.sample.seq >= 2) or n.old_data
             for n in cluster.nodes.values()):
         await asyncio.sleep(0.2)
     counted: dict[str, int] = {}

@@ -23,6 +23,11 @@ from tuimon_core.timing import aged_state, lost_state
 HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
 MAX_EVENTS = 2000
 MAX_RELAY_PROBLEMS = 16
+# A node's states. Lost: the viewer stopped hearing from it (stale, then down). Unknown:
+# the relay that carries it is unreachable, so nothing is known of the node itself.
+LOST = frozenset({"stale", "down"})
+UNKNOWN = "unknown"
+STATES = ("up", "stale", "down", UNKNOWN, "connecting")
 
 
 @dataclass(slots=True)
@@ -43,7 +48,7 @@ class NodeState:
     name: str
     hello: Hello | None = None
     sample: Sample | None = None
-    status: str = "connecting"  # connecting | up | stale | down
+    status: str = "connecting"  # one of STATES
     reason: str | None = None
     last_seen: float | None = None  # monotonic
     version: int = 0
@@ -68,6 +73,16 @@ class NodeState:
     conditions: list[dict[str, Any]] | None = None
     # The hello's fabric ports: what an overview without `ports` of its own follows.
     port_ids: list[str] = field(default_factory=list)
+
+    @property
+    def lost(self) -> bool:
+        """The viewer stopped hearing from this node (stale or down)."""
+        return self.status in LOST
+
+    @property
+    def old_data(self) -> bool:
+        """What the viewer holds of it is not now: lost, or behind an unreachable relay."""
+        return self.status in LOST or self.status == UNKNOWN
 
     @property
     def gpu_count(self) -> int:
@@ -118,6 +133,8 @@ class ClusterState:
         # relay -> problem -> text: what a relay did that the viewer refused (declared too
         # many nodes, claimed another relay's): shown as findings naming both.
         self.relay_problems: dict[str, dict[str, str]] = {}
+        # relay -> (why it is unreachable, since (Unix time), the nodes it carried).
+        self.lost_relays: dict[str, tuple[str, float, tuple[str, ...]]] = {}
         self._more_problems: dict[str, set[str]] = {}
         # Targets the viewer looks at closely (the node screen): sources are told, and take
         # those nodes' full samples instead of their overviews.
@@ -167,6 +184,35 @@ class ClusterState:
             more.add(key)
             problems["more"] = f"{len(more)} more problems with relay {relay}"
         self.version += 1
+
+    def relay_lost(self, relay: str, sources: set[str] | frozenset[str], reason: str) -> None:
+        """The relay that carries `sources` is unreachable: one fault, said in one event;
+        its nodes are unknown (not lost: nothing says they are) until it is back."""
+        names = []
+        for source in sources:
+            node = self.nodes.get(source)
+            if node is None:
+                continue
+            names.append(node.name)
+            if node.status != UNKNOWN:
+                node.status = UNKNOWN
+                node.reason = f"relay {relay} unreachable"
+                node.version += 1
+        known = self.lost_relays.get(relay)
+        since = known[1] if known is not None else time.time()
+        self.lost_relays[relay] = (reason, since, tuple(sorted(names)))
+        self.version += 1
+        if known is None:
+            self.events.appendleft(ClusterEvent(
+                relay, since, "relay_lost", "critical",
+                f"relay {relay} unreachable: {reason}; its {len(names)} nodes unknown"))
+
+    def relay_back(self, relay: str) -> None:
+        """The relay answers again: its nodes come back as their frames and states do."""
+        if self.lost_relays.pop(relay, None) is not None:
+            self.version += 1
+            self.events.appendleft(ClusterEvent(relay, time.time(), "relay_back", "info",
+                                                f"relay {relay} back"))
 
     def forget_relay_problems(self, relay: str) -> None:
         """A relay connected again: what it does now is judged anew."""
@@ -300,7 +346,7 @@ class ClusterState:
         node.status = lost_state(node.last_seen, self.clock())
         node.version += 1
         self.version += 1
-        if was == "up":
+        if was in ("up", UNKNOWN):  # unknown: its relay is back and says it is lost
             self._event(node, ClusterEvent(node.name, time.time(), "node_lost", "critical",
                                            f"{node.name}: lost contact: {reason}"))
 
@@ -321,7 +367,7 @@ class ClusterState:
                 self.version += 1
 
     def counts(self) -> dict[str, int]:
-        out = {"up": 0, "stale": 0, "down": 0, "connecting": 0}
+        out = dict.fromkeys(STATES, 0)
         for node in self.nodes.values():
             out[node.status] += 1
         return out

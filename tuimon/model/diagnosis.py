@@ -80,6 +80,11 @@ class Diagnosis:
         out += [Finding("warning", "relay_refused", text, target=f"{relay} ({key})")
                 for relay, problems in cluster.relay_problems.items()
                 for key, text in problems.items()]
+        out += [Finding("critical", "relay_lost",
+                        f"relay {relay} unreachable: {reason}; its {len(names)} nodes unknown "
+                        f"since {time.strftime('%H:%M:%S', time.localtime(since))}",
+                        target=relay, nodes=names, score=0.5)
+                for relay, (reason, since, names) in cluster.lost_relays.items()]
         out += self._node_local(cluster, now)
         out += run("the GPU-init rule", lambda: self._gpu_init(cluster), [])
         local = [f for f in out if f.kind == "congestion" and f.node is not None]
@@ -97,10 +102,8 @@ class Diagnosis:
         out = [Finding("critical", "node_lost",
                        f"{n.name} {n.status}: {n.reason or 'no frames'}", node=n.name,
                        score=0.5)
-               for n in cluster.nodes.values()
-               if n.status in ("stale", "down") and n.last_seen is not None]
-        never = [n for n in cluster.nodes.values()
-                 if n.status in ("stale", "down") and n.last_seen is None]
+               for n in cluster.nodes.values() if n.lost and n.last_seen is not None]
+        never = [n for n in cluster.nodes.values() if n.lost and n.last_seen is None]
         if never:  # one finding: twenty thousand lines would say less
             out.append(unreached(never))
         return out

@@ -170,6 +170,8 @@ class LedgerBurn(BurnReadout):
         self.since: float | None = summary.get("since")
         self.window_hours: float | None = summary.get("window_h")
         self.error: str | None = summary.get("error")
+        # Hours the relay credited from the agents' totals for time it missed.
+        self.recovered_hours = float(summary.get("recovered_h") or 0.0)
         # "prometheus" when the job counters in Prometheus gave it; else a relay's ledger.
         self.source: str | None = summary.get("source")
         self._ratios = summary.get("error_ratio") or {}

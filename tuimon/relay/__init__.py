@@ -85,7 +85,8 @@ def build_relay(config: RelayConfig) -> tuple[web.Application, RelayState]:
     if config.ledger is not None:
         ledger = Ledger(config.ledger, keep_days=config.ledger_keep_days,
                         window_hours=config.slo_hours, max_bytes=config.ledger_max_bytes)
-    fanout = FanOut(on_steps=ledger.add if ledger is not None else None)
+    fanout = FanOut(on_steps=ledger.add if ledger is not None else None,
+                    on_totals=ledger.add_totals if ledger is not None else None)
     upstream = StreamOptions(token=config.upstream_token, ssl_context=config.upstream_ssl,
                              min_backoff=config.upstream_backoff[0],
                              max_backoff=config.upstream_backoff[1], deep_checks=False,

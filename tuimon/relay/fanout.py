@@ -372,10 +372,15 @@ class FanOut:
 
     def __init__(self, on_steps: Callable[[str, float, float, float], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 wall: Callable[[], float] = time.time) -> None:
+                 wall: Callable[[], float] = time.time,
+                 on_totals: Callable[[str, dict[str, Any], float], None] | None = None
+                 ) -> None:
         self.sources: dict[str, Source] = {}
         self.viewers: set[ViewerFeed] = set()
         self.on_steps = on_steps
+        # (source, a job's entry of its steps family, now): the agent's cumulative sums,
+        # from which the ledger recovers what it missed while this relay was away.
+        self.on_totals = on_totals
         self.clock = clock
         self.wall = wall
         self.stats = RelayStats()
@@ -452,6 +457,15 @@ class FanOut:
                 len(self._problems_logged) < 4096:  # then silent: said often enough
             self._problems_logged.add((relay, key))
             log.warning("%s", text)
+
+    def relay_lost(self, relay: str, sources: set[str] | frozenset[str], reason: str) -> None:
+        """An upstream relay is unreachable: its nodes go stale with that reason (the
+        wire's states have no "unknown"; this relay's viewers read the reason)."""
+        for source in sources:
+            self.mark_stale(source, f"relay {relay} unreachable: {reason}")
+
+    def relay_back(self, relay: str) -> None:
+        """An upstream relay answers again: its nodes come back with their frames."""
 
     def forget_relay_problems(self, relay: str) -> None:
         self._problems_logged = {p for p in self._problems_logged if p[0] != relay}
@@ -596,8 +610,14 @@ class FanOut:
         self.stats.steps_reports += 1
         # The ledger's minutes are the relay's own (receive time), never the agent's.
         wall_now = self.wall()
-        for job in self.credit.credit(source, steps, self.clock()):
+        credited = self.credit.credit(source, steps, self.clock())
+        for job in credited:
             self.on_steps(job.job, wall_now, job.total_s, job.effective_s)
+        if self.on_totals is not None and credited:
+            mine = {job.job for job in credited}  # the ranks this source may speak for
+            for entry in steps.get("jobs") or ():
+                if entry["id"] in mine and entry.get("total") is not None:
+                    self.on_totals(source, entry, wall_now)
 
     def counts(self) -> dict[str, int]:
         out = {"connecting": 0, "up": 0, "stale": 0, "down": 0}

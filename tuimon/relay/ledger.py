@@ -38,6 +38,25 @@ CREATE TABLE IF NOT EXISTS buckets (
     PRIMARY KEY (job, minute)
 ) WITHOUT ROWID;
 """
+# The agents' cumulative step sums as this relay last counted them, written in the same
+# transaction as the minutes they were counted into: a relay that was away (killed,
+# restarted, upgraded) recovers the time it missed from them.
+TOTALS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS totals (
+    source TEXT NOT NULL,         -- the agent (target)
+    job TEXT NOT NULL,
+    since REAL NOT NULL,          -- the agent's `since`: another value is another count
+    wall REAL NOT NULL,           -- rank-seconds, cumulative, as last counted
+    compute REAL NOT NULL,
+    at REAL NOT NULL,             -- when (the relay's clock)
+    PRIMARY KEY (source, job)
+) WITHOUT ROWID;
+"""
+TOTALS_UPSERT = """
+INSERT INTO totals (source, job, since, wall, compute, at) VALUES (?, ?, ?, ?, ?, ?)
+ON CONFLICT (source, job) DO UPDATE SET since = excluded.since, wall = excluded.wall,
+    compute = excluded.compute, at = excluded.at
+"""
 UPSERT = """
 INSERT INTO buckets (job, minute, total_s, effective_s) VALUES (?, ?, ?, ?)
 ON CONFLICT (job, minute) DO UPDATE SET total_s = total_s + excluded.total_s,
@@ -48,6 +67,9 @@ MAX_PENDING = 100_000
 # The wall clock moving this far apart from the monotonic one since start is a jump: a
 # prune then would take history the clock only seems to have left behind.
 JUMP_S = 3600.0
+# Rank-seconds the totals must show missing before any is credited (float sums differ by
+# less than this from the per-sample ones).
+RECOVER_AT_LEAST_S = 0.01
 
 
 def _when(minute: int | None) -> str:
@@ -107,6 +129,15 @@ class Ledger:
         self.written = 0
         self._pending: dict[tuple[str, int], list[float]] = {}
         self._lost_minutes = 0
+        # (source, job) -> (since, wall, compute, at): the agents' totals as last counted
+        # (to write), and as the file had them when this relay started (to recover from).
+        self._totals: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+        self._stored: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+        self._last: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+        # job -> run seconds credited from the agents' totals for time this relay missed
+        # (since it started); and what of it is not yet in the log.
+        self.recovered_s: dict[str, float] = {}
+        self._unsaid: dict[str, list[Any]] = {}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -119,8 +150,11 @@ class Ledger:
             if max_bytes is not None:
                 page = self._db.execute("PRAGMA page_size").fetchone()[0]
                 self._db.execute(f"PRAGMA max_page_count={max(1, max_bytes // page)}")
-            self._db.executescript(SCHEMA)
+            self._db.executescript(SCHEMA + TOTALS_SCHEMA)
             check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            self._stored = {(source, job): (since, wall, compute, at) for
+                            source, job, since, wall, compute, at in self._db.execute(
+                                "SELECT source, job, since, wall, compute, at FROM totals")}
         except (OSError, sqlite3.Error) as exc:
             self._unlock()
             raise LedgerError(f"ledger {self.path}: {exc}") from None
@@ -174,15 +208,73 @@ class Ledger:
         bucket[0] += total_s
         bucket[1] += min(effective_s, total_s)
 
+    def add_totals(self, source: str, entry: dict[str, Any], now: float) -> None:
+        """An agent's cumulative sums for a job (its steps family's `total`), after this
+        sample's own sums were added. Where the totals grew by more than this sample's
+        own sums since this relay last counted them (from the file, for a relay that was
+        away; in memory, for samples missed on the way), the difference is what this
+        relay missed: credited evenly over the minutes between, and never more than that
+        time allows for the node's ranks."""
+        total = entry["total"]
+        key = (source, entry["id"])
+        last = self._last.get(key)
+        if last is None:
+            last = self._stored.pop(key, None)
+        if last is not None:
+            self._recover(source, entry, last, now)
+        self._last[key] = self._totals[key] = (total["since"], total["wall"],
+                                               total["compute"], now)
+
+    def _recover(self, source: str, entry: dict[str, Any],
+                 last: tuple[float, float, float, float], now: float) -> None:
+        since, wall0, compute0, at = last
+        total = entry["total"]
+        ranks = entry.get("ranks") or ()
+        # This sample's own sums were counted as usual: the gap is what came before them.
+        wall = total["wall"] - sum(r.get("wall") or 0.0 for r in ranks)
+        compute = total["compute"] - sum(r.get("compute") or 0.0 for r in ranks)
+        if total["since"] != since:  # the agent counts anew: all it counted is in the gap
+            wall0 = compute0 = 0.0
+        away = now - at
+        gap_wall = min(wall - wall0, away * max(1, len(ranks)))
+        if away <= 0 or gap_wall < RECOVER_AT_LEAST_S:
+            return  # the usual case: nothing was missed (float sums differ by dust)
+        gap_compute = min(max(0.0, compute - compute0), gap_wall)
+        world = max(1, int(entry.get("world") or 1))
+        job = entry["id"]
+        # Evenly over the minutes between: the burn windows see the gap where it was.
+        for minute in range(int(at // 60), int(now // 60) + 1):
+            lo, hi = max(at, minute * 60.0), min(now, minute * 60.0 + 60.0)
+            if hi > lo:
+                share = (hi - lo) / away
+                self.add(job, lo, gap_wall * share / world, gap_compute * share / world)
+        self.recovered_s[job] = self.recovered_s.get(job, 0.0) + gap_wall / world
+        said = self._unsaid.setdefault(job, [0.0, set(), 0.0])
+        said[0] += gap_wall / world
+        if len(said[1]) < 100_000:
+            said[1].add(source)
+        said[2] = max(said[2], away)
+
+    def _say_recovered(self) -> None:
+        for job, (seconds, sources, away) in self._unsaid.items():
+            log.warning("ledger %s: job %s: credited %.0f s of run time this relay missed "
+                        "(up to %.0f s away), from the step totals of %d node(s)", self.path,
+                        job, seconds, away, len(sources))
+        self._unsaid.clear()
+
     def flush(self) -> bool:
-        """Write the buckets added since the last flush; False if the disk refused."""
-        if not self._pending:
+        """Write the buckets added since the last flush, and the agents' totals they were
+        counted up to, in one transaction; False if the disk refused."""
+        self._say_recovered()
+        if not self._pending and not self._totals:
             return self.error is None
         rows = [(job, minute, t, e) for (job, minute), (t, e) in self._pending.items()]
+        totals = [(source, job, *values) for (source, job), values in self._totals.items()]
         try:
             with self._db:  # one transaction: all of it or none of it
                 self._db.execute("BEGIN")
                 self._db.executemany(UPSERT, rows)
+                self._db.executemany(TOTALS_UPSERT, totals)
         except sqlite3.Error as exc:
             message = (f"ledger {self.path}: cannot write {len(rows)} minute buckets: {exc};"
                        " keeping them in memory and retrying")
@@ -195,6 +287,7 @@ class Ledger:
         self.error = None
         self.written += len(rows)
         self._pending.clear()
+        self._totals.clear()
         return True
 
     def prune(self) -> int:
@@ -211,6 +304,7 @@ class Ledger:
                       jump / 3600)
             return 0
         first = int(self.clock() // 60) - int(self.keep_days * 1440)
+        self._last = {k: v for k, v in self._last.items() if v[3] >= first * 60.0}
         try:
             old, total, newest_old = self._db.execute(
                 "SELECT SUM(minute < ?), COUNT(*), MAX(CASE WHEN minute < ? THEN minute END) "
@@ -226,6 +320,7 @@ class Ledger:
             with self._db:
                 self._db.execute("BEGIN")
                 cur = self._db.execute("DELETE FROM buckets WHERE minute < ?", (first,))
+                self._db.execute("DELETE FROM totals WHERE at < ?", (first * 60.0,))
         except sqlite3.Error as exc:
             log.error("ledger %s: cannot prune: %s", self.path, exc)
             return 0
@@ -281,7 +376,10 @@ class Ledger:
             for key in BURN_WINDOWS_S:
                 t, e = entry["windows"].get(key, (0.0, 0.0))
                 ratios[key] = 1 - e / t if t > 0 else None
-            out[job] = {"since": since.get(job, minute_now) * 60.0,
+            recovered = self.recovered_s.get(job)
+            if recovered:
+                out.setdefault(job, {})["recovered_h"] = recovered / 3600
+            out[job] = {**out.get(job, {}), "since": since.get(job, minute_now) * 60.0,
                         "window_h": self.window_hours,
                         "consumed_h": (total - effective) / 3600,
                         "observed_h": total / 3600,

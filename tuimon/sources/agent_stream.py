@@ -92,6 +92,9 @@ class StreamSink(Protocol):
     def apply_budget(self, budget: dict[str, dict[str, Any]], source: str = "") -> None: ...
     def note_relay_problem(self, relay: str, key: str, text: str | None) -> None: ...
     def forget_relay_problems(self, relay: str) -> None: ...
+    def relay_lost(self, relay: str, sources: set[str] | frozenset[str],
+                   reason: str) -> None: ...
+    def relay_back(self, relay: str) -> None: ...
     def owner_of(self, source: str) -> str | None: ...
 
 
@@ -130,6 +133,7 @@ class AgentStream:
         # them: a node screen opened before its relay declared the node still gets it).
         self._detail_wanted: frozenset[str] = frozenset()
         self._legacy = False
+        self._away = False  # a relay that was lost and has not sent a batch since
         self._ws: aiohttp.ClientWebSocketResponse[bool] | None = None
         self._sent: Subscribe | None = None
         self._sending: set[asyncio.Task[None]] = set()
@@ -238,6 +242,9 @@ class AgentStream:
                     raise
                 got = True
                 if isinstance(message, Batch):
+                    if self._away:  # the relay answers again
+                        self._away = False
+                        self.cluster.relay_back(self.target)
                     self._apply_batch(message)
                     continue
                 if self.options.recorder is not None:
@@ -446,8 +453,9 @@ class AgentStream:
         if not self.sources:
             self.cluster.mark_stale(self.target, reason)
             return
-        for source in self.sources:
-            self.cluster.mark_stale(source, f"relay {self.target}: {reason}")
+        # One fault, the relay's: its nodes are not known to be down.
+        self._away = True
+        self.cluster.relay_lost(self.target, frozenset(self.sources), reason)
 
 
 @contextlib.asynccontextmanager

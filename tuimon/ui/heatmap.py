@@ -352,7 +352,7 @@ class HeatmapView(ScrollView, can_focus=True):
             levels = self._levels(node)
             fault = self.faults.get(node.name)
             name_style = (self._style("cursor") if node is cur else
-                          self._style(node.status if node.status in ("stale", "down")
+                          self._style(self._lost_style(node) if node.old_data
                                       else f"fault-{fault}" if fault else "name"))
             # By cells, not characters: a wide (CJK) name must not push the row over.
             segments.append(Segment(set_cell_size(node.name, NAME_W), name_style))
@@ -366,8 +366,13 @@ class HeatmapView(ScrollView, can_focus=True):
     def _levels(self, node: NodeState) -> list[int]:
         return self.map_kind.levels(node, self.metric, self.view.cpu_nodes)
 
+    @staticmethod
+    def _lost_style(node: NodeState) -> str:
+        """Down is drawn struck; stale and unknown (behind a lost relay) as old data."""
+        return "down" if node.status == "down" else "stale"
+
     def _glyph(self, node: NodeState, level: int) -> str:
-        if node.status in ("stale", "down"):
+        if node.old_data:
             return "\u2591"  # light shade: old data
         if level == FAILED:
             return "\u2717"
@@ -376,8 +381,8 @@ class HeatmapView(ScrollView, can_focus=True):
         return GLYPHS[max(1, level)]
 
     def _cell_style(self, node: NodeState, level: int) -> Style:
-        if node.status in ("stale", "down"):
-            return self._style("stale" if node.status == "stale" else "down")
+        if node.old_data:
+            return self._style(self._lost_style(node))
         if level == FAILED:
             return self._style("failed")
         if level == NO_DATA:

@@ -75,7 +75,8 @@ class NodeScreen(Screen[None]):
 
     def refresh_view(self) -> None:
         n = self.node
-        status = {"up": "$success", "stale": "$warning", "down": "$error"}.get(
+        status = {"up": "$success", "stale": "$warning", "down": "$error",
+                  "unknown": "$warning"}.get(
             n.status, "$foreground")
         age = n.age()
         title = f"[b]{safe(n.name, 40)}[/b]  [{status}]{n.status}[/]  {safe(n.target, 40)}"

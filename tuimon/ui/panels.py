@@ -65,6 +65,7 @@ class HeaderBar(Panel):
         parts = [
             f"[b]tuimon[/b] [$accent]{safe(cluster.name, 16 if narrow else 40)}[/]",
             f"nodes [$success]{c['up']} up[/]{sep}{stale}{sep}{down}"
+            + (f"{sep}[$warning]{c['unknown']} unknown[/]" if c["unknown"] else "")
             + (f" / {c['connecting']} connecting" if c["connecting"] else ""),
             f"{cluster.gpu_total()} GPUs",
             (f"every {interval:g}s" if interval else "interval -")

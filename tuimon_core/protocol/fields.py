@@ -602,6 +602,9 @@ BUDGET_FIELDS: tuple[Field, ...] = (
     Field("error_ratio", MapOf(Num(0, 1), 16), "window -> ratio", "1 - effective/total "
           "over `5m`, `30m`, `1h`, `6h`, `1d`, `3d`; nil when nothing was observed"),
     Field("error", STR, "", "why the ledger cannot write (e.g. the disk is full)"),
+    Field("recovered_h", RATE, "h", "run hours the relay credited from the agents' step "
+          "totals for time it missed (it was away, or samples were lost on the way), since "
+          "it started (since 2026-12)"),
 )
 BUDGET = MapOf(Record("budget", BUDGET_FIELDS), MAX_BUDGET_JOBS, key_len=MAX_STR, nil=False)
 
