@@ -129,3 +129,68 @@ async def test_the_replay_app_plays_pauses_and_seeks(tmp_path: Path,
         assert control.position == 0.0
         await pilot.press("plus")
         assert control.speed == 2.0
+
+
+async def test_a_replay_shows_an_outage_as_it_was_live(tmp_path: Path,
+                                                       unused_tcp_port_factory) -> None:
+    """Recorded through a relay with a ledger: the relay dies for a while, then comes
+    back. The replay shows what the live viewer showed: nodes up, then unknown behind the
+    unreachable relay (not frozen at up), then back; the run's budget, as the relay sent
+    it. A hostile call in the file is skipped with a reason, the rest plays."""
+    from tests.test_relay import _start_relay  # a relay process, kill -9 included
+    from tuimon.sources.recording import apply_call, apply_item
+
+    path = tmp_path / "outage.tuimon"
+    sim = SimCluster(nodes=3, gpus=1, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    port = unused_tcp_port_factory()
+    ledger = tmp_path / "ledger.db"
+    writer = RecordingWriter(path, "outage")
+    live = ClusterState("live")
+    live.recorder = writer.call
+    relay_at = f"127.0.0.1:{port}"
+    async with sim:
+        relay = await _start_relay(sim.targets, port, ledger)
+        try:
+            async with watching([], live, StreamOptions(recorder=writer.write, min_backoff=0.2,
+                                                        max_backoff=0.4), relays=[relay_at]):
+                for _ in range(200):
+                    await asyncio.sleep(0.05)
+                    if live.budgets and sum(n.status == "up" for n in live.nodes.values()) == 3:
+                        break
+                await asyncio.sleep(1.0)
+                relay.kill()
+                await relay.wait()
+                for _ in range(200):
+                    await asyncio.sleep(0.05)
+                    if live.lost_relays:
+                        break
+                await asyncio.sleep(2.0)
+                relay = await _start_relay(sim.targets, port, ledger)
+                for _ in range(300):
+                    await asyncio.sleep(0.05)
+                    if not live.lost_relays and all(n.status == "up"
+                                                    for n in live.nodes.values()):
+                        break
+                await asyncio.sleep(1.0)
+        finally:
+            relay.terminate()
+            await relay.wait()
+    writer.call("apply_source_state", "x:1", "exploded", None)  # not a state
+    writer.close()
+    assert not live.lost_relays
+    rec = read_recording(path)
+    replayed = ClusterState("replay")
+    states: list[tuple[str, ...]] = []
+    for _t, name, data, call in rec.frames():
+        apply_item(replayed, name, data, call)
+        states.append(tuple(sorted(n.status for n in replayed.nodes.values())))
+    seen = [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
+    assert ("up", "up", "up") in seen and ("unknown", "unknown", "unknown") in seen, seen
+    unknown_at = seen.index(("unknown", "unknown", "unknown"))
+    assert ("up", "up", "up") in seen[unknown_at:], seen  # and back
+    assert "x:1" not in replayed.nodes  # the hostile call was skipped
+    assert replayed.budgets and "llm-pretrain" in replayed.budgets  # the run's budget
+    kinds = [e.kind for e in replayed.events]
+    assert kinds.count("relay_lost") == 1 and kinds.count("relay_back") == 1, kinds
+    apply_call(replayed, "mark_stale", b"\xc1")  # not msgpack: skipped, no raise

@@ -306,7 +306,10 @@ def _replay(args: argparse.Namespace) -> int:
 
     rec = read_recording(args.file)
     control = ReplayControl(speed=args.speed)
-    cluster = ClusterState(f"replay of {rec.name or args.file}")
+    # Ages on the recording's clock: a node silent in the recording goes stale and down
+    # as it did live, at the replay's pace, and not while it is paused.
+    cluster = ClusterState(f"replay of {rec.name or args.file}",
+                           clock=lambda: control.position)
     ReplayApp(cluster, control, rec.duration,
               sources=lambda state: [replay(rec, state, control)], theme=args.theme,
               topology=_topology(args.topology), damage=rec.damage,
@@ -342,6 +345,8 @@ def _run_app(cluster: ClusterState, feed: Feed,
     from tuimon.ui.app import TuimonApp
 
     writer = RecordingWriter(record, cluster.name) if record else None
+    if writer is not None:
+        cluster.recorder = writer.call
 
     def sources(state: ClusterState) -> list[Coroutine[Any, Any, None]]:
         async def run_all() -> None:
@@ -393,6 +398,8 @@ async def _watch(cluster: ClusterState, feed: Feed, once: bool,
     from tuimon.sources.recording import RecordingWriter
 
     writer = RecordingWriter(record, cluster.name) if record else None
+    if writer is not None:
+        cluster.recorder = writer.call
     try:
         return await _print_loop(cluster, feed, once, writer.write if writer else None)
     finally:
@@ -573,6 +580,7 @@ async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
     writer = RecordingWriter(args.record, cluster.name) if args.record else None
     if writer is not None:
         options = dataclasses.replace(options, recorder=writer.write)
+        cluster.recorder = writer.call
     try:
         async with aiohttp.ClientSession() as session:
             await PromSource(args.url, cluster, session, options).refresh()

@@ -133,6 +133,9 @@ class ClusterState:
         # relay -> problem -> text: what a relay did that the viewer refused (declared too
         # many nodes, claimed another relay's): shown as findings naming both.
         self.relay_problems: dict[str, dict[str, str]] = {}
+        # What the sources told the model besides frames (a node lost, a relay's states
+        # and budget), for a recording: `recorder(method, *args)` (tuimon.sources.recording).
+        self.recorder: Callable[..., None] | None = None
         # relay -> (why it is unreachable, since (Unix time), the nodes it carried).
         self.lost_relays: dict[str, tuple[str, float, tuple[str, ...]]] = {}
         self._more_problems: dict[str, set[str]] = {}
@@ -170,11 +173,13 @@ class ClusterState:
         if text is None:
             problems = self.relay_problems.get(relay)
             if problems and problems.pop(key, None) is not None:
+                self._record("note_relay_problem", relay, key, text)
                 self.version += 1
             return
         problems = self.relay_problems.setdefault(relay, {})
         if problems.get(key) == text:
             return  # every batch says it again: nothing new
+        self._record("note_relay_problem", relay, key, text)
         if key in problems or len(problems) < MAX_RELAY_PROBLEMS:
             problems[key] = text
         else:
@@ -185,9 +190,14 @@ class ClusterState:
             problems["more"] = f"{len(more)} more problems with relay {relay}"
         self.version += 1
 
+    def _record(self, method: str, *args: Any) -> None:
+        if self.recorder is not None:
+            self.recorder(method, *args)
+
     def relay_lost(self, relay: str, sources: set[str] | frozenset[str], reason: str) -> None:
         """The relay that carries `sources` is unreachable: one fault, said in one event;
         its nodes are unknown (not lost: nothing says they are) until it is back."""
+        self._record("relay_lost", relay, sorted(sources), reason)
         names = []
         for source in sources:
             node = self.nodes.get(source)
@@ -209,6 +219,7 @@ class ClusterState:
 
     def relay_back(self, relay: str) -> None:
         """The relay answers again: its nodes come back as their frames and states do."""
+        self._record("relay_back", relay)
         if self.lost_relays.pop(relay, None) is not None:
             self.version += 1
             self.events.appendleft(ClusterEvent(relay, time.time(), "relay_back", "info",
@@ -216,6 +227,7 @@ class ClusterState:
 
     def forget_relay_problems(self, relay: str) -> None:
         """A relay connected again: what it does now is judged anew."""
+        self._record("forget_relay_problems", relay)
         if self.relay_problems.pop(relay, None):
             self.version += 1
         self._more_problems.pop(relay, None)
@@ -230,6 +242,7 @@ class ClusterState:
 
     def forget_target(self, target: str) -> None:
         """Drop a target that turned out not to be a node (a relay's own address)."""
+        self._record("forget_target", target)
         if self.nodes.pop(target, None) is not None:
             self.version += 1
             self.layout_version += 1
@@ -271,6 +284,7 @@ class ClusterState:
 
     def apply_source_state(self, source: str, state: str, reason: str | None) -> None:
         """A relay says how its connection to one node stands."""
+        self._record("apply_source_state", source, state, reason)
         if state in ("stale", "down"):
             self.mark_stale(source, reason or state)
         else:
@@ -280,6 +294,8 @@ class ClusterState:
         """A ledger's summary per job, from `source` (a relay, Prometheus): it replaces
         what that source said before, so a source that names new jobs every batch holds
         at most one batch's worth (MAX_BUDGET_JOBS) in the viewer."""
+        if self._budgets_by_source.get(source) != budget:
+            self._record("apply_budget", budget, source)
         self._budgets_by_source[source] = budget
         merged: dict[str, dict[str, Any]] = {}
         for per_source in self._budgets_by_source.values():
@@ -337,9 +353,11 @@ class ClusterState:
     def set_scrape_failures(self, failures: dict[str, tuple[str, str]]) -> None:
         """The Prometheus targets whose last scrape failed, replacing the last set:
         "job instance" -> (node, reason)."""
+        self._record("set_scrape_failures", {k: list(v) for k, v in failures.items()})
         self.scrape_failures = dict(failures)
 
     def mark_stale(self, target: str, reason: str) -> None:
+        self._record("mark_stale", target, reason)
         node = self.add_target(target)
         was = node.status
         node.reason = reason

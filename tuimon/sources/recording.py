@@ -3,8 +3,12 @@
 A recording is a gzip stream of msgpack values: a header map
 `{"tuimon_recording": 1, "started": unix_ts, "name": str}`, then one array per frame
 `[seconds since start, target, frame bytes]`. Frames are kept exactly as they arrived,
-so a replay decodes them with the same code and sees what the viewer saw. The writer
-flushes every second: a crash loses at most the last second.
+so a replay decodes them with the same code and sees what the viewer saw. What the
+viewer learned without a frame (a node lost, a relay unreachable, a relay's node states
+and the run's budget) is kept as `[seconds, method, msgpack of its arguments, 0]`: the
+model call the source made (`SINK_CALLS`), checked and made again by the replay, so an
+outage plays as it happened live. Readers that predate these four-item entries skip
+them. The writer flushes every second: a crash loses at most the last second.
 """
 
 from __future__ import annotations
@@ -21,9 +25,11 @@ from typing import Any
 
 import msgpack
 
-from tuimon.model.cluster import ClusterState
+from tuimon.model.cluster import STATES, ClusterState
 from tuimon_core.errors import UsageError
 from tuimon_core.protocol import MAX_MESSAGE_BYTES, Batch, ProtocolError, Subscribe, decode
+from tuimon_core.protocol.fields import BUDGET, MAX_STR
+from tuimon_core.protocol.schema import ListOf, MapOf, Str
 from tuimon_core.protocol.text import clean
 
 log = logging.getLogger(__name__)
@@ -53,9 +59,18 @@ class RecordingWriter:
                                       "started": self.started, "name": name}))
 
     def write(self, target: str, data: bytes) -> None:
-        now = time.monotonic()
-        self._fh.write(msgpack.packb([now - self._t0, target, data], use_bin_type=True))
+        self._put([time.monotonic() - self._t0, target, data])
         self.frames += 1
+
+    def call(self, method: str, *args: Any) -> None:
+        """A model call a source made besides a frame (ClusterState.recorder)."""
+        if method in SINK_CALLS:
+            self._put([time.monotonic() - self._t0, method,
+                       msgpack.packb(list(args), use_bin_type=True), 0])
+
+    def _put(self, item: list[Any]) -> None:
+        self._fh.write(msgpack.packb(item, use_bin_type=True))
+        now = time.monotonic()
         if now - self._last_flush >= 1.0:
             self._fh.flush()
             self._last_flush = now
@@ -79,9 +94,10 @@ class Recording:
     # Why the frames stop before the file's end (cut short, damaged), with where.
     damage: str | None = None
 
-    def frames(self) -> Iterator[tuple[float, str, bytes]]:
-        """(seconds since the start, target, frame bytes), read from the file in order,
-        as many as the first read found whole."""
+    def frames(self) -> Iterator[tuple[float, str, bytes, bool]]:
+        """(seconds since the start, target or method, frame or arguments' bytes, whether
+        it is a model call), read from the file in order, as many as the first read
+        found whole."""
         with gzip.open(self.path, "rb") as fh:
             unpacker = _unpacker(fh)
             next(unpacker)  # the header, checked by read_recording
@@ -118,7 +134,7 @@ def read_recording(path: str | Path) -> Recording:
                             not isinstance(started, bool) and 0 <= started < 1e11 else 0.0,
                             clean(str(header.get("name") or ""))[:255])
             try:
-                for t, _, _data in _frames(unpacker):
+                for t, _, _data, _ in _frames(unpacker):
                     rec.count += 1
                     rec.duration = max(rec.duration, t)
                 if fh.tell() > unpacker.tell():  # bytes left that make no whole frame
@@ -139,12 +155,53 @@ def read_recording(path: str | Path) -> Recording:
     return rec
 
 
-def _frames(unpacker: msgpack.Unpacker) -> Iterator[tuple[float, str, bytes]]:
+def _frames(unpacker: msgpack.Unpacker) -> Iterator[tuple[float, str, bytes, bool]]:
     for item in unpacker:
-        if (isinstance(item, list) and len(item) == 3 and isinstance(item[0], (int, float))
+        if (isinstance(item, list) and len(item) in (3, 4)
+                and isinstance(item[0], (int, float)) and not isinstance(item[0], bool)
                 and isinstance(item[1], str) and isinstance(item[2], bytes)
                 and 0 <= item[0] < 1e9):
-            yield float(item[0]), item[1], item[2]
+            call = len(item) == 4
+            if call and item[1] not in SINK_CALLS:
+                continue  # a call a newer writer knows: skipped, as older readers skip all
+            yield float(item[0]), item[1], item[2], call
+
+
+# The model calls a recording keeps, with the check of their arguments (a recording is
+# a file from anyone: each argument is bounded and cleaned as the wire's are).
+_TEXT = Str(MAX_STR)
+_NAMES = ListOf(_TEXT, 100_000)
+SINK_CALLS: dict[str, tuple[Any, ...]] = {
+    "mark_stale": (_TEXT, _TEXT),
+    "apply_source_state": (_TEXT, Str(choices=STATES), None),
+    "relay_lost": (_TEXT, _NAMES, _TEXT),
+    "relay_back": (_TEXT,),
+    "forget_relay_problems": (_TEXT,),
+    "forget_target": (_TEXT,),
+    "note_relay_problem": (_TEXT, _TEXT, None),
+    "apply_budget": (BUDGET, _TEXT),
+    "set_scrape_failures": (MapOf(ListOf(_TEXT, 2), 100_000),),
+}
+
+
+def _checked_call(method: str, raw: bytes) -> list[Any]:
+    """The arguments of a recorded call, each checked by its type (None: a string or
+    nil); a call that does not check raises ProtocolError naming the argument."""
+    try:
+        args = msgpack.unpackb(raw, raw=False, max_bin_len=0, max_ext_len=0)
+    except Exception as exc:
+        raise ProtocolError(f"recorded {method}: not msgpack ({exc})") from None
+    types = SINK_CALLS[method]
+    if not isinstance(args, list) or len(args) != len(types):
+        raise ProtocolError(f"recorded {method}: expected {len(types)} arguments")
+    out = []
+    for i, (kind, value) in enumerate(zip(types, args)):
+        where = f"recorded {method} argument {i + 1}"
+        if kind is None:
+            out.append(None if value is None else _TEXT.check(value, where))
+        else:
+            out.append(kind.check(value, where))
+    return out
 
 
 @dataclass
@@ -156,6 +213,29 @@ class ReplayControl:
     position: float = 0.0  # seconds into the recording
     seek_to: float | None = None
     step_once: bool = False
+
+
+def apply_call(cluster: ClusterState, method: str, raw: bytes) -> None:
+    """A recorded model call, made again: one that does not check is logged and skipped
+    (nothing of it reaches the model); the replay goes on."""
+    try:
+        args = _checked_call(method, raw)
+        if method == "relay_lost":
+            args[1] = frozenset(args[1])
+        elif method == "set_scrape_failures":
+            args[0] = {k: (v[0], v[1]) for k, v in args[0].items() if len(v) == 2}
+        getattr(cluster, method)(*args)
+    except ProtocolError as exc:
+        log.warning("replay: skipped a recorded call: %s", exc.reason)
+    except Exception as exc:
+        log.error("replaying a recorded %s failed", method, exc_info=exc)
+
+
+def apply_item(cluster: ClusterState, name: str, data: bytes, call: bool) -> None:
+    if call:
+        apply_call(cluster, name, data)
+    else:
+        apply_frame(cluster, name, data)
 
 
 def apply_frame(cluster: ClusterState, target: str, data: bytes) -> None:
@@ -186,7 +266,7 @@ async def replay(rec: Recording, cluster: ClusterState, control: ReplayControl) 
                 frames = rec.frames()
                 pending = next(frames, None)
             while pending is not None and pending[0] <= target:
-                apply_frame(cluster, pending[1], pending[2])
+                apply_item(cluster, *pending[1:])
                 pending = next(frames, None)
             control.position = target
             cluster.version += 1
@@ -197,7 +277,7 @@ async def replay(rec: Recording, cluster: ClusterState, control: ReplayControl) 
         if control.paused and not control.step_once:
             await asyncio.sleep(0.05)
             continue
-        t, target_name, data = pending
+        t, target_name, data, call = pending
         if control.step_once:
             control.step_once = False
             control.seek_to = control.position + 1.0
@@ -207,6 +287,6 @@ async def replay(rec: Recording, cluster: ClusterState, control: ReplayControl) 
             await asyncio.sleep(min(wait, 0.1))
             control.position += min(wait, 0.1) * control.speed
             continue
-        apply_frame(cluster, target_name, data)
+        apply_item(cluster, target_name, data, call)
         control.position = max(control.position, t)
         pending = next(frames, None)

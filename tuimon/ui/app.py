@@ -199,7 +199,8 @@ class TuimonApp(App[None]):
         self.efficiency = EfficiencyView(slo, baselines, flops_per_sample=flops_per_sample,
                                          wall=wall if wall is not None else time.time)
         self.job_index = 0
-        self.diagnosis = diagnosis or Diagnosis(topology, cpu_nodes=cpu_nodes)
+        self.diagnosis = diagnosis or Diagnosis(topology, cpu_nodes=cpu_nodes,
+                                                wall=wall if wall is not None else time.time)
         self.cluster_watch = Judgement(cluster, self.storage, self.efficiency, self.diagnosis)
         # Panes and maps that failed (a bug): shown, logged, and the rest goes on.
         self.ui_guard = Guard()
