@@ -5,6 +5,7 @@ its clipboard or clear its screen; every command must draw, not crash."""
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import subprocess
 import sys
@@ -107,3 +108,29 @@ def test_the_demo_draws_in_plain_terminals(env: dict[str, str], term: str) -> No
         assert not t.dead(), screen
         assert "Traceback" not in screen and "Error" not in screen, screen
         assert screen.splitlines()[0].lstrip().startswith("tuimon"), screen
+
+
+def test_a_c_locale_gets_an_ascii_map_and_no_color_gets_no_colour() -> None:
+    """A terminal under LANG=C (a tmux whose client is not UTF-8 shows every other
+    character as `_`) gets ASCII only, the heat scale kept by the characters' order; and
+    NO_COLOR gets no colour escape at all (Textual's own answer sends greys)."""
+    demo = [str(BIN / "tuimon"), "demo", "--nodes", "8", "--base-port", str(_free_port())]
+    tmux = Tmux(demo, width=100, height=30, env={"LANG": "C", "LC_ALL": ""})
+    try:
+        screen = tmux.wait_for(lambda s: "sim-node007" in s, what="the map")
+        assert screen.isascii(), sorted({c for c in screen if not c.isascii()})
+        assert ".:-=+*#@" in screen  # the legend: the cells' own scale, in ASCII
+    finally:
+        tmux.close()
+    demo[-1] = str(_free_port())
+    tmux = Tmux(demo, width=100, height=30, env={"NO_COLOR": "1"})
+    try:
+        tmux.wait_for(lambda s: "sim-node007" in s, what="the map")
+        drawn = tmux._run("capture-pane", "-p", "-e", "-t", "t")
+        params = {p for e in re.findall(r"\x1b\[([0-9;]*)m", drawn) for p in e.split(";")}
+        colours = {p for p in params if p in ("38", "48") or (
+            len(p) == 2 and p[0] in "349" and p not in ("39", "49"))}
+        assert not colours, (colours, params)
+        assert "7" in params  # the cursor, marked by reverse video instead
+    finally:
+        tmux.close()

@@ -95,7 +95,14 @@ def _view_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--theme", help="theme name (t cycles them in the app)")
     p.add_argument("--record", metavar="FILE",
                    help="write every frame as received (gzip, msgpack) for replay")
+    _ascii_option(p)
     _log_option(p)
+
+
+def _ascii_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--ascii", action="store_true", default=None,
+                   help="draw with ASCII only (the default where the locale, LC_ALL, "
+                        "LC_CTYPE or LANG, is not UTF-8: C, POSIX, a serial console)")
 
 
 def _log_option(p: argparse.ArgumentParser) -> None:
@@ -188,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds of the recording per second (default 1)")
     rep.add_argument("--theme")
     rep.add_argument("--topology", metavar="F")
+    _ascii_option(rep)
     _log_option(rep)
     status = sub.add_parser("status", help="no screen: one snapshot (or --watch), exit code "
                                            "0 ok / 1 warning / 2 critical",
@@ -312,7 +320,7 @@ def _replay(args: argparse.Namespace) -> int:
                            clock=lambda: control.position)
     ReplayApp(cluster, control, rec.duration,
               sources=lambda state: [replay(rec, state, control)], theme=args.theme,
-              topology=_topology(args.topology), damage=rec.damage,
+              topology=_topology(args.topology), damage=rec.damage, ascii_only=args.ascii,
               wall=lambda: rec.started + control.position).run()
     if rec.damage:
         print(f"tuimon: {args.file}: {rec.damage}", file=sys.stderr)
@@ -340,7 +348,8 @@ def _run_app(cluster: ClusterState, feed: Feed,
              after: Callable[[], Awaitable[None]] | None = None,
              record: str | None = None,
              wall: Callable[[], float] | None = None,
-             cpu_nodes: frozenset[str] = frozenset()) -> int:
+             cpu_nodes: frozenset[str] = frozenset(),
+             ascii_only: bool | None = None) -> int:
     from tuimon.sources.recording import RecordingWriter
     from tuimon.ui.app import TuimonApp
 
@@ -363,7 +372,8 @@ def _run_app(cluster: ClusterState, feed: Feed,
     try:
         TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
                   provisioned=provisioned, slo=slo[0], baselines=slo[1],
-                  flops_per_sample=slo[2], wall=wall, cpu_nodes=cpu_nodes).run()
+                  flops_per_sample=slo[2], wall=wall, cpu_nodes=cpu_nodes,
+                  ascii_only=ascii_only).run()
     finally:
         if writer is not None:
             writer.close()
@@ -568,7 +578,7 @@ def _connect_app(args: argparse.Namespace) -> int:
         cluster.add_target(t)
     return _run_app(cluster, _agent_feed(targets, options, relays), args.theme, topology,
                     _provisioned(args.provisioned), _slo(args), record=args.record,
-                    cpu_nodes=_cpu_nodes(args))
+                    cpu_nodes=_cpu_nodes(args), ascii_only=args.ascii)
 
 
 async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
@@ -640,7 +650,7 @@ def _prom(args: argparse.Namespace) -> int:
     topology = _topology(args.topology, getattr(args, "leaves", None))
     return _run_app(cluster, feed, args.theme, topology,
                     _provisioned(args.provisioned), _slo(args), record=args.record,
-                    cpu_nodes=_cpu_nodes(args))
+                    cpu_nodes=_cpu_nodes(args), ascii_only=args.ascii)
 
 
 def _demo_ports(args: argparse.Namespace) -> None:
@@ -671,7 +681,8 @@ def _demo_app(args: argparse.Namespace) -> int:
     return _run_app(cluster, _agent_feed(sim.targets, StreamOptions(overview=True)),
                     args.theme, topology,
                     {LUSTRE_MOUNT: sim.lustre_provisioned}, slo, before=sim.start,
-                    after=sim.stop, record=args.record, wall=sim.wall)
+                    after=sim.stop, record=args.record, wall=sim.wall,
+                    ascii_only=args.ascii)
 
 
 async def _connect(args: argparse.Namespace) -> int:

@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import textwrap
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
+from textual.filter import LineFilter
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
 
@@ -32,6 +34,7 @@ from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.model.view_state import FilterError, ViewState
 from tuimon.sources.recording import ReplayControl
+from tuimon.ui.ascii_screen import AsciiScreen, locale_is_ascii
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.markup import safe
 from tuimon.ui.node_screen import NodeScreen
@@ -160,6 +163,9 @@ class TuimonApp(App[None]):
        rows above a clipped list of findings. */
     #maps { height: auto; }
     .hidden { display: none; }
+    /* NO_COLOR: no colour at all is sent, so what colour marked is marked by style. */
+    HeatmapView:nocolor > .heatmap--cursor { text-style: bold reverse; }
+    OptionList:nocolor > .option-list--option-highlighted { text-style: bold reverse; }
     """
     BINDINGS = [
         Binding("q", "quit", "quit", id="quit"),
@@ -174,6 +180,10 @@ class TuimonApp(App[None]):
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
     ]
 
+    def get_line_filters(self) -> Sequence[LineFilter]:
+        filters = super().get_line_filters()
+        return [*filters, self._ascii_screen] if self.ascii_only else filters
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # The node screen and the help sit above the map: its keys must not move it.
         return not (action in MAP_ACTIONS and len(self.screen_stack) > 1)
@@ -187,9 +197,17 @@ class TuimonApp(App[None]):
                  flops_per_sample: dict[str, float] | None = None,
                  wall: Callable[[], float] | None = None,
                  diagnosis: Diagnosis | None = None,
-                 cpu_nodes: frozenset[str] = frozenset()) -> None:
-        super().__init__()
+                 cpu_nodes: frozenset[str] = frozenset(),
+                 ascii_only: bool | None = None) -> None:
+        # NO_COLOR (no-color.org): no colour at all. Textual's own answer sends its
+        # colours as 256-colour greys unless the colours are the terminal's (ANSI): so
+        # the terminal's, which its NO_COLOR filter then drops altogether.
+        super().__init__(ansi_color=True if os.environ.get("NO_COLOR") is not None else None)
         self.clock_text = clock_text
+        # ASCII only (--ascii, or a locale that cannot show UTF-8): every glyph mapped at
+        # the last step (tuimon.ui.ascii_screen).
+        self.ascii_only = locale_is_ascii(os.environ) if ascii_only is None else ascii_only
+        self._ascii_screen = AsciiScreen()
         self.cluster = cluster
         self._make_sources = sources
         self._tasks: list[asyncio.Task[None]] = []

@@ -16,7 +16,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Finding
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.finding_groups import FindingGroup, group
-from tuimon.model.map_kinds import HeatMetric
+from tuimon.model.map_kinds import GLYPHS, LEVELS, HeatMetric
 from tuimon.model.slo import LedgerBurn, burn_parts
 from tuimon.model.storage import StorageView
 from tuimon.ui.markup import safe
@@ -192,7 +192,9 @@ class Legend(Panel):
 
     def update_from(self, title: str, metric: HeatMetric, metrics: tuple[HeatMetric, ...],
                     cursor_text: str, width: int = 200) -> None:
-        scale = "".join(f"[$heat-{i}]\u2588[/]" for i in range(9))
+        # The cells' own glyphs in their colours: the scale reads by height without
+        # colour, and in ASCII as the map's characters do.
+        scale = "".join(f"[$heat-{i}]{GLYPHS[max(1, i)]}[/]" for i in range(LEVELS))
         if width < 160:  # the key list goes; the footer and `?` have the keys
             self.update(f" [b]{title}[/b] {metric.key} {metric.legend[0]} {scale} "
                         f"{metric.legend[1]} \u2502 {cursor_text}")
