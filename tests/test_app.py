@@ -559,3 +559,22 @@ async def test_quitting_while_the_timers_fire_ends_cleanly() -> None:
                 await pilot.press("enter")
             await pilot.pause(0.05)
         assert app.return_code in (None, 0)
+
+
+async def test_the_node_screen_shows_a_ports_errors_over_their_window() -> None:
+    """Error counters are read one sample in five: the latest sample's increments are
+    mostly empty, but the port's row says what the diagnosis holds over ten minutes."""
+    app = await make_app(8)
+    node = next(iter(app.cluster.nodes.values()))
+    port = node.port_ids[1]
+    node.conditions = [*(node.conditions or []), {
+        "severity": "warning", "kind": "symbol_errors", "port": port,
+        "message": f"{node.name} {port} +873 symbol errors in 10 min (cable or transceiver)"}]
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.active_map.select(node)
+        await pilot.press("enter")
+        await pilot.pause()
+        fabric = str(app.screen.query_one("#node-fabric").render())
+        row = next(line for line in fabric.splitlines() if port in line)
+        assert "+873 symbol errors in 10 min" in row, row
+        assert f"{node.name} {port} +873" not in row  # said once, on its row

@@ -172,3 +172,33 @@ def test_a_whole_node_waiting_is_the_cluster_rules_to_name() -> None:
         clock[0] += 1.0
     (congestion,) = [f for f in found if f.kind == "congestion"]
     assert congestion.node == "gpu007" and "mlx5_0:1" in congestion.message
+
+
+def test_a_finding_raised_and_cleared_is_an_event_and_the_node_screen_shows_its_window(
+        ) -> None:
+    """A port that went down twice in ten minutes: the events say so when the finding is
+    raised and when it clears, on the judgement's clock (not only the diagnosis pane)."""
+    from tuimon.model.judgement import Judgement
+
+    cluster = ClusterState()
+    flapping = [{"id": "mlx5_1:1", "state": 4, "errors_inc": {"link_downed": 4,
+                                                             "symbol_errors": 873}}]
+    _node(cluster, "b:1", "gpu002", flapping)
+    clock = [10_000.0]
+    judge = Judgement(cluster, StorageView(), EfficiencyView(wall=lambda: clock[0]),
+                      Diagnosis(wall=lambda: clock[0]))
+    judge.update()
+    raised = [(e.kind, e.severity, e.node, e.ts) for e in cluster.events]
+    assert ("flapping", "warning", "gpu002", 10_000.0) in raised, raised
+    assert any(e.kind == "symbol_errors" and "+873" in e.message for e in cluster.events)
+    before = len(cluster.events)
+    judge.update()
+    assert len(cluster.events) == before  # held: no new event each second
+    clock[0] += 700.0  # past the ten-minute window and the hysteresis
+    _node(cluster, "b:1", "gpu002", [{"id": "mlx5_1:1", "state": 4}], seq=2)
+    for _ in range(3):
+        judge.update()
+        clock[0] += 100.0
+    cleared = [e for e in cluster.events if e.message.startswith("cleared:")]
+    assert {e.kind for e in cleared} >= {"flapping", "symbol_errors"}
+    assert all(e.severity == "info" for e in cleared)

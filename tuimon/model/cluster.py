@@ -350,6 +350,15 @@ class ClusterState:
                                        event.message, event.gpu))
         self._seen(node)
 
+    def finding_event(self, finding: Any, raised: bool, ts: float) -> None:
+        """A finding raised (its severity) or cleared (info) as an event of its node, or
+        of what it names (a leaf, a job)."""
+        self.events.appendleft(ClusterEvent(
+            finding.node or finding.where, ts, finding.kind,
+            finding.severity if raised else "info",
+            finding.message if raised else f"cleared: {finding.message}", finding.gpu))
+        self.version += 1
+
     def set_scrape_failures(self, failures: dict[str, tuple[str, str]]) -> None:
         """The Prometheus targets whose last scrape failed, replacing the last set:
         "job instance" -> (node, reason)."""

@@ -63,7 +63,7 @@ class Diagnosis:
         self._rules: dict[str, NodeRules] = {}
         # job -> the judge of its drop, for jobs whose nodes do not judge it themselves.
         self._drops: dict[str, DropJudge] = {}
-        self._wall = wall
+        self.wall = wall  # the judgement's clock (Unix time; a replay's own)
         # Parts of the judgement that failed (a bug), shown as internal_error findings.
         self.guard = Guard()
         # target -> (its conditions as last read, its name then, the findings they say)
@@ -71,7 +71,7 @@ class Diagnosis:
 
     def update(self, cluster: ClusterState, eff: EfficiencyView,
                storage: StorageView) -> list[Finding]:
-        now = self._wall()
+        now = self.wall()
         out: list[Finding] = []
         run = self.guard.run  # each rule alone: a bug in one loses no other finding
         out += run("the lost-node rule", lambda: self._nodes(cluster), [])

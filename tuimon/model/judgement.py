@@ -4,13 +4,17 @@ order, so each sees what the one before it computed this second."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
 from tuimon_core.findings import Finding
+
+# Findings whose coming and going is already an event of its own (a node lost or back,
+# a relay lost or back), or that are not about the cluster (a bug in a part).
+_OWN_EVENTS = frozenset({"node_lost", "relay_lost", "unreached", "internal_error"})
 
 
 @dataclass
@@ -19,6 +23,8 @@ class Judgement:
     storage: StorageView
     efficiency: EfficiencyView
     diagnosis: Diagnosis
+    # The findings of the last pass, by key: a finding raised or cleared is an event.
+    _held: dict[tuple[object, ...], Finding] = field(default_factory=dict)
 
     def update(self) -> list[Finding]:
         """Call once a second; returns the findings that hold now. A part that fails (a
@@ -33,4 +39,18 @@ class Judgement:
             self.cluster, self.efficiency, self.storage), self.diagnosis.findings)
         guard.end()
         self.diagnosis.findings = findings + guard.findings()
+        self._events(findings)
         return self.diagnosis.findings
+
+    def _events(self, findings: list[Finding]) -> None:
+        """A finding raised, and one cleared, is an event: the events pane and the node
+        screen say when a link flapped or a GPU throttled, not only that it does now."""
+        held = {f.key: f for f in findings if f.kind not in _OWN_EVENTS}
+        when = self.diagnosis.wall()
+        for key, f in held.items():
+            if key not in self._held:
+                self.cluster.finding_event(f, raised=True, ts=when)
+        for key, f in self._held.items():
+            if key not in held:
+                self.cluster.finding_event(f, raised=False, ts=when)
+        self._held = held

@@ -180,6 +180,10 @@ class TuimonApp(App[None]):
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
     ]
 
+    def _findings(self) -> list[Finding]:
+        """What the diagnosis holds now (the node screen's held findings)."""
+        return self.diagnosis.findings
+
     def get_line_filters(self) -> Sequence[LineFilter]:
         filters = super().get_line_filters()
         return [*filters, self._ascii_screen] if self.ascii_only else filters
@@ -485,7 +489,7 @@ class TuimonApp(App[None]):
     help_extra = ""
 
     def on_heatmap_view_opened(self, message: HeatmapView.Opened) -> None:
-        self.push_screen(NodeScreen(self.cluster, message.node))
+        self.push_screen(NodeScreen(self.cluster, message.node, self._findings))
 
     def on_heatmap_view_cursor_moved(self, message: HeatmapView.CursorMoved) -> None:
         self._update_legend()
@@ -505,7 +509,7 @@ class TuimonApp(App[None]):
             node = next((n for n in self.cluster.nodes.values() if n.name == nodes[0]), None)
             if node is not None:
                 self.active_map.select(node)
-                self.push_screen(NodeScreen(self.cluster, node))
+                self.push_screen(NodeScreen(self.cluster, node, self._findings))
                 return
         if g.leaf:
             self.view.set_filter(g.leaf)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
@@ -9,6 +11,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.diagnosis import Finding
 from tuimon.model.guard import Guard
 from tuimon.model.map_kinds import gpu_busy, gpu_health
 from tuimon.ui.markup import safe
@@ -46,10 +49,14 @@ class NodeScreen(Screen[None]):
     #node-why { border: round $error; padding: 0 1; }
     """
 
-    def __init__(self, cluster: ClusterState, node: NodeState) -> None:
+    def __init__(self, cluster: ClusterState, node: NodeState,
+                 findings: Callable[[], list[Finding]] = list) -> None:
         super().__init__()
         self.cluster = cluster
         self.node = node
+        # What the diagnosis holds now: a port's errors over its window, not only the
+        # latest sample's increments (read one sample in five).
+        self.findings = findings
         self.guard = Guard()
 
     def compose(self) -> ComposeResult:
@@ -174,11 +181,21 @@ class NodeScreen(Screen[None]):
         if not ports:
             return f"[b]fabric[/b]  no ports: {safe(n.hello.extra.get('fabric_status') or '-', 80)}"
         lines = ["[b]fabric[/b]  port        state     rate       tx          rx        "
-                 "xmit_wait/s  errors"]
+                 "xmit_wait/s  errors (this read; held findings)"]
+        held: dict[str, list[str]] = {}
+        for f in self.findings():
+            if f.node == n.name and f.port is not None:
+                prefix = f"{n.name} {f.port}"
+                text = f.message[len(prefix):].lstrip(" :") if f.message.startswith(
+                    prefix) else f.message
+                held.setdefault(f.port, []).append(text)
         for p in ports:
             i = info.get(p["id"], {})
             errs = ", ".join(f"{safe(k, 30)} +{v}" if v is not None else f"{safe(k, 30)} ?"
                              for k, v in (p.get("errors_inc") or {}).items())
+            if p["id"] in held:
+                errs = "; ".join([errs] * bool(errs) + [
+                    f"[$warning]{safe(t, 120)}[/]" for t in held[p["id"]]])
             if p.get("saturated"):
                 errs += f" [$warning]saturated: {safe(', '.join(p['saturated']), 80)}[/]"
             state_color = "$success" if p.get("state") == 4 else "$error"
