@@ -578,3 +578,31 @@ async def test_the_node_screen_shows_a_ports_errors_over_their_window() -> None:
         row = next(line for line in fabric.splitlines() if port in line)
         assert "+873 symbol errors in 10 min" in row, row
         assert f"{node.name} {port} +873" not in row  # said once, on its row
+
+
+async def test_enter_on_a_jobs_line_shows_that_job_and_its_nodes() -> None:
+    """A burn (or an efficiency drop) names a job: enter on it puts that job in the
+    efficiency strip and the map on the nodes its ranks run on."""
+    app = await make_app(16)
+    eff = app.efficiency
+    other = eff._job("aaa-other")  # sorted first: the strip would show it
+    other.world = 1
+    job = eff._job("train")
+    job.world = 2
+    names = sorted(n.name for n in app.cluster.nodes.values())[3:5]
+    job.rank_where = {0: (names[0], 0), 1: (names[1], 0)}
+    for minute in range(120):  # two hours at SLI 0.05: a page-rate burn
+        job.burn.add(eff.now - 7200 + 60 * (minute + 1), 60.0, 3.0)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        pane = app.query_one("#diagnosis")
+        index = next(i for i, g in enumerate(pane.groups) if g.kind == "burn_page")
+        await pilot.press("f")
+        pane.highlighted = index + 1
+        await pilot.press("enter")
+        await pilot.pause()
+        assert sorted(n.name for n in app.active_map._hm_order) == names
+        from tuimon.ui.panels import SloStrip
+
+        assert "train" in str(app.query_one(SloStrip).render())
+        assert "filter /job train/" in str(app.query_one("#legend").render())

@@ -114,3 +114,27 @@ def test_no_alert_threshold_is_under_1x_whatever_the_target(target: float) -> No
     slo = Slo(target, 720)
     for w, share in (("1h", 0.02), ("6h", 0.05), ("1d", 0.10), ("3d", 0.10)):
         assert slo.alert_threshold(w, share) >= 1.0
+
+
+def test_a_job_exactly_at_its_target_is_not_a_ticket_and_young_windows_say_so() -> None:
+    """SLI equal to the target burns 1.0x: at the threshold, not above it, so nothing
+    fires. A viewer with 90 s of data says how much of each window it knows instead of
+    printing a 3-day rate; a rate that rounds to its threshold shows two decimals."""
+    from tuimon.model.slo import BurnTracker
+
+    slo = Slo(0.90, 720)
+    at_target = BurnTracker(slo)
+    now = 1_000_000.0
+    for minute in range(4320):  # three days exactly at 0.90
+        at_target.add(now - 259_200 + 60 * (minute + 1), 60.0, 54.0)
+    assert at_target.firing(now) == []
+    assert "ticket" not in at_target.text(now) and "of" not in at_target.text(now)
+    young = BurnTracker(slo)
+    for s in range(90):  # 90 s at SLI 0.70: 3x
+        young.add(now - 90 + s + 1, 1.0, 0.7)
+    text = young.text(now)
+    assert "3d 3.0x (90 s of 3d)" in text and "ticket at 1.0x" in text, text
+    barely = BurnTracker(slo)
+    for minute in range(4320):  # 1.04x: above the 1.0x floor, rounds to it
+        barely.add(now - 259_200 + 60 * (minute + 1), 60.0, 60.0 * (1 - 0.104))
+    assert "3d 1.04x" in barely.text(now) and "ticket at 1.0x" in barely.text(now)

@@ -24,7 +24,7 @@ from tuimon.model.diagnosis import Diagnosis, Finding, sort_key, unreached
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.finding_groups import group
 from tuimon.model.judgement import Judgement
-from tuimon.model.slo import Slo, burn_text
+from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.snapshot_waits import FIRST_VERDICT_S, HOLD_WAIT_S, STEPS_WAIT_S
 from tuimon.sources.agent_stream import StreamOptions, watching
@@ -70,7 +70,7 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                          "budget_recovered_hours": getattr(job.burn, "recovered_hours", 0.0),
                          "burn_rate_5m": burn.get("5m"), "burn_rate_1h": burn.get("1h"),
                          "burn_rates": burn,
-                         "burn": burn_text(burn, firing),
+                         "burn": job.burn.text(now) if job.burn else "-",
                          "burn_alert": ({"severity": firing[0][0], "long": firing[0][1],
                                          "short": firing[0][2], "threshold": firing[0][3]}
                                         if firing else None),

@@ -19,7 +19,6 @@ from typing import Any
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.guard import Guard
-from tuimon.model.slo import burn_text
 from tuimon.model.storage import StorageView
 from tuimon_core.efficiency_drop import DropJudge
 from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
@@ -285,7 +284,7 @@ class Diagnosis:
                 out.append(Finding("critical" if severity == "page" else "warning",
                                    f"burn_{severity}",
                                    f"{job.job} burns its error budget: burn "
-                                   f"{burn_text(burn.burn_rates(now), firing)}",
+                                   f"{burn.text(now)}",
                                    job=job.job))
             judged, drop = job.reported_drop(now)
             if not judged:

@@ -27,23 +27,48 @@ ALERTS = (
 )
 
 
+def _span(seconds: float) -> str:
+    """A duration as a burn window is named: 90 s, 12 min, 5 h, 2 d."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
 def burn_parts(rates: dict[str, float | None],
-               firing: list[tuple[str, str, str, float]]) -> tuple[str, str]:
+               firing: list[tuple[str, str, str, float]],
+               covered: dict[str, float | None] | None = None) -> tuple[str, str]:
     """Burn rates named the same way everywhere (strip, status, diagnosis): the windows
     of the most urgent alert that fires, long then short, else the page windows 1h and
-    5m (`1d 3.1x 6h 3.4x`); and the alert, if one fires (`ticket at 3.0x`)."""
+    5m (`1d 3.1x 6h 3.4x`); and the alert, if one fires (`ticket at 3.0x`). A window
+    the data covers only in part says how much (`3d 3.0x (90 s of 3d)`): a rate from
+    90 s is not three days' rate. A rate that rounds to its threshold is shown to two
+    decimals, so what fires reads above what it fires at."""
     if firing:
         severity, long_w, short_w, threshold = firing[0]
     else:
         severity, long_w, short_w, threshold = "", "1h", "5m", 0.0
-    shown = " ".join(f"{w} {rates[w]:.1f}x" for w in (long_w, short_w)
-                     if rates.get(w) is not None) or "-"
-    return shown, (f"{severity} at {threshold:.1f}x" if severity else "")
+    parts = []
+    for w in (long_w, short_w):
+        rate = rates.get(w)
+        if rate is None:
+            continue
+        digits = 2 if severity and round(rate, 1) == round(threshold, 1) else 1
+        text = f"{w} {rate:.{digits}f}x"
+        seen = (covered or {}).get(w)
+        if seen is not None and seen < 0.9 * BURN_WINDOWS_S[w]:
+            text += f" ({_span(seen)} of {w})"
+        parts.append(text)
+    return " ".join(parts) or "-", (f"{severity} at {threshold:.1f}x" if severity else "")
 
 
 def burn_text(rates: dict[str, float | None],
-              firing: list[tuple[str, str, str, float]]) -> str:
-    shown, alert = burn_parts(rates, firing)
+              firing: list[tuple[str, str, str, float]],
+              covered: dict[str, float | None] | None = None) -> str:
+    shown, alert = burn_parts(rates, firing, covered)
     return f"{shown}, {alert}" if alert else shown
 
 
@@ -114,16 +139,29 @@ class BurnReadout:
         return out
 
     def firing(self, now: float) -> list[tuple[str, str, str, float]]:
-        """Alerts whose long and short windows both burn above the threshold."""
+        """Alerts whose long and short windows both burn above the threshold: above, not
+        at (a job exactly at its target burns 1x and is fine), beyond float dust."""
         rates = self.burn_rates(now)
         out = []
         for severity, long_w, short_w, share in ALERTS:
             threshold = self.slo.alert_threshold(long_w, share)
+            above = threshold * (1 + 1e-9)
             long_r, short_r = rates[long_w], rates[short_w]
-            if long_r is not None and short_r is not None and long_r >= threshold \
-                    and short_r >= threshold:
+            if long_r is not None and short_r is not None and long_r > above \
+                    and short_r > above:
                 out.append((severity, long_w, short_w, threshold))
         return out
+
+    def covered(self, window: str, now: float) -> float | None:
+        """Seconds of the window the data covers (None: unknown)."""
+        return None
+
+    def text(self, now: float) -> str:
+        """The burn as every view says it (burn_text), with each window's coverage."""
+        return burn_text(self.burn_rates(now), self.firing(now), self.coverage(now))
+
+    def coverage(self, now: float) -> dict[str, float | None]:
+        return {w: self.covered(w, now) for w in BURN_WINDOWS_S}
 
 
 class BurnTracker(BurnReadout):
@@ -134,8 +172,11 @@ class BurnTracker(BurnReadout):
         self.keep = keep_s // 60 + 1
         self._buckets: deque[list[float]] = deque()  # [minute, total_s, effective_s]
         self.consumed_hours = 0.0
+        self._first = 0.0  # when the first seconds were added
 
     def add(self, ts: float, total_s: float, effective_s: float) -> None:
+        if not self._buckets:
+            self._first = ts - total_s  # the seconds added end at ts
         minute = int(ts // 60)
         if self._buckets and self._buckets[-1][0] == minute:
             bucket = self._buckets[-1]
@@ -148,6 +189,11 @@ class BurnTracker(BurnReadout):
         bucket[1] += total_s
         bucket[2] += effective_s
         self.consumed_hours += (total_s - effective_s) / 3600
+
+    def covered(self, window: str, now: float) -> float | None:
+        if not self._buckets:
+            return None
+        return max(0.0, min(float(BURN_WINDOWS_S[window]), now - self._first))
 
     def error_ratio(self, window: str, now: float) -> float | None:
         first = int(now // 60) - BURN_WINDOWS_S[window] // 60
@@ -175,6 +221,11 @@ class LedgerBurn(BurnReadout):
         # "prometheus" when the job counters in Prometheus gave it; else a relay's ledger.
         self.source: str | None = summary.get("source")
         self._ratios = summary.get("error_ratio") or {}
+
+    def covered(self, window: str, now: float) -> float | None:
+        if self.since is None:
+            return None
+        return max(0.0, min(float(BURN_WINDOWS_S[window]), now - self.since))
 
     def error_ratio(self, window: str, now: float) -> float | None:
         value = self._ratios.get(window)

@@ -511,11 +511,21 @@ class TuimonApp(App[None]):
                 self.active_map.select(node)
                 self.push_screen(NodeScreen(self.cluster, node, self._findings))
                 return
+        job = next((f.job for f in g.findings if f.job), None)
         if g.leaf:
             self.view.set_filter(g.leaf)
         elif nodes:
             # The finding's own names, as they are: a name is never read as a pattern.
             self.view.show_names(nodes, collect_hostlist(nodes))
+        elif job is not None and job in self.efficiency.jobs:
+            # A job's line (a drop, a burn): the strip shows that job, the map its nodes.
+            self.job_index = sorted(self.efficiency.jobs).index(job)
+            self.query_one(SloStrip).update_from(self.size.width, self.efficiency,
+                                                 self.job_index)
+            names = sorted({node for node, _ in
+                            self.efficiency.jobs[job].rank_where.values()})
+            if names:
+                self.view.show_names(names, f"job {job}")
         else:
             return
         self._resort()

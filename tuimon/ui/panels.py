@@ -122,7 +122,8 @@ class SloStrip(Panel):
             used = state.burn.consumed_hours if state.burn else 0.0
             left = eff.slo.remaining_hours(used)
             verdict = state.verdict(now)
-            burn_windows, burn_alert = burn_parts(burn, verdict.firing)
+            burn_windows, burn_alert = burn_parts(
+                burn, verdict.firing, state.burn.coverage(now) if state.burn else None)
             status = _VERDICT[verdict.state].format(age=verdict.steps_age or 0)
             share = max(0.0, min(1.0, left / eff.slo.budget_hours))
             bar = "\u2588" * round(share * 10) + "\u2591" * (10 - round(share * 10))
