@@ -226,30 +226,51 @@ async def test_prometheus_down_or_wrong_is_said(tmp_path: Path) -> None:
 
 
 def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -> None:
-    """`tuimon prom URL --once --record FILE` against a real Prometheus, then replayed."""
-    async def scenario() -> tuple[str, str]:
+    """`tuimon prom URL --once --record FILE` against a real Prometheus, then replayed:
+    the nodes, and the job's SLI and budget from the step counters, as the app shows
+    them. `tuimon status` checks the same server, named with --prometheus or by a
+    cluster whose config says `prometheus =`."""
+    config = tmp_path / "config.toml"
+
+    async def run(*args: str) -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "tuimon.cli", *args, cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode() + err.decode()
+
+    async def scenario() -> list[tuple[int, str]]:
         sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.5,
                          scenario="healthy")
         async with sim:
             with prometheus(tmp_path, sim.targets) as url:
                 await _until_series(url, "tuimon_gpu_utilization_ratio", 2)
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable, "-m", "tuimon.cli", "prom", url, "--once", "--every", "1",
-                    "--record", str(tmp_path / "rec.tuimon"), cwd=ROOT,
-                    env={**os.environ, "PYTHONPATH": str(ROOT)},
-                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-                out, err = await asyncio.wait_for(proc.communicate(), 60)
-                assert proc.returncode == 0, err.decode()
-                return out.decode(), err.decode()
-    out, _ = asyncio.run(scenario())
+                await _until_series(url, "rate(tuimon_job_wall_seconds_total[1m])", 2)
+                config.write_text(f'[clusters.lab]\nprometheus = "{url}"\n')
+                return [
+                    await run("prom", url, "--once", "--every", "1",
+                              "--record", str(tmp_path / "rec.tuimon")),
+                    await run("status", "--prometheus", url),
+                    await run("--config", str(config), "--cluster", "lab", "status"),
+                ]
+    (code, out), *statuses = asyncio.run(scenario())
+    assert code == 0, out
     assert "nodes up 2" in out and "sim-node000" in out and "sim-node001" in out
+    job = next(line for line in out.splitlines() if line.startswith("job llm-pretrain"))
+    assert "SLI 0." in job and "budget" in job, out
+    for code, text in statuses:
+        assert code in (0, 1), text
+        assert text.startswith(("OK: nodes 2 up", "WARNING: nodes 2 up")), text
+        assert "job llm-pretrain" in text, text
     # The recording holds the frames the refresh made: replayed, the same two nodes.
-    from tuimon.sources.recording import apply_frame, read_recording
+    from tuimon.sources.recording import apply_item, read_recording
 
     rec = read_recording(tmp_path / "rec.tuimon")
     replayed = ClusterState()
-    for _, target, data in rec.frames():
-        apply_frame(replayed, target, data)
+    for _, target, data, call in rec.frames():
+        apply_item(replayed, target, data, call)
     assert {n.name for n in replayed.nodes.values() if n.status == "up"} == {
         "sim-node000", "sim-node001"}
     assert all(n.gpu_count == 1 and n.sample.gpus[0]["util"] is not None

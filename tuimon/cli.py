@@ -9,6 +9,7 @@ import json
 import logging
 import re
 import sys
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -105,6 +106,20 @@ def _ascii_option(p: argparse.ArgumentParser) -> None:
                         "LC_CTYPE or LANG, is not UTF-8: C, POSIX, a serial console)")
 
 
+def _prom_query_options(p: argparse.ArgumentParser) -> None:
+    """What to ask a Prometheus server and how to name its nodes: prom and status."""
+    p.add_argument("--match", default="", metavar="MATCHERS",
+                   help="Prometheus: label matchers added to every query, e.g. "
+                        "'cluster=\"prod\"'")
+    p.add_argument("--node-label", action="append", default=[], metavar="LABEL",
+                   help="Prometheus: a label that names the node, tried before the built-in "
+                        "order (node, kubernetes_node, Hostname, node_exporter's uname, the "
+                        "instance's host); repeatable")
+    p.add_argument("--node-alias", action="append", default=[], metavar="NAME=NODE",
+                   help="Prometheus: call what resolves to NAME by NODE instead (e.g. an "
+                        "exporter's address); repeatable")
+
+
 def _log_option(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-file", metavar="FILE",
                    help="the full-screen app's log: warnings and internal errors with their "
@@ -168,18 +183,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="do not verify the server's certificate")
     prom.add_argument("--insecure", action="store_true",
                       help="send the token over plain http:// to a non-loopback server anyway")
-    prom.add_argument("--match", default="", metavar="MATCHERS",
-                      help="label matchers added to every query, e.g. 'cluster=\"prod\"'")
+    _prom_query_options(prom)
     prom.add_argument("--every", type=positive_float(3600.0, least=0.5), default=5.0,
                       metavar="S",
                       help="seconds between refreshes (default 5)")
-    prom.add_argument("--node-label", action="append", default=[], metavar="LABEL",
-                      help="a label that names the node, tried before the built-in order "
-                           "(node, kubernetes_node, Hostname, node_exporter's uname, the "
-                           "instance's host); repeatable")
-    prom.add_argument("--node-alias", action="append", default=[], metavar="NAME=NODE",
-                      help="call what resolves to NAME by NODE instead (e.g. an exporter's "
-                           "address); repeatable")
     prom.add_argument("--name", default="cluster", help="cluster name shown in the header")
     prom.add_argument("--topology", metavar="F",
                       help="Slurm topology.conf: group nodes by leaf switch")
@@ -205,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
                         help="keep watching this long; the exit code is the worst seen")
     status.add_argument("--json", action="store_true")
+    status.add_argument("--prometheus", metavar="URL",
+                        help="check the cluster through this Prometheus server (as `tuimon "
+                             "prom` watches it) instead of its agents")
+    _prom_query_options(status)
     _slo_options(status)
     demo = sub.add_parser("demo", help="simulate a cluster on loopback and watch it")
     demo.add_argument("--nodes", type=positive_int(MAX_NODES), default=32)
@@ -403,7 +414,25 @@ def _provisioned(items: list[str]) -> dict[str, float]:
     return out
 
 
-async def _watch(cluster: ClusterState, feed: Feed, once: bool,
+def _judgement(args: argparse.Namespace, cluster: ClusterState,
+               wall: Callable[[], float] | None = None) -> Any:
+    """What a text readout judges with: the app's storage, efficiency and diagnosis
+    over the options given (topology, provisioned throughput, SLO, CPU nodes)."""
+    from tuimon.model.diagnosis import Diagnosis
+    from tuimon.model.efficiency import EfficiencyView
+    from tuimon.model.judgement import Judgement
+    from tuimon.model.storage import StorageView
+
+    slo, baselines, flops = _slo(args)
+    clock = wall or time.time
+    return Judgement(cluster, StorageView(_provisioned(getattr(args, "provisioned", []))),
+                     EfficiencyView(slo, baselines, wall=clock, flops_per_sample=flops),
+                     Diagnosis(_topology(getattr(args, "topology", None),
+                                         getattr(args, "leaves", None)),
+                               wall=clock, cpu_nodes=_cpu_nodes(args)))
+
+
+async def _watch(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
                  record: str | None = None) -> int:
     from tuimon.sources.recording import RecordingWriter
 
@@ -411,22 +440,28 @@ async def _watch(cluster: ClusterState, feed: Feed, once: bool,
     if writer is not None:
         cluster.recorder = writer.call
     try:
-        return await _print_loop(cluster, feed, once, writer.write if writer else None)
+        return await _print_loop(cluster, feed, once, judge,
+                                 writer.write if writer else None)
     finally:
         if writer is not None:
             writer.close()
 
 
-async def _print_loop(cluster: ClusterState, feed: Feed, once: bool,
+async def _print_loop(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
                       recorder: Recorder | None) -> int:
+    from tuimon.status import first_samples, settle
+
     async with feed(cluster, recorder):
         if once:
-            await asyncio.sleep(2.5)
-            print(render(cluster, max_rows=10_000))
+            # What a one-shot status waits for, so it says what the app says.
+            await first_samples(cluster, judge.efficiency)
+            await settle(judge)
+            judge.update()
+            print(render(cluster, max_rows=10_000, judge=judge))
             return 0
         while True:
-            cluster.refresh_ages()
-            screen = render(cluster)
+            judge.update()
+            screen = render(cluster, judge=judge)
             sys.stdout.write("\x1b[H\x1b[2J" + screen + "\n" if sys.stdout.isatty()
                              else screen + "\n\n")
             sys.stdout.flush()
@@ -449,7 +484,8 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], St
     relays = parse_targets([_strip_scheme(r) for r in args.relay], DEFAULT_RELAY_PORT)
     if not targets and not relays:
         raise TargetError("no targets: give host[:port] arguments, --relay HOST or "
-                          "--targets-file")
+                          "--targets-file" + (", or --prometheus URL"
+                                              if args.command == "status" else ""))
     token = load_token(args.token_file) if args.token_file else None
     ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
                if args.tls or args.tls_ca or args.tls_insecure else None)
@@ -519,9 +555,11 @@ def _fill_targets(args: argparse.Namespace, c: ClusterConfig) -> None:
     none typed, the cluster's are used."""
     if args.command not in ("connect", "status"):
         return  # the relay has its own targets; the config file describes what you watch
-    if not args.targets and not args.relay:
+    if not args.targets and not args.relay and not getattr(args, "prometheus", None):
         args.targets = list(c.targets)
         args.relay = [c.relay] if c.relay else []
+        if args.command == "status" and not (args.targets or args.relay) and c.prometheus:
+            args.prometheus = c.prometheus  # a cluster watched through Prometheus
 
 
 def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[str, str]:
@@ -546,7 +584,22 @@ def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[st
 def _status(args: argparse.Namespace) -> int:
     from tuimon.status import EXIT, run_status
 
-    targets, relays, options = _connect_options(args)
+    feed = None
+    if args.prometheus:
+        from tuimon.sources.prometheus import prom_watching
+
+        if args.targets or args.relay:
+            raise TargetError("status: give agents, relays or --prometheus, not both")
+        args.url, args.every = args.prometheus, 1.0
+        prom_options = _prom_options(args)
+        targets: list[str] = []
+        relays: list[str] = []
+        options = StreamOptions()
+
+        def feed(state: ClusterState) -> AbstractAsyncContextManager[Any]:
+            return prom_watching(args.prometheus, state, prom_options)
+    else:
+        targets, relays, options = _connect_options(args)
     slo, baselines, _ = _slo(args)
     topology = _topology(args.topology, getattr(args, "leaves", None))
     try:
@@ -554,7 +607,7 @@ def _status(args: argparse.Namespace) -> int:
                                       topology=topology,
                                       provisioned=_provisioned(args.provisioned), slo=slo,
                                       baselines=baselines, as_json=args.json, name=args.name,
-                                      cpu_nodes=_cpu_nodes(args)))
+                                      cpu_nodes=_cpu_nodes(args), feed=feed))
     except Exception as exc:
         # A bug in the check is no verdict on the cluster: UNKNOWN, as a monitoring
         # system expects of a check that failed, with the traceback for the report.
@@ -591,6 +644,7 @@ async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
     if writer is not None:
         options = dataclasses.replace(options, recorder=writer.write)
         cluster.recorder = writer.call
+    judge = _judgement(args, cluster)
     try:
         async with aiohttp.ClientSession() as session:
             await PromSource(args.url, cluster, session, options).refresh()
@@ -600,7 +654,8 @@ async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
     finally:
         if writer is not None:
             writer.close()
-    print(render(cluster, max_rows=10_000))
+    judge.update()
+    print(render(cluster, max_rows=10_000, judge=judge))
     return 0
 
 
@@ -646,7 +701,8 @@ def _prom(args: argparse.Namespace) -> int:
     if args.once:
         return asyncio.run(_prom_once(args, cluster))
     if args.plain:
-        return asyncio.run(_watch(cluster, feed, args.once, args.record))
+        return asyncio.run(_watch(cluster, feed, args.once, _judgement(args, cluster),
+                                  args.record))
     topology = _topology(args.topology, getattr(args, "leaves", None))
     return _run_app(cluster, feed, args.theme, topology,
                     _provisioned(args.provisioned), _slo(args), record=args.record,
@@ -687,8 +743,9 @@ def _demo_app(args: argparse.Namespace) -> int:
 
 async def _connect(args: argparse.Namespace) -> int:
     targets, relays, options = _connect_options(args)
-    return await _watch(ClusterState(args.name), _agent_feed(targets, options, relays),
-                        args.once, args.record)
+    cluster = ClusterState(args.name)
+    return await _watch(cluster, _agent_feed(targets, options, relays), args.once,
+                        _judgement(args, cluster), args.record)
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -699,8 +756,12 @@ async def _demo(args: argparse.Namespace) -> int:
                          seed=args.seed, scenario=args.scenario, fault_at=args.fault_at,
                          speed=args.speed)
     async with cluster:
-        return await _watch(ClusterState(f"demo ({args.nodes} simulated nodes)"),
-                            _agent_feed(cluster.targets, StreamOptions()), args.once)
+        state = ClusterState(f"demo ({args.nodes} simulated nodes)")
+        args.leaves = {}
+        judge = _judgement(args, state, wall=cluster.wall)
+        judge.diagnosis.topology = {m.name: cluster.leaf_of(m.index) for m in cluster.members}
+        return await _watch(state, _agent_feed(cluster.targets, StreamOptions()), args.once,
+                            judge)
 
 
 if __name__ == "__main__":

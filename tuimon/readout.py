@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 
 from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.judgement import Judgement
+from tuimon.status import format_text, level, report
 from tuimon_core.protocol.text import clean_lines
 
 
@@ -46,22 +48,10 @@ def node_row(node: NodeState, now: float) -> str:
     return row
 
 
-def storage_totals(cluster: ClusterState) -> dict[str, tuple[str, float, float, int]]:
-    """Aggregate read and write throughput per shared file system, across nodes."""
-    out: dict[str, tuple[str, float, float, int]] = {}
-    for node in cluster.nodes.values():
-        if node.detail is None or node.status != "up":
-            continue
-        for fs in (node.detail.extra.get("storage") or {}).get("filesystems") or []:
-            if fs.get("fstype") not in ("lustre", "gpfs", "nfs", "nfs4", "beegfs", "wekafs"):
-                continue
-            fstype, read, write, n = out.get(fs["id"], (fs["fstype"], 0.0, 0.0, 0))
-            out[fs["id"]] = (fstype, read + (fs.get("read_bytes_s") or 0.0),
-                             write + (fs.get("write_bytes_s") or 0.0), n + 1)
-    return out
-
-
-def render(cluster: ClusterState, max_rows: int = 40) -> str:
+def render(cluster: ClusterState, max_rows: int = 40,
+           judge: Judgement | None = None) -> str:
+    """The node table, the shared file systems, the latest events and, with a judgement
+    (run by the caller), what `tuimon status` says: jobs, SLI, budget, burn, diagnosis."""
     now = cluster.clock()
     counts = cluster.counts()
     interval = cluster.interval()
@@ -78,20 +68,22 @@ def render(cluster: ClusterState, max_rows: int = 40) -> str:
     lines += [node_row(n, now) for n in nodes[:max_rows]]
     if len(nodes) > max_rows:
         lines.append(f"... and {len(nodes) - max_rows} more nodes")
-    storage = storage_totals(cluster)
+    storage = judge.storage.filesystems if judge is not None else {}
     if storage:
         lines.append("")
         lines.append(f"{'file system':<24} {'type':<7} {'read':>10} {'write':>10} {'nodes':>5}")
-        for mount, (fstype, read, write, n_nodes) in sorted(storage.items()):
-            lines.append(f"{mount[:24]:<24} {fstype:<7} {read / 1e9:>8.1f}GB/s "
-                         f"{write / 1e9:>8.1f}GB/s {n_nodes:>5}")
+        for mount, fs in sorted(storage.items()):
+            lines.append(f"{mount[:24]:<24} {fs.fstype[:7]:<7} {fs.read / 1e9:>8.1f}GB/s "
+                         f"{fs.write / 1e9:>8.1f}GB/s {fs.nodes:>5}")
     if cluster.events:
         lines.append("")
         lines.append("recent events:")
         for ev in list(cluster.events)[:5]:
             lines.append(f"  {time.strftime('%H:%M:%S', time.localtime(ev.ts))} "
                          f"{ev.severity:<8} {ev.message}")
-    lines.append("")
-    lines.append("efficiency / SLO: no step telemetry available yet")
+    if judge is not None:
+        findings = judge.diagnosis.findings
+        lines.append("")
+        lines.append(format_text(report(cluster, judge.efficiency, findings, level(findings))))
     # Names, reasons and messages came from the network: nothing raw reaches the terminal.
     return clean_lines("\n".join(lines))

@@ -17,6 +17,8 @@ import asyncio
 import dataclasses
 import json
 import time
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from tuimon.model.cluster import ClusterState
@@ -130,18 +132,24 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
                      relays: list[str] | None = None,
                      topology: dict[str, str], provisioned: dict[str, float], slo: Slo,
                      baselines: dict[str, float], as_json: bool, name: str,
-                     cpu_nodes: frozenset[str] = frozenset()) -> int:
+                     cpu_nodes: frozenset[str] = frozenset(),
+                     feed: Callable[[ClusterState], AbstractAsyncContextManager[Any]] | None
+                     = None) -> int:
+    """`feed`: how the model is kept up to date (Prometheus); else the agents and relays
+    given, watched directly."""
     cluster = ClusterState(name)
     eff = EfficiencyView(slo, baselines)
     storage = StorageView(provisioned)
     judge = Judgement(cluster, storage, eff, Diagnosis(topology, cpu_nodes=cpu_nodes))
     worst = "ok"
     seen: dict[tuple[object, ...], Finding] = {}  # every finding of the watch
-    async with watching(targets, cluster, options, relays=relays or []):
+    source = (feed(cluster) if feed is not None else
+              watching(targets, cluster, options, relays=relays or []))
+    async with source:
         deadline = time.monotonic() + max(FIRST_VERDICT_S, watch)
-        await _first_samples(cluster, eff)
+        await first_samples(cluster, eff)
         if not watch:
-            await _held(judge)
+            await settle(judge)
         while True:
             findings = judge.update()
             final = not watch or time.monotonic() >= deadline
@@ -178,7 +186,7 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
             await asyncio.sleep(1.0)
 
 
-async def _first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
+async def first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
     """Wait for what a verdict needs: two samples from every node that answers (or its
     failure), then step sums twice from every node that reports steps; both bounded."""
     start = time.monotonic()
@@ -201,7 +209,7 @@ async def _first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
         await asyncio.sleep(0.25)
 
 
-async def _held(judge: Judgement) -> None:
+async def settle(judge: Judgement) -> None:
     """Judge each second while a condition is held before it shows (at most HOLD_WAIT_S):
     a snapshot must not miss a finding only because it is young. Conditions the agents
     already held for long enough come raised (their `held`) and need no wait."""
