@@ -19,6 +19,7 @@ from agent.node import AgentConfig, NodeAgent
 from agent.sim.limits import MAX_GPUS, MAX_NODES
 from agent.sim.scenarios import add_scenario_options
 from tuimon_core.cli_docs import add_doc_options
+from tuimon_core.cli_parser import Parser
 from tuimon_core.cli_types import positive_float, positive_int
 from tuimon_core.errors import UsageError
 from tuimon_core.overview import hello_port_ids
@@ -58,7 +59,7 @@ def _common(p: argparse.ArgumentParser, log_level: str = "info") -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="tuimon-agent",
         description="tuimon node agent: streams GPU and host metrics as msgpack frames "
                     "over a WebSocket and serves /metrics for Prometheus.")

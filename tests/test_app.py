@@ -439,9 +439,33 @@ async def test_sort_reverses_with_shift_s() -> None:
         hottest = heat._hm_order[0]
         await pilot.press("S")
         assert heat._hm_order[-1] is hottest and heat._hm_order[0] is not hottest
-        assert "sorted by temp \u2191" in str(app.query_one("#legend").render())
+        assert "sorted by temp, best first" in str(app.query_one("#legend").render())
         await pilot.press("s")  # back to names, still reversed
         assert heat._hm_order[0].name == "sim-node015"
+        assert "sorted by name, Z to A" in str(app.query_one("#legend").render())
+
+
+async def test_the_filter_is_never_cut_off_says_no_match_and_finds_jobs_and_users() -> None:
+    """At 200 columns the legend keeps the filter (it comes right after the title); a
+    filter that matches nothing says so on the map; a Slurm job id, a pod or a user (from
+    the node's overview: who runs there) finds the nodes it runs on."""
+    app = await make_app(16)
+    target = sorted(app.cluster.nodes)[5]
+    node = app.cluster.nodes[target]
+    node.overview = {**node.overview, "who": ["999001", "ml/trainer-0", "alice"]}
+    async with app.run_test(size=(200, 50)) as pilot:
+        for text, expect in (("999001", [node.name]), ("trainer-0", [node.name]),
+                             ("nobody-here", [])):
+            await pilot.press("slash", *text, "enter")
+            await pilot.pause()
+            legend = str(app.query_one("#legend").render())
+            assert f"filter /{text}/" in legend, legend
+            assert [n.name for n in app.active_map._hm_order] == expect
+            if not expect:
+                assert "no node matches" in legend
+                assert "no node matches the filter /nobody-here/" in line_text(
+                    app.active_map, 0)
+            await pilot.press("escape")
 
 
 async def test_help_fits_80x24_names_J_and_scrolls() -> None:

@@ -90,6 +90,45 @@ def test_usage_errors_say_what_to_type_without_a_traceback(module: str, args: li
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.parametrize("module,args,first,hint", [
+    ("tuimon.cli", ["connect", "--nodez", "gpu1"],
+     "tuimon connect: unrecognized arguments: --nodez (did you mean --nodes?)",
+     "try 'tuimon connect --help'"),
+    ("tuimon.cli", ["status", "--watch", "soon"],
+     "tuimon status: argument --watch: invalid float value: 'soon'",
+     "try 'tuimon status --help'"),
+    ("agent", ["run", "--intervl", "2"],
+     "tuimon-agent run: unrecognized arguments: --intervl 2 (did you mean --interval?)",
+     "try 'tuimon-agent run --help'"),
+])
+def test_a_usage_error_is_one_line_and_where_the_help_is(module: str, args: list[str],
+                                                       first: str, hint: str) -> None:
+    """Not the ten-line usage block in front of the line that matters: the line, the
+    closest option when one is misspelt, and where the help is."""
+    out = _cli(module, *args)
+    assert out.returncode == 2 and out.stderr.splitlines() == [first, hint], out.stderr
+
+
+def test_a_host_list_of_100000_agents_is_taken_but_said() -> None:
+    import contextlib
+    import io
+
+    from tuimon.cli import _connect_options
+
+    args = build_parser().parse_args(["connect", "gpu[1-100000]:9477"])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        targets, _, _ = _connect_options(args)
+    assert len(targets) == 100_000
+    assert "watching 100,000 agents directly" in err.getvalue()
+    assert "relay" in err.getvalue() and args.notes  # the app says it on screen too
+    args = build_parser().parse_args(["connect", "gpu[1-64]:9477"])
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        _connect_options(args)
+    assert err.getvalue() == ""
+
+
 def test_debug_shows_the_traceback_of_a_usage_error() -> None:
     out = _cli("tuimon.cli", "--debug", "replay", "/nonexistent/recording")
     assert out.returncode == 1 and "Traceback" in out.stderr

@@ -556,3 +556,21 @@ async def test_the_relays_metrics_page_on_what_its_nodes_found(unused_tcp_port_f
         # address the relay connects to.
         target = next(t for t, m in zip(sim.targets, sim.members) if m.name == failed)
         assert f'source="{target}"' in line
+
+
+def test_who_runs_on_a_node_is_in_its_overview_bounded_and_cleaned() -> None:
+    """The overview names the node's Slurm jobs, pods and users (and the training jobs
+    reporting steps) once each, so a viewer's filter finds a job id on every node; from a
+    peer, a list too long is refused with where, and escapes in a name are cleaned."""
+    procs = [{"pid": 1, "job": "812345", "user": "ana", "namespace": "ml", "pod": "trainer-0"},
+             {"pid": 2, "job": "812345", "user": "ana"}]
+    sample = Sample(1, 0.0, 1.0, gpus=[{"util": 0.5, "processes": procs}],
+                    extra={"steps": {"jobs": [{"id": "llm-pretrain", "world": 8}]}})
+    assert build_overview(None, sample)["who"] == ["812345", "ml/trainer-0", "ana",
+                                                   "llm-pretrain"]
+    bad = Sample(1, 0.0, 1.0, extra={"overview": {"who": [f"job{i}" for i in range(33)]}})
+    with pytest.raises(ProtocolError, match=r"sample\.overview\.who"):
+        decode(encode(bad))
+    evil = Sample(1, 0.0, 1.0, extra={"overview": {"who": ["ev\x1b]0;pwned\x07il"]}})
+    (name,) = decode(encode(evil)).extra["overview"]["who"]
+    assert name.isprintable() and "\x1b" not in name

@@ -37,6 +37,7 @@ from tuimon.sources.targets import (
     read_targets_file,
 )
 from tuimon_core.cli_docs import add_doc_options
+from tuimon_core.cli_parser import Parser
 from tuimon_core.cli_types import positive_float, positive_int, slo_target
 from tuimon_core.errors import UsageError
 from tuimon_core.protocol import Subscribe
@@ -157,7 +158,7 @@ def _slo(args: argparse.Namespace) -> tuple[Slo, dict[str, float], dict[str, flo
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tuimon", description="Live monitor for GPU "
+    parser = Parser(prog="tuimon", description="Live monitor for GPU "
                                      "training clusters.")
     parser.add_argument("--version", action="version", version=f"tuimon {__version__}")
     add_doc_options(parser, MANUAL_SECTIONS)
@@ -248,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# More agents than this watched directly (no relay) is said before it is done.
+MANY_DIRECT = 8192
 COMMANDS = ("connect", "status", "replay", "demo", "prom", "relay", "rules")
 
 
@@ -360,7 +363,7 @@ def _run_app(cluster: ClusterState, feed: Feed,
              record: str | None = None,
              wall: Callable[[], float] | None = None,
              cpu_nodes: frozenset[str] = frozenset(),
-             ascii_only: bool | None = None) -> int:
+             ascii_only: bool | None = None, notes: list[str] | None = None) -> int:
     from tuimon.sources.recording import RecordingWriter
     from tuimon.ui.app import TuimonApp
 
@@ -384,7 +387,7 @@ def _run_app(cluster: ClusterState, feed: Feed,
         TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
                   provisioned=provisioned, slo=slo[0], baselines=slo[1],
                   flops_per_sample=slo[2], wall=wall, cpu_nodes=cpu_nodes,
-                  ascii_only=ascii_only).run()
+                  ascii_only=ascii_only, notes=notes).run()
     finally:
         if writer is not None:
             writer.close()
@@ -486,6 +489,14 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], St
         raise TargetError("no targets: give host[:port] arguments, --relay HOST or "
                           "--targets-file" + (", or --prometheus URL"
                                               if args.command == "status" else ""))
+    if len(targets) > MANY_DIRECT:
+        # Taken, but said: a typo in a host list (`gpu[1-100000]`) or a cluster that
+        # wants a relay in front of it.
+        note = (f"watching {len(targets):,} agents directly: each is a connection and a "
+                f"frame a second to this viewer; beyond a few thousand put a relay in front "
+                f"(tuimon relay) and give --relay")
+        print(f"tuimon: {note}", file=sys.stderr)
+        args.notes = [*getattr(args, "notes", []), note]  # and the app says it on screen
     token = load_token(args.token_file) if args.token_file else None
     ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
                if args.tls or args.tls_ca or args.tls_insecure else None)
@@ -631,7 +642,8 @@ def _connect_app(args: argparse.Namespace) -> int:
         cluster.add_target(t)
     return _run_app(cluster, _agent_feed(targets, options, relays), args.theme, topology,
                     _provisioned(args.provisioned), _slo(args), record=args.record,
-                    cpu_nodes=_cpu_nodes(args), ascii_only=args.ascii)
+                    cpu_nodes=_cpu_nodes(args), ascii_only=args.ascii,
+                    notes=getattr(args, "notes", None))
 
 
 async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:

@@ -25,8 +25,11 @@ from tuimon_core.protocol.overview_layout import (
     FABRIC_LEVELS,
     FS_ROWS,
     GPU_LEVELS,
+    MAX_WHO,
+    MAX_WHO_LEN,
     PORTS,
     WAIT,
+    WHO,
     busy_byte,
     level_blob,
     level_byte,
@@ -87,7 +90,28 @@ def build_overview(hello: Any, sample: Any) -> dict[str, Any]:
              f.get("free")]
             for f in storage.get("filesystems") or [] if f.get("fstype") in SHARED_FSTYPES]
         out[FS_ROWS] = [_fit_row(r) for r in rows[:MAX_SHARED_FS]]
+    names = _who(gpus or (), extra.get("steps"))
+    if names:
+        out[WHO] = names
     return out
+
+
+def _who(gpus: Any, steps: Any) -> list[str]:
+    """Who runs on the node, as people search for it: the GPU processes' Slurm jobs,
+    pods (namespace/name) and users, then the training jobs reporting steps; each once,
+    at most MAX_WHO of them."""
+    seen: dict[str, None] = {}
+    for g in gpus:
+        for p in [*(g.get("processes") or ()),
+                  *(p for m in g.get("mig") or () for p in m.get("processes") or ())]:
+            pod = f"{p['namespace']}/{p['pod']}" if p.get("namespace") and p.get("pod") \
+                else p.get("pod")
+            for value in (p.get("job"), pod, p.get("user")):
+                if value:
+                    seen[str(value)[:MAX_WHO_LEN]] = None
+    for job in (steps or {}).get("jobs") or ():
+        seen[str(job["id"])[:MAX_WHO_LEN]] = None
+    return list(seen)[:MAX_WHO]
 
 
 _ROW_TYPES = tuple(f.type for f in FS_ROW_FIELDS)

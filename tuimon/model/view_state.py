@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.map_kinds import GPU_MAP, NO_DATA, HeatMetric, MapKind
 from tuimon_core.hostlist import TargetError, expand_hostlists
+from tuimon_core.protocol.overview_layout import who
 
 _HOSTLIST = re.compile(r"\[[0-9,\-]+\]")
 
@@ -67,10 +68,22 @@ class ViewState:
         self._names = frozenset(names)
         self.filter_text = text
 
+    def order_text(self, metric_key: str) -> str | None:
+        """How the map is ordered, in words (None: by name, A to Z, the default)."""
+        if self.sort == "metric":
+            return f"sorted by {metric_key}, {'best' if self.reverse else 'worst'} first"
+        return "sorted by name, Z to A" if self.reverse else None
+
     def shows(self, node: NodeState) -> bool:
+        """Whether the node passes the filter: by its name, or (a text or regex filter)
+        by who runs on it: a Slurm job id, a pod, a user, a training job."""
         if self._names is not None:
             return node.name in self._names or node.target.rsplit(":", 1)[0] in self._names
-        return self._pattern is None or bool(self._pattern.search(node.name))
+        pattern = self._pattern
+        if pattern is None or pattern.search(node.name):
+            return True
+        ov = node.overview
+        return ov is not None and any(pattern.search(w) for w in who(ov))
 
     def visible(self, cluster: ClusterState, metric: HeatMetric | None = None,
                 kind: MapKind = GPU_MAP) -> list[NodeState]:

@@ -61,7 +61,8 @@ HELP = """\
   esc               back; clear the filter
 [b]What the map shows[/b]
 {metric_keys}  s  S              sort by name / by the metric (worst first); reverse
-  /                 filter: host list (gpu[008-015]), leaf, text, regex
+  /                 filter: host list (gpu[008-015]), leaf, text, regex;
+                    text finds a Slurm job id, pod, user or training job too
 [b]Other[/b]
   J                 next job in the efficiency strip
   t                 next theme        ?  this help        q  quit
@@ -139,7 +140,8 @@ class FilterScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Static("filter nodes: a host list (gpu[008-015]), a leaf switch, text or "
-                         "a regular expression (empty: all)")
+                         "a regular expression (a node's name, or a Slurm job id, pod, user "
+                         "or training job running on it; empty: all)")
             yield Input(value=self.current, id="filter-input")
             yield Static("", id="filter-error")
 
@@ -202,7 +204,7 @@ class TuimonApp(App[None]):
                  wall: Callable[[], float] | None = None,
                  diagnosis: Diagnosis | None = None,
                  cpu_nodes: frozenset[str] = frozenset(),
-                 ascii_only: bool | None = None) -> None:
+                 ascii_only: bool | None = None, notes: list[str] | None = None) -> None:
         # NO_COLOR (no-color.org): no colour at all. Textual's own answer sends its
         # colours as 256-colour greys unless the colours are the terminal's (ANSI): so
         # the terminal's, which its NO_COLOR filter then drops altogether.
@@ -212,6 +214,8 @@ class TuimonApp(App[None]):
         # the last step (tuimon.ui.ascii_screen).
         self.ascii_only = locale_is_ascii(os.environ) if ascii_only is None else ascii_only
         self._ascii_screen = AsciiScreen()
+        # What the command line took but warned about: said on the screen too.
+        self._notes = list(notes or [])
         self.cluster = cluster
         self._make_sources = sources
         self._tasks: list[asyncio.Task[None]] = []
@@ -268,7 +272,7 @@ class TuimonApp(App[None]):
             self.notify(f"unknown theme {self._wanted_theme!r}; themes: "
                         f"{', '.join(self.theme_names)}", severity="warning", markup=False)
             self.theme = DEFAULT_THEME
-        for problem in self.theme_problems:
+        for problem in [*self.theme_problems, *self._notes]:
             self.notify(problem, severity="warning", timeout=10, markup=False)
         if self._make_sources is not None:
             self._tasks = [asyncio.create_task(s) for s in self._make_sources(self.cluster)]
@@ -402,15 +406,15 @@ class TuimonApp(App[None]):
         title = heat.map_kind.title
         extra = []
         if self.view.filter_text:
-            extra.append(f"filter /{safe(self.view.filter_text, 30)}/")
-        if self.view.sort != "name" or self.view.reverse:
-            key = heat.metric.key if self.view.sort != "name" else "name"
-            arrow = "\u2191" if self.view.reverse else "\u2193"
-            extra.append(f"sorted by {key} {arrow}")
-        if extra:
-            cursor += "  \u2502 " + ", ".join(extra)
+            shown = len(heat._hm_order)
+            extra.append(f"filter /{safe(self.view.filter_text, 30)}/: " + (
+                f"{shown} node{'s' if shown != 1 else ''}" if shown else
+                "[$warning]no node matches[/] (esc clears it)"))
+        order = self.view.order_text(heat.metric.key)
+        if order:
+            extra.append(order)
         self.query_one(Legend).update_from(title, heat.metric, heat.metrics, cursor,
-                                           self.size.width)
+                                           self.size.width, ", ".join(extra))
 
     # -- actions ---------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from tuimon.model.map_kinds import (
     fold,
 )
 from tuimon.model.view_state import ViewState
+from tuimon_core.protocol.text import clean
 
 NAME_W = 12
 GAP = 2
@@ -220,6 +221,9 @@ class HeatmapView(ScrollView, can_focus=True):
         order = self._hm_order
         groups = self.view.groups(order) if self.map_kind.grouped else [("", order)]
         lines = self._layout(groups, width, folded=False)
+        if not order and self.view.filter_text:
+            lines = [_Line(f"no node matches the filter /{clean(self.view.filter_text)[:60]}/ "
+                           "(esc clears it)", [])]
         self.folded = len(lines) > height and len(self._hm_order) > 1
         if self.folded:
             lines = self._layout(groups, width, folded=True)

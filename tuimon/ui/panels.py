@@ -192,17 +192,20 @@ class Legend(Panel):
     """
 
     def update_from(self, title: str, metric: HeatMetric, metrics: tuple[HeatMetric, ...],
-                    cursor_text: str, width: int = 200) -> None:
+                    cursor_text: str, width: int = 200, view_text: str = "") -> None:
+        """`view_text`: the filter and the order, right after the title: what decides
+        which nodes the map shows is never cut off the line's end."""
         # The cells' own glyphs in their colours: the scale reads by height without
         # colour, and in ASCII as the map's characters do.
         scale = "".join(f"[$heat-{i}]{GLYPHS[max(1, i)]}[/]" for i in range(LEVELS))
+        view = f" [$accent]{view_text}[/] \u2502" if view_text else ""
         if width < 160:  # the key list goes; the footer and `?` have the keys
-            self.update(f" [b]{title}[/b] {metric.key} {metric.legend[0]} {scale} "
+            self.update(f" [b]{title}[/b]{view} {metric.key} {metric.legend[0]} {scale} "
                         f"{metric.legend[1]} \u2502 {cursor_text}")
             return
         keys = " ".join(f"[b]{i + 1}[/b]:{m.key}" if m is not metric else
                         f"[reverse][b]{i + 1}[/b]:{m.key}[/]" for i, m in enumerate(metrics))
-        self.update(f" [b]{title}[/b] {metric.label}  {metric.legend[0]} {scale} "
+        self.update(f" [b]{title}[/b]{view} {metric.label}  {metric.legend[0]} {scale} "
                     f"{metric.legend[1]}  [$error]\u2717[/] failed  \u2591 stale  \u00b7 n/a  "
                     f"\u2502 {keys}  \u2502 {cursor_text}")
 

@@ -47,9 +47,12 @@ from tuimon_core.protocol.overview_layout import (
     GPU_LEVEL_ORDER,
     GPU_LEVELS,
     LEVEL_BYTES,
+    MAX_WHO,
+    MAX_WHO_LEN,
     PORTS,
     SECTIONS,
     WAIT,
+    WHO,
     level_blob,
 )
 from tuimon_core.protocol.schema import (
@@ -443,6 +446,18 @@ def _check_overview(ov: Any) -> None:
                 rows[i] = row = row[:_FS_WIDTH]  # a newer agent's columns
             if not _plain_row(row):
                 _check_row(row, f"sample.overview.fs_rows[{i}]")  # says what is wrong
+    names = ov.get(WHO)
+    if names is not None:
+        try:
+            joined = "".join(names) if type(names) is list else None
+        except TypeError:
+            joined = None
+        if joined is None or len(names) > MAX_WHO or (
+                names and max(map(len, names)) > MAX_WHO_LEN):
+            raise ProtocolError(f"sample.overview.who: expected a list of at most {MAX_WHO} "
+                                f"names of at most {MAX_WHO_LEN} characters")
+        if not joined.isprintable():
+            ov[WHO] = [clean(n) for n in names]
     if "fs" in ov:
         _first_form_fs(ov)
     if not ov.keys() <= _OVERVIEW_KEYS:

@@ -32,7 +32,10 @@ BUSY = "busy"
 PORTS = "ports"
 WAIT = "wait"
 FS_ROWS = "fs_rows"
-SECTIONS = frozenset({GPU_LEVELS, FABRIC_LEVELS, BUSY, PORTS, WAIT, FS_ROWS})
+WHO = "who"  # who runs on the node: Slurm jobs, pods, users, training jobs
+SECTIONS = frozenset({GPU_LEVELS, FABRIC_LEVELS, BUSY, PORTS, WAIT, FS_ROWS, WHO})
+MAX_WHO = 32
+MAX_WHO_LEN = 128
 
 # Level blobs hold their metrics in these orders; a newer agent appends metrics, never
 # reorders them, and a metric a reader lacks is "no data".
@@ -146,6 +149,11 @@ def fs_rows(overview: dict[str, Any]) -> Iterator[FsRow]:
     """The node's shared file systems, as rows."""
     for row in overview.get(FS_ROWS) or ():
         yield FsRow._make(row)
+
+
+def who(overview: dict[str, Any]) -> list[str]:
+    """Who runs on the node (what a filter matches besides its name)."""
+    return overview.get(WHO) or []
 
 
 # -- the first form -----------------------------------------------------------------------
