@@ -121,14 +121,18 @@ async def test_relay_stopped_and_killed_marks_its_nodes_and_recovers(
                 await until(lambda: len(cluster.nodes) == 3 and _all(cluster, "up"),
                             "three nodes through the relay")
                 relay.send_signal(signal.SIGSTOP)
-                await until(lambda: _all(cluster, "stale", "down"), "stale, relay stopped")
-                assert all(f"relay 127.0.0.1:{relay_port}: no frame" in (n.reason or "")
+                # The relay's fault, one: its nodes unknown, not lost, and why.
+                await until(lambda: _all(cluster, "unknown"), "unknown, relay stopped")
+                (reason, _, names) = cluster.lost_relays[f"127.0.0.1:{relay_port}"]
+                assert reason.startswith("no frame") and len(names) == 3, reason
+                assert all(f"relay 127.0.0.1:{relay_port} unreachable" in (n.reason or "")
                            for n in cluster.nodes.values())
                 relay.send_signal(signal.SIGCONT)
                 await until(lambda: _all(cluster, "up"), "back after SIGCONT")
+                assert not cluster.lost_relays
                 relay.kill()
                 await relay.wait()
-                await until(lambda: _all(cluster, "stale", "down"), "stale, relay killed")
+                await until(lambda: _all(cluster, "unknown"), "unknown, relay killed")
                 relay = await _spawn(*relay_args)
                 await until(lambda: _all(cluster, "up"), "back with a new relay")
                 assert set(cluster.nodes) == set(sim.targets)  # the relay is not a node

@@ -100,7 +100,10 @@ def test_demo_once_prints_the_simulated_cluster(unused_tcp_port: int) -> None:
     assert out.returncode == 0, out.stderr
     assert "nodes up 4 / stale 0 / down 0" in out.stdout
     assert "GPUs 32" in out.stdout
-    assert "no step telemetry" in out.stdout
+    # What `status` says, after its waits: the job, its SLI, and the diagnosis.
+    assert "job llm-pretrain (32 ranks): SLI 0." in out.stdout, out.stdout
+    assert out.stdout.splitlines()[-1].startswith(("info", "warning", "critical", "job")), \
+        out.stdout
 
 
 @pytest.mark.parametrize(("args", "message"), [
