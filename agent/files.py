@@ -114,6 +114,13 @@ class FileTree:
     def exists(self, rel: str) -> bool:
         return self.path(rel).exists()
 
+    def link_name(self, rel: str) -> str | None:
+        """The last part of where a symlink points (a device's `driver`), None if none."""
+        try:
+            return os.path.basename(os.readlink(self.path(rel)))
+        except OSError:
+            return None
+
 
 class GeneratedTree(FileTree):
     """Files whose contents a function makes on each read (the simulator's machines)."""
@@ -148,3 +155,8 @@ class GeneratedTree(FileTree):
     def exists(self, rel: str) -> bool:
         key = rel.strip("/")
         return key in self.files or key in self._dirs
+
+    def link_name(self, rel: str) -> str | None:
+        """A generated symlink is a file whose content is the target's name."""
+        make = self.files.get(rel.strip("/"))
+        return make().strip() if make is not None else None

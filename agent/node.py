@@ -21,6 +21,7 @@ from agent.collectors.fabric import FabricCollector
 from agent.collectors.gpu import GpuCollector, load_nvml
 from agent.collectors.gpu_events import XidWatcher
 from agent.collectors.host import HostCollector
+from agent.collectors.platform import PlatformReader
 from agent.collectors.storage import StorageCollector, StorageConfig
 from agent.files import FileTree
 from agent.findings import NodeFindings
@@ -37,6 +38,9 @@ from tuimon_core.version import __version__
 
 log = logging.getLogger(__name__)
 _STEPS = FAMILY_TYPES["steps"]
+# The platform (kernel, GPUs on the PCI bus, GPUDirect module) is read this many samples
+# apart: it changes with a reboot or an admin's hand, and a read lists the PCI bus.
+PLATFORM_EVERY = 60
 
 
 
@@ -96,6 +100,8 @@ class NodeAgent:
         self.steps = StepAggregator(interval=config.interval, clock=monotonic,
                                     wall_clock=wall)
         self.findings = NodeFindings(config.node_name, monotonic)
+        self.platform = PlatformReader(self.files)
+        self._platform: dict[str, Any] = {}
         self._steps_socket: StepSocket | None = None
         self.steps_status: str | None = "off"
         self.hub = FrameHub(config.max_clients, config.queue_frames)
@@ -180,9 +186,13 @@ class NodeAgent:
             driver_version=self.gpu.driver_version,
             gpu_status=self.gpu.status,
             families=list(FAMILIES),
-            host={"hostname": socket.gethostname() if self.config.root == "/" else None},
+            host={"hostname": socket.gethostname() if self.config.root == "/" else None,
+                  "kernel": self._platform.get("kernel")},
             extra={**self.fabric.inventory(), **self.storage.inventory(),
-                   "fabric_status": self.fabric.status, "steps_status": self.steps_status},
+                   "fabric_status": self.fabric.status, "steps_status": self.steps_status,
+                   "cuda_driver_version": self.gpu.cuda_version,
+                   "pci_gpus": self._platform.get("pci_gpus") or [],
+                   "gpudirect": self._platform.get("gpudirect")},
         ))
         fit_hello_frame(hello)
         return hello
@@ -191,6 +201,7 @@ class NodeAgent:
         now = self._monotonic()
         self.fabric.collect(now)
         self.storage.collect(now)
+        self._platform = self.platform.read()
 
     def emit_event_threadsafe(self, event: Event) -> None:
         """For the XID thread: hand an event to the loop."""
@@ -217,6 +228,10 @@ class NodeAgent:
         inventory_changed = False
         if self.gpu.device_count_changed():
             inventory_changed = self.gpu.refresh_inventory()
+        if self._seq % PLATFORM_EVERY == PLATFORM_EVERY - 1:
+            platform = self.platform.read()
+            inventory_changed = inventory_changed or platform != self._platform
+            self._platform = platform
         gpus: list[dict[str, Any]] | None
         try:
             gpus, gpu_events = self.gpu.collect(now, wall)
@@ -247,6 +262,9 @@ class NodeAgent:
             except Exception as exc:
                 log.exception("%s collector failed", family)
                 self._family_failed(family, f"{family} collector error: {exc}", wall, events)
+        if self.gpu.inventory_changed:  # an NVLink went down or came back
+            self.gpu.inventory_changed = False
+            inventory_changed = True
         # NVML, sysfs and /proc are outside input too: every value leaves the agent
         # fitted to the wire's schema (names cleaned and cut, lists capped).
         gpus, host = fit_values(gpus, host, extra)

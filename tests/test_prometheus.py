@@ -247,7 +247,7 @@ def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -
         async with sim:
             with prometheus(tmp_path, sim.targets) as url:
                 await _until_series(url, "tuimon_gpu_utilization_ratio", 2)
-                await _until_series(url, "rate(tuimon_job_wall_seconds_total[1m])", 2)
+                await _until_series(url, "rate(tuimon_job_wall_seconds_total[1m]) > 0", 2)
                 config.write_text(f'[clusters.lab]\nprometheus = "{url}"\n')
                 return [
                     await run("prom", url, "--once", "--every", "1",

@@ -145,7 +145,7 @@ samples = st.builds(
 events = st.builds(
     Event, ts=timestamps, kind=names, severity=st.sampled_from(["info", "warning", "critical"]),
     message=st.text(max_size=200), gpu=st.none() | st.integers(0, 63),
-    code=st.none() | st.integers(-(2**31), 2**31), source=st.none() | names)
+    code=st.none() | st.integers(-(2**31), 2**31 - 1), source=st.none() | names)
 subscribes = st.builds(
     Subscribe, interval=st.none() | st.floats(min_value=0.001, max_value=3600),
     families=st.none() | st.lists(names, max_size=5))

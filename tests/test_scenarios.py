@@ -11,7 +11,8 @@ from tests.seeded import run_scenario
 
 
 @pytest.mark.parametrize("name", ["spine-imbalance", "thermal-straggler", "checkpoint-storm",
-                                  "xid-79", "link-flap", "bad-cable", "hot-node"])
+                                  "xid-79", "link-flap", "bad-cable", "hot-node",
+                                  "pcie-downtrain", "nvlink-degraded", "gpu-missing"])
 async def test_the_fault_is_named_within_60_s_of_onset(name: str) -> None:
     caught_at = None
     before = []
@@ -25,6 +26,33 @@ async def test_the_fault_is_named_within_60_s_of_onset(name: str) -> None:
             caught_at = since_onset
     assert before == [], f"alerts before the fault: {before}"
     assert caught_at is not None and caught_at <= 60, (name, truth, caught_at)
+
+
+@pytest.mark.parametrize("name,cause", [("pcie-downtrain", "pcie downtrained (PCIe Gen3 x8"),
+                                        ("nvlink-degraded", "nvlink down (12 of 18")])
+async def test_a_straggler_is_named_with_the_cause_on_its_node(name: str, cause: str) -> None:
+    """A gray failure slows one GPU's rank: the straggler line names what its node shows
+    at the same time, next to the symptom."""
+    lines: list[str] = []
+    truth: dict = {}
+    async for since_onset, findings, sim, _ in run_scenario(name, seconds=75.0):
+        truth = sim.truth()
+        if since_onset >= 40:
+            lines = [f.message for f in findings if f.kind == "straggler"]
+    (component,) = truth["components"]
+    assert lines and component in lines[0] and f"likely: {cause}" in lines[0], lines
+
+
+async def test_two_nodes_on_another_driver_are_named_as_a_host_list() -> None:
+    found = []
+    names: list[str] = []
+    async for _, findings, sim, _ in run_scenario("driver-skew", nodes=16, seconds=3.0):
+        found = [f for f in findings if f.kind == "fleet_skew"]
+        names = sim.truth()["components"]
+    (skew,) = found
+    assert set(skew.nodes) == set(names)
+    assert skew.message.startswith("driver: 535.129.03 on ") and "550.90.07 on 14" in \
+        skew.message, skew.message
 
 
 async def test_spine_imbalance_takes_efficiency_from_about_92_to_68_percent() -> None:

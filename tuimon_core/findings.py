@@ -110,6 +110,13 @@ TIMINGS: dict[str, Timing] = {
     "burn_page": Timing(0.0, 300.0),
     "burn_ticket": Timing(0.0, 300.0),
     "steps_refused": Timing(0.0, 600.0),
+    # A link below its speed while the GPU is busy, held: a GPU that just woke up is still
+    # raising its link.
+    "pcie_downtrained": Timing(10.0, 120.0),
+    "pcie_replays": Timing(0.0, 300.0),
+    "nvlink_errors": Timing(0.0, 600.0),
+    "nvlink_down": Timing(0.0, 120.0),
+    "gpu_missing": Timing(0.0, 60.0),
     "steps_lost": Timing(0.0, 600.0),
 }
 # The longest hold of any kind: how long a one-shot check may wait for a finding that is

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuimon_core.findings import Finding
+from tuimon_core.link_rules import LinkRules
 from tuimon_core.protocol.fields import PORT_ERROR_COUNTERS
 
 # Congestion: sustained above this (xmit_wait ticks/s), senders starve; a port or a leaf
@@ -58,6 +59,7 @@ class NodeRules:
     _sample: Any = None
     _hello: Any = None
     _seq: int | None = None
+    _links: LinkRules | None = None
 
     def observe(self, hello: Any, sample: Any, now: float) -> None:
         """A sample arrived (the same one again is ignored)."""
@@ -66,6 +68,9 @@ class NodeRules:
             return
         self._seq = sample.seq
         self._sample = sample
+        if self._links is None or self._links.name != self.name:
+            self._links = LinkRules(self.name)
+        self._links.observe(sample, now)
         for p in (sample.extra.get("fabric") or {}).get("ports") or []:
             for kind, n in (p.get("errors_inc") or {}).items():
                 if isinstance(n, (int, float)) and n > 0:
@@ -99,6 +104,8 @@ class NodeRules:
         out += self._ports(sample, now)
         out += self._storage(sample)
         out += self._step_reports(now)
+        if self._links is not None:
+            out += self._links.conditions(self._hello, sample, now)
         return out
 
     # -- rules ------------------------------------------------------------------------
@@ -151,9 +158,13 @@ class NodeRules:
             where = f"{node} {pid}"
             counted = pid in self._error_ports
             downs = self._count(pid, "link_downed", now) if counted else 0
-            if p.get("state") not in (None, 4):
+            phys = p.get("phys_state")
+            if p.get("state") not in (None, 4) or phys not in (None, 5):
+                # ACTIVE (4) and LinkUp (5): anything else and the port carries nothing.
+                bad_phys = f" ({p.get('phys_state_name') or phys})" \
+                    if phys not in (None, 5) else ""
                 out.append(Finding("critical", "link_down",
-                                   f"{where} link {p.get('state_name') or 'down'}",
+                                   f"{where} link {p.get('state_name') or 'down'}{bad_phys}",
                                    node=node, port=pid, score=0.8))
             elif downs >= FLAPS:
                 out.append(Finding("warning", "flapping", f"{where} link went down {downs} "

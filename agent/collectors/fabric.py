@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent.collectors import pci
 from agent.files import FileTree, ReadError
 from agent.rates import RateTracker
 from tuimon_core.protocol.fields import (
@@ -118,6 +119,7 @@ class FabricCollector:
         self._ports: dict[str, _Port] = {}
         self._nics: dict[str, dict[str, Any]] = {}
         self._reads = 0
+        self._info_changed = False
         self.status: str | None = None
         # Cumulative counters by port or NIC id, for /metrics. Kept off the wire: viewers
         # need rates, and a node's frame stays small.
@@ -182,7 +184,9 @@ class FabricCollector:
         self._read_port_info(p)
         return p
 
-    def _read_port_info(self, p: _Port) -> None:
+    def _read_port_info(self, p: _Port) -> bool:
+        """The port's slow facts (rate, model, firmware, the HCA's PCIe link); True when
+        they changed since the last read (a port that came back at half its rate)."""
         def text(rel: str) -> str | None:
             try:
                 return self.files.read_text(rel).strip() or None
@@ -191,6 +195,7 @@ class FabricCollector:
 
         dev_base = f"{IB}/{p.device}"
         rate_text = text(f"{p.base}/rate")
+        before = dict(p.info)
         p.info.update({
             "link_layer": text(f"{p.base}/link_layer"),
             "rate": parse_rate(rate_text) if rate_text else None,
@@ -198,7 +203,9 @@ class FabricCollector:
             "hca_type": text(f"{dev_base}/hca_type"),
             "board_id": text(f"{dev_base}/board_id"),
             "fw_ver": text(f"{dev_base}/fw_ver"),
+            **pci.link(self.files, f"{dev_base}/device"),
         })
+        return p.info != before
 
     def _discover_nics(self) -> dict[str, dict[str, Any]]:
         try:
@@ -217,6 +224,7 @@ class FabricCollector:
     def collect(self, now: float) -> tuple[dict[str, Any], bool]:
         """One reading of every port and NIC; also says whether the inventory changed."""
         changed = self._discover()
+        self._info_changed = False
         refresh = self._reads % RATE_EVERY == 0
         errors_due = self._reads % self.errors_every == 0
         self._reads += 1
@@ -229,7 +237,7 @@ class FabricCollector:
                                 (self.nic_totals, nic_ids)):
                 for key in list(table.keys() - live):
                     del table[key]
-        return {"ports": ports, "nics": nics}, changed
+        return {"ports": ports, "nics": nics}, changed or self._info_changed
 
     def _read_raw(self, path: str) -> tuple[int | None, str | None]:
         """A counter's value, or None and the reason (fast path: one pread, one int())."""
@@ -250,8 +258,8 @@ class FabricCollector:
 
     def _read_port(self, p: _Port, now: float, refresh: bool,
                    errors_due: bool = True) -> dict[str, Any]:
-        if refresh:
-            self._read_port_info(p)
+        if refresh and self._read_port_info(p):
+            self._info_changed = True
         v: dict[str, Any] = {"id": p.id}
         errors: dict[str, str] = {}
         for name in ("state", "phys_state"):

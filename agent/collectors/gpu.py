@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import importlib
 import logging
 from collections.abc import Callable
@@ -29,6 +30,13 @@ log = logging.getLogger(__name__)
 MHZ = 1_000_000.0
 UINT_MAX = 0xFFFFFFFF  # field-value scope: summed over all NVLink links
 FI_NVLINK_DATA_TX = 138  # NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, KiB
+# Error totals over all links (scope ignored), and the PCIe replay counter: read in the
+# same NVML call as the data counters, so a GPU's link health costs no extra call.
+FI_NVLINK_CRC_FLIT = 38  # NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL
+FI_NVLINK_CRC_DATA = 45  # NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL
+FI_NVLINK_REPLAY = 52  # NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
+FI_NVLINK_RECOVERY = 59  # NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
+FI_PCIE_REPLAY = 94  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
 FI_NVLINK_DATA_RX = 139
 
 # NVML return codes (stable across releases; pynvml names them NVML_ERROR_*).
@@ -44,6 +52,11 @@ QUIET_CODES = frozenset({NOT_SUPPORTED, FUNCTION_NOT_FOUND})
 SLOW_EVERY = 10
 MEMORY_HEALTH_KEYS = ("remapped_rows", "remap_pending", "remap_failed", "retired_pages",
                       "retired_pending")
+
+
+def _small(value: Any) -> int | None:
+    """A link generation or width as NVML gives it, or None for nonsense."""
+    return int(value) if isinstance(value, int) and 0 < value <= 64 else None
 
 
 class GpuFailed(Exception):
@@ -126,7 +139,11 @@ class GpuCollector:
         self.nvml: Any = None
         self.status: str | None = "NVML not initialised yet"
         self.driver_version: str | None = None
+        self.cuda_version: str | None = None
         self.inventory: list[GpuInfo] = []
+        # Set when a slow read finds the inventory changed (an NVLink went down): the
+        # agent sends a new hello.
+        self.inventory_changed = False
         self._handles: list[Any] = []
         self._rates = RateTracker()
         self._failed: dict[int, str] = {}
@@ -162,6 +179,11 @@ class GpuCollector:
             self.driver_version = _text(nvml.nvmlSystemGetDriverVersion())
         except nvml.NVMLError:
             self.driver_version = None
+        try:  # 12040 is CUDA 12.4
+            cuda = int(nvml.nvmlSystemGetCudaDriverVersion())
+            self.cuda_version = f"{cuda // 1000}.{cuda % 1000 // 10}"
+        except (nvml.NVMLError, AttributeError, TypeError, ValueError):
+            self.cuda_version = None
         self.refresh_inventory()
 
     def close(self) -> None:
@@ -222,6 +244,10 @@ class GpuCollector:
             max_mem = r("max_mem_clock", nvml.nvmlDeviceGetMaxClockInfo, h, 2)
             uuid = r("uuid", nvml.nvmlDeviceGetUUID, h)
             name = r("name", nvml.nvmlDeviceGetName, h)
+            vbios = r("vbios", nvml.nvmlDeviceGetVbiosVersion, h)
+            gen_max = r("pcie_gen_max", nvml.nvmlDeviceGetMaxPcieLinkGeneration, h)
+            width_max = r("pcie_width_max", nvml.nvmlDeviceGetMaxPcieLinkWidth, h)
+            nvlinks, nvlinks_total = self._nvlink_state(h)
         except GpuFailed as exc:
             self._failed[i] = str(exc)
             return GpuInfo(i, None, None, None, None, None, None, None)
@@ -234,7 +260,31 @@ class GpuCollector:
             pci_bus_id=_text(pci.busId) if pci is not None else None,
             max_sm_clock=max_sm * MHZ if max_sm is not None else None,
             max_mem_clock=max_mem * MHZ if max_mem is not None else None,
+            vbios=_text(vbios) if vbios is not None else None,
+            pcie_gen_max=_small(gen_max), pcie_width_max=_small(width_max),
+            nvlinks=nvlinks, nvlinks_total=nvlinks_total,
         )
+
+    def _nvlink_state(self, h: Any) -> tuple[int | None, int | None]:
+        """(links active, links the GPU has): NVML answers each link up to
+        NVML_NVLINK_MAX_LINKS, and INVALID_ARGUMENT past the GPU's own; a GPU without
+        NVLink answers NOT_SUPPORTED (None, None)."""
+        nvml = self.nvml
+        most = int(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18))
+        active = total = 0
+        for link in range(most):
+            try:
+                state = nvml.nvmlDeviceGetNvLinkState(h, link)
+            except nvml.NVMLError as exc:
+                code = getattr(exc, "value", None)
+                if code in FATAL_CODES:
+                    raise GpuFailed(_text(exc) or f"NVML error {code}") from None
+                break  # past its links, or none at all
+            except AttributeError:
+                break  # an older binding
+            total += 1
+            active += 1 if state == 1 else 0
+        return (active, total) if total else (None, None)
 
     # -- sampling --------------------------------------------------------------------
 
@@ -325,14 +375,27 @@ class GpuCollector:
         for key in MEMORY_HEALTH_KEYS:
             v[key] = self._slow.get((i, key))
 
+        gen = r("pcie_gen", nvml.nvmlDeviceGetCurrPcieLinkGeneration, h)
+        width = r("pcie_width", nvml.nvmlDeviceGetCurrPcieLinkWidth, h)
+        v["pcie_gen"], v["pcie_width"] = _small(gen), _small(width)
+        if slow:
+            self._check_links(i, h)
+
         tx = r("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, 0)  # KB/s
         rx = r("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, 1)
         v["pcie_tx"] = tx * 1000.0 if tx is not None else None
         v["pcie_rx"] = rx * 1000.0 if rx is not None else None
 
-        tx_total, rx_total = self._nvlink_counters(r, h)
+        counters = self._field_counters(r, h)
+        tx_total, rx_total = counters[FI_NVLINK_DATA_TX], counters[FI_NVLINK_DATA_RX]
         v["nvlink_tx_total"] = tx_total
         v["nvlink_rx_total"] = rx_total
+        v["pcie_replays"] = counters[FI_PCIE_REPLAY]
+        v["nvlink_replay_errors"] = counters[FI_NVLINK_REPLAY]
+        v["nvlink_recovery_errors"] = counters[FI_NVLINK_RECOVERY]
+        flit, data = counters[FI_NVLINK_CRC_FLIT], counters[FI_NVLINK_CRC_DATA]
+        v["nvlink_crc_errors"] = None if flit is None and data is None else \
+            (flit or 0) + (data or 0)
         v["nvlink_tx"] = self._rates.rate((i, "nvlink_tx"), tx_total, now)
         v["nvlink_rx"] = self._rates.rate((i, "nvlink_rx"), rx_total, now)
 
@@ -431,18 +494,33 @@ class GpuCollector:
         self._reads[i] = n + 1
         return n % SLOW_EVERY == 0
 
-    def _nvlink_counters(self, r: _Reader, h: Any) -> tuple[int | None, int | None]:
-        values = r("nvlink", self.nvml.nvmlDeviceGetFieldValues, h,
-                   [(FI_NVLINK_DATA_TX, UINT_MAX), (FI_NVLINK_DATA_RX, UINT_MAX)])
-        if values is None:
-            return None, None
-        out: list[int | None] = []
-        for fv in values:
-            if fv.nvmlReturn != 0:
-                out.append(None)
-            else:
-                out.append(int(fv.value.ullVal) * 1024)  # KiB to bytes
-        return out[0], out[1]
+    def _field_counters(self, r: _Reader, h: Any) -> dict[int, int | None]:
+        """NVLink data (bytes), NVLink error totals and PCIe replays in one NVML call;
+        None for each the GPU does not have."""
+        ids = (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX, FI_NVLINK_CRC_FLIT, FI_NVLINK_CRC_DATA,
+               FI_NVLINK_REPLAY, FI_NVLINK_RECOVERY, FI_PCIE_REPLAY)
+        values = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h,
+                   [(fid, UINT_MAX if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) else 0)
+                    for fid in ids])
+        out: dict[int, int | None] = dict.fromkeys(ids)
+        for fid, fv in zip(ids, values or ()):
+            if fv.nvmlReturn == 0:
+                value = int(fv.value.ullVal)
+                # The data counters are KiB; the rest are counts.
+                out[fid] = value * 1024 if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) \
+                    else value
+        return out
+
+    def _check_links(self, i: int, h: Any) -> None:
+        """Every SLOW_EVERY samples: the NVLinks that are up. A link that went down (or
+        came back) changes the inventory: the hello says so, and fleet comparisons see it."""
+        if i >= len(self.inventory):
+            return
+        info = self.inventory[i]
+        active, total = self._nvlink_state(h)
+        if (active, total) != (info.nvlinks, info.nvlinks_total):
+            self.inventory[i] = dataclasses.replace(info, nvlinks=active, nvlinks_total=total)
+            self.inventory_changed = True
 
     # -- events ------------------------------------------------------------------------
 

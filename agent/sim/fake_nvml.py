@@ -129,6 +129,21 @@ class FakeGpu:
     pcie_rx_kbs: int = 0
     nvlink_tx_kib: int | None = 0
     nvlink_rx_kib: int | None = 0
+    vbios: str = "96.00.74.00.01"
+    # PCIe link: current (an idle GPU may drop to a lower generation), and the most the
+    # GPU and its slot support together; replays since the driver loaded.
+    pcie_gen: int = 5
+    pcie_width: int = 16
+    pcie_gen_max: int = 5
+    pcie_width_max: int = 16
+    pcie_replays: int = 0
+    # NVLink: one state per link (1 active, 0 inactive); None: the GPU has no NVLink
+    # (NVML answers NOT_SUPPORTED). Error counters summed over links.
+    nvlinks: list[int] | None = field(default_factory=lambda: [1] * 18)
+    nvlink_replay: int = 0
+    nvlink_recovery: int = 0
+    nvlink_crc_flit: int = 0
+    nvlink_crc_data: int = 0
     procs: list[tuple[int, int]] = field(default_factory=list)
     # NVML function names that answer NOT_SUPPORTED on this GPU.
     unsupported: set[str] = field(default_factory=set)
@@ -151,15 +166,17 @@ class FakeNvml(types.ModuleType):
     NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
     NVML_ERROR_GPU_IS_LOST = NVML_ERROR_GPU_IS_LOST
     NVML_ERROR_TIMEOUT = NVML_ERROR_TIMEOUT
+    NVML_NVLINK_MAX_LINKS = 36
 
     def __init__(self, gpus: list[FakeGpu] | int = 8, *, driver: bool = True,
-                 driver_version: str = "550.90.07") -> None:
+                 driver_version: str = "550.90.07", cuda_version: int = 12040) -> None:
         super().__init__("pynvml")
         if isinstance(gpus, int):
             gpus = [FakeGpu(i) for i in range(gpus)]
         self.gpus: list[FakeGpu] = gpus
         self.driver = driver
         self.driver_version = driver_version
+        self.cuda_version = cuda_version  # as NVML returns it: 12040 is CUDA 12.4
         self.initialised = False
         self.calls = 0
         self._events: queue.Queue[_EventData] = queue.Queue()
@@ -216,6 +233,9 @@ class FakeNvml(types.ModuleType):
 
     def nvmlSystemGetDriverVersion(self) -> str:
         return self.driver_version
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return self.cuda_version
 
     def nvmlDeviceGetCount(self) -> int:
         if not self.initialised:
@@ -308,13 +328,45 @@ class FakeNvml(types.ModuleType):
 
     def nvmlDeviceGetFieldValues(self, h: int, ids: list[Any]) -> list[_FieldValue]:
         g = self._gpu(h, "nvmlDeviceGetFieldValues")
+        nvlink = g.nvlinks is not None
+        values = {138: g.nvlink_tx_kib, 139: g.nvlink_rx_kib,
+                  38: g.nvlink_crc_flit if nvlink else None,
+                  45: g.nvlink_crc_data if nvlink else None,
+                  52: g.nvlink_replay if nvlink else None,
+                  59: g.nvlink_recovery if nvlink else None, 94: g.pcie_replays}
         out = []
         for fid in ids:
             fid = fid[0] if isinstance(fid, tuple) else fid
-            v = g.nvlink_tx_kib if fid == 138 else g.nvlink_rx_kib if fid == 139 else None
+            v = values.get(fid)
             ret = NVML_SUCCESS if v is not None else NVML_ERROR_NOT_SUPPORTED
             out.append(_FieldValue(fid, ret, types.SimpleNamespace(ullVal=v or 0)))
         return out
+
+    def nvmlDeviceGetVbiosVersion(self, h: int) -> str:
+        return self._gpu(h, "nvmlDeviceGetVbiosVersion").vbios
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, h: int) -> int:
+        return self._gpu(h, "nvmlDeviceGetCurrPcieLinkGeneration").pcie_gen
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, h: int) -> int:
+        return self._gpu(h, "nvmlDeviceGetCurrPcieLinkWidth").pcie_width
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, h: int) -> int:
+        return self._gpu(h, "nvmlDeviceGetMaxPcieLinkGeneration").pcie_gen_max
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, h: int) -> int:
+        return self._gpu(h, "nvmlDeviceGetMaxPcieLinkWidth").pcie_width_max
+
+    def nvmlDeviceGetPcieReplayCounter(self, h: int) -> int:
+        return self._gpu(h, "nvmlDeviceGetPcieReplayCounter").pcie_replays
+
+    def nvmlDeviceGetNvLinkState(self, device: int, link: int) -> int:
+        g = self._gpu(device, "nvmlDeviceGetNvLinkState")
+        if g.nvlinks is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        if not 0 <= link < len(g.nvlinks):
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)  # past the GPU's links
+        return g.nvlinks[link]
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[_Proc]:
         if isinstance(h, tuple):

@@ -182,6 +182,11 @@ class SimIo:
         out[f"{dev}/hca_type"] = _const("MT4129\n")
         out[f"{dev}/board_id"] = _const("MT_0000000838\n")
         out[f"{dev}/fw_ver"] = _const("28.39.1002\n")
+        # The HCA's PCIe link, as sysfs writes it (kernel pci_speed_string): Gen5 x16.
+        for name, value in (("current_link_speed", "32.0 GT/s PCIe"),
+                            ("max_link_speed", "32.0 GT/s PCIe"),
+                            ("current_link_width", "16"), ("max_link_width", "16")):
+            out[f"{dev}/device/{name}"] = _const(value + "\n")
         out[f"{base}/rate"] = _const("400 Gb/sec (4X NDR)\n")
         out[f"{base}/link_layer"] = _const("InfiniBand\n")
         out[f"{base}/state"] = self._reader(

@@ -18,7 +18,12 @@ from agent.sim.workload import NodeTrouble, troubles_for
 from tuimon_core.cli_types import positive_float
 
 SCENARIOS = ("mixed", "healthy", "spine-imbalance", "thermal-straggler", "checkpoint-storm",
-             "xid-79", "link-flap", "bad-cable", "hot-node")
+             "xid-79", "link-flap", "bad-cable", "hot-node", "pcie-downtrain",
+             "nvlink-degraded", "driver-skew", "gpu-missing")
+# A rank whose GPU's link is slow computes this much longer: copies in and out of the
+# GPU wait on the link (a Gen3 x8 link has a quarter of Gen5 x16's bandwidth).
+GRAY_SLOWDOWN = 1.15
+OTHER_DRIVER = "535.129.03"
 # The seed incident: a badly cabled spine took the job from 92 % to 68 % efficiency.
 SPINE_ALLREDUCE_FACTOR = 5.5
 
@@ -66,6 +71,23 @@ def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
         return Scenario(name, {victim: NodeTrouble(lost_gpu=gpu)},
                         components=[f"{node_name(victim)} GPU {gpu}"],
                         kinds=["gpu_failed", "xid"])
+    if name == "pcie-downtrain":  # one GPU's link at Gen3 x8 while busy: its rank straggles
+        return Scenario(name, {victim: NodeTrouble(pcie_gpu=gpu, slow_gpu=gpu,
+                                                   slow=GRAY_SLOWDOWN)},
+                        components=[f"{node_name(victim)} GPU {gpu}"],
+                        kinds=["pcie_downtrained", "straggler"])
+    if name == "nvlink-degraded":  # six NVLinks down, the rest retraining now and then
+        return Scenario(name, {victim: NodeTrouble(nvlink_gpu=gpu, slow_gpu=gpu,
+                                                   slow=GRAY_SLOWDOWN)},
+                        components=[f"{node_name(victim)} GPU {gpu}"],
+                        kinds=["nvlink_down", "straggler"])
+    if name == "driver-skew":  # two nodes on another driver since they were imaged
+        pair = [victim, (victim + 1) % nodes] if nodes > 2 else [victim]
+        return Scenario(name, {i: NodeTrouble(driver=OTHER_DRIVER) for i in pair},
+                        components=[node_name(i) for i in pair], kinds=["fleet_skew"])
+    if name == "gpu-missing":  # a GPU leaves NVML and stays on the PCI bus
+        return Scenario(name, {victim: NodeTrouble(missing_gpu=gpu)},
+                        components=[node_name(victim)], kinds=["gpu_missing"])
     port = rng.randrange(max(1, gpus))
     if name == "bad-cable":  # symbol errors climbing steadily, the link never drops
         return Scenario(name, {victim: NodeTrouble(io=IoTrouble(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from agent.sim.fake_nvml import FakeGpu, FakeNvml
 from agent.sim.io_model import IoTrouble, SimIo
 
+DRIVER = "550.90.07"
 GPU_MODELS = (
     ("NVIDIA H100 80GB HBM3", 80 * 1024**3, 700_000, 1980, 2619),
     ("NVIDIA H200", 141 * 1024**3, 700_000, 1980, 3201),
@@ -37,10 +38,22 @@ class NodeTrouble:
     io: IoTrouble = field(default_factory=IoTrouble)
     slow_gpu: int | None = None  # only this GPU's rank computes `slow` times longer
     lost_gpu: int | None = None  # this GPU falls off the bus (XID 79)
+    # Gray failures: this GPU's PCIe link trains at Gen3 x8 while busy; this GPU has six
+    # NVLinks down and retrains the rest now and then; this GPU leaves NVML (but stays on
+    # the PCI bus); this node runs another driver.
+    pcie_gpu: int | None = None
+    nvlink_gpu: int | None = None
+    missing_gpu: int | None = None
+    driver: str | None = None
     since: float = float("-inf")  # simulated monotonic time the trouble starts
 
 
 _NO_TROUBLE = NodeTrouble()
+
+
+def _text(value: str) -> Callable[[], str]:
+    line = value + "\n"
+    return lambda: line
 # Who the simulated job runs as, and its Slurm job id, for the per-GPU process view.
 SIM_UID = 4021
 SIM_PASSWD = "root:x:0:0:root:/root:/bin/bash\nana:x:4021:4021::/home/ana:/bin/bash\n"
@@ -66,7 +79,8 @@ class SimNodeModel:
                     mem_mhz=model[4],
                     uuid=f"GPU-{uuid.UUID(int=self.rng.getrandbits(128), version=4)}")
             for i in range(self.gpus)
-        ])
+        ], driver_version=self.trouble.driver or DRIVER)
+        self.bus_gpus = list(self.nvml.gpus)  # what the PCI bus has, whatever NVML says
         self.t0 = self.clock()
         self.last = self.t0
         self.phase = self.rng.random() * STEP_SECONDS
@@ -105,6 +119,10 @@ class SimNodeModel:
         g._t = now  # type: ignore[attr-defined]
         elapsed = now - self.t0
         tr = self.active()
+        if tr.missing_gpu is not None and any(x.index == tr.missing_gpu
+                                              for x in self.nvml.gpus):
+            # Gone from NVML (the driver dropped it), still on the PCI bus.
+            self.nvml.gpus = [x for x in self.nvml.gpus if x.index != tr.missing_gpu]
         if tr.lost_gpu == g.index and not self._lost_done:
             self._lost_done = True
             g.lost = True  # every NVML call on it fails from now on
@@ -139,6 +157,17 @@ class SimNodeModel:
         g.clock_events = reasons
         g.sm_mhz = sm - self.rng.randrange(0, 15)
         g.pstate = 0
+        # An idle GPU drops its PCIe link to Gen1 to save power; a busy one runs at its
+        # most, unless this is the GPU whose link trained at Gen3 x8.
+        if tr.pcie_gpu == g.index:
+            g.pcie_gen, g.pcie_width = 3, 8
+        else:
+            g.pcie_gen = 1 if util < 0.05 else g.pcie_gen_max
+            g.pcie_width = g.pcie_width_max
+        g.pcie_replays += 1 if self.rng.random() < 0.02 * dt else 0  # a healthy link's few
+        if tr.nvlink_gpu == g.index and g.nvlinks is not None:
+            g.nvlinks = [1] * 12 + [0] * 6
+            g.nvlink_recovery += 1 if self.rng.random() < dt / 20 else 0
         g.pcie_tx_kbs = int(1_500_000 * util + self.rng.random() * 200_000)
         g.pcie_rx_kbs = int(9_000_000 * (1 - wave) * util + self.rng.random() * 500_000)
         # NVLink all-reduce traffic, ~300 GB/s per direction at full tilt.
@@ -157,6 +186,7 @@ class SimNodeModel:
     def files(self) -> dict[str, Callable[[], str]]:
         return {
             **self.io.files(),
+            **self._platform_files(),
             "proc/stat": self._stat,
             "proc/loadavg": self._loadavg,
             "proc/meminfo": self._meminfo,
@@ -167,6 +197,30 @@ class SimNodeModel:
                for rank, pid in enumerate(self._pids)
                for name in ("stat", "status", "cmdline", "cgroup")},
         }
+
+    def _platform_files(self) -> dict[str, Callable[[], str]]:
+        """The PCI bus (the GPUs, four NVSwitches, the HCAs), the kernel release and the
+        loaded modules, as sysfs and /proc show them on an HGX node."""
+        out: dict[str, Callable[[], str]] = {}
+
+        def device(address: str, vendor: str, cls: str, driver: str) -> None:
+            base = f"sys/bus/pci/devices/{address}"
+            out[f"{base}/vendor"] = _text(vendor)
+            out[f"{base}/class"] = _text(cls)
+            out[f"{base}/driver"] = _text(driver)  # a generated symlink: its target's name
+        for g in self.bus_gpus:
+            device(f"0000:{0x18 + 0x10 * g.index:02x}:00.0", "0x10de", "0x030200", "nvidia")
+        for i in range(4):
+            device(f"0000:{0x05 + i:02x}:00.0", "0x10de", "0x068000", "nvidia")  # NVSwitch
+        for p in range(self.gpus):
+            device(f"0000:{0x1a + 0x10 * p:02x}:00.0", "0x15b3", "0x020700", "mlx5_core")
+        out["proc/sys/kernel/osrelease"] = _text("5.15.0-119-generic")
+        out["proc/modules"] = _text(
+            "nvidia_peermem 16384 0 - Live 0x0000000000000000 (OE)\n"
+            "nvidia_uvm 1536000 4 - Live 0x0000000000000000 (OE)\n"
+            "nvidia 56823808 300 nvidia_peermem,nvidia_uvm, Live 0x0000000000000000 (OE)\n"
+            "mlx5_ib 450560 0 - Live 0x0000000000000000\n")
+        return out
 
     def _proc_file(self, pid: int, rank: int, name: str) -> str:
         """One rank's process as the kernel shows it: a Slurm job's task under cgroup v2."""
@@ -212,8 +266,9 @@ class SimNodeModel:
 
 
 class _SimNvml(FakeNvml):
-    def __init__(self, model: SimNodeModel, gpus: list[FakeGpu]) -> None:
-        super().__init__(gpus)
+    def __init__(self, model: SimNodeModel, gpus: list[FakeGpu], *,
+                 driver_version: str = DRIVER) -> None:
+        super().__init__(gpus, driver_version=driver_version)
         self._model = model
 
     def refresh(self, gpu: FakeGpu) -> None:

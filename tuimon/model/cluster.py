@@ -393,6 +393,11 @@ class ClusterState:
                 node.version += 1
                 self.version += 1
 
+    @property
+    def hellos_version(self) -> int:
+        """Bumped with every hello and node come or gone: what reads hellos caches by."""
+        return self._hellos_version
+
     def counts(self) -> dict[str, int]:
         out = dict.fromkeys(STATES, 0)
         for node in self.nodes.values():

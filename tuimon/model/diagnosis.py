@@ -23,6 +23,7 @@ from tuimon.model.storage import StorageView
 from tuimon_core.efficiency_drop import DropJudge
 from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
 from tuimon_core.findings_family import findings_from_wire
+from tuimon_core.fleet import fleet_findings, hellos_of
 from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.node_rules import CONGESTED_WAIT, CRITICAL_XIDS, OUTLIER_FACTOR, NodeRules
 from tuimon_core.protocol.overview_layout import port_waits
@@ -36,6 +37,24 @@ def _median(values: list[float]) -> float:
     s = sorted(values)
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+# What can make one rank slower than its peers, found on its node at the same time.
+STRAGGLER_CAUSES = frozenset({
+    "thermal", "power", "pcie_downtrained", "pcie_replays", "nvlink_down",
+    "nvlink_errors", "link_down", "flapping", "symbol_errors", "port_errors",
+    "congestion", "pfc_pausing", "pfc_storm", "xid", "ecc", "remap_pending",
+    "storage_latency", "fleet_skew"})
+
+
+def _cause(f: Finding) -> str:
+    """A cause in a few words: its kind and what it says, less the node it names."""
+    text = f.message
+    for prefix in (f.where, f.node or ""):
+        if prefix and text.startswith(prefix):
+            text = text[len(prefix):].lstrip(" :")
+            break
+    return f"{f.kind.replace('_', ' ')} ({text})"
 
 
 def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
@@ -65,6 +84,8 @@ class Diagnosis:
         self.wall = wall  # the judgement's clock (Unix time; a replay's own)
         # Parts of the judgement that failed (a bug), shown as internal_error findings.
         self.guard = Guard()
+        # (the cluster's hellos version, the fleet findings then)
+        self._fleet_seen: tuple[int, list[Finding]] = (-1, [])
         # target -> (its conditions as last read, its name then, the findings they say)
         self._read_conditions: dict[str, tuple[list[Any], str, list[Finding]]] = {}
 
@@ -89,7 +110,8 @@ class Diagnosis:
         local = [f for f in out if f.kind == "congestion" and f.node is not None]
         out += run("the congestion rules", lambda: self._congestion(cluster, local), [])
         out += run("the storage rule", lambda: self._storage(storage), [])
-        out += run("the straggler rule", lambda: self._stragglers(eff), [])
+        out += run("the fleet rule", lambda: self._fleet(cluster), [])
+        out += run("the straggler rule", lambda: self._stragglers(eff, out), [])
         out += run("the efficiency rule", lambda: self._efficiency(eff, out), [])
         # The parts' internal errors are added by the pass that ran them (Judgement).
         self.findings = self.book.update(out, now)
@@ -262,14 +284,37 @@ class Diagnosis:
                                    "its provisioned throughput", fs=mount, score=0.7))
         return out
 
-    def _stragglers(self, eff: EfficiencyView) -> list[Finding]:
+    def _fleet(self, cluster: ClusterState) -> list[Finding]:
+        """The nodes that differ from most of the fleet (tuimon_core.fleet), judged again
+        only when a hello changed."""
+        version = cluster.hellos_version
+        if self._fleet_seen[0] != version:
+            hellos = hellos_of((n.name, n.hello) for n in cluster.nodes.values())
+            self._fleet_seen = (version, fleet_findings(hellos))
+        return self._fleet_seen[1]
+
+    def _stragglers(self, eff: EfficiencyView, signals: list[Finding]) -> list[Finding]:
+        """A rank slower than its peers, with what its node shows at the same time (a
+        downtrained link, fewer NVLinks, throttling, a port below rate): the likely
+        cause, next to the symptom."""
         out = []
+        by_node: dict[str, list[Finding]] = {}
+        for f in signals:
+            if f.kind in STRAGGLER_CAUSES:
+                for name in (f.node, *f.nodes):
+                    if name:
+                        by_node.setdefault(name, []).append(f)
         for job in eff.jobs.values():
             for s in job.stragglers:
                 where = f"{s.node} GPU {s.gpu}" if s.gpu is not None else s.node
+                causes = [c for c in by_node.get(s.node, ())
+                          if c.gpu is None or s.gpu is None or c.gpu == s.gpu]
+                causes.sort(key=lambda c: -c.score)
+                likely = "; likely: " + "; ".join(_cause(c) for c in causes[:3]) \
+                    if causes else ""
                 out.append(Finding("warning", "straggler",
                                    f"{where} (rank {s.rank} of {job.job}) computes "
-                                   f"x{s.ratio:.2f} the median of its peers",
+                                   f"x{s.ratio:.2f} the median of its peers{likely}",
                                    node=s.node, gpu=s.gpu, job=job.job, score=0.7))
         return out
 

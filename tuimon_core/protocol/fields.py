@@ -214,6 +214,24 @@ GPU_FIELDS: tuple[Field, ...] = (
           "tuimon_gpu_pcie_receive_bytes_per_second",
           dcgm=(Dcgm("DCGM_FI_PROF_PCIE_RX_BYTES"),
                 Dcgm("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", 1024.0))),
+    Field("pcie_gen", Int(hi=16), "generation", "current PCIe link generation (an idle GPU "
+          "may run a lower one to save power)", "tuimon_gpu_pcie_link_generation",
+          dcgm=(Dcgm("DCGM_FI_DEV_PCIE_LINK_GEN"),)),
+    Field("pcie_width", Int(hi=64), "lanes", "current PCIe link width",
+          "tuimon_gpu_pcie_link_width", dcgm=(Dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH"),)),
+    Field("pcie_replays", INT, "count", "PCIe replays since the driver loaded (link-level "
+          "retries)", "tuimon_gpu_pcie_replays", counter=True,
+          dcgm=(Dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),)),
+    Field("nvlink_replay_errors", INT, "count", "NVLink replay errors, all links",
+          "tuimon_gpu_nvlink_replay_errors", counter=True,
+          dcgm=(Dcgm("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"),)),
+    Field("nvlink_recovery_errors", INT, "count", "NVLink recovery errors (a link retrained), "
+          "all links", "tuimon_gpu_nvlink_recovery_errors", counter=True,
+          dcgm=(Dcgm("DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL"),)),
+    Field("nvlink_crc_errors", INT, "count", "NVLink CRC errors (flow control and data), all "
+          "links", "tuimon_gpu_nvlink_crc_errors", counter=True,
+          dcgm=(Dcgm("DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", add=True),
+                Dcgm("DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", add=True))),
     Field("nvlink_tx", NUM, "bytes/s", "NVLink transmit data rate, from the data counter"),
     Field("nvlink_rx", NUM, "bytes/s", "NVLink receive data rate, from the data counter"),
     Field("nvlink_tx_total", INT, "bytes", "NVLink transmit data counter",
@@ -271,6 +289,14 @@ GPU_INFO_FIELDS: tuple[Field, ...] = (
     Field("pci_bus_id", STR, "", "PCI bus id"),
     Field("max_sm_clock", NUM, "Hz", "maximum SM clock"),
     Field("max_mem_clock", NUM, "Hz", "maximum memory clock"),
+    Field("vbios", STR, "", "VBIOS version (since 2026-12)"),
+    Field("pcie_gen_max", Int(hi=16), "generation", "the highest PCIe generation this GPU "
+          "and its slot support together (NVML's `Max`: a Gen4 GPU in a Gen5 host is 4)"),
+    Field("pcie_width_max", Int(hi=64), "lanes", "the widest PCIe link the GPU and slot "
+          "support"),
+    Field("nvlinks", Int(hi=64), "links", "NVLinks active (nil: the GPU has none, or NVML "
+          "cannot say)"),
+    Field("nvlinks_total", Int(hi=64), "links", "NVLinks the GPU has, active or not"),
 )
 
 GPU_INFO = Record("gpu info", GPU_INFO_FIELDS)
@@ -289,6 +315,12 @@ PORT_INFO_FIELDS: tuple[Field, ...] = (
     Field("board_id", STR, "", "board id, e.g. `MT_0000000838`"),
     Field("fw_ver", STR, "", "firmware version"),
     Field("netdev", STR, "", "the Ethernet device behind a RoCE port, or nil"),
+    Field("pcie_gen", Int(hi=16), "generation", "the HCA's PCIe link generation, from "
+          "sysfs `current_link_speed` (since 2026-12)"),
+    Field("pcie_width", Int(hi=64), "lanes", "the HCA's PCIe link width"),
+    Field("pcie_gen_max", Int(hi=16), "generation", "the most the HCA's link supports "
+          "(`max_link_speed`)"),
+    Field("pcie_width_max", Int(hi=64), "lanes", "the widest the HCA's link supports"),
 )
 NIC_INFO_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "interface name, e.g. `eth0`", required=True),
@@ -657,6 +689,13 @@ INVENTORY_FIELDS: tuple[Field, ...] = (
           "data file systems (below)"),
     Field("disks", ListOf(DISK_INFO, MAX_DISKS), "disks", "block devices (below)"),
     Field("fabric_status", STR, "", "why there are no fabric ports"),
+    Field("cuda_driver_version", STR, "", "the CUDA version the driver supports, e.g. "
+          "`12.4` (since 2026-12)"),
+    Field("pci_gpus", ListOf(STR, MAX_GPUS * 2), "PCI addresses", "NVIDIA GPUs on the PCI "
+          "bus that the NVIDIA driver holds (display and 3D controllers; not NVSwitches, not "
+          "GPUs passed to VMs): what NVML should see (since 2026-12)"),
+    Field("gpudirect", STR, "", "the GPUDirect RDMA module loaded (`nvidia_peermem`, "
+          "`nv_peer_mem`), `none`, or nil where not read (since 2026-12)"),
     Field("steps_status", STR, "", "`off` (no step socket), the reason the step socket "
           "could not be opened, or nil (listening)"),
 )
@@ -664,6 +703,7 @@ INVENTORY = Record("inventory", INVENTORY_FIELDS)
 HELLO_HOST_FIELDS: tuple[Field, ...] = (
     Field("hostname", STR, "", "the host's own name (nil in a container that "
           "reads the host under --root)"),
+    Field("kernel", STR, "", "kernel release (`/proc/sys/kernel/osrelease`; since 2026-12)"),
 )
 HELLO_HOST = Record("hello host", HELLO_HOST_FIELDS)
 HELLO_FIELDS: tuple[Field, ...] = (

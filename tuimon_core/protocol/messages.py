@@ -6,7 +6,7 @@ Values are SI base units; a value that could not be read is nil, never 0.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 PROTOCOL_VERSION = 1
@@ -24,18 +24,21 @@ class GpuInfo:
     pci_bus_id: str | None
     max_sm_clock: float | None
     max_mem_clock: float | None
+    vbios: str | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_max: int | None = None
+    nvlinks: int | None = None
+    nvlinks_total: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "index": self.index,
-            "uuid": self.uuid,
-            "name": self.name,
-            "mem_total": self.mem_total,
-            "power_limit": self.power_limit,
-            "pci_bus_id": self.pci_bus_id,
-            "max_sm_clock": self.max_sm_clock,
-            "max_mem_clock": self.max_mem_clock,
-        }
+        # The first eight always (as readers of the first release expect them); the later
+        # ones where known, so a GPU without them encodes as it always did.
+        out: dict[str, Any] = {}
+        for i, f in enumerate(fields(self)):
+            value = getattr(self, f.name)
+            if i < 8 or value is not None:
+                out[f.name] = value
+        return out
 
 
 @dataclass(slots=True)

@@ -1,0 +1,139 @@
+"""The fleet compared with itself: what most nodes have (a driver, a firmware, a kernel,
+eight GPUs, eighteen NVLinks a GPU, 400 Gb/s ports), and the few that differ, named as
+host lists. A node that differs is not broken; it is the first place to look when it is
+the slow one (a job is as fast as its slowest rank).
+
+Read from the nodes' hellos (what each agent says it is made of), so the viewer, `tuimon
+status` and the relay compare the same things. A value is judged only where at least
+MIN_NODES nodes report it and more than half of them agree: the minority are named,
+with the majority's value and count.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tuimon_core.findings import Finding
+from tuimon_core.hostlist import collect_hostlist
+
+MIN_NODES = 3
+
+
+def _gbps(rate: float) -> str:
+    return f"{rate * 8 / 1e9:g} Gb/s"
+
+
+def _gpu_models(h: Any) -> list[tuple[str, Any]]:
+    return [(g.name or "?", g) for g in h.gpus]
+
+
+def _per_model(h: Any, value: Callable[[Any], Any]) -> dict[str, Any]:
+    """A node's value of each GPU model (the lowest of its GPUs: the slowest link)."""
+    out: dict[str, Any] = {}
+    for model, g in _gpu_models(h):
+        v = value(g)
+        if v is not None:
+            out[model] = v if model not in out else min(out[model], v)
+    return out
+
+
+def _per_hca(h: Any, key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for p in h.extra.get("ports") or ():
+        model, v = p.get("hca_type"), p.get(key)
+        if model and v is not None:
+            out[model] = v if model not in out else min(out[model], v)
+    return out
+
+
+@dataclass(frozen=True)
+class Aspect:
+    """One thing nodes are compared by: its name, how a node's hello gives it (a value,
+    or a value per model of GPU or HCA), and how a value is said."""
+
+    key: str
+    label: str
+    read: Callable[[Any], Any]
+    per_model: bool = False
+    show: Callable[[Any], str] = str
+
+
+ASPECTS: tuple[Aspect, ...] = (
+    Aspect("driver", "driver", lambda h: h.driver_version),
+    Aspect("cuda", "CUDA", lambda h: h.extra.get("cuda_driver_version")),
+    Aspect("kernel", "kernel", lambda h: (h.host or {}).get("kernel")),
+    # Per model: a partition of other GPUs is the fleet's design, 7 where 8 are is not.
+    Aspect("gpus", "GPUs", lambda h: dict(Counter(m for m, _ in _gpu_models(h))),
+           per_model=True),
+    Aspect("vbios", "VBIOS", lambda h: _per_model(h, lambda g: g.vbios), per_model=True),
+    Aspect("nvlinks", "NVLinks active", lambda h: _per_model(h, lambda g: g.nvlinks),
+           per_model=True),
+    Aspect("hca_fw", "HCA firmware", lambda h: _per_hca(h, "fw_ver"), per_model=True),
+    Aspect("port_rate", "port rate", lambda h: _per_hca(h, "rate"), per_model=True,
+           show=_gbps),
+)
+
+
+@dataclass(frozen=True)
+class Group:
+    value: Any
+    nodes: tuple[str, ...]
+
+
+def _values(hellos: Mapping[str, Any], aspect: Aspect) -> dict[str, dict[str, Any]]:
+    """model ('' when the aspect is not per model) -> node -> value."""
+    out: dict[str, dict[str, Any]] = {}
+    for node, h in hellos.items():
+        try:
+            value = aspect.read(h)
+        except (AttributeError, TypeError):
+            continue  # a hello without these facts (an older agent, Prometheus)
+        if aspect.per_model:
+            for model, v in (value or {}).items():
+                out.setdefault(model, {})[node] = v
+        elif value is not None:
+            out.setdefault("", {})[node] = value
+    return out
+
+
+def fleet_table(hellos: Mapping[str, Any]) -> list[tuple[Aspect, str, list[Group]]]:
+    """Every aspect, by model, with the nodes grouped by value, the most common first:
+    what the fleet screen shows."""
+    out = []
+    for aspect in ASPECTS:
+        for model, by_node in sorted(_values(hellos, aspect).items()):
+            groups: dict[Any, list[str]] = {}
+            for node, v in by_node.items():
+                groups.setdefault(v, []).append(node)
+            ordered = sorted(groups.items(), key=lambda kv: (-len(kv[1]), str(kv[0])))
+            out.append((aspect, model, [Group(v, tuple(sorted(n))) for v, n in ordered]))
+    return out
+
+
+def fleet_findings(hellos: Mapping[str, Any]) -> list[Finding]:
+    """The minority of nodes that differ from most of the fleet, an aspect at a time."""
+    out = []
+    for aspect, model, groups in fleet_table(hellos):
+        total = sum(len(g.nodes) for g in groups)
+        if len(groups) < 2 or total < MIN_NODES or len(groups[0].nodes) * 2 <= total:
+            continue
+        usual = groups[0]
+        odd = groups[1:]
+        names = tuple(n for g in odd for n in g.nodes)
+        what = f"{aspect.label}{f' ({model})' if model else ''}"
+        said = "; ".join(f"{aspect.show(g.value)} on {collect_hostlist(g.nodes)} "
+                         f"({len(g.nodes)} node{'s' if len(g.nodes) != 1 else ''})"
+                         for g in odd)
+        out.append(Finding("warning", "fleet_skew",
+                           f"{what}: {said}; {aspect.show(usual.value)} on "
+                           f"{len(usual.nodes)}", target=f"{aspect.key}:{model}",
+                           nodes=names, score=0.3))
+    return out
+
+
+def hellos_of(nodes: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    """node name -> hello, for the nodes that have one."""
+    return {name: h for name, h in nodes if h is not None}
