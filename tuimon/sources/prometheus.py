@@ -332,6 +332,8 @@ class PromSource:
                 if n is None:
                     continue
                 key, scale, add = table[metric]
+                if source == "dcgm" and _dcgm_blank(key, value):
+                    continue  # DCGM's "not supported" leaking through the exporter
                 gi = _int(labels.get("GPU_I_ID"))
                 if gi is not None:  # one MIG instance of the GPU
                     values = n.mig.setdefault(index, {}).setdefault(gi, {})
@@ -627,6 +629,21 @@ def _int(text: str | None) -> int | None:
         return int(text) if text is not None else None
     except ValueError:
         return None
+
+
+# DCGM marks a value it has not (blank, not found, not supported, no permission) with
+# numbers from these up (dcgm_structs.h DCGM_INT64_BLANK, DCGM_INT32_BLANK), and
+# dcgm-exporter writes them as they are: 9223372036854775794 is "not supported".
+DCGM_INT64_BLANK = 0x7FFFFFFFFFFFFFF0
+DCGM_INT32_BLANK = 0x7FFFFFF0
+# Fields DCGM keeps in 32 bits (a link's generation or width, a state): for these the
+# 32-bit marks apply too.
+_SMALL_FIELDS = frozenset(f.key for f in GPU_FIELDS if isinstance(f.type, Int)
+                          and f.type.hi is not None and f.type.hi < DCGM_INT32_BLANK)
+
+
+def _dcgm_blank(key: str, value: float) -> bool:
+    return value >= DCGM_INT64_BLANK or (key in _SMALL_FIELDS and value >= DCGM_INT32_BLANK)
 
 
 def _as(kind: WireType, v: Any) -> Any:
