@@ -630,3 +630,26 @@ async def test_enter_on_a_jobs_line_shows_that_job_and_its_nodes() -> None:
 
         assert "train" in str(app.query_one(SloStrip).render())
         assert "filter /job train/" in str(app.query_one("#legend").render())
+
+
+async def test_the_fleet_screen_groups_the_nodes_by_what_they_are_made_of() -> None:
+    import dataclasses
+
+    app = await make_app(8)
+    odd = sorted(app.cluster.nodes.values(), key=lambda n: n.name)[2]
+    app.cluster.apply_hello(odd.target, dataclasses.replace(odd.hello,
+                                                            driver_version="535.129.03"))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("i")
+        await pilot.pause()
+        from tuimon.ui.fleet_screen import FleetScreen
+
+        assert isinstance(app.screen, FleetScreen)
+        text = str(app.screen.query_one("Static").render())
+        assert "driver  differs" in text and "535.129.03" in text and odd.name in text
+        assert "kernel" in text and "NVLinks active" in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, FleetScreen)
+        # The same difference is in the diagnosis, naming the node.
+        assert [f.nodes for f in app.diagnosis.findings if f.kind == "fleet_skew"] == [
+            (odd.name,)]

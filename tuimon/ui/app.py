@@ -35,6 +35,7 @@ from tuimon.model.storage import StorageView
 from tuimon.model.view_state import FilterError, ViewState
 from tuimon.sources.recording import ReplayControl
 from tuimon.ui.ascii_screen import AsciiScreen, locale_is_ascii
+from tuimon.ui.fleet_screen import FleetScreen
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.markup import safe
 from tuimon.ui.node_screen import NodeScreen
@@ -65,6 +66,7 @@ HELP = """\
                     text finds a Slurm job id, pod, user or training job too
 [b]Other[/b]
   J                 next job in the efficiency strip
+  i                 the fleet: drivers, firmware, links, grouped by node
   t                 next theme        ?  this help        q  quit
 
 Cells follow the metric in height and colour. [$error]\u2717[/] a failed GPU or
@@ -102,7 +104,7 @@ JUDGE_SHARE = 0.10
 JUDGE_MAX_TICKS = 10
 # Keys that act on the map: not while another screen (a node, the help) is up.
 MAP_ACTIONS = frozenset({"switch_map", "sort", "reverse_sort", "filter", "clear_filter",
-                         "next_job", "focus_diagnosis"})
+                         "next_job", "focus_diagnosis", "fleet"})
 
 
 class HelpScreen(ModalScreen[None]):
@@ -179,6 +181,7 @@ class TuimonApp(App[None]):
         Binding("tab", "switch_map", "GPU/fabric", id="switch_map", priority=True),
         Binding("J", "next_job", "next job", id="next_job"),
         Binding("f", "focus_diagnosis", "findings", id="focus_diagnosis"),
+        Binding("i", "fleet", "fleet", id="fleet"),
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
     ]
 
@@ -451,6 +454,9 @@ class TuimonApp(App[None]):
         for view in self.query(HeatmapView):
             view.relayout()
         self._update_legend()
+
+    def action_fleet(self) -> None:
+        self.push_screen(FleetScreen(self.cluster))
 
     def action_filter(self) -> None:
         def apply(value: str | None) -> None:

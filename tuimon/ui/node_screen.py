@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -40,6 +41,18 @@ def _process(p: dict[str, object], width: int) -> str:
     return f"{head} {safe(str(p.get('command') or '-'), room)}"
 
 
+def _links(g: dict[str, Any], info: Any) -> str:
+    """`Gen5 x16/5x16  18/18`: the GPU's PCIe link now and at most (an idle GPU may run
+    lower), its NVLinks up of all; a link below its most while busy is marked."""
+    gen, width = g.get("pcie_gen"), g.get("pcie_width")
+    gmax, wmax = info.pcie_gen_max, info.pcie_width_max
+    now = f"Gen{gen or '?'} x{width or '?'}/{gmax or '?'}x{wmax or '?'}"
+    low = (gen and gmax and gen < gmax) or (width and wmax and width < wmax)
+    pcie = f"[$warning]{now:<13}[/]" if low else f"{now:<13}"
+    nvl = f"{info.nvlinks}/{info.nvlinks_total}" if info.nvlinks_total else "-"
+    return f"{pcie} {nvl:>7}"
+
+
 class NodeScreen(Screen[None]):
     BINDINGS = [Binding("escape", "app.pop_screen", "back", id="back"),
                 Binding("q", "app.pop_screen", "back", show=False, id="back_q")]
@@ -63,6 +76,7 @@ class NodeScreen(Screen[None]):
         yield Static(id="node-title")
         with VerticalScroll():
             yield Static(id="node-why")
+            yield Static(id="node-findings")
             yield Static(id="node-gpus")
             yield Static(id="node-fabric")
             yield Static(id="node-storage")
@@ -101,9 +115,9 @@ class NodeScreen(Screen[None]):
                        f"\n{seen}; {shown}; tuimon keeps reconnecting")
             why.display = True
         # Each section alone: one that cannot be drawn (a bug) says so in its place.
-        for part, section in (("gpus", self._gpus), ("fabric", self._fabric),
-                              ("storage", self._storage), ("events", self._events),
-                              ("agent", self._agent)):
+        for part, section in (("findings", self._found), ("gpus", self._gpus),
+                              ("fabric", self._fabric), ("storage", self._storage),
+                              ("events", self._events), ("agent", self._agent)):
             name = f"the node screen's {part}"
             text = self.guard.run(name, section, None)
             if text is None:
@@ -111,6 +125,18 @@ class NodeScreen(Screen[None]):
                         f"{safe(self.guard.errors.get(name, ''), 160)}[/] (a bug; the log "
                         "has the traceback)")
             self.query_one(f"#node-{part}", Static).update(text)
+
+    def _found(self) -> str:
+        """What the diagnosis holds about this node, worst first: what a slow node shows
+        (a downtrained link, NVLinks down, throttling) before its numbers."""
+        n = self.node
+        mine = [f for f in self.findings() if f.node == n.name or n.name in f.nodes]
+        if not mine:
+            return "[b]found here[/b]  nothing"
+        colour = {"critical": "$error", "warning": "$warning"}
+        return "\n".join(["[b]found here[/b]"] + [
+            f" [{colour.get(f.severity, '$foreground')}]{f.severity:<8}[/] {safe(f.message, 200)}"
+            for f in mine[:12]])
 
     def _gpus(self) -> str:
         n = self.node
@@ -122,7 +148,8 @@ class NodeScreen(Screen[None]):
         spark = 12 if width < 110 else 30  # the sparkline gives way on narrow terminals
         wide = width >= 150
         lines = [f"[b]GPUs[/b]  {'busy (5 min)':<{spark + 4}}  temp power        mem       "
-                 + ("SM clock  P  ECC c/u  XID procs  clock events" if wide else "procs")]
+                 + ("SM clock  P  ECC c/u  XID procs  PCIe now/max  NVLinks  clock events"
+                    if wide else "procs")]
         values = n.gpu_values()
         if n.detail is None and n.sample is not None:
             lines.append(" [$secondary]asking the node for every value (the map shows its "
@@ -150,7 +177,7 @@ class NodeScreen(Screen[None]):
                 row += (f"  {_f(g.get('sm_clock'), '{:>5.0f}', 1e6)}MHz  {_f(g.get('pstate'))}  "
                         f"{_f(g.get('ecc_corrected'))}/{_f(g.get('ecc_uncorrected'))}  "
                         f"{g.get('xid_total') or 0:>3} {_f(g.get('procs')):>5}  "
-                        f"{safe(events or '-', 60)}")
+                        f"{_links(g, n.hello.gpus[i])}  {safe(events or '-', 60)}")
             else:
                 row += f"  {_f(g.get('procs')):>5}"
             lines.append(row)
