@@ -106,9 +106,9 @@ def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
 
 def add_scenario_options(p: argparse.ArgumentParser) -> None:
     """--scenario, --fault-at, --truth, --speed: for `tuimon-agent sim` and `tuimon demo`."""
-    p.add_argument("--scenario", default="mixed", choices=SCENARIOS,
-                   help="fault to simulate (default: mixed, a bit of everything from the "
-                        "start)")
+    p.add_argument("--scenario", default="mixed", choices=SCENARIOS, metavar="NAME",
+                   help="fault to simulate: " + ", ".join(SCENARIOS) + " (default: mixed, a "
+                        "bit of everything from the start)")
     p.add_argument("--fault-at", type=float, default=60.0, metavar="SECONDS",
                    help="seconds after start when the scenario's fault begins (default 60)")
     p.add_argument("--truth", metavar="FILE",
