@@ -17,7 +17,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from agent.collectors.fabric import FabricCollector
+from agent.collectors.fabric import FabricCollector, StatsReader
 from agent.collectors.gpu import GpuCollector, load_nvml
 from agent.collectors.gpu_events import XidWatcher
 from agent.collectors.host import HostCollector
@@ -87,6 +87,7 @@ class NodeAgent:
         executor: Executor | None = None,
         monotonic: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        ethtool: StatsReader | None = None,
     ) -> None:
         self.config = config
         # Clocks are injectable so a seeded simulation can be replayed exactly (snapshots).
@@ -95,7 +96,7 @@ class NodeAgent:
         self.files = files or FileTree(config.root)
         self.gpu = GpuCollector(nvml_loader, self.files)
         self.host = HostCollector(self.files)
-        self.fabric = FabricCollector(self.files)
+        self.fabric = FabricCollector(self.files, ethtool=ethtool)
         self.storage = StorageCollector(self.files, config.storage)
         self.steps = StepAggregator(interval=config.interval, clock=monotonic,
                                     wall_clock=wall)
@@ -166,6 +167,7 @@ class NodeAgent:
             await asyncio.to_thread(self._xid.stop)
         await loop.run_in_executor(self._executor, self.gpu.close)
         self.storage.close()
+        self.fabric.close()
         self.files.close()
         if self._own_executor:
             self._executor.shutdown(wait=False)

@@ -123,7 +123,9 @@ def wrong(t: WireType) -> Iterator[Any]:
         yield from ([1], {"a": 1}, 1.5, deep)
     elif isinstance(t, ListOf):
         yield from ("abc", 7, {"a": 1})
-        yield [example(t.item)] * (t.max_items + 1)
+        # One item too many, each as small as allowed: the frame stays under its byte
+        # limit, so the list's bound is what refuses it.
+        yield [_least(t.item)] * (t.max_items + 1)
         for bad in _inner(t.item):
             yield [bad]
     elif isinstance(t, MapOf):
@@ -162,6 +164,13 @@ def mutants(t: Record, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
             for sub, record in mutants(inner, path):
                 value = [record] if isinstance(f.type, ListOf) else record
                 yield sub, {**base, f.key: value}
+
+
+def _least(t: Any) -> Any:
+    """The smallest value of a type: a record with only its required fields."""
+    if isinstance(t, Record):
+        return {f.key: example(f.type) for f in t.fields if f.required}
+    return example(t)
 
 
 __all__ = ["MAX_STR", "example", "mutants", "valid", "wrong"]

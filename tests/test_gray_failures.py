@@ -19,6 +19,7 @@ from tests.conftest import make_agent
 from tests.trees import write
 from tuimon_core.fleet import fleet_findings, fleet_table
 from tuimon_core.link_rules import allowed_replays
+from tuimon_core.protocol import Sample
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 CLASSES = {"3D controller": "0x030200", "VGA compatible controller": "0x030000",
@@ -252,3 +253,45 @@ def test_the_fake_nvml_answers_with_nvidia_ml_pys_names_and_arguments() -> None:
                 if p.default is p.empty]
         assert len(have) == len(want), (name, want, have)
     assert fake.NVML_NVLINK_MAX_LINKS == pynvml.NVML_NVLINK_MAX_LINKS
+
+
+def test_a_roce_port_that_pauses_its_peer_is_named(tmp_path: Path) -> None:
+    """A RoCE port whose netdev's driver statistics (the counter names of a real
+    ConnectX-4 Lx: global pause, durations in microseconds) say it held its peer off 30 %
+    of each second: its share is on the wire, and the node names it; a netdev whose
+    statistics cannot be read says why, and the rest of the port is read."""
+    from agent.collectors.fabric import FabricCollector
+    from tests.trees import ib_port
+    from tuimon_core.node_rules import NodeRules
+
+    ib_port(tmp_path, "mlx5_0", link_layer="Ethernet", netdev="ens1f0np0")
+    ib_port(tmp_path, "mlx5_1", link_layer="Ethernet", netdev="ens1f1np1")
+    counters = {"tx_global_pause": 1266552, "tx_global_pause_duration": 555665182,
+                "rx_discards_phy": 0, "tx_pause_storm_warning_events": 0,
+                "tx_pause_storm_error_events": 0}
+
+    class Driver:
+        def read(self, ifname: str) -> dict[str, int]:
+            if ifname == "ens1f1np1":
+                raise OSError(95, "ens1f1np1: EOPNOTSUPP: the driver has no statistics")
+            return dict(counters)
+
+        def close(self) -> None:
+            pass
+    fabric = FabricCollector(FileTree(tmp_path), ethtool=Driver())
+    rules = NodeRules("roce01")
+    book = []
+    for second in range(15):
+        counters["tx_global_pause_duration"] += 300_000  # 0.3 s of each second
+        counters["tx_global_pause"] += 6000
+        values, _ = fabric.collect(float(second))
+        rules.observe(None, Sample(second + 1, 0.0, 1.0, gpus=[],
+                                   extra={"fabric": values}), float(second))
+        book = rules.conditions(float(second))
+    ports = {p["id"]: p for p in values["ports"]}
+    assert ports["mlx5_0:1"]["paused_tx"] == pytest.approx(0.3)
+    assert ports["mlx5_0:1"]["pause_tx_s"] == pytest.approx(6000)
+    assert "EOPNOTSUPP" in ports["mlx5_1:1"]["counter_errors"]["ethtool"]
+    assert ports["mlx5_1:1"]["tx_bytes_s"] is not None
+    assert [f.message for f in book if f.kind == "pfc_pausing"] == [
+        "roce01 mlx5_0:1 holds its peer off 30% of the time (PFC)"]

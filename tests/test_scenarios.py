@@ -12,7 +12,8 @@ from tests.seeded import run_scenario
 
 @pytest.mark.parametrize("name", ["spine-imbalance", "thermal-straggler", "checkpoint-storm",
                                   "xid-79", "link-flap", "bad-cable", "hot-node",
-                                  "pcie-downtrain", "nvlink-degraded", "gpu-missing"])
+                                  "pcie-downtrain", "nvlink-degraded", "gpu-missing",
+                                  "pfc-storm"])
 async def test_the_fault_is_named_within_60_s_of_onset(name: str) -> None:
     caught_at = None
     before = []

@@ -117,6 +117,8 @@ TIMINGS: dict[str, Timing] = {
     "nvlink_errors": Timing(0.0, 600.0),
     "nvlink_down": Timing(0.0, 120.0),
     "gpu_missing": Timing(0.0, 60.0),
+    "pfc_pausing": Timing(10.0, 120.0),
+    "pfc_storm": Timing(0.0, 600.0),
     "steps_lost": Timing(0.0, 600.0),
 }
 # The longest hold of any kind: how long a one-shot check may wait for a finding that is

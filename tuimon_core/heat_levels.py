@@ -95,10 +95,13 @@ def _port_util(v: dict[str, Any], info: Any = None) -> float | None:
 
 
 def _congestion(v: dict[str, Any], info: Any = None) -> float | None:
-    """xmit_wait ticks/s on a log scale: 1e2 quiet .. 1e6 starved of credits."""
+    """InfiniBand: xmit_wait ticks/s on a log scale, 1e2 quiet .. 1e6 starved of credits.
+    RoCE (no xmit_wait): the share of time the peer held the port off with PFC pauses,
+    half the time or more at the top."""
     wait = v.get("xmit_wait_s")
     if wait is None:
-        return None
+        paused = v.get("paused_rx")
+        return None if paused is None else min(1.0, max(0.0, 2.0 * paused))
     return min(1.0, max(0.0, (math.log10(wait + 1) - 2) / 4))
 
 
@@ -118,7 +121,8 @@ def _port_errors(v: dict[str, Any], info: Any = None) -> float | None:
 
 FABRIC_METRICS: tuple[HeatMetric, ...] = (
     HeatMetric("util", "link utilization", ("0 %", "100 %"), _port_util),
-    HeatMetric("congestion", "congestion (xmit_wait)", ("quiet", "starved"), _congestion),
+    HeatMetric("congestion", "congestion (xmit_wait; RoCE: time paused)", ("quiet", "starved"),
+               _congestion),
     HeatMetric("errors", "link errors", ("none", "link down"), _port_errors),
 )
 

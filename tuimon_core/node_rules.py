@@ -24,6 +24,9 @@ from tuimon_core.protocol.fields import PORT_ERROR_COUNTERS
 # viewer's cluster rules: all ports, or the other leaves).
 CONGESTED_WAIT = 1e4
 OUTLIER_FACTOR = 10.0
+# A RoCE port that holds its peer off this share of the time or more is pausing the
+# fabric: its pauses back up the switch port, then the ports that feed it.
+PAUSING_SHARE = 0.2
 ERRORS_WINDOW_S = 600.0  # port error counters and link flaps
 XID_WINDOW_S = 1800.0
 STEPS_WINDOW_S = 600.0
@@ -72,7 +75,10 @@ class NodeRules:
             self._links = LinkRules(self.name)
         self._links.observe(sample, now)
         for p in (sample.extra.get("fabric") or {}).get("ports") or []:
-            for kind, n in (p.get("errors_inc") or {}).items():
+            counted = dict(p.get("errors_inc") or {})
+            if p.get("pause_storms"):
+                counted["pause_storms"] = p["pause_storms"]
+            for kind, n in counted.items():
                 if isinstance(n, (int, float)) and n > 0:
                     self._errors.setdefault((p["id"], kind), deque()).append((now, int(n)))
                     self._error_ports.add(p["id"])
@@ -184,6 +190,7 @@ class NodeRules:
                                    "errors reached it and new ones no longer show (clear the "
                                    "port's counters: perfquery -R)", node=node, port=pid,
                                    score=0.3))
+            out += self._lossless(p, where, now, counted)
             if not counted:
                 continue
             others = {k: self._count(pid, k, now) for k in PORT_ERRORS}
@@ -192,6 +199,32 @@ class NodeRules:
                 text = ", ".join(f"+{n} {k}" for k, n in sorted(others.items()))
                 out.append(Finding("warning", "port_errors", f"{where} {text} in 10 min",
                                    node=node, port=pid, score=0.3))
+        return out
+
+    def _lossless(self, p: dict[str, Any], where: str, now: float,
+                  counted: bool) -> list[Finding]:
+        """A RoCE port's PFC: a storm (the NIC's watchdog stopped sending pauses), a port
+        that holds its peer off much of the time (it cannot take what arrives, and its
+        pauses spread back through the fabric), lossless traffic dropped."""
+        out = []
+        pid = p["id"]
+        storms = self._count(pid, "pause_storms", now) if counted else 0
+        if storms:
+            out.append(Finding("warning", "pfc_storm",
+                               f"{where} PFC storm: the pause watchdog fired {storms} times in "
+                               "10 min (pauses stopped to break it; lossless traffic may have "
+                               "been dropped)", node=self.name, port=pid, score=0.7))
+        paused = p.get("paused_tx")
+        dropped = p.get("discards_s")
+        if (isinstance(paused, (int, float)) and paused >= PAUSING_SHARE) or \
+                (isinstance(dropped, (int, float)) and dropped > 0):
+            parts = []
+            if isinstance(paused, (int, float)) and paused >= PAUSING_SHARE:
+                parts.append(f"holds its peer off {paused * 100:.0f}% of the time (PFC)")
+            if isinstance(dropped, (int, float)) and dropped > 0:
+                parts.append(f"drops {dropped:,.0f} lossless packets a second")
+            out.append(Finding("warning", "pfc_pausing", f"{where} {' and '.join(parts)}",
+                               node=self.name, port=pid, score=0.8))
         return out
 
     def _congestion(self, ports: list[dict[str, Any]]) -> list[Finding]:

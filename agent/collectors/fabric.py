@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from agent.collectors import pci
+from agent.collectors.ethtool_stats import EthtoolStats, pause_summary
 from agent.files import FileTree, ReadError
 from agent.rates import RateTracker
 from tuimon_core.protocol.fields import (
@@ -101,6 +102,7 @@ class _Port:
     prev_t: float | None = None
     reasons: dict[str, str] = field(default_factory=dict)  # why a counter could not be read
     stuck: set[str] = field(default_factory=set)  # counters saturated when last read
+    storms: int | None = None  # PFC storm events as last read (RoCE ports)
 
     @property
     def id(self) -> str:
@@ -109,11 +111,23 @@ class _Port:
         return clean(f"{self.device}:{self.port}")
 
 
+class StatsReader(Protocol):
+    """What reads a netdev's driver statistics (agent.collectors.ethtool_stats)."""
+
+    def read(self, ifname: str) -> dict[str, int]: ...
+
+    def close(self) -> None: ...
+
+
 class FabricCollector:
     """Discovers ports each sample (cheap) and reads their counters."""
 
-    def __init__(self, files: FileTree, errors_every: int = ERRORS_EVERY) -> None:
+    def __init__(self, files: FileTree, errors_every: int = ERRORS_EVERY,
+                 ethtool: StatsReader | None = None) -> None:
         self.files = files
+        # The driver statistics of RoCE ports' netdevs (PFC pauses, storms, discards):
+        # the hardware boundary, so tests and the simulator give their own.
+        self.ethtool: StatsReader = ethtool if ethtool is not None else EthtoolStats()
         self.errors_every = max(1, errors_every)
         self._rates = RateTracker()
         self._ports: dict[str, _Port] = {}
@@ -126,6 +140,9 @@ class FabricCollector:
         self.totals: dict[str, dict[str, int | None]] = {}
         self.hw_totals: dict[str, dict[str, int | None]] = {}
         self.nic_totals: dict[str, dict[str, int | None]] = {}
+
+    def close(self) -> None:
+        self.ethtool.close()
 
     # -- inventory ---------------------------------------------------------------------
 
@@ -342,9 +359,36 @@ class FabricCollector:
                     errors[name] = reason
             v["hw"] = hw
             self.hw_totals[p.id] = hw_totals
+        netdev = p.info.get("netdev")
+        if netdev and p.info.get("link_layer") == "Ethernet":
+            self._read_pauses(p, v, netdev, now, dt, errors)
         if errors:
             v["counter_errors"] = errors
         return v
+
+    def _read_pauses(self, p: _Port, v: dict[str, Any], netdev: str, now: float, dt: float,
+                     errors: dict[str, str]) -> None:
+        """A RoCE port's lossless health from its netdev's driver statistics: pause frames
+        each way, the share of the interval it was held off by its peer (`paused_rx`) or
+        held its peer off (`paused_tx`), PFC storm events and lossless drops."""
+        try:
+            summary = pause_summary(self.ethtool.read(netdev))
+        except OSError as exc:
+            errors["ethtool"] = str(exc)
+            return
+        key = (p.id, "pause")
+        for name, wire in (("pause_rx", "pause_rx_s"), ("pause_tx", "pause_tx_s"),
+                           ("discards", "discards_s")):
+            v[wire] = self._rates.rate((*key, name), summary.get(name), now)
+        for name, wire in (("pause_rx_us", "paused_rx"), ("pause_tx_us", "paused_tx")):
+            per_s = self._rates.rate((*key, name), summary.get(name), now)
+            v[wire] = None if per_s is None else min(1.0, per_s / 1e6)
+        storms = (summary.get("storm_warning") or 0) + (summary.get("storm_error") or 0) \
+            if "storm_warning" in summary or "storm_error" in summary else None
+        before = p.storms
+        p.storms = storms
+        if storms is not None and before is not None and storms > before:
+            v["pause_storms"] = storms - before
 
     def _read_nic(self, name: str, info: dict[str, Any], now: float,
                   refresh: bool) -> dict[str, Any]:

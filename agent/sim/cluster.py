@@ -114,7 +114,8 @@ class SimCluster:
         for i in range(self.nodes):
             name = f"{self.name_prefix}{i:0{width}d}"
             model = SimNodeModel(name, self.gpus, seed=self.seed * 100003 + i,
-                                 trouble=troubles.get(i) or NodeTrouble(), clock=self.clock)
+                                 trouble=troubles.get(i) or NodeTrouble(), clock=self.clock,
+                                 roce=self.plan.roce)
             agent = NodeAgent(
                 AgentConfig(node_name=name, interval=self.interval, xid_wait=0.5,
                             storage=StorageConfig(mmpmon=None, statvfs=model.io.statvfs,
@@ -124,6 +125,7 @@ class SimCluster:
                 executor=self._executor,
                 monotonic=self.clock,
                 wall=self.wall,
+                ethtool=model.io.ethtool(),
             )
             self.members.append(SimNode(i, name, self.base_port + i, model, agent))
         plans = [RankPlan(m.index, g, m.index * self.gpus + g, _slowdown_of(m, g))

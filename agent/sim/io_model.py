@@ -33,6 +33,30 @@ class IoTrouble:
     symbol_errors_per_s: float = 15.0  # on that port (a bad cable: hundreds a second)
     hot_ports: tuple[int, ...] = ()  # ports starved of credits on this node alone
     checkpoint_storm: bool = False  # checkpoint writes without pause, saturating Lustre
+    # RoCE: this port's receiver cannot keep up: it holds its peer off with PFC pauses
+    # much of the time, and the NIC's pause watchdog fires now and then.
+    pfc_port: int | None = None
+
+
+def netdev_of(port: int) -> str:
+    return f"eth{port + 2}"
+
+
+class SimEthtool:
+    """The hardware boundary for a simulated RoCE node: ethtool statistics by netdev."""
+
+    def __init__(self, io: SimIo) -> None:
+        self.io = io
+
+    def read(self, ifname: str) -> dict[str, int]:
+        self.io.advance()
+        for p in range(self.io.ports):
+            if netdev_of(p) == ifname:
+                return dict(self.io.pause[p])
+        raise OSError(19, f"{ifname}: ENODEV: no such interface")
+
+    def close(self) -> None:
+        pass
 
 
 @dataclass
@@ -45,6 +69,7 @@ class SimIo:
     step_seconds: float
     util: Callable[[], float]  # the job's current GPU utilization on this node, 0..1
     trouble_now: Callable[[], IoTrouble] = IoTrouble  # the trouble in force right now
+    roce: bool = False  # Ethernet ports (RoCE) instead of InfiniBand
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed ^ 0x5EED)
@@ -63,6 +88,12 @@ class SimIo:
         self.cnp_handled = [self.rng.randrange(2**31) for _ in range(n)]
         self.ecn_marked = [self.rng.randrange(2**31) for _ in range(n)]
         self.port_state = [4] * n
+        # RoCE lossless counters by port, as mlx5's ethtool statistics count them.
+        self.pause = [{"tx_prio3_pause": 0, "tx_prio3_pause_duration": 0,
+                       "rx_prio3_pause": 0, "rx_prio3_pause_duration": 0,
+                       "tx_pause_storm_warning_events": 0,
+                       "tx_pause_storm_error_events": 0, "rx_discards_phy": 0}
+                      for _ in range(n)]
         self.lustre = {"read_bytes": 0, "reads": 0, "write_bytes": 0, "writes": 0,
                        "open": 0, "getattr": 0, "setattr": 0}
         self.nfs = {"read": 0, "write": 0, "read_ops": 0, "read_ms": 0}
@@ -114,6 +145,8 @@ class SimIo:
             self.cnp_sent[p] = (self.cnp_sent[p] + int(cnps * dt)) % 2**32
             self.cnp_handled[p] = (self.cnp_handled[p] + int(cnps * dt * 0.97)) % 2**32
             self.ecn_marked[p] = (self.ecn_marked[p] + int(cnps * dt * 1.1)) % 2**32
+            if self.roce:
+                self._pfc(p, dt, trouble)
             if trouble.symbol_errors_port == p:
                 # A 16-bit counter: it saturates at 65535, as the real one does.
                 self.symbol_errors[p] = min(65535, self.symbol_errors[p] + int(
@@ -142,6 +175,22 @@ class SimIo:
             self.disk_ms[d] += int((reads + 50 * dt) * 0.08)
         self.eth_rx += int(2e6 * dt)
         self.eth_tx += int(1e6 * dt)
+
+    def _pfc(self, p: int, dt: float, trouble: IoTrouble) -> None:
+        """PFC on priority 3 (the RoCE traffic class): a healthy port pauses for moments;
+        the troubled one holds its peer off about 40 % of the time."""
+        c = self.pause[p]
+        share = 0.4 * (0.9 + 0.2 * self.rng.random()) if trouble.pfc_port == p else 0.0005
+        c["tx_prio3_pause_duration"] += int(share * dt * 1e6)
+        c["tx_prio3_pause"] += int(share * dt * 1e6 / 50)  # a pause quantum about 50 us
+        c["rx_prio3_pause_duration"] += int(0.0005 * dt * 1e6)
+        c["rx_prio3_pause"] += int(0.0005 * dt * 1e6 / 50)
+        if trouble.pfc_port == p and self.rng.random() < dt / 30:
+            c["tx_pause_storm_warning_events"] += 1
+
+    def ethtool(self) -> SimEthtool:
+        """The RoCE netdevs' driver statistics, as the ioctl would read them."""
+        return SimEthtool(self)
 
     # -- files -------------------------------------------------------------------------------
 
@@ -188,7 +237,9 @@ class SimIo:
                             ("current_link_width", "16"), ("max_link_width", "16")):
             out[f"{dev}/device/{name}"] = _const(value + "\n")
         out[f"{base}/rate"] = _const("400 Gb/sec (4X NDR)\n")
-        out[f"{base}/link_layer"] = _const("InfiniBand\n")
+        out[f"{base}/link_layer"] = _const("Ethernet\n" if self.roce else "InfiniBand\n")
+        if self.roce:  # the port's netdev, as /sys/class/infiniband/<dev>/device/net lists it
+            out[f"{dev}/device/net/{netdev_of(p)}/ifindex"] = _const(f"{p + 3}\n")
         out[f"{base}/state"] = self._reader(
             lambda: "4: ACTIVE" if self.port_state[p] == 4 else "1: DOWN")
         out[f"{base}/phys_state"] = self._reader(

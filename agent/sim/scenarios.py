@@ -19,7 +19,7 @@ from tuimon_core.cli_types import positive_float
 
 SCENARIOS = ("mixed", "healthy", "spine-imbalance", "thermal-straggler", "checkpoint-storm",
              "xid-79", "link-flap", "bad-cable", "hot-node", "pcie-downtrain",
-             "nvlink-degraded", "driver-skew", "gpu-missing")
+             "nvlink-degraded", "driver-skew", "gpu-missing", "pfc-storm")
 # A rank whose GPU's link is slow computes this much longer: copies in and out of the
 # GPU wait on the link (a Gen3 x8 link has a quarter of Gen5 x16's bandwidth).
 GRAY_SLOWDOWN = 1.15
@@ -36,6 +36,7 @@ class Scenario:
     io_stall_s: float = 0.0
     components: list[str] = field(default_factory=list)  # what a diagnosis must name
     kinds: list[str] = field(default_factory=list)  # which findings name them
+    roce: bool = False  # the cluster's fabric is RoCE (Ethernet ports, PFC)
 
 
 def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
@@ -89,6 +90,10 @@ def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
         return Scenario(name, {victim: NodeTrouble(missing_gpu=gpu)},
                         components=[node_name(victim)], kinds=["gpu_missing"])
     port = rng.randrange(max(1, gpus))
+    if name == "pfc-storm":  # RoCE: one port's receiver cannot keep up and pauses its peer
+        return Scenario(name, {victim: NodeTrouble(io=IoTrouble(pfc_port=port))},
+                        allreduce_factor=1.6, components=[f"{node_name(victim)} mlx5_{port}:1"],
+                        kinds=["pfc_pausing", "pfc_storm"], roce=True)
     if name == "bad-cable":  # symbol errors climbing steadily, the link never drops
         return Scenario(name, {victim: NodeTrouble(io=IoTrouble(
             symbol_errors_port=port, symbol_errors_per_s=500.0))},

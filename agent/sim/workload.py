@@ -69,6 +69,7 @@ class SimNodeModel:
     seed: int
     trouble: NodeTrouble = field(default_factory=NodeTrouble)
     clock: Callable[[], float] = time.monotonic
+    roce: bool = False  # the fabric is RoCE (Ethernet ports) instead of InfiniBand
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -94,7 +95,7 @@ class SimNodeModel:
         # One HCA port per GPU (rail-optimised), traffic following the GPUs' activity.
         self.io = SimIo(ports=self.gpus, seed=self.seed, clock=self.clock,
                         step_seconds=STEP_SECONDS, util=self._mean_util,
-                        trouble_now=lambda: self.active().io)
+                        trouble_now=lambda: self.active().io, roce=self.roce)
         self._lost_done = False
 
     def active(self) -> NodeTrouble:

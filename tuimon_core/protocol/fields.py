@@ -354,7 +354,20 @@ PORT_FIELDS: tuple[Field, ...] = (
           "`out_of_sequence`, `packet_seq_err`, `local_ack_timeout_err`, "
           "`rnr_nak_retry_err`, `out_of_buffer`, ...), read across their 2^32 wrap"),
     Field("counter_errors", REASONS, "counter -> reason", "counters that could not be read: "
-          "`N/A (no PMA)`, `missing`, `permission denied`, `not a counter: ...`"),
+          "`N/A (no PMA)`, `missing`, `permission denied`, `not a counter: ...`, `ethtool` "
+          "(a RoCE netdev's driver statistics)"),
+    Field("pause_rx_s", RATE, "frames/s", "RoCE: PFC and global pause frames received (the "
+          "peer asks this port to stop), all priorities (since 2026-12)"),
+    Field("pause_tx_s", RATE, "frames/s", "RoCE: pause frames sent (this port asks its peer "
+          "to stop)"),
+    Field("paused_rx", Num(0, 1), "ratio 0..1", "RoCE: the share of the interval the peer held "
+          "this port off (`*_pause_duration`, microseconds)"),
+    Field("paused_tx", Num(0, 1), "ratio 0..1", "RoCE: the share of the interval this port "
+          "held its peer off: a receiver that cannot keep up"),
+    Field("pause_storms", COUNT, "count", "RoCE: PFC storm watchdog events since the last "
+          "read (`tx_pause_storm_warning_events`, `tx_pause_storm_error_events`)"),
+    Field("discards_s", RATE, "1/s", "RoCE: lossless traffic dropped (`rx_discards_phy`, "
+          "per-priority discards)"),
 )
 NIC_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "as the inventory's", required=True),
