@@ -75,6 +75,8 @@ class AgentCollector(Collector):
         yield from self._gpus(node, sample.gpus or [], hello.gpus)
         yield from self._host(node, sample.host or {})
         yield from _fabric_metrics(node, sample.extra.get("fabric") or {}, hello, agent.fabric)
+        yield from _platform_metrics(node, hello)
+        yield from _roce_metrics(node, agent.fabric)
         yield from _storage_metrics(node, sample.extra.get("storage") or {}, agent.storage)
         yield from _step_metrics(node, agent.steps)
 
@@ -125,7 +127,13 @@ class AgentCollector(Collector):
                     fam.add_metric(lab, v)
             yield fam
         maxes = (("max_sm_clock", "tuimon_gpu_sm_clock_max_hertz", "Maximum SM clock"),
-                 ("max_mem_clock", "tuimon_gpu_memory_clock_max_hertz", "Maximum memory clock"))
+                 ("max_mem_clock", "tuimon_gpu_memory_clock_max_hertz", "Maximum memory clock"),
+                 ("pcie_gen_max", "tuimon_gpu_pcie_link_generation_max",
+                  "The highest PCIe generation the GPU and its slot support together"),
+                 ("pcie_width_max", "tuimon_gpu_pcie_link_width_max",
+                  "The widest PCIe link the GPU and its slot support"),
+                 ("nvlinks", "tuimon_gpu_nvlinks_active", "NVLinks active"),
+                 ("nvlinks_total", "tuimon_gpu_nvlinks", "NVLinks the GPU has"))
         for attr, name, doc in maxes:
             fam = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
             for g, lab in zip(inventory, labels):
@@ -281,6 +289,65 @@ def _step_metrics(node: str, steps: Any) -> Iterator[Metric]:
         labels=["node"])
     clipped.add_metric([node], steps.clipped)
     yield clipped
+
+
+def _platform_metrics(node: str, hello: Any) -> Iterator[Metric]:
+    """What the node is made of (the hello's): the fleet compares these."""
+    extra, host = hello.extra, hello.host or {}
+    info = GaugeMetricFamily("tuimon_node_platform_info", "1, labelled with the kernel, "
+                             "NVIDIA and CUDA driver versions and the GPUDirect RDMA module",
+                             labels=["node", "kernel", "driver", "cuda", "gpudirect"])
+    info.add_metric([node, host.get("kernel") or "", hello.driver_version or "",
+                     extra.get("cuda_driver_version") or "", extra.get("gpudirect") or ""], 1)
+    yield info
+    bus = GaugeMetricFamily("tuimon_gpus_on_pci_bus", "NVIDIA GPUs on the PCI bus held by "
+                            "the node (what NVML should see)", labels=["node"])
+    bus.add_metric([node], len(extra.get("pci_gpus") or ()))
+    yield bus
+    links = [GaugeMetricFamily(f"tuimon_hca_pcie_link_{what}", f"The HCA's PCIe link {doc}",
+                               labels=["node", "device"])
+             for what, doc in (("generation", "generation"), ("width", "width"),
+                               ("generation_max", "generation at most"),
+                               ("width_max", "width at most"))]
+    seen = set()
+    for p in extra.get("ports") or ():
+        device = p.get("device")
+        if device in seen:
+            continue
+        seen.add(device)
+        for fam, key in zip(links, ("pcie_gen", "pcie_width", "pcie_gen_max",
+                                    "pcie_width_max")):
+            if p.get(key) is not None:
+                fam.add_metric([node, str(device)], p[key])
+    yield from links
+
+
+def _roce_metrics(node: str, collector: Any) -> Iterator[Metric]:
+    """RoCE ports' lossless counters, cumulative, from their netdevs' statistics."""
+    frames = CounterMetricFamily("tuimon_roce_pause_frames", "PFC and global pause frames",
+                                 labels=[*PORT_LABELS, "direction"])
+    paused = CounterMetricFamily("tuimon_roce_paused_seconds", "Time paused: rx, held off "
+                                 "by the peer; tx, holding the peer off",
+                                 labels=[*PORT_LABELS, "direction"])
+    storms = CounterMetricFamily("tuimon_roce_pause_storm_events", "PFC storm watchdog "
+                                 "events", labels=[*PORT_LABELS, "level"])
+    drops = CounterMetricFamily("tuimon_roce_lossless_discards", "Lossless traffic dropped "
+                                "(rx_discards_phy and per-priority discards)",
+                                labels=PORT_LABELS)
+    for pid, totals in collector.pause_totals.items():
+        device, _, port = pid.rpartition(":")
+        lab = [node, device, port]
+        for direction in ("rx", "tx"):
+            if f"pause_{direction}" in totals:
+                frames.add_metric([*lab, direction], totals[f"pause_{direction}"])
+            if f"pause_{direction}_us" in totals:
+                paused.add_metric([*lab, direction], totals[f"pause_{direction}_us"] / 1e6)
+        for level in ("warning", "error"):
+            if f"storm_{level}" in totals:
+                storms.add_metric([*lab, level], totals[f"storm_{level}"])
+        if "discards" in totals:
+            drops.add_metric(lab, totals["discards"])
+    yield from (frames, paused, storms, drops)
 
 
 def _finding_metrics(node: str, findings: list[Finding]) -> Iterator[Metric]:

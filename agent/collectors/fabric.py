@@ -140,6 +140,8 @@ class FabricCollector:
         self.totals: dict[str, dict[str, int | None]] = {}
         self.hw_totals: dict[str, dict[str, int | None]] = {}
         self.nic_totals: dict[str, dict[str, int | None]] = {}
+        # RoCE ports' lossless counters as last read (pause_summary), for /metrics.
+        self.pause_totals: dict[str, dict[str, int]] = {}
 
     def close(self) -> None:
         self.ethtool.close()
@@ -251,6 +253,7 @@ class FabricCollector:
             port_ids = {p.id for p in self._ports.values()}
             nic_ids = {n["id"] for n in self._nics.values()}
             for table, live in ((self.totals, port_ids), (self.hw_totals, port_ids),
+                                (self.pause_totals, port_ids),
                                 (self.nic_totals, nic_ids)):
                 for key in list(table.keys() - live):
                     del table[key]
@@ -375,7 +378,9 @@ class FabricCollector:
             summary = pause_summary(self.ethtool.read(netdev))
         except OSError as exc:
             errors["ethtool"] = str(exc)
+            self.pause_totals.pop(p.id, None)
             return
+        self.pause_totals[p.id] = summary
         key = (p.id, "pause")
         for name, wire in (("pause_rx", "pause_rx_s"), ("pause_tx", "pause_tx_s"),
                            ("discards", "discards_s")):
