@@ -134,6 +134,9 @@ def fleet_findings(hellos: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def hellos_of(nodes: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    """node name -> hello, for the nodes that have one."""
-    return {name: h for name, h in nodes if h is not None}
+def hellos_of(nodes: Iterable[tuple[str, Any]],
+              leave_out: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """node name -> hello, for the nodes that have one. Nodes named as CPU nodes (login
+    and service nodes) are left out: they are not the training fleet, and their other
+    kernel or missing GPUs say nothing about a compute node."""
+    return {name: h for name, h in nodes if h is not None and name not in leave_out}

@@ -289,7 +289,8 @@ class Diagnosis:
         only when a hello changed."""
         version = cluster.hellos_version
         if self._fleet_seen[0] != version:
-            hellos = hellos_of((n.name, n.hello) for n in cluster.nodes.values())
+            hellos = hellos_of(((n.name, n.hello) for n in cluster.nodes.values()),
+                                self.cpu_nodes)
             self._fleet_seen = (version, fleet_findings(hellos))
         return self._fleet_seen[1]
 

@@ -456,7 +456,7 @@ class TuimonApp(App[None]):
         self._update_legend()
 
     def action_fleet(self) -> None:
-        self.push_screen(FleetScreen(self.cluster))
+        self.push_screen(FleetScreen(self.cluster, self.view.cpu_nodes))
 
     def action_filter(self) -> None:
         def apply(value: str | None) -> None:

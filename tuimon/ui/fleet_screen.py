@@ -27,18 +27,24 @@ class FleetScreen(ModalScreen[None]):
     FleetScreen Static { padding: 0 1; }
     """
 
-    def __init__(self, cluster: ClusterState) -> None:
+    def __init__(self, cluster: ClusterState,
+                 cpu_nodes: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.cluster = cluster
+        self.cpu_nodes = cpu_nodes
 
     def compose(self) -> ComposeResult:
         with VerticalScroll():
             yield Static(self._text())
 
     def _text(self) -> str:
-        hellos = hellos_of((n.name, n.hello) for n in self.cluster.nodes.values())
+        hellos = hellos_of(((n.name, n.hello) for n in self.cluster.nodes.values()),
+                           self.cpu_nodes)
         lines = [f"[b]fleet[/b]  what {len(hellos)} nodes say they are made of; the few "
                  "that differ from most are also in the diagnosis"]
+        left_out = self.cpu_nodes & self.cluster.nodes.keys()
+        if left_out:
+            lines.append(f"  CPU nodes left out: {safe(collect_hostlist(left_out), 80)}")
         for aspect, model, groups in fleet_table(hellos):
             total = sum(len(g.nodes) for g in groups)
             title = aspect.label + (f" ({safe(model, 40)})" if model else "")
