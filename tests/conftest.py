@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 import socket
 import sys
@@ -117,17 +118,27 @@ def _ephemeral_floor() -> int:
         return 32768
 
 
+def _worker_range(low: int, top: int) -> tuple[int, int]:
+    """This pytest-xdist worker's share of [low, top): workers are separate processes,
+    so a block checked free by one could be taken by another before it binds."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    index = int(worker[2:]) if worker[2:].isdigit() else 0
+    share = (top - low) // max(1, count)
+    return low + index * share, low + (index + 1) * share
+
+
 @pytest.fixture
 def unused_tcp_port_factory() -> Iterator[Callable[[], int]]:
     """A free port with the PORT_BLOCK - 1 ports after it free too (for simulated
     clusters), below the ephemeral range; replaces pytest-asyncio's fixture. The blocks
     go back when the test ends."""
-    top = min(_ephemeral_floor(), 32768) - PORT_BLOCK
+    low, top = _worker_range(10000, min(_ephemeral_floor(), 32768) - PORT_BLOCK)
     mine: set[int] = set()
 
     def take() -> int:
         for _ in range(500):
-            base = random.randrange(10000, top)
+            base = random.randrange(low, top)
             block = range(base, base + PORT_BLOCK)
             if _handed_out.intersection(block):
                 continue
