@@ -1,22 +1,25 @@
 """Step telemetry from a training script to the node's agent: `StepReporter`.
 
-Only the standard library and msgpack: a training script imports this and nothing else
-of tuimon. Each finished step is one datagram on a local Unix socket. Sending never
-blocks and never raises into the training loop: a missing agent, a full socket buffer or
-any error is counted in `dropped` and the step goes on. A step costs a few microseconds.
+Only the standard library, msgpack and tuimon_core's list of wait kinds: a training
+script imports this and nothing else of tuimon. Each finished step is one datagram on a
+local Unix socket. Sending never blocks and never raises into the training loop: a
+missing agent, a full socket buffer or any error is counted in `dropped` and the step
+goes on. A step costs a few microseconds.
 
     from agent.reporter import StepReporter
 
     reporter = StepReporter(job="llama-70b", rank=rank, world_size=world)
     for batch in loader:
         with reporter.step(samples=len(batch)):
-            with reporter.waiting():          # communication or data loading
+            with reporter.waiting("data"):     # the input pipeline
                 batch = batch.to(device)
             loss = model(batch).backward()
-            with reporter.waiting():
+            with reporter.waiting("comm"):     # collectives
                 optimizer_step_with_allreduce()
 
-compute time = step time - time inside `waiting()`.
+compute time = step time - time inside `waiting()`. The kind says what was waited on
+(`comm`, `data`, `checkpoint`; `other`, the default): the budget a job loses is put down
+to it. A kind this version does not know counts as `other`.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import time
 from collections.abc import Iterator
 
 import msgpack
+
+from tuimon_core.wait_kinds import OTHER, WAIT_WORDS, wait_kind
 
 ENV_SOCKET = "TUIMON_STEPS_SOCKET"
 MAX_DATAGRAM = 2048
@@ -61,6 +66,7 @@ class StepReporter:
         self.dropped = 0
         self._seq = 0
         self._wait = 0.0
+        self._waits: dict[str, float] = {}
         self._sock: socket.socket | None = None
         try:
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -72,32 +78,56 @@ class StepReporter:
     def step(self, samples: int = 0, tokens: int = 0) -> Iterator[StepReporter]:
         """Time one step; its samples and tokens are counted when it ends."""
         self._wait = 0.0
+        self._waits = {}
         t0 = time.perf_counter()
         try:
             yield self
         finally:
             wall = time.perf_counter() - t0
-            self.report(wall, max(0.0, wall - self._wait), samples, tokens)
+            self._send(wall, max(0.0, wall - self._wait), samples, tokens, self._waits)
 
     @contextlib.contextmanager
-    def waiting(self) -> Iterator[None]:
-        """Time spent waiting (communication, data loading) inside the current step."""
+    def waiting(self, kind: str = "other") -> Iterator[None]:
+        """Time spent waiting inside the current step, and on what: `comm`
+        (collectives), `data` (the input pipeline), `checkpoint`, `other`."""
         t0 = time.perf_counter()
         try:
             yield
         finally:
-            self._wait += time.perf_counter() - t0
+            waited = time.perf_counter() - t0
+            self._wait += waited
+            if kind not in WAIT_WORDS:  # inline wait_kind: this runs every step
+                kind = OTHER
+            waits = self._waits
+            waits[kind] = waits.get(kind, 0.0) + waited
 
-    def report(self, wall: float, compute: float, samples: int = 0, tokens: int = 0) -> None:
-        """Send one step's figures (for callers that time steps themselves)."""
+    def report(self, wall: float, compute: float, samples: int = 0, tokens: int = 0,
+               waits: dict[str, float] | None = None) -> None:
+        """Send one step's figures (for callers that time steps themselves); `waits`:
+        seconds waited by kind, at most wall - compute (the rest counts as `other`)."""
+        named: dict[str, float] = {}
+        try:
+            for k, v in (waits or {}).items():
+                if v > 0:
+                    named[wait_kind(k)] = named.get(wait_kind(k), 0.0) + float(v)
+        except Exception:  # never into the training loop
+            self.dropped += 1
+            return
+        self._send(wall, compute, samples, tokens, named)
+
+    def _send(self, wall: float, compute: float, samples: int, tokens: int,
+              waits: dict[str, float]) -> None:
         try:
             self._seq += 1
-            data = msgpack.packb({
+            report = {
                 "v": 1, "t": "step", "job": self.job, "rank": self.rank,
                 "world": self.world_size, "local_rank": self.local_rank, "seq": self._seq,
                 "ts": time.time(), "wall": float(wall), "compute": float(compute),
                 "samples": int(samples), "tokens": int(tokens), "pid": os.getpid(),
-            })
+            }
+            if waits:
+                report["waits"] = waits
+            data = msgpack.packb(report)
             if self._sock is None:
                 raise OSError("no socket")
             self._sock.sendto(data, self.path)

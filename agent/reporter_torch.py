@@ -12,7 +12,7 @@ loop is never stalled.
     for batch in loader:
         with timer.step(samples=len(batch)):
             loss = model(batch); loss.backward()
-            with timer.waiting():
+            with timer.waiting("comm"):
                 all_reduce_gradients()
             optimizer.step()
 """
@@ -46,8 +46,8 @@ class TorchStepTimer:
                  use_cuda: bool = True) -> None:
         self.reporter = reporter
         self.cuda = (cuda if cuda is not None else _cuda()) if use_cuda else None
-        self._pending: deque[tuple[Any, Any, list[tuple[Any, Any]], int, int]] = deque()
-        self._waits: list[tuple[Any, Any]] = []
+        self._pending: deque[tuple[Any, Any, list[tuple[Any, Any, str]], int, int]] = deque()
+        self._waits: list[tuple[Any, Any, str]] = []
         self._wall_wait = 0.0
 
     @property
@@ -75,9 +75,10 @@ class TorchStepTimer:
             self.flush()
 
     @contextlib.contextmanager
-    def waiting(self) -> Iterator[None]:
+    def waiting(self, kind: str = "other") -> Iterator[None]:
+        """As StepReporter.waiting: `comm`, `data`, `checkpoint` or `other`."""
         if self.cuda is None:
-            with self.reporter.waiting():
+            with self.reporter.waiting(kind):
                 yield
             return
         a = self.cuda.Event(enable_timing=True)
@@ -87,7 +88,7 @@ class TorchStepTimer:
             yield
         finally:
             b.record()
-            self._waits.append((a, b))
+            self._waits.append((a, b, kind))
 
     def flush(self) -> None:
         """Report every step whose events have completed, oldest first, without waiting."""
@@ -95,8 +96,11 @@ class TorchStepTimer:
             while self._pending and self._pending[0][1].query():
                 start, end, waits, samples, tokens = self._pending.popleft()
                 wall = start.elapsed_time(end) / 1000.0  # milliseconds to seconds
-                waited = sum(a.elapsed_time(b) for a, b in waits) / 1000.0
-                self.reporter.report(wall, max(0.0, wall - waited), samples, tokens)
+                by_kind: dict[str, float] = {}
+                for a, b, kind in waits:
+                    by_kind[kind] = by_kind.get(kind, 0.0) + a.elapsed_time(b) / 1000.0
+                waited = sum(by_kind.values())
+                self.reporter.report(wall, max(0.0, wall - waited), samples, tokens, by_kind)
         except Exception:  # never into the training loop
             self._pending.clear()
             self.reporter.dropped += 1

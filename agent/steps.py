@@ -38,7 +38,7 @@ import struct
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -46,6 +46,7 @@ import msgpack
 from agent.reporter import MAX_DATAGRAM
 from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, DropJudge
 from tuimon_core.protocol.text import clean
+from tuimon_core.wait_kinds import add_waits, split_wait
 
 log = logging.getLogger(__name__)
 
@@ -107,9 +108,29 @@ def decode_step(data: bytes) -> dict[str, Any]:
         if type(v) is not int or not 0 <= v <= 1 << 40:
             raise StepError(f"{key}: expected a count, got {v!r}")
         out[key] = v
+    waits = m.get("waits")
+    if waits is not None:
+        out["waits"] = _decode_waits(waits, out["wall"])
     seq, pid = m.get("seq"), m.get("pid")
     out["seq"] = seq if type(seq) is int and seq >= 0 else None
     out["pid"] = pid if type(pid) is int else None
+    return out
+
+
+def _decode_waits(waits: Any, wall: float) -> dict[str, float]:
+    """A step's seconds waited by kind: at most 16 names of at most 32 characters, each
+    a number of seconds, together no longer than the step."""
+    if type(waits) is not dict or len(waits) > 16:
+        raise StepError("waits: expected a map of kind -> seconds")
+    out: dict[str, float] = {}
+    for k, v in waits.items():
+        if type(k) is not str or len(k) > 32:
+            raise StepError(f"waits: expected kind names, got {k!r:.40}")
+        if not (type(v) is int or type(v) is float) or not math.isfinite(v) or v < 0:
+            raise StepError(f"waits.{k}: expected seconds, got {v!r:.40}")
+        out[k] = float(v)
+    if sum(out.values()) > wall * 1.001 + 1e-6:
+        raise StepError("waits longer than the step")
     return out
 
 
@@ -121,6 +142,7 @@ class RankTotals:
     compute: float = 0.0
     samples: int = 0
     tokens: int = 0
+    waits: dict[str, float] = field(default_factory=dict)  # kind -> seconds
 
 
 @dataclass
@@ -138,20 +160,22 @@ class _JobHistory:
     """One job's cumulative sums on this node (they only grow, whatever ranks come and
     go) and, per window, points of them over time to subtract from."""
 
-    __slots__ = ("compute", "drop", "points", "samples", "since", "steps", "wall")
+    __slots__ = ("compute", "drop", "points", "samples", "since", "steps", "waits", "wall")
 
     def __init__(self, now: float, since: float) -> None:
         self.steps = 0
         self.wall = self.compute = 0.0
         self.samples = 0
+        self.waits: dict[str, float] = {}  # kind -> seconds
         self.since = since  # Unix time the agent first counted the job
-        # One deque a window: (monotonic time, wall, compute, samples), oldest first.
-        self.points: list[deque[tuple[float, float, float, int]]] = [
-            deque([(now, 0.0, 0.0, 0)]) for _ in STEP_WINDOWS]
+        # One deque a window: (monotonic time, wall, compute, samples, waits), oldest
+        # first.
+        self.points: list[deque[tuple[float, float, float, int, dict[str, float]]]] = [
+            deque([(now, 0.0, 0.0, 0, {})]) for _ in STEP_WINDOWS]
         self.drop = DropJudge()
 
     def mark(self, now: float) -> None:
-        point = (now, self.wall, self.compute, self.samples)
+        point = (now, self.wall, self.compute, self.samples, dict(self.waits))
         for (span, every), q in zip(STEP_WINDOWS, self.points):
             if now - q[-1][0] >= every:
                 q.append(point)
@@ -163,11 +187,16 @@ class _JobHistory:
     def windows(self, now: float) -> list[dict[str, Any]]:
         out = []
         for (span, _), q in zip(STEP_WINDOWS, self.points):
-            at, wall, compute, samples = q[0]
-            out.append({"s": span, "covered": min(span, max(0.0, now - at)),
-                        "wall": max(0.0, self.wall - wall),
-                        "compute": max(0.0, self.compute - compute),
-                        "samples": max(0, self.samples - samples)})
+            at, wall, compute, samples, waits = q[0]
+            window: dict[str, Any] = {"s": span, "covered": min(span, max(0.0, now - at)),
+                                      "wall": max(0.0, self.wall - wall),
+                                      "compute": max(0.0, self.compute - compute),
+                                      "samples": max(0, self.samples - samples)}
+            grown = {k: v - waits.get(k, 0.0) for k, v in self.waits.items()
+                     if v - waits.get(k, 0.0) > 0}
+            if grown:
+                window["waits"] = grown
+            out.append(window)
         return out
 
     def judge(self, windows: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
@@ -184,8 +213,11 @@ class _JobHistory:
                                           "held": min(86400.0, round(now - drop.since, 1))}
 
     def totals(self) -> dict[str, Any]:
-        return {"steps": self.steps, "wall": self.wall, "compute": self.compute,
-                "samples": self.samples, "since": self.since}
+        out: dict[str, Any] = {"steps": self.steps, "wall": self.wall, "compute": self.compute,
+                               "samples": self.samples, "since": self.since}
+        if self.waits:
+            out["waits"] = dict(self.waits)
+        return out
 
 
 class _Bucket:
@@ -269,6 +301,8 @@ class StepAggregator:
             self._owners[job] = uid
         self._count_lost(job, state, step)
         wall, compute = self._credit(state, step["wall"], step["compute"], now)
+        # What the credited waiting was spent on, in the shares the report gave.
+        waits = split_wait(step.get("waits"), wall - compute, step["wall"] - step["compute"])
         self.received += 1
         history = self._jobs.get(job)
         if history is None:
@@ -277,6 +311,7 @@ class StepAggregator:
         history.wall += wall
         history.compute += compute
         history.samples += step["samples"]
+        add_waits(history.waits, waits)
         for table in (self.interval, self.totals):
             t = table.get(key)
             if t is None:
@@ -287,6 +322,7 @@ class StepAggregator:
             t.compute += compute
             t.samples += step["samples"]
             t.tokens += step["tokens"]
+            add_waits(t.waits, waits)
 
     def _credit(self, state: _Rank, wall: float, compute: float,
                 now: float) -> tuple[float, float]:
@@ -334,9 +370,12 @@ class StepAggregator:
         jobs: dict[str, dict[str, Any]] = {}
         for (job, rank), t in sorted(self.interval.items()):
             entry = jobs.setdefault(job, {"id": job, "world": t.world, "ranks": []})
-            entry["ranks"].append({"rank": rank, "steps": t.steps, "wall": t.wall,
-                                   "compute": t.compute, "samples": t.samples,
-                                   "tokens": t.tokens})
+            r: dict[str, Any] = {"rank": rank, "steps": t.steps, "wall": t.wall,
+                                 "compute": t.compute, "samples": t.samples,
+                                 "tokens": t.tokens}
+            if t.waits:
+                r["waits"] = t.waits
+            entry["ranks"].append(r)
         for job, n in self._lost_now.items():
             if job in jobs:
                 jobs[job]["lost"] = n

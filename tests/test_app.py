@@ -632,6 +632,35 @@ async def test_enter_on_a_jobs_line_shows_that_job_and_its_nodes() -> None:
         assert "filter /job train/" in str(app.query_one("#legend").render())
 
 
+@pytest.mark.parametrize("width", [80, 200])
+async def test_the_strip_says_the_verdict_at_any_width_and_the_waiting_where_it_fits(
+        width: int) -> None:
+    """A job paging on its burn: at 80 columns the strip keeps the job, its verdict and
+    its SLI (it was blank there: the essentials alone were wider than the line); at 200
+    it says what the step time waited on and what the budget was spent on."""
+    app = await make_app(8)
+    eff = app.efficiency
+    job = eff._job("train")
+    job.world = 8
+    now = eff.now
+    for minute in range(120):  # two hours at SLI 0.3: a page-rate burn
+        ts = now - 7200 + 60 * (minute + 1)
+        job.burn.add(ts, 60.0, 18.0, {"comm": 30.0, "data": 9.0})
+        job.history.append((ts, 480.0, 144.0, 100))
+        job.wait_history.append((ts, {"comm": 240.0, "data": 72.0}))
+    job.rank_last = dict.fromkeys(range(8), now)
+    job.last_update = now
+    async with app.run_test(size=(width, 40)) as pilot:
+        await pilot.pause()
+        from tuimon.ui.panels import SloStrip
+
+        text = str(app.query_one(SloStrip).render())
+        assert "train" in text and "PAGE" in text and "SLI" in text and "0.30" in text, text
+        if width == 200:
+            assert "waiting 1h: comm 50%, data 15%" in text, text
+            assert "spent on comm 1.0 h, data 0.3 h, other 0.1 h" in text, text
+
+
 async def test_the_fleet_screen_groups_the_nodes_by_what_they_are_made_of() -> None:
     import dataclasses
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers import require_promtool
-from tuimon.model.prom_rules import ALERT, rules_yaml
+from tuimon.model.prom_rules import ALERT, WAIT_WINDOWS, rules_yaml, wait_share_record
 from tuimon.model.slo import ALERTS, BURN_WINDOWS_S, BurnTracker, Slo
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,7 +205,8 @@ def test_promtool_checks_the_rules(promtool: str, tmp_path: Path, target: float,
     (tmp_path / "tuimon.yml").write_text(rules_yaml(Slo(target, 720), selector=selector))
     done = run_promtool(promtool, "check", "rules", "tuimon.yml", cwd=tmp_path)
     assert_ok(done)
-    assert f"SUCCESS: {2 * len(BURN_WINDOWS_S) + len(ALERTS)} rules found" in done.stdout
+    rules = 2 * len(BURN_WINDOWS_S) + len(WAIT_WINDOWS) + len(ALERTS)
+    assert f"SUCCESS: {rules} rules found" in done.stdout
 
 
 @pytest.mark.parametrize("slo", [Slo(0.9, 720), Slo(0.95, 720), Slo(0.99, 720),
@@ -234,7 +235,8 @@ def test_records_cover_every_burn_window() -> None:
     records = [r for r in parse_rules(rules_yaml(Slo(0.9, 720))) if r.kind == "record"]
     assert [r.name for r in records] == [
         name for w in BURN_WINDOWS_S
-        for name in (f"tuimon:job_sli:rate{w}", f"tuimon:job_error_ratio:rate{w}")]
+        for name in (f"tuimon:job_sli:rate{w}", f"tuimon:job_error_ratio:rate{w}",
+                     *([wait_share_record(w)] if w in WAIT_WINDOWS else []))]
     assert records[0].expr == [
         "sum by (exported_job, job) (rate(tuimon_job_compute_seconds_total[5m]))",
         "  / (sum by (exported_job, job) (rate(tuimon_job_wall_seconds_total[5m])) > 0)"]
@@ -440,3 +442,26 @@ def test_a_wrong_recorded_value_fails(promtool: str, tmp_path: Path) -> None:
     done = promtool_test(promtool, tmp_path, [rules_yaml(Slo(0.9, 720))], [{
         "interval": "1m", "input_series": input_series(job), "promql_expr_test": wrong}])
     assert done.returncode != 0, done.stdout + done.stderr
+
+
+def test_recorded_wait_shares_say_what_the_step_time_waited_on(promtool: str,
+                                                                tmp_path: Path) -> None:
+    """Two ranks, each 60 s of steps a minute: one waits 12 s in collectives and 3 s on
+    data, the other 6 s in collectives and 6 s on a checkpoint. Over the hour the job
+    spent 15% of its step time in comm, 2.5% on data, 5% on checkpoints."""
+    job = llama((60, (0.75, 0.8)))
+    series = input_series(job)
+    waits = ({"comm": 12.0, "data": 3.0}, {"comm": 6.0, "checkpoint": 6.0})
+    for rank, kinds in enumerate(waits):
+        sel = f'job="tuimon",exported_job="llama",rank="{rank}",node="gpu{rank:03d}"'
+        for kind, per_minute in kinds.items():
+            series.append({"series": f'tuimon_job_wait_seconds_total{{{sel},kind="{kind}"}}',
+                           "values": counter_values([per_minute] * 60)})
+    checks = [{
+        "expr": f'round({wait_share_record("1h")}{{exported_job="llama",kind="{kind}"}} * 1e6)',
+        "eval_time": "60m",
+        "exp_samples": [{"labels": f'{{exported_job="llama",job="tuimon",kind="{kind}"}}',
+                         "value": round(share * 1e6)}]}
+        for kind, share in (("comm", 0.15), ("data", 0.025), ("checkpoint", 0.05))]
+    assert_ok(promtool_test(promtool, tmp_path, [rules_yaml(Slo(0.9, 720))], [{
+        "interval": "1m", "input_series": series, "promql_expr_test": checks}]))

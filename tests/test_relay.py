@@ -30,6 +30,7 @@ from tuimon.relay import Relay, RelayConfig
 from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger, LedgerError
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon.status import format_text, report
 from tuimon_core.protocol import Batch, Hello, Sample, Subscribe, decode, encode
 from tuimon_core.serving.security import ConfigError
 
@@ -407,6 +408,41 @@ def test_ledger_sums_minutes_and_reports_windows(tmp_path: Path) -> None:
         assert again.buckets("job")[-1][1:] == (80.0, 64.0)
 
 
+def test_a_ledger_of_the_first_layout_is_brought_up_to_date_losing_no_minute(
+        tmp_path: Path) -> None:
+    """A ledger written before the waits were kept (layout 0: buckets and totals only)
+    is opened in place: every minute counts as before, its loss as `other`, and the
+    minutes from now on say what they waited on. A newer relay's file is refused."""
+    path = tmp_path / "l.db"
+    now = 1_800_000_000.0
+    old = sqlite3.connect(path)
+    old.executescript(
+        "CREATE TABLE buckets (job TEXT NOT NULL, minute INTEGER NOT NULL, "
+        "total_s REAL NOT NULL, effective_s REAL NOT NULL, PRIMARY KEY (job, minute)) "
+        "WITHOUT ROWID;"
+        "CREATE TABLE totals (source TEXT NOT NULL, job TEXT NOT NULL, since REAL NOT NULL,"
+        " wall REAL NOT NULL, compute REAL NOT NULL, at REAL NOT NULL, "
+        "PRIMARY KEY (source, job)) WITHOUT ROWID;")
+    old.executemany("INSERT INTO buckets VALUES (?, ?, ?, ?)",
+                    [("job", int(now // 60) - 120 + i, 60.0, 54.0) for i in range(60)])
+    old.commit()
+    old.close()
+    with Ledger(path, clock=lambda: now) as ledger:
+        ledger.add("job", now - 30, 60.0, 30.0, {"comm": 20.0, "data": 6.0, "x-new": 1.0})
+        s = ledger.summary(now)["job"]
+        assert s["observed_h"] == pytest.approx(61 / 60)
+        assert s["spent_h"] == pytest.approx({"comm": 20 / 3600, "data": 6 / 3600,
+                                              "other": (360 + 4) / 3600})
+        assert sum(s["spent_h"].values()) == pytest.approx(s["consumed_h"])
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    db.execute("PRAGMA user_version=7")
+    db.close()
+    with pytest.raises(LedgerError, match="newer relay"):
+        Ledger(path)
+    Ledger(tmp_path / "other.db").close()  # the refusal released its lock
+
+
 def test_ledger_prunes_after_retention(tmp_path: Path) -> None:
     now = 1_800_000_000.0
     ledger = Ledger(tmp_path / "l.db", keep_days=30, clock=lambda: now)
@@ -518,11 +554,13 @@ async def _start_relay(targets: list[str], port: int, ledger: Path,
 async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
         tmp_path: Path, unused_tcp_port_factory) -> None:
     ledger_path = tmp_path / "ledger.db"
-    # 60 h of the budget already spent earlier in the run (target 0.90 over 720 h: 72 h).
+    # 60 h of the budget already spent earlier in the run (target 0.90 over 720 h: 72 h):
+    # 41 h waiting in collectives, 12 h on data, 5 h on checkpoints, 2 h unnamed.
     seed = Ledger(ledger_path)
     start = time.time() - 26 * 86400  # 600 h of it, ending a day ago
-    for i in range(600):  # 600 hours at SLI 0.9: 60 h consumed
-        seed.add("llm-pretrain", start + 3600 * i, 3600.0, 3240.0)
+    for i in range(600):  # 600 hours at SLI 0.9: 60 h consumed, 6 min an hour
+        seed.add("llm-pretrain", start + 3600 * i, 3600.0, 3240.0,
+                 {"comm": 246.0, "data": 72.0, "checkpoint": 30.0})
     seed.close()
     sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
                      scenario="healthy")
@@ -539,6 +577,10 @@ async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
                 eff.update(viewer)
                 left = eff.slo.remaining_hours(eff.jobs["llm-pretrain"].burn.consumed_hours)
                 assert 11.5 < left <= 12.0, left  # the run's budget, not this session's
+                # ...and what it was spent on, as status says it.
+                text = format_text(report(viewer, eff, [], "ok"))
+                assert "of 72 h left (spent on comm 41.0 h, data 12.0 h, checkpoint 5.0 h, " \
+                    "other 2.0 h)" in text, text
                 first = viewer.budgets["llm-pretrain"]["since"]
                 assert first <= start
                 await asyncio.sleep(3.0)  # live steps reach the ledger
@@ -559,6 +601,11 @@ async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
                 again = viewer.budgets["llm-pretrain"]
                 assert again["since"] == first
                 assert again["observed_h"] >= 600 + stored / 3600 - 1e-6
+                # The live minutes' waiting (the simulated ranks wait in collectives) is
+                # in the ledger after the kill, beside the seeded hours.
+                assert again["spent_h"]["comm"] > 41.0 and \
+                    again["spent_h"]["data"] == pytest.approx(12.0)
+                assert sum(again["spent_h"].values()) == pytest.approx(again["consumed_h"])
         finally:
             if relay.returncode is None:
                 relay.terminate()
@@ -773,7 +820,7 @@ def test_the_ledger_counts_a_nodes_seconds_once() -> None:
     that passed."""
     credited: list[tuple[str, float, float]] = []
     mono = [100.0]
-    fanout = FanOut(on_steps=lambda job, ts, t, e: credited.append((job, t, e)),
+    fanout = FanOut(on_steps=lambda job, ts, t, e, waits: credited.append((job, t, e)),
                     clock=lambda: mono[0], wall=lambda: 1e9)
     steps = {"jobs": [{"id": "job", "world": 2, "ranks": [
         {"rank": 0, "steps": 1, "wall": 1.0, "compute": 0.9}]}]}

@@ -71,6 +71,29 @@ async def test_spine_imbalance_takes_efficiency_from_about_92_to_68_percent() ->
     assert sli_after == pytest.approx(0.68, abs=0.02)
 
 
+@pytest.mark.parametrize("scenario, kind", [("spine-imbalance", "comm"),
+                                            ("checkpoint-storm", "checkpoint")])
+async def test_what_the_step_time_waited_on_follows_the_fault(scenario: str,
+                                                              kind: str) -> None:
+    """The ranks report what they waited on: a congested leaf grows the collectives'
+    share of the step time, a checkpoint storm the checkpoints'."""
+    before = after = None
+    async for since_onset, _, _, eff in run_scenario(scenario, seconds=150.0):
+        job = eff.jobs.get("llm-pretrain")
+        if job is None:
+            continue
+        now = job.history[-1][0]
+        if since_onset == -1:
+            before = job.wait_shares(25, now)
+        if since_onset >= 119:
+            after = job.wait_shares(60, now)
+    assert before is not None and after is not None
+    waited, kinds = after
+    assert waited == pytest.approx(sum(kinds.values()))
+    assert max(kinds, key=kinds.__getitem__) == kind, kinds
+    assert kinds[kind] > before[1].get(kind, 0.0) + 0.1, (before, after)
+
+
 async def test_healthy_raises_nothing_over_30_simulated_minutes() -> None:
     seen = set()
     async for _, findings, _, _ in run_scenario("healthy", seconds=1800.0, step=10.0):

@@ -185,6 +185,9 @@ async def test_a_one_shot_status_says_the_same_every_time(unused_tcp_port_factor
     rates = [j["samples_per_s"] for j in jobs]
     assert max(rates) / min(rates) < 1.15, rates
     assert all(abs(j["sli_1m"] - jobs[0]["sli_1m"]) < 0.03 for j in jobs), jobs
+    # What the rest of the step time went to: the simulated ranks wait in collectives.
+    assert all(set(j["waits_1h"]) == {"comm"} and
+               abs(j["waiting_1h"] - (1 - j["sli_1m"])) < 0.03 for j in jobs), jobs
 
 
 async def test_the_text_status_groups_many_nodes_with_one_fault() -> None:

@@ -31,6 +31,7 @@ from tuimon.model.storage import StorageView
 from tuimon.snapshot_waits import FIRST_VERDICT_S, HOLD_WAIT_S, STEPS_WAIT_S
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon_core.protocol.text import clean_lines
+from tuimon_core.wait_kinds import said, said_hours
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 
@@ -63,13 +64,22 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         verdict = job.verdict(now)
         firing = verdict.firing
         age = verdict.steps_age
+        waited, wait_kinds = job.wait_shares(3600, now)
         jobs[job.job] = {"world": job.world, "sli_1m": sli, "samples_per_s": throughput,
+                         # What the step time went to waiting on over the last hour
+                         # (shares of the step time): the budget's loss, by its cause.
+                         "waiting_1h": round(waited, 4),
+                         "waits_1h": {k: round(v, 4) for k, v in wait_kinds.items()},
                          "verdict": verdict.state,
                          "ranks_reporting": verdict.reporting,
                          "steps_age_s": None if age is None else round(age, 1),
                          "budget_hours": eff.slo.budget_hours,
                          "budget_left_hours": eff.slo.remaining_hours(used),
                          "budget_recovered_hours": getattr(job.burn, "recovered_hours", 0.0),
+                         # What the consumed budget was spent waiting on, by kind.
+                         "budget_spent_hours": {k: round(v, 4) for k, v in
+                                                (job.burn.spent_hours if job.burn
+                                                 else {}).items()},
                          "burn_rate_5m": burn.get("5m"), "burn_rate_1h": burn.get("1h"),
                          "burn_rates": burn,
                          "burn": job.burn.text(now) if job.burn else "-",
@@ -113,9 +123,13 @@ def format_text(r: dict[str, Any]) -> str:
         recovered = (f" ({j['budget_recovered_hours'] * 60:.1f} min the relay missed, "
                      "counted from the agents' totals)"
                      if j.get("budget_recovered_hours") else "")
-        lines.append(f"job {name} ({ranks}{stale}): SLI {sli}, {rate}, budget "
+        waits = said(j.get("waits_1h") or {})
+        waits = f", waiting 1h: {waits}" if waits else ""
+        spent = said_hours(j.get("budget_spent_hours") or {})
+        spent = f" (spent on {spent})" if spent else ""
+        lines.append(f"job {name} ({ranks}{stale}): SLI {sli}{waits}, {rate}, budget "
                      f"{j['budget_left_hours']:.1f} of {j['budget_hours']:.0f} h left"
-                     f"{recovered}, "
+                     f"{spent}{recovered}, "
                      f"burn {burn}" + (f"; stragglers: {', '.join(j['stragglers'])}"
                                        if j["stragglers"] else ""))
     if not r["jobs"]:

@@ -46,17 +46,20 @@ class SimJob:
         self._carry = 0.0
         self.seq = 0
 
-    def step_times(self) -> tuple[float, list[float]]:
-        """(wall of one step, compute of each rank)."""
+    def step_parts(self) -> tuple[float, list[float], float]:
+        """(wall of one step, compute of each rank, the step's checkpoint stall). The
+        rest of a rank's step is the all-reduce, including the time it waits in it for
+        the slowest rank: what a real job's reporter times as `comm`."""
         compute = [BASE_COMPUTE_S * r.slow() * (0.98 + 0.04 * self.rng.random())
                    for r in self.ranks]
         allreduce = BASE_ALLREDUCE_S * self.fabric.allreduce_factor()
-        return max(compute) + allreduce + self.fabric.io_stall_s(), compute
+        stall = self.fabric.io_stall_s()
+        return max(compute) + allreduce + stall, compute, stall
 
     def datagrams(self, seconds: float, ts: float) -> dict[int, list[bytes]]:
         """The step reports `seconds` of training produce, by node index."""
         out: dict[int, list[bytes]] = {}
-        wall, compute = self.step_times()
+        wall, compute, stall = self.step_parts()
         self._carry += seconds / wall
         steps = int(self._carry)
         self._carry -= steps
@@ -64,6 +67,7 @@ class SimJob:
             # Faster than real time (--speed): one datagram a rank stands for all the
             # steps of this call, so that a simulated hour does not cost a real one.
             wall, compute, batch = wall * steps, [c * steps for c in compute], steps
+            stall *= steps
             steps = 1
         else:
             batch = 1
@@ -74,5 +78,7 @@ class SimJob:
                     "v": 1, "t": "step", "job": self.name, "rank": plan.rank,
                     "world": self.world, "local_rank": plan.gpu, "seq": self.seq, "ts": ts,
                     "wall": wall, "compute": c, "samples": SAMPLES_PER_STEP * batch,
-                    "tokens": 0}))
+                    "tokens": 0,
+                    "waits": {"comm": wall - c - stall, "checkpoint": stall} if stall
+                    else {"comm": wall - c}}))
         return out

@@ -176,6 +176,32 @@ VALID = {
         "families": ["events", "findings", "overview", "steps"],
         "detail": ["gpu003:9477"], "overview_form": 2,
     },
+    # A job's step sums on one node: per rank, the waiting split by what was waited on
+    # (kinds a reader does not know count as `other`), the last minute and hour, and the
+    # totals since the agent began counting the job.
+    "sample_steps": {
+        "v": 1, "t": "sample", "seq": 300, "ts": 1796000300.0, "interval": 1.0,
+        "steps": {
+            "jobs": [{
+                "id": "llm-pretrain", "world": 16,
+                "ranks": [{"rank": 0, "steps": 2, "wall": 1.0, "compute": 0.7,
+                           "samples": 64, "tokens": 131072,
+                           "waits": {"comm": 0.2, "data": 0.05, "other": 0.05}},
+                          {"rank": 1, "steps": 2, "wall": 1.0, "compute": 0.9,
+                           "samples": 64, "tokens": 131072,
+                           "waits": {"comm": 0.08, "pipeline_bubble": 0.02}}],
+                "windows": [{"s": 60.0, "covered": 60.0, "wall": 120.0, "compute": 96.0,
+                             "samples": 7680, "waits": {"comm": 18.0, "data": 6.0}},
+                            {"s": 3600.0, "covered": 1800.0, "wall": 3600.0,
+                             "compute": 3240.0, "samples": 230400,
+                             "waits": {"comm": 250.0, "checkpoint": 110.0}}],
+                "total": {"steps": 3600, "wall": 3600.0, "compute": 3240.0,
+                          "samples": 230400, "since": 1795998500.0,
+                          "waits": {"comm": 250.0, "checkpoint": 110.0}},
+            }],
+            "received": 7200, "rejected": 0, "lost": 0, "clipped": 0,
+        },
+    },
     "future_type_ignored": {"v": 1, "t": "relay_batch_v9", "payload": [1, 2, 3]},
     "future_fields_ignored": {
         "v": 1, "t": "sample", "seq": 1, "ts": 1796000000.0, "interval": 1.0,
@@ -230,6 +256,11 @@ INVALID = {
                                   "sample.findings[0].gpu"),
     "subscribe_detail_not_a_list": ({"v": 1, "t": "subscribe", "detail": "gpu003"},
                                     "subscribe.detail"),
+    "steps_negative_wait": ({"v": 1, "t": "sample", "seq": 1, "ts": 1.0, "interval": 1.0,
+                             "steps": {"jobs": [{"id": "j", "world": 1,
+                                                 "ranks": [{"rank": 0, "wall": 1.0,
+                                                            "waits": {"comm": -0.5}}]}]}},
+                            "sample.steps.jobs[0].ranks[0].waits"),
     "subscribe_overview_form_not_a_number": ({"v": 1, "t": "subscribe",
                                               "overview_form": "2"},
                                              "subscribe.overview_form"),

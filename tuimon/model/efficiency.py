@@ -20,6 +20,7 @@ from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
 from tuimon.model.step_credit import JobCredit, StepCredit
 from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, Drop
 from tuimon_core.protocol.overview_layout import busy, busy_percents
+from tuimon_core.wait_kinds import add_waits
 
 WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
 # Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
@@ -54,6 +55,7 @@ class Window:
     wall: float
     compute: float
     samples: int = 0
+    waits: dict[str, float] = field(default_factory=dict)  # kind -> rank-seconds
 
     @property
     def sli(self) -> float | None:
@@ -75,6 +77,8 @@ class JobState:
     world: int = 0
     # (ts, wall rank-seconds, compute rank-seconds, samples) per viewer tick
     history: deque[tuple[float, float, float, int]] = field(default_factory=deque)
+    # (ts, kind -> rank-seconds waited) per viewer tick that had any waiting
+    wait_history: deque[tuple[float, dict[str, float]]] = field(default_factory=deque)
     # The viewer's own tracker, or the relay's ledger once a relay sends it.
     burn: BurnReadout | None = None
     # rank -> deque of (ts, compute per step); rank -> (node, local gpu)
@@ -116,6 +120,7 @@ class JobState:
         covered = math.inf
         wall = compute = 0.0
         samples = 0
+        waits: dict[str, float] = {}
         found = False
         for at, windows, _ in self.reported.values():
             if now - at > STEPS_STALE_S:
@@ -128,7 +133,33 @@ class JobState:
             wall += w.wall
             compute += w.compute
             samples += w.samples
-        return Window(covered, wall, compute, samples) if found else None
+            add_waits(waits, w.waits)
+        return Window(covered, wall, compute, samples, waits) if found else None
+
+    def wait_shares(self, seconds: float, now: float) -> tuple[float, dict[str, float]]:
+        """(the share of the step time spent waiting, each kind's share of the step
+        time) over the last `seconds`: as the job's nodes counted it where they sent
+        that window, else as this viewer did."""
+        reported = self.reported_window(seconds, now)
+        if reported is not None and reported.wall > 0:
+            wall, waited, by_kind = reported.wall, reported.wall - reported.compute, \
+                reported.waits
+        else:
+            wall = compute = 0.0
+            for ts, w, c, _ in reversed(self.history):
+                if ts < now - seconds:
+                    break
+                wall += w
+                compute += c
+            waited = wall - compute
+            by_kind = {}
+            for ts, kinds in reversed(self.wait_history):
+                if ts < now - seconds:
+                    break
+                add_waits(by_kind, kinds)
+        if wall <= 0:
+            return 0.0, {}
+        return max(0.0, waited / wall), {k: v / wall for k, v in by_kind.items() if v > 0}
 
     def reported_drop(self, now: float) -> tuple[bool, Drop | None]:
         """(whether the job's nodes judge its efficiency, their verdict): a drop when
@@ -239,13 +270,15 @@ class EfficiencyView:
                 acc.wall += job.wall
                 acc.compute += job.compute
                 acc.samples += job.samples
+                add_waits(acc.waits, job.waits)
                 judged = sent.get(job.job) or {}
                 windows = judged.get("windows")
                 if windows:
                     drop = judged.get("drop")
                     state.reported[node.target] = (now, {
                         w["s"]: Window(w["covered"], w["wall"], w["compute"],
-                                       w.get("samples") or 0) for w in windows},
+                                       w.get("samples") or 0, w.get("waits") or {})
+                        for w in windows},
                         None if drop is None else Drop(drop["from"], now - drop["held"]))
                 for r in job.ranks:
                     state.rank_last[r.rank] = now
@@ -266,8 +299,11 @@ class EfficiencyView:
             state = self.jobs[name]
             state.last_update = now
             state.history.append((now, acc.wall, acc.compute, acc.samples))
+            if acc.waits:
+                state.wait_history.append((now, acc.waits))
             if isinstance(state.burn, BurnTracker) and state.world:
-                state.burn.add(now, acc.wall / state.world, acc.compute / state.world)
+                state.burn.add(now, acc.wall / state.world, acc.compute / state.world,
+                               {k: v / state.world for k, v in acc.waits.items()})
         for name, summary in cluster.budgets.items():
             # The relay has counted the whole run; the viewer has seen only its session.
             self._job(name).burn = LedgerBurn(self.slo, summary)
@@ -278,6 +314,8 @@ class EfficiencyView:
         for state in self.jobs.values():
             while state.history and state.history[0][0] < oldest:
                 state.history.popleft()
+            while state.wait_history and state.wait_history[0][0] < oldest:
+                state.wait_history.popleft()
             for target in [t for t, (at, _, _) in state.reported.items()
                            if now - at > REPORTING_S]:
                 del state.reported[target]

@@ -14,6 +14,9 @@ Names (stable; dashboards and routes may rely on them), one pair per window of
 
 - `tuimon:job_sli:rate<window>`: compute seconds / wall seconds per training job;
 - `tuimon:job_error_ratio:rate<window>`: 1 - the SLI;
+- `tuimon:job_wait_share:rate<window>`, for the windows of `WAIT_WINDOWS` (1h, 3d): the
+  share of the step time spent waiting, by `kind` (comm, data, checkpoint, other: what
+  the error budget went to);
 - alert `TuimonJobErrorBudgetBurn`, one rule per entry of `ALERTS`, told apart by labels
   `severity` (`page` or `ticket`) and `window` (`1h/5m`, `6h/30m`, `1d/6h`, `3d/6h`);
   labels `slo_target` and `slo_window_hours` say which SLO the thresholds come from.
@@ -39,6 +42,8 @@ GROUP = "tuimon-training-slo"
 ALERT = "TuimonJobErrorBudgetBurn"
 WALL = "tuimon_job_wall_seconds_total"
 COMPUTE = "tuimon_job_compute_seconds_total"
+WAIT = "tuimon_job_wait_seconds_total"
+WAIT_WINDOWS = ("1h", "3d")  # the shortest burn window an alert pages on, and the longest
 
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 # One PromQL label matcher: name, operator, and a quoted value in any of PromQL's quotes.
@@ -53,6 +58,10 @@ def sli_record(window: str) -> str:
 
 def error_ratio_record(window: str) -> str:
     return f"tuimon:job_error_ratio:rate{window}"
+
+
+def wait_share_record(window: str) -> str:
+    return f"tuimon:job_wait_share:rate{window}"
 
 
 def _num(value: float) -> str:
@@ -171,6 +180,12 @@ def rules_yaml(slo: Slo, *, job_label: str = "exported_job", selector: str = "")
         # Rules of a group run in order at one timestamp, so this sees the SLI just written.
         lines += [f"      - record: {_quote(error_ratio_record(window))}",
                   *_block("expr", f"1 - {sli_record(window)}{record_sel}", 8)]
+        if window in WAIT_WINDOWS:
+            waits = (f"sum by ({by}, kind) (rate({WAIT}{counter_sel}[{window}]))\n"
+                     f"  / on ({by}) group_left ()\n"
+                     f"  (sum by ({by}) (rate({WALL}{counter_sel}[{window}])) > 0)")
+            lines += [f"      - record: {_quote(wait_share_record(window))}",
+                      *_block("expr", waits, 8)]
     allowed = f"(1 - {target})"  # PromQL computes 1 - target as Python does: same floats
     for severity, long_w, short_w, share in ALERTS:
         threshold = _num(slo.alert_threshold(long_w, share))

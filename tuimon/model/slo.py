@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from tuimon_core.wait_kinds import add_waits, split_wait
+
 BURN_WINDOWS_S = {"5m": 300, "30m": 1800, "1h": 3600, "6h": 21600, "1d": 86400,
                   "3d": 259200}
 
@@ -127,6 +129,8 @@ class BurnReadout:
 
     slo: Slo
     consumed_hours: float
+    # What the consumed hours were spent waiting on, by kind (tuimon_core.wait_kinds).
+    spent_hours: dict[str, float]
 
     def error_ratio(self, window: str, now: float) -> float | None:
         raise NotImplementedError
@@ -172,9 +176,13 @@ class BurnTracker(BurnReadout):
         self.keep = keep_s // 60 + 1
         self._buckets: deque[list[float]] = deque()  # [minute, total_s, effective_s]
         self.consumed_hours = 0.0
+        self.spent_hours = {}
         self._first = 0.0  # when the first seconds were added
 
-    def add(self, ts: float, total_s: float, effective_s: float) -> None:
+    def add(self, ts: float, total_s: float, effective_s: float,
+            waits: dict[str, float] | None = None) -> None:
+        """Run seconds: total, effective and what the rest waited on by kind (the part
+        no kind names is `other`)."""
         if not self._buckets:
             self._first = ts - total_s  # the seconds added end at ts
         minute = int(ts // 60)
@@ -189,6 +197,8 @@ class BurnTracker(BurnReadout):
         bucket[1] += total_s
         bucket[2] += effective_s
         self.consumed_hours += (total_s - effective_s) / 3600
+        add_waits(self.spent_hours, {k: v / 3600 for k, v in
+                                     split_wait(waits, total_s - effective_s).items()})
 
     def covered(self, window: str, now: float) -> float | None:
         if not self._buckets:
@@ -218,6 +228,8 @@ class LedgerBurn(BurnReadout):
         self.error: str | None = summary.get("error")
         # Hours the relay credited from the agents' totals for time it missed.
         self.recovered_hours = float(summary.get("recovered_h") or 0.0)
+        self.spent_hours = {}
+        add_waits(self.spent_hours, summary.get("spent_h"))
         # "prometheus" when the job counters in Prometheus gave it; else a relay's ledger.
         self.source: str | None = summary.get("source")
         self._ratios = summary.get("error_ratio") or {}

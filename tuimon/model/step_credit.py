@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuimon_core.protocol.fields import MAX_COUNT, MAX_JOBS, MAX_RANKS, STEP_RANK_FIELDS
+from tuimon_core.wait_kinds import add_waits, split_wait
 
 CAP_S = 600.0
 FIRST_S = 15.0
@@ -38,6 +39,7 @@ class RankCredit:
     wall: float  # credited rank-seconds
     compute: float
     samples: int
+    waits: dict[str, float] = field(default_factory=dict)  # kind -> rank-seconds
 
 
 @dataclass(slots=True)
@@ -50,6 +52,7 @@ class JobCredit:
     compute: float = 0.0
     samples: int = 0
     ranks: list[RankCredit] = field(default_factory=list)
+    waits: dict[str, float] = field(default_factory=dict)  # kind -> rank-seconds
 
     @property
     def total_s(self) -> float:
@@ -59,6 +62,11 @@ class JobCredit:
     @property
     def effective_s(self) -> float:
         return self.compute / self.world if self.world else 0.0
+
+    @property
+    def waits_s(self) -> dict[str, float]:
+        """Run time waited, by kind (rank-seconds over the world size)."""
+        return {k: v / self.world for k, v in self.waits.items()} if self.world else {}
 
 
 @dataclass(slots=True)
@@ -122,6 +130,7 @@ class StepCredit:
                     continue
                 wall = max(0.0, float(r.get("wall") or 0.0))
                 compute = min(wall, max(0.0, float(r.get("compute") or 0.0)))
+                claimed_wait = wall - compute
                 owned.allowance = min(self.cap_s, owned.allowance + max(0.0, now - owned.at))
                 owned.at = owned.last = max(owned.at, now)
                 if wall > owned.allowance:
@@ -130,11 +139,14 @@ class StepCredit:
                     wall = owned.allowance
                 owned.allowance -= wall
                 samples = max(0, int(r.get("samples") or 0))
+                # The waiting credited, in the shares the rank reported it.
+                waits = split_wait(r.get("waits"), wall - compute, claimed_wait)
                 credited.ranks.append(RankCredit(rank, max(0, int(r.get("steps") or 0)),
-                                                 wall, compute, samples))
+                                                 wall, compute, samples, waits))
                 credited.wall += wall
                 credited.compute += compute
                 credited.samples += samples
+                add_waits(credited.waits, waits)
             if credited.ranks:
                 out.append(credited)
         return out
@@ -185,6 +197,8 @@ def merge_steps(older: dict[str, Any] | None,
                         # Within the field's bound: the merged sums are sent on, and a
                         # reader refuses what its type does not allow.
                         acc[key] = min(most, acc.get(key, 0) + r[key])
+                if r.get("waits"):
+                    add_waits(acc.setdefault("waits", {}), r["waits"])
     out = dict(newer)
     # Within the family's bounds too: the merged sums are sent on by a relay.
     out["jobs"] = [{**j, "ranks": list(j["ranks"].values())[:MAX_RANKS]}

@@ -370,7 +370,8 @@ class FanOut:
     """The relay's sink for upstream streams (`tuimon.sources.agent_stream.StreamSink`)
     and the set of viewer feeds."""
 
-    def __init__(self, on_steps: Callable[[str, float, float, float], None] | None = None,
+    def __init__(self, on_steps: Callable[[str, float, float, float, dict[str, float]], None]
+                 | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time,
                  on_totals: Callable[[str, dict[str, Any], float], None] | None = None
@@ -612,7 +613,7 @@ class FanOut:
         wall_now = self.wall()
         credited = self.credit.credit(source, steps, self.clock())
         for job in credited:
-            self.on_steps(job.job, wall_now, job.total_s, job.effective_s)
+            self.on_steps(job.job, wall_now, job.total_s, job.effective_s, job.waits_s)
         if self.on_totals is not None and credited:
             mine = {job.job for job in credited}  # the ranks this source may speak for
             for entry in steps.get("jobs") or ():

@@ -1,5 +1,5 @@
-"""The relay's SLO ledger: per job, total and effective seconds in per-minute buckets, in
-SQLite (WAL), kept 30 days.
+"""The relay's SLO ledger: per job, total and effective seconds in per-minute buckets, and
+what the rest was spent waiting on (by kind), in SQLite (WAL), kept 30 days.
 
 Step reports arrive as per-sample sums; they are added to buckets in memory and written
 in one transaction every `flush_every` seconds (10 by default), so a kill -9 loses at
@@ -26,6 +26,7 @@ from tuimon.model.slo import BURN_WINDOWS_S
 from tuimon_core.errors import UsageError
 from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
 from tuimon_core.protocol.text import clean
+from tuimon_core.wait_kinds import OTHER, WAIT_KINDS, wait_kind
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,25 @@ CREATE TABLE IF NOT EXISTS totals (
     PRIMARY KEY (source, job)
 ) WITHOUT ROWID;
 """
+# What each minute's lost time (total - effective) was spent waiting on, by kind (since
+# schema 1): the budget's loss by its cause. Time no kind names is `other`.
+WAITS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS waits (
+    job TEXT NOT NULL,
+    minute INTEGER NOT NULL,
+    kind TEXT NOT NULL,           -- comm, data, checkpoint (tuimon_core.wait_kinds)
+    seconds REAL NOT NULL,        -- run time waited (rank-seconds / world)
+    PRIMARY KEY (job, minute, kind)
+) WITHOUT ROWID;
+"""
+WAITS_UPSERT = """
+INSERT INTO waits (job, minute, kind, seconds) VALUES (?, ?, ?, ?)
+ON CONFLICT (job, minute, kind) DO UPDATE SET seconds = seconds + excluded.seconds
+"""
+# The file's layout (PRAGMA user_version): 0, the first ledgers (buckets, totals); 1 adds
+# `waits`. An older file is brought up to it in place, every minute kept; a newer one (a
+# later relay's) is refused rather than written in a layout this relay does not know.
+SCHEMA_VERSION = 1
 TOTALS_UPSERT = """
 INSERT INTO totals (source, job, since, wall, compute, at) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (source, job) DO UPDATE SET since = excluded.since, wall = excluded.wall,
@@ -128,6 +148,7 @@ class Ledger:
         self.error: str | None = None
         self.written = 0
         self._pending: dict[tuple[str, int], list[float]] = {}
+        self._pending_waits: dict[tuple[str, int, str], float] = {}
         self._lost_minutes = 0
         # (source, job) -> (since, wall, compute, at): the agents' totals as last counted
         # (to write), and as the file had them when this relay started (to recover from).
@@ -150,7 +171,14 @@ class Ledger:
             if max_bytes is not None:
                 page = self._db.execute("PRAGMA page_size").fetchone()[0]
                 self._db.execute(f"PRAGMA max_page_count={max(1, max_bytes // page)}")
-            self._db.executescript(SCHEMA + TOTALS_SCHEMA)
+            version = self._db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise LedgerError(f"ledger {self.path} was written by a newer relay (layout "
+                                  f"{version}, this one knows up to {SCHEMA_VERSION}); run "
+                                  "that relay, or give --ledger another path")
+            self._db.executescript(SCHEMA + TOTALS_SCHEMA + WAITS_SCHEMA)
+            if version < SCHEMA_VERSION:
+                self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             check = self._db.execute("PRAGMA quick_check").fetchone()[0]
             self._stored = {(source, job): (since, wall, compute, at) for
                             source, job, since, wall, compute, at in self._db.execute(
@@ -158,6 +186,9 @@ class Ledger:
         except (OSError, sqlite3.Error) as exc:
             self._unlock()
             raise LedgerError(f"ledger {self.path}: {exc}") from None
+        except LedgerError:
+            self._unlock()
+            raise
         if check != "ok":
             self._unlock()
             raise LedgerError(f"ledger {self.path} is damaged ({check}); move it aside "
@@ -195,10 +226,14 @@ class Ledger:
 
     # -- writing ------------------------------------------------------------------
 
-    def add(self, job: str, ts: float, total_s: float, effective_s: float) -> None:
+    def add(self, job: str, ts: float, total_s: float, effective_s: float,
+            waits: dict[str, float] | None = None) -> None:
+        """Run seconds of a job received at `ts`: total, effective, and what the rest
+        waited on by kind (run seconds; `other` need not be given: it is the rest)."""
         if total_s <= 0:
             return
-        key = (job, int(ts // 60))
+        minute = int(ts // 60)
+        key = (job, minute)
         bucket = self._pending.get(key)
         if bucket is None:
             if len(self._pending) >= MAX_PENDING:
@@ -207,6 +242,11 @@ class Ledger:
             bucket = self._pending[key] = [0.0, 0.0]
         bucket[0] += total_s
         bucket[1] += min(effective_s, total_s)
+        for name, seconds in (waits or {}).items():
+            kind = wait_kind(name)
+            if kind != OTHER and seconds > 0:
+                wkey = (job, minute, kind)
+                self._pending_waits[wkey] = self._pending_waits.get(wkey, 0.0) + seconds
 
     def add_totals(self, source: str, entry: dict[str, Any], now: float) -> None:
         """An agent's cumulative sums for a job (its steps family's `total`), after this
@@ -270,11 +310,13 @@ class Ledger:
             return self.error is None
         rows = [(job, minute, t, e) for (job, minute), (t, e) in self._pending.items()]
         totals = [(source, job, *values) for (source, job), values in self._totals.items()]
+        waits = [(*key, seconds) for key, seconds in self._pending_waits.items()]
         try:
             with self._db:  # one transaction: all of it or none of it
                 self._db.execute("BEGIN")
                 self._db.executemany(UPSERT, rows)
                 self._db.executemany(TOTALS_UPSERT, totals)
+                self._db.executemany(WAITS_UPSERT, waits)
         except sqlite3.Error as exc:
             message = (f"ledger {self.path}: cannot write {len(rows)} minute buckets: {exc};"
                        " keeping them in memory and retrying")
@@ -288,6 +330,7 @@ class Ledger:
         self.written += len(rows)
         self._pending.clear()
         self._totals.clear()
+        self._pending_waits.clear()
         return True
 
     def prune(self) -> int:
@@ -320,6 +363,7 @@ class Ledger:
             with self._db:
                 self._db.execute("BEGIN")
                 cur = self._db.execute("DELETE FROM buckets WHERE minute < ?", (first,))
+                self._db.execute("DELETE FROM waits WHERE minute < ?", (first,))
                 self._db.execute("DELETE FROM totals WHERE at < ?", (first * 60.0,))
         except sqlite3.Error as exc:
             log.error("ledger %s: cannot prune: %s", self.path, exc)
@@ -355,6 +399,18 @@ class Ledger:
             for (job, minute), (t, e) in self._pending.items():
                 if first < minute <= minute_now:
                     add(job, key, t, e)
+        # What the run window's lost time waited on, by named kind; `other` is the rest.
+        first_run = minute_now - int(windows["run"] // 60)
+        named: dict[str, dict[str, float]] = {}
+        for job, kind, seconds in self._db.execute(
+                "SELECT job, kind, SUM(seconds) FROM waits WHERE minute > ? AND minute <= ? "
+                "GROUP BY job, kind", (first_run, minute_now)):
+            by_kind = named.setdefault(clean(job), {})
+            by_kind[wait_kind(kind)] = by_kind.get(wait_kind(kind), 0.0) + (seconds or 0.0)
+        for (job, minute, kind), seconds in self._pending_waits.items():
+            if first_run < minute <= minute_now:
+                by_kind = named.setdefault(job, {})
+                by_kind[kind] = by_kind.get(kind, 0.0) + seconds
         since = {clean(job): minute for job, minute in self._db.execute(
             "SELECT job, MIN(minute) FROM buckets WHERE minute <= ? GROUP BY job",
             (minute_now,))}
@@ -376,12 +432,20 @@ class Ledger:
             for key in BURN_WINDOWS_S:
                 t, e = entry["windows"].get(key, (0.0, 0.0))
                 ratios[key] = 1 - e / t if t > 0 else None
+            lost = max(0.0, total - effective)
+            spent = {k: v for k, v in (named.get(job) or {}).items() if v > 0}
+            if sum(spent.values()) > lost > 0:  # float dust, or reports that overclaimed
+                spent = {k: v * lost / sum(spent.values()) for k, v in spent.items()}
+            rest = lost - sum(spent.values())
+            if rest > 1e-6:
+                spent[OTHER] = rest
             recovered = self.recovered_s.get(job)
             if recovered:
                 out.setdefault(job, {})["recovered_h"] = recovered / 3600
             out[job] = {**out.get(job, {}), "since": since.get(job, minute_now) * 60.0,
                         "window_h": self.window_hours,
                         "consumed_h": (total - effective) / 3600,
+                        "spent_h": {k: spent[k] / 3600 for k in WAIT_KINDS if k in spent},
                         "observed_h": total / 3600,
                         "error_ratio": ratios,
                         "error": self.error}

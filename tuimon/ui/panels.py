@@ -22,6 +22,7 @@ from tuimon.model.storage import StorageView
 from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import sparkline
 from tuimon.ui.units import rate, size
+from tuimon_core.wait_kinds import said, said_hours
 
 SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$success"}
 # A job's verdict (tuimon.model.efficiency.JobVerdict) as the strip shows it.
@@ -130,6 +131,8 @@ class SloStrip(Panel):
             to_empty = eff.slo.hours_to_exhaustion(used, burn.get("1h") or 0.0)
             mfu = eff.mfu(state, throughput)
             which = f" [{selected + 1}/{len(jobs)}, J: next]" if len(jobs) > 1 else ""
+            waits = said(state.wait_shares(WINDOWS["1h"], now)[1])
+            spent = said_hours(state.burn.spent_hours if state.burn else {})
             reporting = verdict.reporting
             ranks = (f"[$warning]{reporting} of {state.world} ranks[/]"
                      if reporting < state.world else
@@ -149,16 +152,21 @@ class SloStrip(Panel):
                 (9, f"  [{sli_color}]SLI[/]"),
                 (2, f" [$heat-4]{sparkline(eff.sli_series(state, 30), 30, 1.0)}[/]"),
                 (9, f" {sli_texts[0]}"), (6, " " + " ".join(sli_texts[1:])),
-                (5, f"  {effic}"),
+                # Without a baseline the compute fraction is the SLI again: kept less.
+                (5 if scaling is not None else 3, f"  {effic}"),
+                (6, f"  waiting 1h: {waits}" if waits else ""),
                 (1, f"  MFU [b]{mfu:.2f}[/b]" if mfu is not None else ""),
                 (4, f"  {throughput:,.0f} samples/s" if throughput else "  - samples/s"),
                 (6, f"  budget{_budget_scope(state.burn)}"), (3, f" [$heat-4]{bar}[/]"),
                 (9, f"  {left:.1f}/{eff.slo.budget_hours:.0f} h left"),
                 (4, f", empty in {to_empty:.0f} h" if to_empty is not None else ""),
+                (6, f" (spent on {spent})" if spent else ""),
                 (9, f"  burn {burn_windows}"), (5, f", {burn_alert}" if burn_alert else ""),
                 (9, f" {status}"),
                 (7, f"  {straggler}" if straggler else ""),
             ]
+            if width < 120:  # the verdict first, where the end of the line may be cut
+                parts.insert(3, parts.pop(-2))
             lines.append(fit(parts, width))
         self.update("\n".join(lines))
 
@@ -170,7 +178,7 @@ def fit(parts: list[tuple[int, str]], width: int) -> str:
     shown = [(keep, text) for keep, text in parts if text]
     def cells(items: list[tuple[int, str]]) -> int:
         return Content.from_markup("".join(t for _, t in items)).cell_length
-    for level in sorted({k for k, _ in shown}):
+    for level in sorted({k for k, _ in shown})[:-1]:  # the most kept always stay
         if cells(shown) <= width:
             break
         shown = [(k, t) for k, t in shown if k > level]

@@ -558,6 +558,8 @@ STORAGE_FIELDS: tuple[Field, ...] = (
 
 # -- steps -------------------------------------------------------------------------------
 
+WAITS = MapOf(RATE, 16, key_len=32, nil=False)  # kind -> seconds (tuimon_core.wait_kinds)
+
 STEP_RANK_FIELDS: tuple[Field, ...] = (
     Field("rank", Int(hi=(1 << 31) - 1), "", "the rank in the job", required=True),
     Field("steps", COUNT, "count", "steps credited"),
@@ -565,6 +567,9 @@ STEP_RANK_FIELDS: tuple[Field, ...] = (
     Field("compute", RATE, "s", "compute time credited (not waiting)"),
     Field("samples", COUNT, "count", "samples processed"),
     Field("tokens", COUNT, "count", "tokens processed"),
+    Field("waits", WAITS, "kind -> s", "the waiting (wall - compute) by what was waited on "
+          "(`comm`, `data`, `checkpoint`, `other`; a kind a reader does not know counts as "
+          "`other`; since 2026-12)"),
 )
 STEP_WINDOW_FIELDS: tuple[Field, ...] = (
     Field("s", Num(above=0, hi=86400), "s", "the window's length (60, 3600)", required=True),
@@ -574,12 +579,14 @@ STEP_WINDOW_FIELDS: tuple[Field, ...] = (
           required=True),
     Field("compute", RATE, "s", "compute time credited in the window", required=True),
     Field("samples", COUNT, "count", "samples processed in the window"),
+    Field("waits", WAITS, "kind -> s", "waiting in the window by kind, as a rank's"),
 )
 STEP_TOTAL_FIELDS: tuple[Field, ...] = (
     Field("steps", COUNT, "count", "steps credited since `since`", required=True),
     Field("wall", RATE, "s", "wall time credited since `since`", required=True),
     Field("compute", RATE, "s", "compute time credited since `since`", required=True),
     Field("samples", COUNT, "count", "samples processed since `since`"),
+    Field("waits", WAITS, "kind -> s", "waiting since `since` by kind, as a rank's"),
     Field("since", TIME, "s", "when the agent began counting the job (a new value: the "
           "agent restarted, or forgot the job after its ranks fell silent)", required=True),
 )
@@ -650,6 +657,9 @@ BUDGET_FIELDS: tuple[Field, ...] = (
     Field("recovered_h", RATE, "h", "run hours the relay credited from the agents' step "
           "totals for time it missed (it was away, or samples were lost on the way), since "
           "it started (since 2026-12)"),
+    Field("spent_h", WAITS, "kind -> h", "what `consumed_h` was spent waiting on: `comm`, "
+          "`data`, `checkpoint`, `other` (the rest: waiting no kind names, and time the "
+          "relay recovered from totals); they add up to `consumed_h` (since 2026-12)"),
 )
 BUDGET = MapOf(Record("budget", BUDGET_FIELDS), MAX_BUDGET_JOBS, key_len=MAX_STR, nil=False)
 

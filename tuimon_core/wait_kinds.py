@@ -1,0 +1,74 @@
+"""What a training step waits on, as its ranks report it: the one list of wait kinds.
+
+A step's wall time is compute plus waiting; the waiting is split by kind so that the
+error budget a job loses can be put down to what it waited on (the network's
+collectives, the input pipeline, checkpoints). The reporter (agent.reporter), the agent's
+sums, the wire and the viewer all take the kinds from here. A kind a reader does not
+know (a newer reporter's) counts as `other`, as does waiting the reporter did not name.
+
+Standard library only: the step reporter, imported by training scripts, uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+OTHER = "other"
+# In the order they are shown.
+WAIT_KINDS: tuple[str, ...] = ("comm", "data", "checkpoint", OTHER)
+WAIT_WORDS: dict[str, str] = {
+    "comm": "communication (collectives)",
+    "data": "input pipeline",
+    "checkpoint": "checkpoints",
+    OTHER: "other waiting",
+}
+
+
+def wait_kind(name: object) -> str:
+    """The kind a reported name counts as."""
+    return name if isinstance(name, str) and name in WAIT_WORDS else OTHER
+
+
+def split_wait(waits: Mapping[str, float] | None, waited: float,
+               reported: float = 0.0) -> dict[str, float]:
+    """`waited` seconds (what was credited) split in the shares the report gave: of
+    `reported` seconds of waiting (or of the named waits, if longer), each kind its part;
+    kinds a reader does not know, and the part no kind names, go to `other`."""
+    out: dict[str, float] = {}
+    if waited <= 0:
+        return out
+    named = 0.0
+    for name, seconds in (waits or {}).items():
+        if seconds > 0:
+            kind = wait_kind(name)
+            out[kind] = out.get(kind, 0.0) + seconds
+            named += seconds
+    whole = max(named, reported, waited if not reported else 0.0)
+    if whole > 0 and whole != waited:
+        out = {k: v * waited / whole for k, v in out.items()}
+    rest = waited - sum(out.values())
+    if rest > 1e-9:
+        out[OTHER] = out.get(OTHER, 0.0) + rest
+    return out
+
+
+def add_waits(into: dict[str, float], waits: Mapping[str, float] | None) -> None:
+    """Sum `waits` into `into`, kind by kind (kinds folded as wait_kind says)."""
+    for name, seconds in (waits or {}).items():
+        if seconds > 0:
+            kind = wait_kind(name)
+            into[kind] = into.get(kind, 0.0) + seconds
+
+
+def said(shares: Mapping[str, float]) -> str:
+    """Shares of the step time by kind, as every view says them: `comm 12%, data 3%`,
+    in WAIT_KINDS's order, kinds under half a percent left out."""
+    return ", ".join(f"{kind} {shares[kind]:.0%}" for kind in WAIT_KINDS
+                     if shares.get(kind, 0.0) >= 0.005)
+
+
+def said_hours(hours: Mapping[str, float]) -> str:
+    """Budget hours by kind, the largest first: `comm 41.0 h, data 12.0 h`; kinds under
+    a tenth of an hour left out."""
+    shown = sorted(((v, k) for k, v in hours.items() if v >= 0.05), reverse=True)
+    return ", ".join(f"{k} {v:.1f} h" for v, k in shown)
