@@ -81,6 +81,7 @@ def test_the_config_file_does_not_configure_the_relay(tmp_path: Path) -> None:
     ("tuimon.cli", ["relay", "--interval", "120", "h"],
      "argument --interval: must be in [0.05, 60]"),
     ("tuimon.cli", ["relay", "--no-ledger"], "the relay needs at least one target"),
+    ("tuimon.cli", ["prom", "http://p:9090", "--json"], "--json goes with --once"),
 ])
 def test_usage_errors_say_what_to_type_without_a_traceback(module: str, args: list[str],
                                                           expected: str) -> None:

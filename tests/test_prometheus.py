@@ -254,8 +254,15 @@ def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -
                               "--record", str(tmp_path / "rec.tuimon")),
                     await run("status", "--prometheus", url),
                     await run("--config", str(config), "--cluster", "lab", "status"),
+                    await run("status", "--prometheus", url, "--json"),
+                    await run("prom", url, "--once", "--json"),
                 ]
-    (code, out), *statuses = asyncio.run(scenario())
+    (code, out), *statuses, (_, status_json), (prom_code, prom_json) = asyncio.run(scenario())
+    # `prom --once --json` prints status's document, with its exit code.
+    ours, theirs = json.loads(prom_json), json.loads(status_json)
+    assert prom_code in (0, 1) and set(ours) == set(theirs), prom_json
+    assert ours["nodes"]["up"] == 2 and set(ours["jobs"]) == {"llm-pretrain"}
+    assert set(ours["jobs"]["llm-pretrain"]) == set(theirs["jobs"]["llm-pretrain"])
     assert code == 0, out
     assert "nodes up 2" in out and "sim-node000" in out and "sim-node001" in out
     job = next(line for line in out.splitlines() if line.startswith("job llm-pretrain"))

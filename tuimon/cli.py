@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     prom.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=RATE")
     prom.add_argument("--cpu-nodes", metavar="HOSTLIST", default="",
                       help="nodes known to have no GPU: no GPU there is no fault")
+    prom.add_argument("--json", action="store_true",
+                      help="with --once: print the document `tuimon status --json` prints "
+                           "(and exit with its codes: 0 ok, 1 warning, 2 critical, 3 unknown)")
     _view_options(prom)
     _slo_options(prom)
     rep = sub.add_parser("replay", help="play a recording back in the app: space pauses, "
@@ -708,6 +711,13 @@ def _prom_feed(args: argparse.Namespace) -> Feed:
 
 
 def _prom(args: argparse.Namespace) -> int:
+    if args.json:
+        if not args.once:
+            raise TargetError("--json goes with --once (one document); the app and --plain "
+                              "draw for people")
+        # One document, the status check's, through the same Prometheus queries.
+        args.prometheus, args.targets, args.relay, args.watch = args.url, [], [], 0.0
+        return _status(args)
     feed = _prom_feed(args)
     cluster = ClusterState(args.name)
     if args.once:

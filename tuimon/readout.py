@@ -18,7 +18,26 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def node_row(node: NodeState, now: float) -> str:
+NAME_MIN, NAME_MAX = 20, 64  # the name column: as wide as the longest name, within these
+
+
+def shown_name(name: str, width: int) -> str:
+    """A node name whole where it fits; else its host part before the domain (a cloud
+    name's `ip-100-64-171-120` of `ip-100-64-171-120.ec2.internal`); else cut, and the
+    cut said with `~`."""
+    if len(name) <= width:
+        return name
+    host = name.split(".", 1)[0]
+    if host and len(host) <= width:
+        return host
+    return name[:width - 1] + "~"
+
+
+def name_width(names: list[str]) -> int:
+    return max(NAME_MIN, min(NAME_MAX, max((len(n) for n in names), default=0)))
+
+
+def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
     gpus = node.gpu_values()
     utils = [g["util"] for g in gpus if g.get("util") is not None]
     temps = [g["temp"] for g in gpus if g.get("temp") is not None]
@@ -36,7 +55,7 @@ def node_row(node: NodeState, now: float) -> str:
     ib = [p["tx_util"] for p in ports if p.get("tx_util") is not None]
     ib_mean = _mean(ib)
     ib_bad = sum(1 for p in ports if p.get("state") not in (None, 4) or p.get("errors_inc"))
-    row = (f"{node.name[:20]:<20} {status:<10} {node.gpu_count:>4} "
+    row = (f"{shown_name(node.name, width):<{width}} {status:<10} {node.gpu_count:>4} "
            f"{(f'{mean * 100:.0f}%' if mean is not None else '-'):>5} "
            f"{(f'{max(temps):.0f}C' if temps else '-'):>5} "
            f"{(f'{sum(power) / 1000:.1f}kW' if power else '-'):>7} "
@@ -60,20 +79,24 @@ def render(cluster: ClusterState, max_rows: int = 40,
         f"{counts['down']}" + (f" / unknown {counts['unknown']}" if counts["unknown"] else "")
         + f"  GPUs {cluster.gpu_total()}  interval "
         f"{f'{interval:g}s' if interval else '-'}  {time.strftime('%H:%M:%S')}",
-        "",
-        f"{'node':<20} {'status':<10} {'GPUs':>4} {'util':>5} {'temp':>5} {'power':>7} "
-        f"{'thr':>4} {'fail':>4} {'xid':>4} {'cpu':>5} {'IB tx':>5} {'IBbad':>5}",
     ]
     nodes = sorted(cluster.nodes.values(), key=lambda n: n.name)
-    lines += [node_row(n, now) for n in nodes[:max_rows]]
+    width = name_width([n.name for n in nodes[:max_rows]])
+    lines += ["", f"{'node':<{width}} {'status':<10} {'GPUs':>4} {'util':>5} {'temp':>5} "
+                  f"{'power':>7} {'thr':>4} {'fail':>4} {'xid':>4} {'cpu':>5} {'IB tx':>5} "
+                  f"{'IBbad':>5}"]
+    lines += [node_row(n, now, width) for n in nodes[:max_rows]]
     if len(nodes) > max_rows:
         lines.append(f"... and {len(nodes) - max_rows} more nodes")
     storage = judge.storage.filesystems if judge is not None else {}
     if storage:
         lines.append("")
-        lines.append(f"{'file system':<24} {'type':<7} {'read':>10} {'write':>10} {'nodes':>5}")
+        wide = max(24, min(NAME_MAX, max(len(m) for m in storage)))
+        lines.append(f"{'file system':<{wide}} {'type':<7} {'read':>10} {'write':>10} "
+                     f"{'nodes':>5}")
         for mount, fs in sorted(storage.items()):
-            lines.append(f"{mount[:24]:<24} {fs.fstype[:7]:<7} {fs.read / 1e9:>8.1f}GB/s "
+            shown = mount if len(mount) <= wide else mount[:wide - 1] + "~"
+            lines.append(f"{shown:<{wide}} {fs.fstype[:7]:<7} {fs.read / 1e9:>8.1f}GB/s "
                          f"{fs.write / 1e9:>8.1f}GB/s {fs.nodes:>5}")
     if cluster.events:
         lines.append("")

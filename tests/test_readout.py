@@ -1,0 +1,27 @@
+"""The plain readout (`--once`, `--plain`): what a person reads in a log or over SSH."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from tests.seeded import seeded_cluster
+from tuimon.readout import render
+
+CLOUD = "ip-100-64-171-120.ec2.internal"
+LONG = "gpu-" + "a" * 40 + ".rack7.row3.hall2.datacenter.example.org"
+
+
+async def test_node_names_are_shown_whole_or_without_their_domain_never_cut_mid_word(
+        ) -> None:
+    cluster, sim = await seeded_cluster(3, gpus=1)
+    for member, name in zip(sim.members, (CLOUD, LONG, "n1")):
+        node = cluster.nodes[member.target]
+        cluster.apply_hello(member.target, dataclasses.replace(node.hello, node=name))
+    rows = {line.split()[0]: line for line in render(cluster).splitlines()
+            if line.split() and line.split()[0] in (CLOUD, LONG.split(".")[0], "n1")}
+    # Kubernetes and cloud names whole; a name past the column's cap without its domain.
+    assert set(rows) == {CLOUD, LONG.split(".")[0], "n1"}, render(cluster)
+    # One column: every row's status starts where the header's does.
+    header = next(line for line in render(cluster).splitlines() if line.startswith("node "))
+    at = header.index("status")
+    assert all(row[at:].startswith(("up", "stale", "down")) for row in rows.values()), rows
