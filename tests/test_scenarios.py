@@ -94,6 +94,36 @@ async def test_what_the_step_time_waited_on_follows_the_fault(scenario: str,
     assert kinds[kind] > before[1].get(kind, 0.0) + 0.1, (before, after)
 
 
+async def test_without_a_baseline_a_job_is_compared_with_its_own_best_ten_minutes() -> None:
+    """No --baseline: once the viewer has counted ten minutes, the job's best sustained
+    per-GPU throughput is its yardstick; the spine imbalance takes it to about 0.74 of it
+    (0.68 of the time computing against 0.92 before)."""
+    from tuimon.model.efficiency import BEST_WINDOW_S
+
+    assert BEST_WINDOW_S == 600.0
+    seen: dict[str, tuple[float, str] | None] = {}
+    async for since_onset, _, _, eff in run_scenario("spine-imbalance", nodes=4, gpus=2,
+                                                     fault_at=660.0, seconds=800.0,
+                                                     step=5.0):
+        job = eff.jobs.get("llm-pretrain")
+        if job is None or not job.history:
+            continue
+        now = job.history[-1][0]
+        throughput = job.window(60, now)[1]
+        if since_onset == -600:  # a minute in: not ten minutes counted yet
+            seen["early"] = eff.efficiency(job, throughput)
+        if -5 <= since_onset < 0:
+            seen["before"] = eff.efficiency(job, throughput)
+        if since_onset >= 130:
+            seen["after"] = eff.efficiency(job, throughput)
+    before, after = seen["before"], seen["after"]
+    assert "early" in seen and seen["early"] is None, seen
+    assert before is not None and after is not None, seen
+    assert before[1] == after[1] == "its best 10 min"
+    assert before[0] == pytest.approx(1.0, abs=0.03)
+    assert after[0] == pytest.approx(0.74, abs=0.04)
+
+
 async def test_healthy_raises_nothing_over_30_simulated_minutes() -> None:
     seen = set()
     async for _, findings, _, _ in run_scenario("healthy", seconds=1800.0, step=10.0):

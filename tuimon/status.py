@@ -65,10 +65,14 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         firing = verdict.firing
         age = verdict.steps_age
         waited, wait_kinds = job.wait_shares(3600, now)
+        versus = eff.efficiency(job, throughput)
         jobs[job.job] = {"world": job.world, "sli_1m": sli, "samples_per_s": throughput,
                          # What the step time went to waiting on over the last hour
                          # (shares of the step time): the budget's loss, by its cause.
                          "waiting_1h": round(waited, 4),
+                         # Against one GPU's throughput (--baseline), else the job's best.
+                         "efficiency": None if versus is None else round(versus[0], 4),
+                         "efficiency_against": None if versus is None else versus[1],
                          "waits_1h": {k: round(v, 4) for k, v in wait_kinds.items()},
                          "verdict": verdict.state,
                          "ranks_reporting": verdict.reporting,
@@ -125,6 +129,10 @@ def format_text(r: dict[str, Any]) -> str:
                      if j.get("budget_recovered_hours") else "")
         waits = said(j.get("waits_1h") or {})
         waits = f", waiting 1h: {waits}" if waits else ""
+        if j.get("efficiency") is not None:
+            against = j["efficiency_against"]
+            waits += (f", scaling efficiency {j['efficiency']:.2f}" if against == "baseline"
+                      else f", efficiency {j['efficiency']:.2f} vs {against}")
         spent = said_hours(j.get("budget_spent_hours") or {})
         spent = f" (spent on {spent})" if spent else ""
         lines.append(f"job {name} ({ranks}{stale}): SLI {sli}{waits}, {rate}, budget "

@@ -34,6 +34,9 @@ REPORTING_S = 60.0
 # A job with no step reports for this long, and no ledger naming it, is forgotten: the
 # viewer's memory holds the jobs that run, not every name a peer ever sent.
 FORGET_JOB_S = 24 * 3600.0
+# Without a baseline (one GPU's throughput), a job is compared with its own best: the
+# highest per-GPU throughput it sustained over this long, as this viewer counted it.
+BEST_WINDOW_S = 600.0
 STRAGGLER_RATIO = 1.10
 STRAGGLER_SECONDS = 30.0
 
@@ -93,6 +96,20 @@ class JobState:
     # family's `windows` and `drop`).
     reported: dict[str, tuple[float, dict[float, Window], Drop | None]] = field(
         default_factory=dict)
+    # The best per-GPU throughput sustained over BEST_WINDOW_S (samples/s), and when.
+    best_per_gpu: float | None = None
+    best_at: float | None = None
+
+    def note_best(self, now: float) -> None:
+        """Keep the job's best sustained per-GPU throughput: the last BEST_WINDOW_S, once
+        this viewer's count covers all of it."""
+        if not self.history or not self.world or \
+                self.history[0][0] > now - BEST_WINDOW_S + 1.0:
+            return
+        _, throughput = self.window(BEST_WINDOW_S, now)
+        if throughput is not None and (self.best_per_gpu is None
+                                       or throughput / self.world > self.best_per_gpu):
+            self.best_per_gpu, self.best_at = throughput / self.world, now
 
     def window(self, seconds: float, now: float) -> tuple[float | None, float | None]:
         """(SLI, samples/s) over the last `seconds`.
@@ -301,6 +318,7 @@ class EfficiencyView:
             state.history.append((now, acc.wall, acc.compute, acc.samples))
             if acc.waits:
                 state.wait_history.append((now, acc.waits))
+            state.note_best(now)
             if isinstance(state.burn, BurnTracker) and state.world:
                 state.burn.add(now, acc.wall / state.world, acc.compute / state.world,
                                {k: v / state.world for k, v in acc.waits.items()})
@@ -364,3 +382,16 @@ class EfficiencyView:
         if base is None or throughput is None or not state.world:
             return None
         return throughput / (state.world * base)
+
+    def efficiency(self, state: JobState,
+                   throughput: float | None) -> tuple[float, str] | None:
+        """(the job's efficiency, against what): against one GPU alone where a baseline
+        is given (scaling efficiency), else against the job's own best sustained
+        BEST_WINDOW_S, labelled so; None before either is known."""
+        scaling = self.scaling_efficiency(state, throughput)
+        if scaling is not None:
+            return scaling, "baseline"
+        if state.best_per_gpu and throughput is not None and state.world:
+            return throughput / (state.world * state.best_per_gpu), \
+                f"its best {BEST_WINDOW_S / 60:.0f} min"
+        return None

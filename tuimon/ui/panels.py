@@ -112,13 +112,17 @@ class SloStrip(Panel):
             sli_texts = [f"{w} [b]{v[0]:.2f}[/b]" if v[0] is not None else f"{w} -"
                          for w, v in slis.items()]
             throughput = slis["1m"][1]
-            scaling = eff.scaling_efficiency(state, throughput)
+            versus = eff.efficiency(state, throughput)
             sli_now = slis["1m"][0]
             ok = sli_now is not None and sli_now >= eff.slo.target
             sli_color = "$success" if ok else "$error"
-            effic = (f"scaling efficiency [b]{scaling:.2f}[/b]" if scaling is not None else
-                     (f"compute fraction [b]{sli_now:.2f}[/b] (no baseline)"
-                      if sli_now is not None else "compute fraction -"))
+            if versus is not None and versus[1] == "baseline":
+                effic = f"scaling efficiency [b]{versus[0]:.2f}[/b]"
+            elif versus is not None:
+                effic = f"efficiency [b]{versus[0]:.2f}[/b] vs {versus[1]}"
+            else:
+                effic = (f"compute fraction [b]{sli_now:.2f}[/b] (no baseline)"
+                         if sli_now is not None else "compute fraction -")
             burn = state.burn.burn_rates(now) if state.burn else {}
             used = state.burn.consumed_hours if state.burn else 0.0
             left = eff.slo.remaining_hours(used)
@@ -153,7 +157,7 @@ class SloStrip(Panel):
                 (2, f" [$heat-4]{sparkline(eff.sli_series(state, 30), 30, 1.0)}[/]"),
                 (9, f" {sli_texts[0]}"), (6, " " + " ".join(sli_texts[1:])),
                 # Without a baseline the compute fraction is the SLI again: kept less.
-                (5 if scaling is not None else 3, f"  {effic}"),
+                (5 if versus is not None else 3, f"  {effic}"),
                 (6, f"  waiting 1h: {waits}" if waits else ""),
                 (1, f"  MFU [b]{mfu:.2f}[/b]" if mfu is not None else ""),
                 (4, f"  {throughput:,.0f} samples/s" if throughput else "  - samples/s"),
