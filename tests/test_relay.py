@@ -28,7 +28,7 @@ from tuimon.model.step_credit import merge_steps
 from tuimon.model.storage import StorageView
 from tuimon.relay import Relay, RelayConfig
 from tuimon.relay.fanout import FanOut
-from tuimon.relay.ledger import Ledger, LedgerError
+from tuimon.relay.ledger import SCHEMA_VERSION, Ledger, LedgerError
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.status import format_text, report
 from tuimon_core.protocol import Batch, Hello, Sample, Subscribe, decode, encode
@@ -435,12 +435,44 @@ def test_a_ledger_of_the_first_layout_is_brought_up_to_date_losing_no_minute(
                                               "other": (360 + 4) / 3600})
         assert sum(s["spent_h"].values()) == pytest.approx(s["consumed_h"])
     db = sqlite3.connect(path)
-    assert db.execute("PRAGMA user_version").fetchone()[0] == 1
+    assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     db.execute("PRAGMA user_version=7")
     db.close()
     with pytest.raises(LedgerError, match="newer relay"):
         Ledger(path)
     Ledger(tmp_path / "other.db").close()  # the refusal released its lock
+
+
+def test_the_ledger_keeps_the_jobs_best_ten_minutes_across_restarts(tmp_path: Path) -> None:
+    """Per-GPU throughput = samples / rank-seconds over ten consecutive whole minutes: a
+    faster stretch of nine minutes, or one broken by a silent minute, or the minute still
+    being counted, is not a best."""
+    path = tmp_path / "l.db"
+    now = [1_800_000_000.0]
+    start = now[0] - 3600
+
+    def minute(i: int, per_gpu: float) -> None:  # 8 ranks, 60 s each
+        ledger.add("job", start + 60 * i + 30, 60.0, 54.0, samples=per_gpu * 480,
+                   rank_s=480.0)
+
+    ledger = Ledger(path, clock=lambda: now[0])
+    for i in range(19):
+        minute(i, 2.0)
+    for i in range(20, 29):
+        minute(i, 9.0)  # nine minutes only, silent ones on either side
+    for i in range(30, 40):
+        minute(i, 3.0)  # ten whole minutes, after a silent one
+    for i in range(40, 50):
+        minute(i, 2.5)
+    ledger.flush()
+    now[0] = start + 60 * 59 + 30
+    minute(59, 50.0)  # the minute still being counted
+    ledger.flush()
+    assert ledger.summary()["job"]["best_per_gpu"] == pytest.approx(3.0)
+    assert ledger.summary()["job"]["best_at"] == start + 60 * 40
+    ledger.close()
+    with Ledger(path, clock=lambda: now[0]) as again:  # from the file's minutes
+        assert again.summary()["job"]["best_per_gpu"] == pytest.approx(3.0)
 
 
 def test_ledger_prunes_after_retention(tmp_path: Path) -> None:
@@ -488,6 +520,13 @@ def test_viewer_shows_the_ledger_budget() -> None:
     eff.update(cluster)
     assert isinstance(eff.jobs["llm"].burn, LedgerBurn)
     assert eff.jobs["llm"].burn.consumed_hours == 60.0
+    # The run's best ten minutes, from the ledger, is the yardstick of a viewer that has
+    # not counted ten minutes itself (2,400 samples/s on 800 GPUs against 4 a GPU).
+    cluster.apply_budget({"llm": {"consumed_h": 60.0, "best_per_gpu": 4.0}})
+    eff.update(cluster)
+    job = eff.jobs["llm"]
+    job.world = 800
+    assert eff.efficiency(job, 2400.0) == (pytest.approx(0.75), "its best 10 min")
 
 
 async def test_a_relay_away_counts_the_run_time_it_missed_from_the_agents_totals(

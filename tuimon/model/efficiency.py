@@ -391,7 +391,8 @@ class EfficiencyView:
         scaling = self.scaling_efficiency(state, throughput)
         if scaling is not None:
             return scaling, "baseline"
-        if state.best_per_gpu and throughput is not None and state.world:
-            return throughput / (state.world * state.best_per_gpu), \
-                f"its best {BEST_WINDOW_S / 60:.0f} min"
+        # The run's best as the relay's ledger counted it, or this viewer's, the higher.
+        best = max(state.best_per_gpu or 0.0, getattr(state.burn, "best_per_gpu", None) or 0.0)
+        if best > 0 and throughput is not None and state.world:
+            return throughput / (state.world * best), f"its best {BEST_WINDOW_S / 60:.0f} min"
         return None

@@ -230,6 +230,8 @@ class LedgerBurn(BurnReadout):
         self.recovered_hours = float(summary.get("recovered_h") or 0.0)
         self.spent_hours = {}
         add_waits(self.spent_hours, summary.get("spent_h"))
+        # The job's best per-GPU throughput over 10 minutes of the run, where known.
+        self.best_per_gpu: float | None = summary.get("best_per_gpu")
         # "prometheus" when the job counters in Prometheus gave it; else a relay's ledger.
         self.source: str | None = summary.get("source")
         self._ratios = summary.get("error_ratio") or {}

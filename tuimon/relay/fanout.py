@@ -370,8 +370,7 @@ class FanOut:
     """The relay's sink for upstream streams (`tuimon.sources.agent_stream.StreamSink`)
     and the set of viewer feeds."""
 
-    def __init__(self, on_steps: Callable[[str, float, float, float, dict[str, float]], None]
-                 | None = None,
+    def __init__(self, on_steps: Callable[..., None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time,
                  on_totals: Callable[[str, dict[str, Any], float], None] | None = None
@@ -613,7 +612,9 @@ class FanOut:
         wall_now = self.wall()
         credited = self.credit.credit(source, steps, self.clock())
         for job in credited:
-            self.on_steps(job.job, wall_now, job.total_s, job.effective_s, job.waits_s)
+            # Ledger.add: run seconds, what they waited on, and samples per rank-second.
+            self.on_steps(job.job, wall_now, job.total_s, job.effective_s, job.waits_s,
+                          float(job.samples), job.wall)
         if self.on_totals is not None and credited:
             mine = {job.job for job in credited}  # the ranks this source may speak for
             for entry in steps.get("jobs") or ():

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tuimon.model.efficiency import BEST_WINDOW_S
 from tuimon.model.slo import BURN_WINDOWS_S
 from tuimon_core.errors import UsageError
 from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
@@ -68,19 +69,30 @@ WAITS_UPSERT = """
 INSERT INTO waits (job, minute, kind, seconds) VALUES (?, ?, ?, ?)
 ON CONFLICT (job, minute, kind) DO UPDATE SET seconds = seconds + excluded.seconds
 """
+# Columns added to `buckets` in layout 2: samples processed and rank-seconds of wall
+# time, so the job's best sustained per-GPU throughput (samples / rank-seconds) is read
+# from the minutes themselves.
+BUCKET_COLUMNS_2 = ("samples", "rank_s")
 # The file's layout (PRAGMA user_version): 0, the first ledgers (buckets, totals); 1 adds
-# `waits`. An older file is brought up to it in place, every minute kept; a newer one (a
-# later relay's) is refused rather than written in a layout this relay does not know.
-SCHEMA_VERSION = 1
+# `waits`; 2 adds BUCKET_COLUMNS_2. An older file is brought up to it in place, every
+# minute kept; a newer one (a later relay's) is refused rather than written in a layout
+# this relay does not know.
+SCHEMA_VERSION = 2
+# The job's best: per-GPU throughput over this many consecutive minutes, every one counted
+# (the model's window: the viewer judges its own count by the same).
+BEST_MINUTES = int(BEST_WINDOW_S // 60)
 TOTALS_UPSERT = """
 INSERT INTO totals (source, job, since, wall, compute, at) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (source, job) DO UPDATE SET since = excluded.since, wall = excluded.wall,
     compute = excluded.compute, at = excluded.at
 """
 UPSERT = """
-INSERT INTO buckets (job, minute, total_s, effective_s) VALUES (?, ?, ?, ?)
+INSERT INTO buckets (job, minute, total_s, effective_s, samples, rank_s)
+VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (job, minute) DO UPDATE SET total_s = total_s + excluded.total_s,
-                                        effective_s = effective_s + excluded.effective_s
+                                        effective_s = effective_s + excluded.effective_s,
+                                        samples = samples + excluded.samples,
+                                        rank_s = rank_s + excluded.rank_s
 """
 # Unwritten minutes kept in memory while the disk refuses them (jobs x minutes).
 MAX_PENDING = 100_000
@@ -147,7 +159,10 @@ class Ledger:
         self._wall0, self._mono0 = clock(), monotonic()
         self.error: str | None = None
         self.written = 0
+        # (job, minute) -> [total_s, effective_s, samples, rank_s] not yet written
         self._pending: dict[tuple[str, int], list[float]] = {}
+        # job -> (best per-GPU samples/s over BEST_MINUTES, the minute that window ended)
+        self._best: dict[str, tuple[float, int]] = {}
         self._pending_waits: dict[tuple[str, int, str], float] = {}
         self._lost_minutes = 0
         # (source, job) -> (since, wall, compute, at): the agents' totals as last counted
@@ -177,8 +192,14 @@ class Ledger:
                                   f"{version}, this one knows up to {SCHEMA_VERSION}); run "
                                   "that relay, or give --ledger another path")
             self._db.executescript(SCHEMA + TOTALS_SCHEMA + WAITS_SCHEMA)
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(buckets)")}
+            for column in BUCKET_COLUMNS_2:
+                if column not in columns:
+                    self._db.execute(f"ALTER TABLE buckets ADD COLUMN {column} REAL NOT NULL "
+                                     "DEFAULT 0")
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._best = self._best_stored()
             check = self._db.execute("PRAGMA quick_check").fetchone()[0]
             self._stored = {(source, job): (since, wall, compute, at) for
                             source, job, since, wall, compute, at in self._db.execute(
@@ -227,9 +248,11 @@ class Ledger:
     # -- writing ------------------------------------------------------------------
 
     def add(self, job: str, ts: float, total_s: float, effective_s: float,
-            waits: dict[str, float] | None = None) -> None:
+            waits: dict[str, float] | None = None, samples: float = 0.0,
+            rank_s: float = 0.0) -> None:
         """Run seconds of a job received at `ts`: total, effective, and what the rest
-        waited on by kind (run seconds; `other` need not be given: it is the rest)."""
+        waited on by kind (run seconds; `other` need not be given: it is the rest); the
+        samples processed and the rank-seconds they took, for the job's best."""
         if total_s <= 0:
             return
         minute = int(ts // 60)
@@ -239,9 +262,12 @@ class Ledger:
             if len(self._pending) >= MAX_PENDING:
                 self._lost_minutes += 1
                 return
-            bucket = self._pending[key] = [0.0, 0.0]
+            bucket = self._pending[key] = [0.0, 0.0, 0.0, 0.0]
         bucket[0] += total_s
         bucket[1] += min(effective_s, total_s)
+        if samples > 0 and rank_s > 0:
+            bucket[2] += samples
+            bucket[3] += rank_s
         for name, seconds in (waits or {}).items():
             kind = wait_kind(name)
             if kind != OTHER and seconds > 0:
@@ -308,7 +334,7 @@ class Ledger:
         self._say_recovered()
         if not self._pending and not self._totals:
             return self.error is None
-        rows = [(job, minute, t, e) for (job, minute), (t, e) in self._pending.items()]
+        rows = [(job, minute, *sums) for (job, minute), sums in self._pending.items()]
         totals = [(source, job, *values) for (source, job), values in self._totals.items()]
         waits = [(*key, seconds) for key, seconds in self._pending_waits.items()]
         try:
@@ -328,10 +354,70 @@ class Ledger:
             log.warning("ledger %s: writing again (%d buckets caught up)", self.path, len(rows))
         self.error = None
         self.written += len(rows)
+        oldest: dict[str, int] = {}
+        for job, minute in self._pending:
+            oldest[job] = min(minute, oldest.get(job, minute))
+        self._note_best(oldest)
         self._pending.clear()
         self._totals.clear()
         self._pending_waits.clear()
         return True
+
+    # -- the job's best ---------------------------------------------------------------
+
+    @staticmethod
+    def _best_in(rows: list[tuple[int, float, float]], before: int) -> tuple[float, int] | None:
+        """The best per-GPU throughput over BEST_MINUTES consecutive minutes of `rows`
+        (minute, samples, rank-seconds; oldest first), among windows that end before the
+        minute `before` (a minute still being counted is not a whole one)."""
+        best = None
+        window: list[tuple[int, float, float]] = []
+        samples = rank_s = 0.0
+        for row in rows:
+            if row[0] >= before:
+                break
+            if window and row[0] != window[-1][0] + 1:  # a gap: start again
+                window, samples, rank_s = [], 0.0, 0.0
+            window.append(row)
+            samples += row[1]
+            rank_s += row[2]
+            if len(window) > BEST_MINUTES:
+                old = window.pop(0)
+                samples -= old[1]
+                rank_s -= old[2]
+            if len(window) == BEST_MINUTES and rank_s > 0:
+                value = samples / rank_s
+                if best is None or value > best[0]:
+                    best = (value, row[0])
+        return best
+
+    def _best_stored(self) -> dict[str, tuple[float, int]]:
+        """Each job's best from the file, once, at start."""
+        rows: dict[str, list[tuple[int, float, float]]] = {}
+        for job, minute, samples, rank_s in self._db.execute(
+                "SELECT job, minute, samples, rank_s FROM buckets WHERE rank_s > 0 "
+                "ORDER BY job, minute"):
+            rows.setdefault(clean(job), []).append((minute, samples, rank_s))
+        now_minute = int(self.clock() // 60)
+        out = {}
+        for job, job_rows in rows.items():
+            best = self._best_in(job_rows, now_minute)
+            if best is not None:
+                out[job] = best
+        return out
+
+    def _note_best(self, jobs: dict[str, int]) -> None:
+        """After a flush: the windows that the minutes just written (job -> the oldest)
+        end, or that a minute which became whole since ends."""
+        now_minute = int(self.clock() // 60)
+        for job, oldest in jobs.items():
+            first = min(oldest, now_minute - 1) - BEST_MINUTES
+            rows = [(m, n, r) for m, n, r in self._db.execute(
+                "SELECT minute, samples, rank_s FROM buckets WHERE job = ? AND minute >= ? "
+                "AND rank_s > 0 ORDER BY minute", (job, first))]
+            best = self._best_in(rows, now_minute)
+            if best is not None and (job not in self._best or best[0] > self._best[job][0]):
+                self._best[job] = best
 
     def prune(self) -> int:
         """Drop buckets older than the retention; returns how many went. A prune the clock
@@ -396,9 +482,9 @@ class Ledger:
                     "SELECT job, SUM(total_s), SUM(effective_s) FROM buckets "
                     "WHERE minute > ? AND minute <= ? GROUP BY job", (first, minute_now)):
                 add(clean(job), key, total or 0.0, effective or 0.0)
-            for (job, minute), (t, e) in self._pending.items():
+            for (job, minute), bucket in self._pending.items():
                 if first < minute <= minute_now:
-                    add(job, key, t, e)
+                    add(job, key, bucket[0], bucket[1])
         # What the run window's lost time waited on, by named kind; `other` is the rest.
         first_run = minute_now - int(windows["run"] // 60)
         named: dict[str, dict[str, float]] = {}
@@ -446,6 +532,9 @@ class Ledger:
                         "window_h": self.window_hours,
                         "consumed_h": (total - effective) / 3600,
                         "spent_h": {k: spent[k] / 3600 for k in WAIT_KINDS if k in spent},
+                        **({"best_per_gpu": self._best[job][0],
+                            "best_at": self._best[job][1] * 60.0 + 60.0}
+                           if job in self._best else {}),
                         "observed_h": total / 3600,
                         "error_ratio": ratios,
                         "error": self.error}

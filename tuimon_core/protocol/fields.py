@@ -660,6 +660,10 @@ BUDGET_FIELDS: tuple[Field, ...] = (
     Field("spent_h", WAITS, "kind -> h", "what `consumed_h` was spent waiting on: `comm`, "
           "`data`, `checkpoint`, `other` (the rest: waiting no kind names, and time the "
           "relay recovered from totals); they add up to `consumed_h` (since 2026-12)"),
+    Field("best_per_gpu", RATE, "samples/s", "the job's best per-GPU throughput sustained "
+          "over 10 consecutive minutes of the ledger: its yardstick where no baseline is "
+          "given (since 2026-12)"),
+    Field("best_at", TIME, "s", "when that best window ended"),
 )
 BUDGET = MapOf(Record("budget", BUDGET_FIELDS), MAX_BUDGET_JOBS, key_len=MAX_STR, nil=False)
 
