@@ -45,6 +45,7 @@ import msgpack
 
 from agent.reporter import MAX_DATAGRAM
 from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, DropJudge
+from tuimon_core.protocol.fields import WAITS
 from tuimon_core.protocol.text import clean
 from tuimon_core.wait_kinds import add_waits, split_wait
 
@@ -118,19 +119,21 @@ def decode_step(data: bytes) -> dict[str, Any]:
 
 
 def _decode_waits(waits: Any, wall: float) -> dict[str, float]:
-    """A step's seconds waited by kind: at most 16 names of at most 32 characters, each
-    a number of seconds, together no longer than the step."""
-    if type(waits) is not dict or len(waits) > 16:
+    """A step's seconds waited by kind, as the wire's `waits` maps are bounded: each a
+    number of seconds no longer than the step. Together they may be longer (a
+    `waiting()` inside another counts its time twice): they are shares, scaled to the
+    step's waiting when it is credited (split_wait)."""
+    if type(waits) is not dict or len(waits) > WAITS.max_items:
         raise StepError("waits: expected a map of kind -> seconds")
     out: dict[str, float] = {}
     for k, v in waits.items():
-        if type(k) is not str or len(k) > 32:
+        if type(k) is not str or len(k) > WAITS.key_len:
             raise StepError(f"waits: expected kind names, got {k!r:.40}")
-        if not (type(v) is int or type(v) is float) or not math.isfinite(v) or v < 0:
-            raise StepError(f"waits.{k}: expected seconds, got {v!r:.40}")
+        if not (type(v) is int or type(v) is float) or not math.isfinite(v) \
+                or not 0 <= v <= wall * 1.001 + 1e-6:
+            raise StepError(f"waits.{k!r:.40}: expected seconds within the step, "
+                            f"got {v!r:.40}")
         out[k] = float(v)
-    if sum(out.values()) > wall * 1.001 + 1e-6:
-        raise StepError("waits longer than the step")
     return out
 
 

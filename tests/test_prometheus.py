@@ -263,6 +263,11 @@ def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -
     assert prom_code in (0, 1) and set(ours) == set(theirs), prom_json
     assert ours["nodes"]["up"] == 2 and set(ours["jobs"]) == {"llm-pretrain"}
     assert set(ours["jobs"]["llm-pretrain"]) == set(theirs["jobs"]["llm-pretrain"])
+    # What the step time waited on, from tuimon_job_wait_seconds_total: the simulated
+    # ranks wait in collectives; and the budget spent so, from the same counters.
+    job = theirs["jobs"]["llm-pretrain"]
+    assert set(job["waits_1h"]) == {"comm"}, job
+    assert set(job["budget_spent_hours"]) == {"comm"}, job
     assert code == 0, out
     assert "nodes up 2" in out and "sim-node000" in out and "sim-node001" in out
     job = next(line for line in out.splitlines() if line.startswith("job llm-pretrain"))

@@ -20,7 +20,7 @@ from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
 from tuimon.model.step_credit import JobCredit, StepCredit
 from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, Drop
 from tuimon_core.protocol.overview_layout import busy, busy_percents
-from tuimon_core.wait_kinds import add_waits
+from tuimon_core.wait_kinds import add_waits, split_wait
 
 WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
 # Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
@@ -159,8 +159,10 @@ class JobState:
         that window, else as this viewer did."""
         reported = self.reported_window(seconds, now)
         if reported is not None and reported.wall > 0:
-            wall, waited, by_kind = reported.wall, reported.wall - reported.compute, \
-                reported.waits
+            # As shares of the waiting the nodes counted: a node's kinds cannot say more
+            # than that, and older agents' unnamed waiting is `other`.
+            wall, waited = reported.wall, reported.wall - reported.compute
+            by_kind = split_wait(reported.waits, waited)
         else:
             wall = compute = 0.0
             for ts, w, c, _ in reversed(self.history):

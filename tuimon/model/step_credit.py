@@ -23,7 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tuimon_core.protocol.fields import MAX_COUNT, MAX_JOBS, MAX_RANKS, STEP_RANK_FIELDS
+from tuimon_core.protocol.fields import (
+    MAX_COUNT,
+    MAX_JOBS,
+    MAX_RANKS,
+    STEP_RANK_FIELDS,
+    WAITS,
+)
 from tuimon_core.wait_kinds import add_waits, split_wait
 
 CAP_S = 600.0
@@ -170,6 +176,9 @@ _SUMMED: tuple[tuple[str, float], ...] = tuple(
     if f.key in ("steps", "wall", "compute", "samples", "tokens"))
 
 
+WAIT_MOST: float = getattr(WAITS.value, "hi")  # noqa: B009
+
+
 def merge_steps(older: dict[str, Any] | None,
                 newer: dict[str, Any] | None) -> dict[str, Any] | None:
     """Add two samples' step sums, so whoever sees only the newer sample misses nothing
@@ -198,7 +207,10 @@ def merge_steps(older: dict[str, Any] | None,
                         # reader refuses what its type does not allow.
                         acc[key] = min(most, acc.get(key, 0) + r[key])
                 if r.get("waits"):
-                    add_waits(acc.setdefault("waits", {}), r["waits"])
+                    into = acc.setdefault("waits", {})
+                    add_waits(into, r["waits"])
+                    for kind, seconds in into.items():  # within the field's bound, too
+                        into[kind] = min(WAIT_MOST, seconds)
     out = dict(newer)
     # Within the family's bounds too: the merged sums are sent on by a relay.
     out["jobs"] = [{**j, "ranks": list(j["ranks"].values())[:MAX_RANKS]}

@@ -27,7 +27,7 @@ from tuimon.model.slo import BURN_WINDOWS_S
 from tuimon_core.errors import UsageError
 from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
 from tuimon_core.protocol.text import clean
-from tuimon_core.wait_kinds import OTHER, WAIT_KINDS, wait_kind
+from tuimon_core.wait_kinds import OTHER, WAIT_KINDS, split_wait, wait_kind
 
 log = logging.getLogger(__name__)
 
@@ -518,13 +518,8 @@ class Ledger:
             for key in BURN_WINDOWS_S:
                 t, e = entry["windows"].get(key, (0.0, 0.0))
                 ratios[key] = 1 - e / t if t > 0 else None
-            lost = max(0.0, total - effective)
-            spent = {k: v for k, v in (named.get(job) or {}).items() if v > 0}
-            if sum(spent.values()) > lost > 0:  # float dust, or reports that overclaimed
-                spent = {k: v * lost / sum(spent.values()) for k, v in spent.items()}
-            rest = lost - sum(spent.values())
-            if rest > 1e-6:
-                spent[OTHER] = rest
+            # The named waits as shares of the time lost; the rest is `other`.
+            spent = split_wait(named.get(job), max(0.0, total - effective))
             recovered = self.recovered_s.get(job)
             if recovered:
                 out.setdefault(job, {})["recovered_h"] = recovered / 3600

@@ -134,6 +134,8 @@ LIVE_QUERIES: dict[str, str] = {
     "job_compute": "rate(tuimon_job_compute_seconds_total{{{mm}}}[1m])",
     "job_samples": "rate(tuimon_job_samples_total{{{mm}}}[1m])",
     "job_steps": "rate(tuimon_job_steps_total{{{mm}}}[1m])",
+    # Only the kinds a rank waited on lately (the agent exports every kind from zero).
+    "job_waits": "rate(tuimon_job_wait_seconds_total{{{mm}}}[1m]) > 0",
 }
 
 # The error budget from the job counters: one query for the SLO window, one per burn
@@ -146,11 +148,16 @@ def budget_queries(window_hours: float) -> dict[str, str]:
     compute = ("sum by (" + JOB_BY + ") (increase(tuimon_job_compute_seconds_total{{{mm}}}"
                "[{w}]))")
     ranks = "count by (" + JOB_BY + ") (tuimon_job_wall_seconds_total{{{mm}}})"
+    waits = ("sum by (" + JOB_BY + ", kind) (increase(tuimon_job_wait_seconds_total{{{mm}}}"
+             "[{w}]))")
     out = {
         # run time and effective time, in hours of the job (rank-seconds / ranks)
         "budget_total": f"{wall} / {ranks} / 3600".replace("{w}", f"{int(window_hours)}h"),
         "budget_effective": f"{compute} / {ranks} / 3600".replace(
             "{w}", f"{int(window_hours)}h"),
+        # what the rest was spent waiting on, by kind, in the same hours
+        "budget_waits": (f"{waits} / on ({JOB_BY}) group_left () {ranks} / 3600"
+                         .replace("{w}", f"{int(window_hours)}h")),
     }
     for w in ("5m", "30m", "1h", "6h", "1d", "3d"):
         out[f"ratio_{w}"] = f"1 - {compute} / {wall}".replace("{w}", w)

@@ -45,6 +45,7 @@ from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
 from tuimon_core.protocol.schema import Int, WireType
 from tuimon_core.protocol.text import clean
 from tuimon_core.version import __version__
+from tuimon_core.wait_kinds import wait_kind
 
 log = logging.getLogger(__name__)
 
@@ -315,6 +316,17 @@ class PromSource:
                     n = node(labels)
                     if n is not None:
                         n.jobs.setdefault(job, {}).setdefault(rank, {})[key] = value
+        for labels, value in a.get("job_waits", []):
+            rank = _int(labels.get("rank"))
+            job = labels.get("exported_job") or labels.get("job")
+            kind = labels.get("kind")
+            if rank is None or not job or not kind:
+                continue
+            n = node(labels)
+            if n is not None:
+                rates = n.jobs.setdefault(job, {}).setdefault(rank, {})
+                key = f"wait:{wait_kind(kind)}"  # at most the known kinds, whatever comes
+                rates[key] = rates.get(key, 0.0) + value
         # `gpu001.cluster.local` and `gpu001` are one machine.
         for long, short in NodeNames.short_forms(nodes).items():
             _merge(nodes[short], nodes.pop(long))
@@ -518,7 +530,9 @@ class PromSource:
                  "ranks": [{"rank": r, "steps": max(1, _whole(v.get("steps", 0) * dt) or 0),
                             "wall": v.get("wall", 0.0) * dt,
                             "compute": min(v.get("compute", 0.0), v.get("wall", 0.0)) * dt,
-                            "samples": _whole(v.get("samples", 0.0) * dt)}
+                            "samples": _whole(v.get("samples", 0.0) * dt),
+                            "waits": {k[5:]: w * dt for k, w in v.items()
+                                      if k.startswith("wait:")}}
                            for r, v in sorted(ranks.items()) if v.get("wall", 0.0) > 0]}
                 for job, ranks in n.jobs.items()], "received": 0, "rejected": 0}
         host = {k: _as(_HOST_KIND[k], v) for k, v in n.host.items() if k in _HOST_KIND}
@@ -616,6 +630,12 @@ def _budget(a: dict[str, Series], window_hours: float) -> dict[str, dict[str, An
         e = entry(labels)
         if e is not None and "observed_h" in e:
             e["consumed_h"] = max(0.0, e["observed_h"] - value)
+    for labels, value in a.get("budget_waits", []):
+        e = entry(labels)
+        kind = labels.get("kind")
+        if e is not None and kind and value > 0:
+            spent = e.setdefault("spent_h", {})
+            spent[wait_kind(kind)] = spent.get(wait_kind(kind), 0.0) + value
     for w in ("5m", "30m", "1h", "6h", "1d", "3d"):
         for labels, value in a.get(f"ratio_{w}", []):
             e = entry(labels)
