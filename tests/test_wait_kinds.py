@@ -212,3 +212,19 @@ def test_a_viewers_own_budget_says_what_it_was_spent_on() -> None:
                                         "spent_h": {"comm": 2.0, "bubble": 0.5,
                                                     "other": 0.5}})
     assert ledger.spent_hours == {"comm": 2.0, "other": 1.0}
+
+
+def test_merging_a_rank_with_waits_then_one_without_keeps_both() -> None:
+    """Two samples of two ranks, the first rank's with waits: the merge goes on to the
+    second rank of the same job (a name reused inside the loop once broke this)."""
+    def steps(waits: dict[str, float] | None) -> dict:  # type: ignore[type-arg]
+        r0 = {"rank": 0, "steps": 1, "wall": 1.0, "compute": 0.5}
+        if waits:
+            r0["waits"] = waits  # type: ignore[assignment]
+        return {"jobs": [{"id": "j", "world": 2, "ranks": [
+            r0, {"rank": 1, "steps": 1, "wall": 1.0, "compute": 0.5}]}]}
+
+    merged = merge_steps(steps({"comm": 0.5}), steps({"comm": 0.5}))
+    assert merged is not None
+    ranks = {r["rank"]: r for r in merged["jobs"][0]["ranks"]}
+    assert ranks[0]["waits"] == {"comm": 1.0} and ranks[1]["wall"] == 2.0

@@ -207,10 +207,10 @@ def merge_steps(older: dict[str, Any] | None,
                         # reader refuses what its type does not allow.
                         acc[key] = min(most, acc.get(key, 0) + r[key])
                 if r.get("waits"):
-                    into = acc.setdefault("waits", {})
-                    add_waits(into, r["waits"])
-                    for kind, seconds in into.items():  # within the field's bound, too
-                        into[kind] = min(WAIT_MOST, seconds)
+                    waits = acc.setdefault("waits", {})
+                    add_waits(waits, r["waits"])
+                    for kind, seconds in waits.items():  # within the field's bound, too
+                        waits[kind] = min(WAIT_MOST, seconds)
     out = dict(newer)
     # Within the family's bounds too: the merged sums are sent on by a relay.
     out["jobs"] = [{**j, "ranks": list(j["ranks"].values())[:MAX_RANKS]}
