@@ -661,6 +661,50 @@ async def test_the_strip_says_the_verdict_at_any_width_and_the_waiting_where_it_
             assert "spent on comm 1.0 h, data 0.3 h, other 0.1 h" in text, text
 
 
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_the_job_screen_says_what_the_budget_went_to(size: tuple[int, int]) -> None:
+    """b opens the strip's job: the budget spent by kind, largest first, the hour's
+    waiting, the ranks' spread with the straggler named, the nodes; esc closes."""
+    from collections import deque
+
+    app = await make_app(8)
+    eff = app.efficiency
+    job = eff._job("train")
+    job.world = 4
+    now = eff.now
+    for minute in range(120):
+        ts = now - 7200 + 60 * (minute + 1)
+        job.burn.add(ts, 60.0, 42.0, {"comm": 12.0, "data": 4.0})
+        job.history.append((ts, 240.0, 168.0, 100))
+        job.wait_history.append((ts, {"comm": 48.0, "data": 16.0}))
+    names = sorted(n.name for n in app.cluster.nodes.values())
+    for rank in range(4):
+        job.rank_compute[rank] = deque([(now, 1.5 if rank == 2 else 1.0)])
+        job.rank_where[rank] = (names[rank // 2], rank % 2)
+        job.rank_last[rank] = now
+    job.last_update = now
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause()
+        await pilot.press("b")
+        await pilot.pause()
+        from tuimon.ui.job_screen import JobScreen
+
+        assert isinstance(app.screen, JobScreen)
+        text = str(app.screen.query_one("#job-text").render())
+        spent = [line.split()[0] for line in text.splitlines()
+                 if line.startswith("  ") and " h " in line and "%" in line]
+        assert spent == ["comm", "data", "other"], text
+        assert "0.6 h spent" in text and "the last hour: 30% of the step time waiting (comm 20%, " \
+            "data 7%)" in text, text
+        assert f"slowest 1.500 s (rank 2, {names[1]} GPU 0)" in text, text
+        from tuimon_core.hostlist import collect_hostlist
+
+        assert f"nodes  2: {collect_hostlist(names[:2])}" in text, text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, JobScreen)
+
+
 async def test_the_fleet_screen_groups_the_nodes_by_what_they_are_made_of() -> None:
     import dataclasses
 

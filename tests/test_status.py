@@ -229,3 +229,25 @@ async def test_a_one_shot_status_during_an_incident_tells_what_the_app_tells(
         before = float(drop.split("down from ")[1].split()[0])
         assert before >= 0.85, drop  # the healthy SLI, not one already mixed with the fault
         assert kinds.get("congestion", {}).get("leaf") == "leaf00", out
+
+
+async def test_one_job_whole(unused_tcp_port_factory) -> None:
+    """`status --job NAME`: the job's screen as text or JSON (what its budget went to, its
+    waiting, its ranks' spread, its nodes); a job nobody reports is UNKNOWN, naming the
+    jobs that are."""
+    sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="healthy")
+    async with sim:
+        code, out = await _status(*sim.targets, "--job", "llm-pretrain", "--json")
+        text_code, text = await _status(*sim.targets, "--job", "llm-pretrain")
+        missing_code, missing = await _status(*sim.targets, "--job", "nope")
+    doc = json.loads(out)
+    assert code == 0 and doc["status"] == "ok" and doc["job"] == "llm-pretrain", out
+    assert doc["nodes"] == ["sim-node000", "sim-node001"] and doc["world"] == 4
+    assert [row["kind"] for row in doc["spent"]] == ["comm"], doc["spent"]
+    assert set(doc["waiting_1h"]["kinds"]) == {"comm"}
+    assert doc["ranks"]["ranks"] == 4 and sum(doc["ranks"]["bins"]) == 4
+    assert text_code == 0 and text.startswith("OK: job llm-pretrain  4 ranks  OK"), text
+    assert "what the budget was spent on" in text and "  comm " in text, text
+    assert "nodes  2: sim-node[000-001]" in text, text
+    assert missing_code == 3 and "no job 'nope' reports steps (jobs: llm-pretrain)" in missing

@@ -216,6 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
                         help="keep watching this long; the exit code is the worst seen")
     status.add_argument("--json", action="store_true")
+    status.add_argument("--job", metavar="NAME",
+                        help="one job whole, as its screen (b) shows it: budget spent by "
+                             "kind, waits, ranks, nodes, findings (exit code: the cluster's)")
     status.add_argument("--prometheus", metavar="URL",
                         help="check the cluster through this Prometheus server (as `tuimon "
                              "prom` watches it) instead of its agents")
@@ -598,6 +601,8 @@ def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[st
 def _status(args: argparse.Namespace) -> int:
     from tuimon.status import EXIT, run_status
 
+    if getattr(args, "job", None) and args.watch:
+        raise TargetError("--job is one snapshot of the job: without --watch")
     feed = None
     if args.prometheus:
         from tuimon.sources.prometheus import prom_watching
@@ -621,7 +626,8 @@ def _status(args: argparse.Namespace) -> int:
                                       topology=topology,
                                       provisioned=_provisioned(args.provisioned), slo=slo,
                                       baselines=baselines, as_json=args.json, name=args.name,
-                                      cpu_nodes=_cpu_nodes(args), feed=feed))
+                                      cpu_nodes=_cpu_nodes(args), feed=feed,
+                                      job=getattr(args, "job", None)))
     except Exception as exc:
         # A bug in the check is no verdict on the cluster: UNKNOWN, as a monitoring
         # system expects of a check that failed, with the traceback for the report.

@@ -25,11 +25,13 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding, sort_key, unreached
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.finding_groups import group
+from tuimon.model.job_report import job_report
 from tuimon.model.judgement import Judgement
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
 from tuimon.snapshot_waits import FIRST_VERDICT_S, HOLD_WAIT_S, STEPS_WAIT_S
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon.ui.job_text import job_text
 from tuimon_core.protocol.text import clean_lines
 from tuimon_core.wait_kinds import said, said_hours
 
@@ -156,9 +158,10 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
                      baselines: dict[str, float], as_json: bool, name: str,
                      cpu_nodes: frozenset[str] = frozenset(),
                      feed: Callable[[ClusterState], AbstractAsyncContextManager[Any]] | None
-                     = None) -> int:
+                     = None, job: str | None = None) -> int:
     """`feed`: how the model is kept up to date (Prometheus); else the agents and relays
-    given, watched directly."""
+    given, watched directly. `job`: print that job's document (its screen's) instead of
+    the cluster's; the exit code is the cluster's all the same."""
     cluster = ClusterState(name)
     eff = EfficiencyView(slo, baselines)
     storage = StorageView(provisioned)
@@ -199,6 +202,8 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
                 print(json.dumps(r), flush=True)
                 if final:
                     return EXIT[r["status"]]
+            elif final and job is not None:
+                return _print_job(eff, job, findings, r["status"], as_json)
             elif final:
                 print(json.dumps(r, indent=2) if as_json else format_text(r), flush=True)
                 return EXIT[r["status"]]
@@ -206,6 +211,20 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
                 print(f"[{time.strftime('%H:%M:%S')}] " + format_text(r).splitlines()[0],
                       flush=True)
             await asyncio.sleep(1.0)
+
+
+def _print_job(eff: EfficiencyView, job: str, findings: list[Finding], status: str,
+               as_json: bool) -> int:
+    if job not in eff.jobs:
+        known = ", ".join(sorted(eff.jobs)[:10]) or "none"
+        print(clean_lines(f"UNKNOWN: no job {job!r} reports steps (jobs: {known})"),
+              flush=True)
+        return EXIT["unknown"]
+    document = {"status": status, **job_report(eff, job, findings)}
+    print(json.dumps(document, indent=2) if as_json else
+          clean_lines(f"{status.upper()}: " + job_text(document, 120, plain=True)),
+          flush=True)
+    return EXIT[status]
 
 
 async def first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:

@@ -216,6 +216,14 @@ class BurnTracker(BurnReadout):
         return None if total <= 0 else 1 - effective / total
 
 
+def budget_scope(burn: BurnReadout | None) -> str:
+    """Whose count the budget is: `run` (a relay's ledger), `prometheus` (the job
+    counters over the SLO window) or `session` (this viewer's own, since it started)."""
+    if isinstance(burn, LedgerBurn):
+        return "prometheus" if burn.source == "prometheus" else "run"
+    return "session"
+
+
 class LedgerBurn(BurnReadout):
     """The run's budget as a relay's ledger reports it (`batch.budget`): consumed hours
     over the relay's window and error ratios per burn window, computed on the relay."""

@@ -37,6 +37,7 @@ from tuimon.sources.recording import ReplayControl
 from tuimon.ui.ascii_screen import AsciiScreen, locale_is_ascii
 from tuimon.ui.fleet_screen import FleetScreen
 from tuimon.ui.heatmap import HeatmapView
+from tuimon.ui.job_screen import JobScreen
 from tuimon.ui.markup import safe
 from tuimon.ui.node_screen import NodeScreen
 from tuimon.ui.panels import (
@@ -66,6 +67,7 @@ HELP = """\
                     text finds a Slurm job id, pod, user or training job too
 [b]Other[/b]
   J                 next job in the efficiency strip
+  b                 the job's screen: what its budget went to, ranks, nodes
   i                 the fleet: drivers, firmware, links, grouped by node
   t                 next theme        ?  this help        q  quit
 
@@ -180,6 +182,7 @@ class TuimonApp(App[None]):
         Binding("t", "next_theme", "theme", id="theme"),
         Binding("tab", "switch_map", "GPU/fabric", id="switch_map", priority=True),
         Binding("J", "next_job", "next job", id="next_job"),
+        Binding("b", "job", "job", id="job"),
         Binding("f", "focus_diagnosis", "findings", id="focus_diagnosis"),
         Binding("i", "fleet", "fleet", id="fleet"),
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
@@ -454,6 +457,15 @@ class TuimonApp(App[None]):
         for view in self.query(HeatmapView):
             view.relayout()
         self._update_legend()
+
+    def action_job(self) -> None:
+        """The screen of the job the strip shows."""
+        jobs = sorted(self.efficiency.jobs)
+        if not jobs:
+            self.notify("no job reports steps: nothing to open", timeout=3)
+            return
+        job = jobs[self.job_index % len(jobs)]
+        self.push_screen(JobScreen(self.efficiency, job, self._findings))
 
     def action_fleet(self) -> None:
         self.push_screen(FleetScreen(self.cluster, self.view.cpu_nodes))

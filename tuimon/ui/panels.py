@@ -17,7 +17,7 @@ from tuimon.model.diagnosis import Finding
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.finding_groups import FindingGroup, group
 from tuimon.model.map_kinds import GLYPHS, LEVELS, HeatMetric
-from tuimon.model.slo import LedgerBurn, burn_parts
+from tuimon.model.slo import BurnReadout, LedgerBurn, budget_scope, burn_parts
 from tuimon.model.storage import StorageView
 from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import sparkline
@@ -189,13 +189,10 @@ def fit(parts: list[tuple[int, str]], width: int) -> str:
     return "".join(t for _, t in shown)
 
 
-def _budget_scope(burn: object) -> str:
-    """Whose count the budget is: the relay's ledger (the run) or this viewer's session."""
-    if isinstance(burn, LedgerBurn):
-        if burn.error:
-            return " [$error](ledger not writing)[/]"
-        return " (prometheus)" if burn.source == "prometheus" else " (run)"
-    return " (session)"
+def _budget_scope(burn: BurnReadout | None) -> str:
+    if isinstance(burn, LedgerBurn) and burn.error:
+        return " [$error](ledger not writing)[/]"
+    return f" ({budget_scope(burn)})"
 
 
 class Legend(Panel):

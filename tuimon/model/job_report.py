@@ -1,0 +1,97 @@
+"""One job, whole: what its screen (`j`) and `tuimon status --job NAME` show.
+
+Built once from the efficiency view and the judgement's findings, as a plain document
+(JSON as it is): the views only format it. The job's numbers are the same ones the strip
+and `status` show (the SLI windows, the efficiency against a baseline or its own best,
+the budget and burn), with what only a job's own view has room for: what the budget was
+spent on, largest first, with each kind's share; what the step time waited on over the
+last hour; how the ranks' compute time spreads, the stragglers named; its nodes; and the
+findings that name the job or one of its nodes.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from tuimon.model.efficiency import WINDOWS, EfficiencyView, JobState
+from tuimon.model.slo import budget_scope
+from tuimon_core.findings import Finding
+from tuimon_core.hostlist import collect_hostlist
+from tuimon_core.wait_kinds import WAIT_WORDS
+
+SPREAD_BINS = 10  # the ranks' compute time, in this many bins from the fastest to the slowest
+
+
+def rank_spread(state: JobState) -> dict[str, Any] | None:
+    """The ranks' mean compute time per step over the straggler window, as the straggler
+    rule reads it: median, slowest, and a histogram from the fastest to the slowest."""
+    means = {rank: sum(v for _, v in q) / len(q)
+             for rank, q in state.rank_compute.items() if q}
+    if not means:
+        return None
+    values = sorted(means.values())
+    low, high = values[0], values[-1]
+    bins = [0] * SPREAD_BINS
+    for v in values:
+        at = 0 if high <= low else min(SPREAD_BINS - 1,
+                                       int((v - low) / (high - low) * SPREAD_BINS))
+        bins[at] += 1
+    slowest = max(means, key=means.__getitem__)
+    node, gpu = state.rank_where.get(slowest, ("?", None))
+    return {"ranks": len(values), "median_s": statistics.median(values), "fastest_s": low,
+            "slowest_s": high, "slowest": {"rank": slowest, "node": node, "gpu": gpu},
+            "bins": bins}
+
+
+def job_nodes(state: JobState) -> list[str]:
+    """The nodes the job's ranks report from (as the step reports place them)."""
+    return sorted({node for node, _ in state.rank_where.values()})
+
+
+def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[str, Any]:
+    """The job's document; KeyError when no job of that name reports steps."""
+    state = eff.jobs[name]
+    now = eff.now
+    slis = {w: state.window(sec, now) for w, sec in WINDOWS.items()}
+    throughput = slis["1m"][1]
+    versus = eff.efficiency(state, throughput)
+    burn = state.burn
+    used = burn.consumed_hours if burn else 0.0
+    spent = dict(burn.spent_hours) if burn else {}
+    total = sum(spent.values())
+    waited, waits = state.wait_shares(WINDOWS["1h"], now)
+    verdict = state.verdict(now)
+    nodes = job_nodes(state)
+    mine = set(nodes)
+    return {
+        "job": name,
+        "world": state.world,
+        "ranks_reporting": verdict.reporting,
+        "verdict": verdict.state,
+        "sli": {w: v[0] for w, v in slis.items()},
+        "sli_series": eff.sli_series(state, 60),
+        "samples_per_s": throughput,
+        "efficiency": None if versus is None else {"value": versus[0], "against": versus[1]},
+        "budget": {
+            "hours": eff.slo.budget_hours,
+            "left_hours": eff.slo.remaining_hours(used),
+            "consumed_hours": used,
+            "scope": budget_scope(burn),
+            "burn": burn.text(now) if burn else "-",
+        },
+        # Largest first: the review's question is what the most went to.
+        "spent": [{"kind": kind, "hours": hours, "share": hours / total if total else 0.0,
+                   "what": WAIT_WORDS.get(kind, kind)}
+                  for kind, hours in sorted(spent.items(), key=lambda kv: -kv[1])],
+        "waiting_1h": {"share": waited, "kinds": waits},
+        "ranks": rank_spread(state),
+        "stragglers": [{"rank": s.rank, "node": s.node, "gpu": s.gpu, "ratio": s.ratio}
+                       for s in state.stragglers],
+        "nodes": nodes,
+        "nodes_text": collect_hostlist(nodes) if nodes else "",
+        "findings": [{"severity": f.severity, "kind": f.kind, "where": f.where,
+                      "message": f.message} for f in findings
+                     if f.job == name or (f.node is not None and f.node in mine)
+                     or mine.intersection(f.nodes)],
+    }

@@ -1,0 +1,57 @@
+"""A job's screen (`b`): its numbers, what its budget was spent on, what it waits on, how
+its ranks spread, its nodes and findings (tuimon.model.job_report decides all of it;
+this draws it, again every second)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.job_report import job_report
+from tuimon.ui.job_text import job_text
+from tuimon.ui.markup import safe
+from tuimon_core.findings import Finding
+
+
+class JobScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,b,q", "app.pop_screen", "close", id="close_job")]
+    DEFAULT_CSS = """
+    JobScreen { align: center middle; }
+    JobScreen > VerticalScroll { width: 100%; max-width: 140; height: auto;
+                                 max-height: 100%; border: round $primary;
+                                 background: $surface; }
+    JobScreen Static { padding: 0 1; }
+    """
+
+    def __init__(self, efficiency: EfficiencyView, job: str,
+                 findings: Callable[[], list[Finding]]) -> None:
+        super().__init__()
+        self.efficiency = efficiency
+        self.job = job
+        self.findings = findings
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll():
+            yield Static(self._text(), id="job-text")
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self._refresh)
+
+    def _refresh(self) -> None:
+        self.query_one("#job-text", Static).update(self._text())
+
+    def _text(self) -> str:
+        try:
+            report = job_report(self.efficiency, self.job, self.findings())
+        except KeyError:
+            return (f"[b]job {safe(self.job, 60)}[/b]: no longer reports steps\n\n"
+                    "[$secondary]esc closes[/]")
+        return job_text(report, self.app.size.width if self.is_attached else 120) + (
+            "\n\n[$secondary]esc closes; enter on the job's diagnosis line puts its nodes "
+            "on the map[/]")
