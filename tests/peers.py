@@ -1,5 +1,6 @@
-"""The real peers tests run on loopback (Debian's prometheus and promtool): finding them,
-and starting a Prometheus that is ready before the test goes on."""
+"""The real peers tests run on loopback (Debian's prometheus, promtool and
+victoria-metrics): finding them, and starting a server that is ready before the test goes
+on."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
+VICTORIA_METRICS = shutil.which("victoria-metrics")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -35,32 +37,21 @@ def require_promtool() -> str:
 
 
 @contextlib.contextmanager
-def running_prometheus(tmp: Path, scrape_configs: str) -> Iterator[str]:
-    """A real Prometheus on loopback, scraping and evaluating every second, with these
-    `scrape_configs` entries (YAML); yields its URL once /-/ready answers."""
-    assert PROMETHEUS is not None, "CI must install prometheus (apt-get install prometheus)"
-    port = free_port()
-    config = tmp / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                      "scrape_configs:\n" + scrape_configs)
-    log = tmp / "prometheus.log"  # a file, not a pipe: nobody reads it while it runs
-    with log.open("wb") as err:
-        proc = subprocess.Popen(
-            [PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-            stdout=subprocess.DEVNULL, stderr=err)
-    url = f"http://127.0.0.1:{port}"
+def _serving(name: str, argv: list[str], log: Path, ready: str, url: str) -> Iterator[str]:
+    """Run a server, yield `url` once `ready` answers 200; its log's tail if it dies."""
+    with log.open("wb") as err:  # a file, not a pipe: nobody reads it while it runs
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                with urllib.request.urlopen(ready, timeout=2) as r:
                     if r.status == 200:
                         break
             except OSError:
                 pass
             if time.monotonic() > deadline or proc.poll() is not None:
-                raise AssertionError("prometheus did not start: " + (
+                raise AssertionError(f"{name} did not start: " + (
                     log.read_text(errors="replace")[-2000:] if proc.poll() is not None
                     else "timed out"))
             time.sleep(0.2)
@@ -71,3 +62,48 @@ def running_prometheus(tmp: Path, scrape_configs: str) -> Iterator[str]:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@contextlib.contextmanager
+def running_prometheus(tmp: Path, scrape_configs: str) -> Iterator[str]:
+    """A real Prometheus on loopback, scraping and evaluating every second, with these
+    `scrape_configs` entries (YAML); yields its URL once /-/ready answers."""
+    assert PROMETHEUS is not None, "CI must install prometheus (apt-get install prometheus)"
+    port = free_port()
+    config = tmp / "prometheus.yml"
+    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                      "scrape_configs:\n" + scrape_configs)
+    url = f"http://127.0.0.1:{port}"
+    with _serving("prometheus", [
+            PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+            tmp / "prometheus.log", f"{url}/-/ready", url) as served:
+        yield served
+
+
+def require_victoria_metrics() -> str:
+    """victoria-metrics, or a skip saying why (a failure under CI, which installs it)."""
+    if VICTORIA_METRICS is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("victoria-metrics not found: CI installs it "
+                        "(apt-get install victoria-metrics)")
+        pytest.skip("victoria-metrics not installed (apt-get install victoria-metrics); "
+                    "CI installs it")
+    return VICTORIA_METRICS
+
+
+@contextlib.contextmanager
+def running_victoria_metrics(tmp: Path, scrape_configs: str) -> Iterator[str]:
+    """A real VictoriaMetrics single-node on loopback, scraping every second with these
+    `scrape_configs` entries (its defaults otherwise: the newest 30 s hidden from
+    queries, -search.latencyOffset); yields its URL once /health answers."""
+    binary = require_victoria_metrics()
+    port = free_port()
+    config = tmp / "scrape.yml"
+    config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n" + scrape_configs)
+    url = f"http://127.0.0.1:{port}"
+    with _serving("victoria-metrics", [
+            binary, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={tmp / 'vmdata'}",
+            f"-promscrape.config={config}", "-loggerLevel=ERROR"],
+            tmp / "victoria-metrics.log", f"{url}/health", url) as served:
+        yield served
