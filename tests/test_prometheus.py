@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from agent.sim.cluster import SimCluster
-from tests.peers import PROMETHEUS, free_port, running_prometheus
+from tests.peers import PROMETHEUS, free_port, running_prometheus, running_victoria_metrics
 from tests.seeded import judged
 from tests.trees import ib_port
 from tuimon.model.cluster import ClusterState
@@ -71,10 +71,13 @@ def dcgm_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def prometheus(tmp: Path, targets: list[str]) -> contextlib.AbstractContextManager[str]:
-    """A real Prometheus on loopback scraping `targets` every second."""
-    return running_prometheus(tmp, "  - job_name: tuimon\n    static_configs:\n"
-                                   f"      - targets: {json.dumps(targets)}\n")
+def prometheus(tmp: Path, targets: list[str],
+               server: str = "prometheus") -> contextlib.AbstractContextManager[str]:
+    """A real Prometheus (or VictoriaMetrics) on loopback scraping `targets` every
+    second."""
+    run = running_victoria_metrics if server == "victoria-metrics" else running_prometheus
+    return run(tmp, "  - job_name: tuimon\n    static_configs:\n"
+                    f"      - targets: {json.dumps(targets)}\n")
 
 
 @contextlib.contextmanager
@@ -115,7 +118,9 @@ async def _until_series(url: str, promql: str, count: int, timeout: float = 30) 
     deadline = time.monotonic() + timeout
     async with aiohttp.ClientSession() as s:
         while True:
-            async with s.get(f"{url}/api/v1/query", params={"query": promql}) as r:
+            # nocache=1: VictoriaMetrics answers with what it stored, not 30 s before.
+            async with s.get(f"{url}/api/v1/query",
+                             params={"query": promql, "nocache": "1"}) as r:
                 body = await r.json()
             if len(body["data"]["result"]) >= count:
                 return
@@ -124,15 +129,18 @@ async def _until_series(url: str, promql: str, count: int, timeout: float = 30) 
             await asyncio.sleep(0.5)
 
 
+@pytest.mark.parametrize("server", ["prometheus", "victoria-metrics"])
 async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
-        tmp_path: Path, unused_tcp_port_factory, proc_root: Path) -> None:
+        tmp_path: Path, unused_tcp_port_factory, proc_root: Path, server: str) -> None:
+    """The same scrapes through Prometheus and through VictoriaMetrics (MetricsQL): the
+    same cluster read from either."""
     ib_port(proc_root, "mlx5_0", counters={"port_xmit_data": 1000, "port_rcv_data": 2000})
     sim = SimCluster(nodes=3, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
                      scenario="healthy")
     async with sim, dcgm_exporter() as dcgm:
         with node_exporter(proc_root) as nodex:
             targets = [*sim.targets, dcgm] + ([nodex] if nodex else [])
-            with prometheus(tmp_path, targets) as url:
+            with prometheus(tmp_path, targets, server) as url:
                 await _until_series(url, "tuimon_gpu_utilization_ratio", 6)
                 await _until_series(url, "DCGM_FI_DEV_GPU_UTIL", 3)
                 # Rates need two scrapes of each target, and targets are scraped at
