@@ -304,6 +304,10 @@ class StepAggregator:
             self._owners[job] = uid
         self._count_lost(job, state, step)
         wall, compute = self._credit(state, step["wall"], step["compute"], now)
+        samples, tokens = step["samples"], step["tokens"]
+        if wall < step["wall"]:  # cut by the allowance: the counts in proportion, so the
+            share = wall / step["wall"]  # rate they make is not raised by the cut
+            samples, tokens = int(samples * share), int(tokens * share)
         # What the credited waiting was spent on, in the shares the report gave.
         waits = split_wait(step.get("waits"), wall - compute, step["wall"] - step["compute"])
         self.received += 1
@@ -313,7 +317,7 @@ class StepAggregator:
         history.steps += 1
         history.wall += wall
         history.compute += compute
-        history.samples += step["samples"]
+        history.samples += samples
         add_waits(history.waits, waits)
         for table in (self.interval, self.totals):
             t = table.get(key)
@@ -323,8 +327,8 @@ class StepAggregator:
             t.steps += 1
             t.wall += wall
             t.compute += compute
-            t.samples += step["samples"]
-            t.tokens += step["tokens"]
+            t.samples += samples
+            t.tokens += tokens
             add_waits(t.waits, waits)
 
     def _credit(self, state: _Rank, wall: float, compute: float,

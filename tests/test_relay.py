@@ -465,17 +465,34 @@ def test_the_ledger_keeps_the_jobs_best_ten_minutes_across_restarts(tmp_path: Pa
         minute(i, 9.0)  # nine minutes only, silent ones on either side
     for i in range(30, 40):
         minute(i, 3.0)  # ten whole minutes, after a silent one
-    for i in range(40, 50):
+    for i in range(40, 59):
         minute(i, 2.5)
     ledger.flush()
     now[0] = start + 60 * 59 + 30
-    minute(59, 50.0)  # the minute still being counted
+    minute(59, 50.0)  # the minute still being counted: 50..59 would make 7.25
     ledger.flush()
     assert ledger.summary()["job"]["best_per_gpu"] == pytest.approx(3.0)
     assert ledger.summary()["job"]["best_at"] == start + 60 * 40
+    # A job of ten minutes exactly: its best once its last minute is whole, though it
+    # sends nothing more. A rank claiming a thousand samples a microsecond is no best.
+    for i in range(50, 60):
+        ledger.add("short", start + 60 * i + 30, 60.0, 54.0, samples=4.0 * 480, rank_s=480.0)
+        ledger.add("evil", start + 60 * i + 30, 60.0, 54.0, samples=1e15, rank_s=1e-300)
+    ledger.flush()
+    assert "best_per_gpu" not in ledger.summary()["short"]
+    now[0] = start + 60 * 60 + 30
+    ledger.flush()
+    summary = ledger.summary()
+    assert summary["short"]["best_per_gpu"] == pytest.approx(4.0)
+    assert summary["job"]["best_per_gpu"] == pytest.approx(7.25)  # minute 59 now whole
+    assert "best_per_gpu" not in summary["evil"]
+    decoded = decode(encode(Batch(ts=now[0], budget=summary)))  # every budget on the wire
+    assert isinstance(decoded, Batch) and decoded.budget is not None
+    assert set(decoded.budget) == {"job", "short", "evil"}
     ledger.close()
     with Ledger(path, clock=lambda: now[0]) as again:  # from the file's minutes
-        assert again.summary()["job"]["best_per_gpu"] == pytest.approx(3.0)
+        assert again.summary()["job"]["best_per_gpu"] == pytest.approx(7.25)
+        assert again.summary()["short"]["best_per_gpu"] == pytest.approx(4.0)
 
 
 def test_ledger_prunes_after_retention(tmp_path: Path) -> None:

@@ -124,6 +124,22 @@ async def test_without_a_baseline_a_job_is_compared_with_its_own_best_ten_minute
     assert after[0] == pytest.approx(0.74, abs=0.04)
 
 
+def test_a_best_needs_ten_minutes_of_run_not_ten_minutes_of_clock() -> None:
+    """A job that ran a minute, paused nine and ran again has no sustained best yet."""
+    from tuimon.model.efficiency import JobState
+    from tuimon.model.slo import Slo
+
+    job = JobState("j", Slo(0.9, 720), world=2)
+    job.history.append((0.0, 120.0, 100.0, 1000))  # a minute of 2 ranks, 1,000 samples
+    job.history.append((600.0, 2.0, 2.0, 50))  # back after a pause: a second of steps
+    job.note_best(600.0)
+    assert job.best_per_gpu is None
+    for t in range(601, 1201):  # then ten minutes running
+        job.history.append((float(t), 2.0, 1.8, 20))
+    job.note_best(1200.0)
+    assert job.best_per_gpu == pytest.approx(10.0, rel=0.01)  # 20 samples/s on 2 GPUs
+
+
 async def test_healthy_raises_nothing_over_30_simulated_minutes() -> None:
     seen = set()
     async for _, findings, _, _ in run_scenario("healthy", seconds=1800.0, step=10.0):

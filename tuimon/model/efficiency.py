@@ -37,6 +37,8 @@ FORGET_JOB_S = 24 * 3600.0
 # Without a baseline (one GPU's throughput), a job is compared with its own best: the
 # highest per-GPU throughput it sustained over this long, as this viewer counted it.
 BEST_WINDOW_S = 600.0
+# ...and only a window its reports cover this much of: a pause in it is not "sustained".
+BEST_COVERED = 0.9
 STRAGGLER_RATIO = 1.10
 STRAGGLER_SECONDS = 30.0
 
@@ -105,6 +107,13 @@ class JobState:
         this viewer's count covers all of it."""
         if not self.history or not self.world or \
                 self.history[0][0] > now - BEST_WINDOW_S + 1.0:
+            return
+        wall = 0.0
+        for ts, w, _, _ in reversed(self.history):
+            if ts < now - BEST_WINDOW_S:
+                break
+            wall += w
+        if wall / self.world < BEST_COVERED * BEST_WINDOW_S:
             return
         _, throughput = self.window(BEST_WINDOW_S, now)
         if throughput is not None and (self.best_per_gpu is None

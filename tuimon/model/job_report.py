@@ -1,4 +1,4 @@
-"""One job, whole: what its screen (`j`) and `tuimon status --job NAME` show.
+"""One job, whole: what its screen (`b`) and `tuimon status --job NAME` show.
 
 Built once from the efficiency view and the judgement's findings, as a plain document
 (JSON as it is): the views only format it. The job's numbers are the same ones the strip

@@ -136,7 +136,7 @@ class StepCredit:
                     continue
                 wall = max(0.0, float(r.get("wall") or 0.0))
                 compute = min(wall, max(0.0, float(r.get("compute") or 0.0)))
-                claimed_wait = wall - compute
+                claimed_wait, claimed = wall - compute, wall
                 owned.allowance = min(self.cap_s, owned.allowance + max(0.0, now - owned.at))
                 owned.at = owned.last = max(owned.at, now)
                 if wall > owned.allowance:
@@ -145,6 +145,8 @@ class StepCredit:
                     wall = owned.allowance
                 owned.allowance -= wall
                 samples = max(0, int(r.get("samples") or 0))
+                if wall < claimed:  # cut by the allowance: its samples in proportion, so
+                    samples = int(samples * wall / claimed)  # its throughput is not raised
                 # The waiting credited, in the shares the rank reported it.
                 waits = split_wait(r.get("waits"), wall - compute, claimed_wait)
                 credited.ranks.append(RankCredit(rank, max(0, int(r.get("steps") or 0)),

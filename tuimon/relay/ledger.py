@@ -22,10 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tuimon.model.efficiency import BEST_WINDOW_S
+from tuimon.model.efficiency import BEST_COVERED, BEST_WINDOW_S
 from tuimon.model.slo import BURN_WINDOWS_S
 from tuimon_core.errors import UsageError
 from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
+from tuimon_core.protocol.schema import MAX_NUM
 from tuimon_core.protocol.text import clean
 from tuimon_core.wait_kinds import OTHER, WAIT_KINDS, split_wait, wait_kind
 
@@ -81,6 +82,7 @@ SCHEMA_VERSION = 2
 # The job's best: per-GPU throughput over this many consecutive minutes, every one counted
 # (the model's window: the viewer judges its own count by the same).
 BEST_MINUTES = int(BEST_WINDOW_S // 60)
+BEST_COVERED_S = BEST_COVERED * BEST_WINDOW_S
 TOTALS_UPSERT = """
 INSERT INTO totals (source, job, since, wall, compute, at) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (source, job) DO UPDATE SET since = excluded.since, wall = excluded.wall,
@@ -163,6 +165,8 @@ class Ledger:
         self._pending: dict[tuple[str, int], list[float]] = {}
         # job -> (best per-GPU samples/s over BEST_MINUTES, the minute that window ended)
         self._best: dict[str, tuple[float, int]] = {}
+        # job -> the oldest minute written whose windows are not all judged yet
+        self._due: dict[str, int] = {}
         self._pending_waits: dict[tuple[str, int, str], float] = {}
         self._lost_minutes = 0
         # (source, job) -> (since, wall, compute, at): the agents' totals as last counted
@@ -191,6 +195,11 @@ class Ledger:
                 raise LedgerError(f"ledger {self.path} was written by a newer relay (layout "
                                   f"{version}, this one knows up to {SCHEMA_VERSION}); run "
                                   "that relay, or give --ledger another path")
+            # Sound before anything is written to it (a layout brought up to date).
+            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
+            if check != "ok":
+                raise LedgerError(f"ledger {self.path} is damaged ({check}); move it aside "
+                                  "and the relay starts a new one")
             self._db.executescript(SCHEMA + TOTALS_SCHEMA + WAITS_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(buckets)")}
             for column in BUCKET_COLUMNS_2:
@@ -200,7 +209,6 @@ class Ledger:
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._best = self._best_stored()
-            check = self._db.execute("PRAGMA quick_check").fetchone()[0]
             self._stored = {(source, job): (since, wall, compute, at) for
                             source, job, since, wall, compute, at in self._db.execute(
                                 "SELECT source, job, since, wall, compute, at FROM totals")}
@@ -210,10 +218,6 @@ class Ledger:
         except LedgerError:
             self._unlock()
             raise
-        if check != "ok":
-            self._unlock()
-            raise LedgerError(f"ledger {self.path} is damaged ({check}); move it aside "
-                              "and the relay starts a new one")
         self._warn_future()
 
     def _unlock(self) -> None:
@@ -265,9 +269,11 @@ class Ledger:
             bucket = self._pending[key] = [0.0, 0.0, 0.0, 0.0]
         bucket[0] += total_s
         bucket[1] += min(effective_s, total_s)
-        if samples > 0 and rank_s > 0:
-            bucket[2] += samples
-            bucket[3] += rank_s
+        # Every rank-second, with samples or not: per-GPU throughput is samples over all
+        # of the ranks' time, as the viewer counts it (a job whose rank 0 alone counts
+        # the global batch reads the same either way).
+        bucket[2] += max(0.0, samples)
+        bucket[3] += max(0.0, rank_s)
         for name, seconds in (waits or {}).items():
             kind = wait_kind(name)
             if kind != OTHER and seconds > 0:
@@ -333,6 +339,8 @@ class Ledger:
         counted up to, in one transaction; False if the disk refused."""
         self._say_recovered()
         if not self._pending and not self._totals:
+            if self._due and self.error is None:
+                self._note_best({})  # a job's last minute becomes whole after it stopped
             return self.error is None
         rows = [(job, minute, *sums) for (job, minute), sums in self._pending.items()]
         totals = [(source, job, *values) for (source, job), values in self._totals.items()]
@@ -385,9 +393,11 @@ class Ledger:
                 old = window.pop(0)
                 samples -= old[1]
                 rank_s -= old[2]
-            if len(window) == BEST_MINUTES and rank_s > 0:
+            # At least one rank through most of the window: a few stray rank-seconds
+            # (a report of a microsecond with a thousand samples) are no sustained best.
+            if len(window) == BEST_MINUTES and rank_s >= BEST_COVERED_S:
                 value = samples / rank_s
-                if best is None or value > best[0]:
+                if value <= MAX_NUM and (best is None or value > best[0]):
                     best = (value, row[0])
         return best
 
@@ -406,18 +416,25 @@ class Ledger:
                 out[job] = best
         return out
 
-    def _note_best(self, jobs: dict[str, int]) -> None:
-        """After a flush: the windows that the minutes just written (job -> the oldest)
-        end, or that a minute which became whole since ends."""
+    def _note_best(self, written: dict[str, int]) -> None:
+        """After a flush: the windows that end at the minutes just written (job -> the
+        oldest), and at minutes that became whole since (a job's last minute is whole
+        only after the job stopped sending)."""
+        for job, oldest in written.items():
+            self._due[job] = min(oldest, self._due.get(job, oldest))
         now_minute = int(self.clock() // 60)
-        for job, oldest in jobs.items():
-            first = min(oldest, now_minute - 1) - BEST_MINUTES
+        for job, oldest in list(self._due.items()):
             rows = [(m, n, r) for m, n, r in self._db.execute(
                 "SELECT minute, samples, rank_s FROM buckets WHERE job = ? AND minute >= ? "
-                "AND rank_s > 0 ORDER BY minute", (job, first))]
+                "AND rank_s > 0 ORDER BY minute", (job, oldest - BEST_MINUTES))]
             best = self._best_in(rows, now_minute)
             if best is not None and (job not in self._best or best[0] > self._best[job][0]):
                 self._best[job] = best
+            newest = rows[-1][0] if rows else oldest
+            if newest < now_minute:
+                del self._due[job]  # every window ending at its minutes judged
+            else:
+                self._due[job] = newest  # judged again once this minute is whole
 
     def prune(self) -> int:
         """Drop buckets older than the retention; returns how many went. A prune the clock

@@ -45,7 +45,7 @@ from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
 from tuimon_core.protocol.schema import Int, WireType
 from tuimon_core.protocol.text import clean
 from tuimon_core.version import __version__
-from tuimon_core.wait_kinds import wait_kind
+from tuimon_core.wait_kinds import split_wait, wait_kind
 
 log = logging.getLogger(__name__)
 
@@ -58,9 +58,9 @@ Series = list[tuple[dict[str, str], float]]
 
 # Asked with every query: the newest samples, as they are. VictoriaMetrics otherwise moves
 # a query for "now" 30 s back (-search.latencyOffset), so a new node shows half a minute
-# late and every value is half a minute old; `nocache=1` keeps the time asked for (its
-# rollup cache is for range queries, which tuimon does not make). Prometheus, Thanos and
-# Mimir ignore parameters they do not know.
+# late and every value is half a minute old; `nocache=1` keeps the time asked for (and
+# skips its cache, so the budget's long windows are asked without it). Prometheus,
+# Thanos and Mimir ignore parameters they do not know.
 LIVE = {"nocache": "1"}
 
 class PromError(Exception):
@@ -174,11 +174,14 @@ class PromSource:
             raise PromError(f"prometheus {self.url}: HTTP {resp.status}, not a JSON "
                             f"answer ({path})") from None
 
-    async def query(self, promql: str) -> Series:
-        """One instant query at the server's now (LIVE)."""
+    async def query(self, promql: str, live: bool = True) -> Series:
+        """One instant query; `live`: at the server's now, as stored (LIVE). The budget's
+        windows of hours and days are not asked so: a server may answer them from its
+        cache, and half a minute does not move them."""
         async with self._sem:
             self.queries_run += 1
-            _, body = await self._get("/api/v1/query", {"query": promql, **LIVE})
+            _, body = await self._get("/api/v1/query",
+                                      {"query": promql, **(LIVE if live else {})})
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
             raise PromError(clean(f"prometheus {self.url}: query failed: "
@@ -231,8 +234,10 @@ class PromSource:
             budget = q.budget_queries(self.options.slo_hours)
             names += list(budget)
             templates += list(budget.values())
-        results = await asyncio.gather(*(self.query(q.render(t, self.options.match))
-                                         for t in templates))
+        live = len(q.LIVE_QUERIES)  # the budget's long windows come after: no LIVE there
+        results = await asyncio.gather(*(self.query(q.render(t, self.options.match),
+                                                    live=i < live)
+                                         for i, t in enumerate(templates)))
         answers = dict(zip(names, results))
         self.refreshes += 1
         resolver = NodeNames(self.options.node_labels, self.options.node_aliases)
@@ -644,6 +649,9 @@ def _budget(a: dict[str, Series], window_hours: float) -> dict[str, dict[str, An
         if e is not None and kind and value > 0:
             spent = e.setdefault("spent_h", {})
             spent[wait_kind(kind)] = spent.get(wait_kind(kind), 0.0) + value
+    for e in out.values():  # as the ledger: shares of the hours lost, the rest `other`
+        if "consumed_h" in e:
+            e["spent_h"] = split_wait(e.get("spent_h"), e["consumed_h"])
     for w in ("5m", "30m", "1h", "6h", "1d", "3d"):
         for labels, value in a.get(f"ratio_{w}", []):
             e = entry(labels)
