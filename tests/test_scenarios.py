@@ -94,6 +94,33 @@ async def test_what_the_step_time_waited_on_follows_the_fault(scenario: str,
     assert kinds[kind] > before[1].get(kind, 0.0) + 0.1, (before, after)
 
 
+@pytest.mark.parametrize("scenario, kind, cause", [
+    ("spine-imbalance", "comm", "congestion leaf"),
+    ("checkpoint-storm", "checkpoint", "storage /lustre/scratch"),
+    ("thermal-straggler", "comm", "straggler sim-node"),
+])
+async def test_the_waiting_is_put_down_to_the_fault_that_held(scenario: str, kind: str,
+                                                             cause: str) -> None:
+    """Each second's waiting goes to the findings that held and explain it: the comm lost
+    to a spine imbalance to the leaf's congestion, the checkpoints' to the file system,
+    a thermal straggler's to the straggler (whose message names the heat)."""
+    from tuimon.model.attribution import NO_FINDING, attribute
+
+    eff = truth = None
+    async for _, findings, sim, eff in run_scenario(scenario, nodes=32, gpus=2,
+                                                     fault_at=30.0, seconds=150.0):
+        attribute(eff, findings)
+        truth = sim.truth()["components"][0]
+    assert eff is not None and truth is not None
+    causes = eff.jobs["llm-pretrain"].causes
+    mine = {c: s for (k, c), s in causes.items() if k == kind}
+    top = max(mine, key=mine.__getitem__)
+    assert top.startswith(cause), mine
+    assert truth.split(" GPU ")[0] in top or truth in top or cause.endswith(truth), (top, truth)
+    # Before the fault nothing explained the waiting: it is said so, not made up.
+    assert mine.get(NO_FINDING, 0.0) > 0, mine
+
+
 async def test_without_a_baseline_a_job_is_compared_with_its_own_best_ten_minutes() -> None:
     """No --baseline: once the viewer has counted ten minutes, the job's best sustained
     per-GPU throughput is its yardstick; the spine imbalance takes it to about 0.74 of it

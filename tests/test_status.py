@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent.sim.cluster import SimCluster
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,6 +247,7 @@ async def test_one_job_whole(unused_tcp_port_factory) -> None:
     assert code == 0 and doc["status"] == "ok" and doc["job"] == "llm-pretrain", out
     assert doc["nodes"] == ["sim-node000", "sim-node001"] and doc["world"] == 4
     assert [row["kind"] for row in doc["spent"]] == ["comm"], doc["spent"]
+    assert sum(c["share"] for c in doc["causes"]["comm"]) == pytest.approx(1.0), doc["causes"]
     assert set(doc["waiting_1h"]["kinds"]) == {"comm"}
     assert doc["ranks"]["ranks"] == 4 and sum(doc["ranks"]["bins"]) == 4
     assert text_code == 0 and text.startswith("OK: job llm-pretrain  4 ranks  OK"), text

@@ -44,6 +44,19 @@ def rank_spread(state: JobState) -> dict[str, Any] | None:
             "bins": bins}
 
 
+def _causes(state: JobState, most: int = 4) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (kind, cause), seconds in state.causes.items():
+        out.setdefault(kind, []).append({"cause": cause, "hours": seconds / 3600})
+    for rows in out.values():
+        total = sum(r["hours"] for r in rows) or 1.0
+        rows.sort(key=lambda r: -r["hours"])
+        for r in rows:
+            r["share"] = r["hours"] / total
+        del rows[most:]
+    return out
+
+
 def job_nodes(state: JobState) -> list[str]:
     """The nodes the job's ranks report from (as the step reports place them)."""
     return sorted({node for node, _ in state.rank_where.values()})
@@ -85,6 +98,9 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
                    "what": WAIT_WORDS.get(kind, kind)}
                   for kind, hours in sorted(spent.items(), key=lambda kv: -kv[1])],
         "waiting_1h": {"share": waited, "kinds": waits},
+        # What this viewer put each kind's waiting down to while it watched, largest
+        # first (tuimon.model.attribution): kind -> [{cause, hours, share of the kind}].
+        "causes": _causes(state),
         "ranks": rank_spread(state),
         "stragglers": [{"rank": s.rank, "node": s.node, "gpu": s.gpu, "ratio": s.ratio}
                        for s in state.stragglers],

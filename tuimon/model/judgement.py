@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tuimon.model.attribution import attribute
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
@@ -37,6 +38,8 @@ class Judgement:
         guard.run("efficiency windows", lambda: self.efficiency.update(self.cluster), None)
         findings = guard.run("the diagnosis", lambda: self.diagnosis.update(
             self.cluster, self.efficiency, self.storage), self.diagnosis.findings)
+        guard.run("what the waiting is put down to",
+                  lambda: attribute(self.efficiency, findings), None)
         guard.end()
         self.diagnosis.findings = findings + guard.findings()
         self._events(findings)

@@ -58,9 +58,11 @@ Series = list[tuple[dict[str, str], float]]
 
 # Asked with every query: the newest samples, as they are. VictoriaMetrics otherwise moves
 # a query for "now" 30 s back (-search.latencyOffset), so a new node shows half a minute
-# late and every value is half a minute old; `nocache=1` keeps the time asked for (and
-# skips its cache, so the budget's long windows are asked without it). Prometheus,
-# Thanos and Mimir ignore parameters they do not know.
+# late and every value is half a minute old; `nocache=1` keeps the time asked for. It
+# also skips VictoriaMetrics' cache, the budget's queries over the SLO window included:
+# without it a new job has no budget for half a minute, and they run every
+# `budget_every` (30 s), not every refresh. Prometheus, Thanos and Mimir ignore
+# parameters they do not know.
 LIVE = {"nocache": "1"}
 
 class PromError(Exception):
@@ -174,14 +176,11 @@ class PromSource:
             raise PromError(f"prometheus {self.url}: HTTP {resp.status}, not a JSON "
                             f"answer ({path})") from None
 
-    async def query(self, promql: str, live: bool = True) -> Series:
-        """One instant query; `live`: at the server's now, as stored (LIVE). The budget's
-        windows of hours and days are not asked so: a server may answer them from its
-        cache, and half a minute does not move them."""
+    async def query(self, promql: str) -> Series:
+        """One instant query at the server's now, as stored (LIVE)."""
         async with self._sem:
             self.queries_run += 1
-            _, body = await self._get("/api/v1/query",
-                                      {"query": promql, **(LIVE if live else {})})
+            _, body = await self._get("/api/v1/query", {"query": promql, **LIVE})
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error") if isinstance(body, dict) else None
             raise PromError(clean(f"prometheus {self.url}: query failed: "
@@ -234,10 +233,8 @@ class PromSource:
             budget = q.budget_queries(self.options.slo_hours)
             names += list(budget)
             templates += list(budget.values())
-        live = len(q.LIVE_QUERIES)  # the budget's long windows come after: no LIVE there
-        results = await asyncio.gather(*(self.query(q.render(t, self.options.match),
-                                                    live=i < live)
-                                         for i, t in enumerate(templates)))
+        results = await asyncio.gather(*(self.query(q.render(t, self.options.match))
+                                         for t in templates))
         answers = dict(zip(names, results))
         self.refreshes += 1
         resolver = NodeNames(self.options.node_labels, self.options.node_aliases)

@@ -69,6 +69,10 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
                                                   BAR if width >= 120 else 10)) + "  "
         lines.append(f"  {row['kind']:<11} {row['hours']:>8.1f} h {row['share']:>5.0%}  "
                      f"{bar}{st('$secondary', row['what'])}")
+        causes = r["causes"].get(row["kind"])
+        if causes:
+            said_causes = ", ".join(f"{out(c['cause'], 60)} {c['share']:.0%}" for c in causes)
+            lines.append(f"      {st('$secondary', 'while watched:')} {said_causes}")
     waits = said(r["waiting_1h"]["kinds"])
     lines.append(f"  the last hour: {r['waiting_1h']['share']:.0%} of the step time waiting"
                  + (f" ({waits})" if waits else ""))
