@@ -14,7 +14,7 @@ def _view(waits: dict[str, float]) -> EfficiencyView:
     job = eff._job("llm")
     job.world = 2
     job.rank_where = {0: ("gpu001", 0), 1: ("gpu002", 0)}
-    job.tick_waits = waits
+    job.unattributed = waits
     return eff
 
 
@@ -53,6 +53,7 @@ def test_a_straggler_stands_for_the_causes_on_its_node_and_nothing_is_said_so() 
 def test_names_from_outside_cannot_grow_the_causes_without_end() -> None:
     eff = _view({"comm": 1.0})
     for i in range(MAX_CAUSES + 50):
+        eff.jobs["llm"].unattributed = {"comm": 1.0}
         attribute(eff, [Finding("warning", "congestion", "x", leaf=f"leaf{i}",
                                 nodes=("gpu001",), score=0.5)])
     causes = eff.jobs["llm"].causes

@@ -275,7 +275,8 @@ def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -
     # ranks wait in collectives; and the budget spent so, from the same counters.
     job = theirs["jobs"]["llm-pretrain"]
     assert set(job["waits_1h"]) == {"comm"}, job
-    assert set(job["budget_spent_hours"]) == {"comm"}, job
+    spent = job["budget_spent_hours"]  # (any rest of the lost time is `other`)
+    assert spent and max(spent, key=spent.__getitem__) == "comm", job
     assert code == 0, out
     assert "nodes up 2" in out and "sim-node000" in out and "sim-node001" in out
     job = next(line for line in out.splitlines() if line.startswith("job llm-pretrain"))

@@ -246,7 +246,7 @@ async def test_one_job_whole(unused_tcp_port_factory) -> None:
     doc = json.loads(out)
     assert code == 0 and doc["status"] == "ok" and doc["job"] == "llm-pretrain", out
     assert doc["nodes"] == ["sim-node000", "sim-node001"] and doc["world"] == 4
-    assert [row["kind"] for row in doc["spent"]] == ["comm"], doc["spent"]
+    assert doc["spent"][0]["kind"] == "comm" and doc["spent"][0]["share"] > 0.99, doc["spent"]
     assert sum(c["share"] for c in doc["causes"]["comm"]) == pytest.approx(1.0), doc["causes"]
     assert set(doc["waiting_1h"]["kinds"]) == {"comm"}
     assert doc["ranks"]["ranks"] == 4 and sum(doc["ranks"]["bins"]) == 4

@@ -75,7 +75,8 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                          # Against one GPU's throughput (--baseline), else the job's best.
                          "efficiency": None if versus is None else round(versus[0], 4),
                          "efficiency_against": None if versus is None else versus[1],
-                         "waits_1h": {k: round(v, 4) for k, v in wait_kinds.items()},
+                         "waits_1h": {k: round(v, 4) for k, v in wait_kinds.items()
+                                      if round(v, 4) > 0},
                          "verdict": verdict.state,
                          "ranks_reporting": verdict.reporting,
                          "steps_age_s": None if age is None else round(age, 1),
@@ -83,9 +84,9 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                          "budget_left_hours": eff.slo.remaining_hours(used),
                          "budget_recovered_hours": getattr(job.burn, "recovered_hours", 0.0),
                          # What the consumed budget was spent waiting on, by kind.
-                         "budget_spent_hours": {k: round(v, 4) for k, v in
+                         "budget_spent_hours": {k: round(v, 6) for k, v in
                                                 (job.burn.spent_hours if job.burn
-                                                 else {}).items()},
+                                                 else {}).items() if round(v, 6) > 0},
                          "burn_rate_5m": burn.get("5m"), "burn_rate_1h": burn.get("1h"),
                          "burn_rates": burn,
                          "burn": job.burn.text(now) if job.burn else "-",

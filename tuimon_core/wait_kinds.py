@@ -47,7 +47,7 @@ def split_wait(waits: Mapping[str, float] | None, waited: float,
     if whole > 0 and whole != waited:
         out = {k: v * waited / whole for k, v in out.items()}
     rest = waited - sum(out.values())
-    if rest > 1e-9:
+    if rest > 1e-9 * max(1.0, waited):  # not float dust of the sums
         out[OTHER] = out.get(OTHER, 0.0) + rest
     return out
 

@@ -49,11 +49,13 @@ def _concerns(f: Finding, job: str, nodes: set[str]) -> bool:
 
 
 def attribute(eff: EfficiencyView, findings: list[Finding]) -> None:
-    """Share each job's waiting of this judgement among the findings that explain it."""
+    """Share each job's waiting counted since the last judgement among the findings that
+    explain it now."""
     candidates = [f for f in findings if f.score > 0]
     for state in eff.jobs.values():
-        if state.tick_waits:
+        if state.unattributed:
             _share(state, candidates)
+            state.unattributed = {}
 
 
 def _share(state: JobState, candidates: list[Finding]) -> None:
@@ -61,7 +63,7 @@ def _share(state: JobState, candidates: list[Finding]) -> None:
     mine = [f for f in candidates if _concerns(f, state.job, nodes)]
     slow = {f.node for f in mine if f.kind == "straggler" and f.node is not None}
     mine = [f for f in mine if f.kind == "straggler" or f.node not in slow]
-    for kind, seconds in state.tick_waits.items():
+    for kind, seconds in state.unattributed.items():
         why = [f for f in mine if explains(kind, f)]
         total = sum(f.score for f in why)
         shares = ([(f"{f.kind} {f.where}", seconds * f.score / total) for f in why]

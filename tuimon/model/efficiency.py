@@ -98,9 +98,10 @@ class JobState:
     # family's `windows` and `drop`).
     reported: dict[str, tuple[float, dict[float, Window], Drop | None]] = field(
         default_factory=dict)
-    # This judgement's waiting, by kind (run seconds), and what the viewer has put the
-    # waiting down to so far: (kind, cause) -> run seconds (tuimon.model.attribution).
-    tick_waits: dict[str, float] = field(default_factory=dict)
+    # Waiting counted but not yet put down to a cause, by kind (run seconds: updates
+    # between two judgements add up), and what the viewer has put the waiting down to so
+    # far: (kind, cause) -> run seconds (tuimon.model.attribution).
+    unattributed: dict[str, float] = field(default_factory=dict)
     causes: dict[tuple[str, str], float] = field(default_factory=dict)
     # The best per-GPU throughput sustained over BEST_WINDOW_S (samples/s), and when.
     best_per_gpu: float | None = None
@@ -327,13 +328,12 @@ class EfficiencyView:
                     self.gpu_peak = next((p for prefix, p in PEAK_FLOPS
                                           if name.startswith(prefix)), None)
                     break
-        for state in self.jobs.values():
-            state.tick_waits = {}
         for name, acc in sums.items():
             state = self.jobs[name]
             if state.world:
-                state.tick_waits = {k: v / state.world for k, v in
-                                    split_wait(acc.waits, acc.wall - acc.compute).items()}
+                add_waits(state.unattributed, {
+                    k: v / state.world
+                    for k, v in split_wait(acc.waits, acc.wall - acc.compute).items()})
             state.last_update = now
             state.history.append((now, acc.wall, acc.compute, acc.samples))
             if acc.waits:
