@@ -274,7 +274,9 @@ def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -
     # What the step time waited on, from tuimon_job_wait_seconds_total: the simulated
     # ranks wait in collectives; and the budget spent so, from the same counters.
     job = theirs["jobs"]["llm-pretrain"]
-    assert set(job["waits_1h"]) == {"comm"}, job
+    # (rates of separate counters align to the scrape only roughly: a rest is `other`)
+    waits = job["waits_1h"]
+    assert waits and max(waits, key=waits.__getitem__) == "comm", job
     spent = job["budget_spent_hours"]  # (any rest of the lost time is `other`)
     assert spent and max(spent, key=spent.__getitem__) == "comm", job
     assert code == 0, out

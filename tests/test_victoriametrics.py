@@ -72,4 +72,5 @@ def test_prom_on_victoria_metrics_shows_the_nodes_as_soon_as_they_are_stored(
     report = json.loads(status)
     assert status_code in (0, 1) and report["nodes"]["up"] == 2, status
     assert report["gpus"] == 2 and set(report["jobs"]) == {"llm-pretrain"}, status
-    assert set(report["jobs"]["llm-pretrain"]["waits_1h"]) == {"comm"}, status
+    waits = report["jobs"]["llm-pretrain"]["waits_1h"]
+    assert waits and max(waits, key=waits.__getitem__) == "comm", status
