@@ -50,8 +50,8 @@ def test_the_reporter_times_each_kind_of_waiting(tmp_path: Path) -> None:
     step = _received(tmp_path, body)
     waits = step["waits"]
     assert set(waits) == {"data", "comm", "other"}
-    assert 0.03 <= waits["data"] < 0.05 and 0.05 <= waits["comm"] < 0.08
-    assert 0.02 <= waits["other"] < 0.05
+    # Lower bounds only: a loaded machine may oversleep, never undersleep.
+    assert waits["data"] >= 0.03 and waits["comm"] >= 0.05 and waits["other"] >= 0.02
     assert abs(sum(waits.values()) - (step["wall"] - step["compute"])) < 1e-6
 
 
