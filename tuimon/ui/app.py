@@ -18,7 +18,7 @@ from typing import Any
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import Vertical
 from textual.filter import LineFilter
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Input, Static
@@ -48,6 +48,7 @@ from tuimon.ui.panels import (
     SloStrip,
     StoragePanel,
 )
+from tuimon.ui.text_screen import TextScreen
 from tuimon.ui.theme_files import DEFAULT_THEME, heat_variable_defaults, load_themes
 from tuimon_core import heap
 from tuimon_core.hostlist import collect_hostlist
@@ -109,23 +110,16 @@ MAP_ACTIONS = frozenset({"switch_map", "sort", "reverse_sort", "filter", "clear_
                          "next_job", "focus_diagnosis", "fleet"})
 
 
-class HelpScreen(ModalScreen[None]):
+class HelpScreen(TextScreen):
     BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close", id="close_help")]
-    DEFAULT_CSS = """
-    HelpScreen { align: center middle; }
-    HelpScreen > VerticalScroll { width: 100%; max-width: 78; height: auto; max-height: 100%;
-                                  border: round $primary; background: $surface; }
-    HelpScreen Static { padding: 0 1; }
-    """
+    MAX_WIDTH = 78  # fits 80 columns
 
     def __init__(self, extra: str = "") -> None:
         super().__init__()
         self.extra = extra
 
-    def compose(self) -> ComposeResult:
-        # Scrolls where the terminal is smaller than the help (80x24).
-        with VerticalScroll():
-            yield Static(HELP.format(extra=self.extra, metric_keys=_metric_keys()))
+    def text(self) -> str:
+        return HELP.format(extra=self.extra, metric_keys=_metric_keys())
 
 
 class FilterScreen(ModalScreen[str | None]):

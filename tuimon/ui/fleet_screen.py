@@ -3,29 +3,19 @@ by value, the most common first (tuimon_core.fleet decides the groups; this draw
 
 from __future__ import annotations
 
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Static
 
 from tuimon.model.cluster import ClusterState
 from tuimon.ui.markup import safe
+from tuimon.ui.text_screen import TextScreen
 from tuimon_core.fleet import fleet_table, hellos_of
 from tuimon_core.hostlist import collect_hostlist
 
 SHOWN_GROUPS = 6  # per aspect; the rest are counted
 
 
-class FleetScreen(ModalScreen[None]):
+class FleetScreen(TextScreen):
     BINDINGS = [Binding("escape,i,q", "app.pop_screen", "close", id="close_fleet")]
-    DEFAULT_CSS = """
-    FleetScreen { align: center middle; }
-    FleetScreen > VerticalScroll { width: 100%; max-width: 120; height: auto;
-                                   max-height: 100%; border: round $primary;
-                                   background: $surface; }
-    FleetScreen Static { padding: 0 1; }
-    """
 
     def __init__(self, cluster: ClusterState,
                  cpu_nodes: frozenset[str] = frozenset()) -> None:
@@ -33,11 +23,7 @@ class FleetScreen(ModalScreen[None]):
         self.cluster = cluster
         self.cpu_nodes = cpu_nodes
 
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(self._text())
-
-    def _text(self) -> str:
+    def text(self) -> str:
         hellos = hellos_of(((n.name, n.hello) for n in self.cluster.nodes.values()),
                            self.cpu_nodes)
         lines = [f"[b]fleet[/b]  what {len(hellos)} nodes say they are made of; the few "

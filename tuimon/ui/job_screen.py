@@ -6,28 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
-from textual.screen import ModalScreen
-from textual.widgets import Static
 
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.job_report import job_report
 from tuimon.ui.job_text import job_text
 from tuimon.ui.markup import safe
+from tuimon.ui.text_screen import TextScreen
 from tuimon_core.findings import Finding
 
 
-class JobScreen(ModalScreen[None]):
+class JobScreen(TextScreen):
     BINDINGS = [Binding("escape,b,q", "app.pop_screen", "close", id="close_job")]
-    DEFAULT_CSS = """
-    JobScreen { align: center middle; }
-    JobScreen > VerticalScroll { width: 100%; max-width: 140; height: auto;
-                                 max-height: 100%; border: round $primary;
-                                 background: $surface; }
-    JobScreen Static { padding: 0 1; }
-    """
+    MAX_WIDTH = 140
+    TEXT_ID = "job-text"
 
     def __init__(self, efficiency: EfficiencyView, job: str,
                  findings: Callable[[], list[Finding]]) -> None:
@@ -36,17 +28,10 @@ class JobScreen(ModalScreen[None]):
         self.job = job
         self.findings = findings
 
-    def compose(self) -> ComposeResult:
-        with VerticalScroll():
-            yield Static(self._text(), id="job-text")
-
     def on_mount(self) -> None:
-        self.set_interval(1.0, self._refresh)
+        self.set_interval(1.0, self.redraw)
 
-    def _refresh(self) -> None:
-        self.query_one("#job-text", Static).update(self._text())
-
-    def _text(self) -> str:
+    def text(self) -> str:
         try:
             report = job_report(self.efficiency, self.job, self.findings())
         except KeyError:
