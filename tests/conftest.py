@@ -154,3 +154,15 @@ def unused_tcp_port_factory() -> Iterator[Callable[[], int]]:
 @pytest.fixture
 def unused_tcp_port(unused_tcp_port_factory: Callable[[], int]) -> int:
     return unused_tcp_port_factory()
+
+
+async def run_tuimon(*args: str, timeout: float = 60) -> tuple[int, str]:
+    """`python -m tuimon.cli ARGS` from the checkout: its exit code, stdout then stderr."""
+    root = Path(__file__).resolve().parent.parent
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "tuimon.cli", *args, cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode() + err.decode()

@@ -10,7 +10,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from agent.sim.cluster import SimCluster
+from tests.conftest import run_tuimon
 from tests.peers import PROMETHEUS, free_port, running_prometheus, running_victoria_metrics
 from tests.seeded import judged
 from tests.trees import ib_port
@@ -239,15 +239,7 @@ def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -
     them. `tuimon status` checks the same server, named with --prometheus or by a
     cluster whose config says `prometheus =`."""
     config = tmp_path / "config.toml"
-
-    async def run(*args: str) -> tuple[int, str]:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "tuimon.cli", *args, cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode is not None
-        return proc.returncode, out.decode() + err.decode()
+    run = run_tuimon
 
     async def scenario() -> list[tuple[int, str]]:
         sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.5,

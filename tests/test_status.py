@@ -11,18 +11,13 @@ from pathlib import Path
 import pytest
 
 from agent.sim.cluster import SimCluster
+from tests.conftest import run_tuimon
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 async def _status(*args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tuimon.cli", "status", *args, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode() + err.decode()
+    return await run_tuimon("status", *args)
 
 
 async def test_healthy_cluster_is_ok(unused_tcp_port_factory) -> None:

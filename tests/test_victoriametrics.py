@@ -7,27 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import time
 from pathlib import Path
 
 import aiohttp
 
 from agent.sim.cluster import SimCluster
+from tests.conftest import run_tuimon
 from tests.peers import running_victoria_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-async def _run(*args: str) -> tuple[int, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tuimon.cli", *args, cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(proc.communicate(), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode() + err.decode()
 
 
 async def _until_stored(url: str, promql: str, count: int, timeout: float = 20) -> float:
@@ -60,8 +49,8 @@ def test_prom_on_victoria_metrics_shows_the_nodes_as_soon_as_they_are_stored(
                 started = time.monotonic()
                 await _until_stored(url, "tuimon_gpu_utilization_ratio", 2)
                 await _until_stored(url, "rate(tuimon_job_wall_seconds_total[1m]) > 0", 2)
-                runs = [await _run("prom", url, "--once"),
-                        await _run("status", "--prometheus", url, "--json")]
+                runs = [await run_tuimon("prom", url, "--once"),
+                        await run_tuimon("status", "--prometheus", url, "--json")]
                 return time.monotonic() - started, runs
     elapsed, ((code, out), (status_code, status)) = asyncio.run(scenario())
     assert elapsed < 25, elapsed  # all of it inside the server's 30 s offset
