@@ -68,7 +68,7 @@ HELP = """\
                     text finds a Slurm job id, pod, user or training job too
 [b]Other[/b]
   J                 next job in the efficiency strip
-  b                 the job's screen: what its budget went to, ranks, nodes
+  b                 the job: what its budget went to, its ranks, nodes
   i                 the fleet: drivers, firmware, links, grouped by node
   t                 next theme        ?  this help        q  quit
 
