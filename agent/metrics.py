@@ -26,7 +26,7 @@ from tuimon_core.protocol.fields import (
 )
 from tuimon_core.serving.metrics import connection_metrics
 from tuimon_core.version import __version__
-from tuimon_core.wait_kinds import WAIT_KINDS
+from tuimon_core.wait_kinds import RANK_KINDS
 
 if TYPE_CHECKING:
     from agent.node import NodeAgent
@@ -272,9 +272,9 @@ def _step_metrics(node: str, steps: Any) -> Iterator[Metric]:
     # the rank's first step.
     waits = CounterMetricFamily(
         "tuimon_job_wait_seconds", "Step time spent waiting, by what was waited on ("
-        + ", ".join(WAIT_KINDS) + "), reported by training ranks", labels=[*labels, "kind"])
+        + ", ".join(RANK_KINDS) + "), reported by training ranks", labels=[*labels, "kind"])
     for (job, rank), t in sorted(steps.totals.items()):
-        for kind in WAIT_KINDS:
+        for kind in RANK_KINDS:
             waits.add_metric([job, str(rank), node, kind], t.waits.get(kind, 0.0))
     yield waits
     rejected = CounterMetricFamily("tuimon_agent_step_reports_rejected",

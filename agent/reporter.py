@@ -17,9 +17,13 @@ goes on. A step costs a few microseconds.
             with reporter.waiting("comm"):     # collectives
                 optimizer_step_with_allreduce()
 
+    reporter.finish()                          # the run is complete
+
 compute time = step time - time inside `waiting()`. The kind says what was waited on
 (`comm`, `data`, `checkpoint`; `other`, the default): the budget a job loses is put down
-to it. A kind this version does not know counts as `other`.
+to it. A kind this version does not know counts as `other`. A job whose ranks all fall
+silent loses that time as `stopped` until they report again; `finish()` says the silence
+that follows is the run's end.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from collections.abc import Iterator
 
 import msgpack
 
-from tuimon_core.wait_kinds import OTHER, WAIT_WORDS, wait_kind
+from tuimon_core.wait_kinds import OTHER, RANK_WORDS, rank_kind
 
 ENV_SOCKET = "TUIMON_STEPS_SOCKET"
 MAX_DATAGRAM = 2048
@@ -96,7 +100,7 @@ class StepReporter:
         finally:
             waited = time.perf_counter() - t0
             self._wait += waited
-            if kind not in WAIT_WORDS:  # inline wait_kind: this runs every step
+            if kind not in RANK_WORDS:  # inline rank_kind: this runs every step
                 kind = OTHER
             waits = self._waits
             waits[kind] = waits.get(kind, 0.0) + waited
@@ -109,7 +113,7 @@ class StepReporter:
         try:
             for k, v in (waits or {}).items():
                 if v > 0:
-                    named[wait_kind(k)] = named.get(wait_kind(k), 0.0) + float(v)
+                    named[rank_kind(k)] = named.get(rank_kind(k), 0.0) + float(v)
         except Exception:  # never into the training loop
             self.dropped += 1
             return
@@ -133,6 +137,21 @@ class StepReporter:
             self._sock.sendto(data, self.path)
             self.sent += 1
         except Exception:  # never into the training loop: a missing agent is normal
+            self.dropped += 1
+
+    def finish(self) -> None:
+        """Say the run is complete (call once, after the last step): the silence that
+        follows is not lost time. A crash never gets here, so its silence counts."""
+        try:
+            self._seq += 1
+            data = msgpack.packb({"v": 1, "t": "end", "job": self.job, "rank": self.rank,
+                                  "world": self.world_size, "seq": self._seq,
+                                  "ts": time.time(), "pid": os.getpid()})
+            if self._sock is None:
+                raise OSError("no socket")
+            self._sock.sendto(data, self.path)
+            self.sent += 1
+        except Exception:  # never into the training loop
             self.dropped += 1
 
     def close(self) -> None:

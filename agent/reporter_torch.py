@@ -90,6 +90,17 @@ class TorchStepTimer:
             b.record()
             self._waits.append((a, b, kind))
 
+    def finish(self) -> None:
+        """The run is complete: report the steps still pending (waiting for their events
+        once: the loop is over) and say so (StepReporter.finish)."""
+        try:
+            if self._pending:
+                self._pending[-1][1].synchronize()
+        except Exception:  # never into the training script
+            self.reporter.dropped += 1
+        self.flush()
+        self.reporter.finish()
+
     def flush(self) -> None:
         """Report every step whose events have completed, oldest first, without waiting."""
         try:

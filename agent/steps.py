@@ -47,7 +47,7 @@ from agent.reporter import MAX_DATAGRAM
 from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, DropJudge
 from tuimon_core.protocol.fields import WAITS
 from tuimon_core.protocol.text import clean
-from tuimon_core.wait_kinds import add_waits, split_wait
+from tuimon_core.wait_kinds import add_waits, rank_kind, split_wait
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def decode_step(data: bytes) -> dict[str, Any]:
                             max_map_len=32, max_bin_len=0, max_ext_len=0)
     except Exception as exc:
         raise StepError(f"not msgpack: {exc}") from None
-    if not isinstance(m, dict) or m.get("t") != "step" or m.get("v") != 1:
+    if not isinstance(m, dict) or m.get("t") not in ("step", "end") or m.get("v") != 1:
         raise StepError("not a version 1 step report")
     job, rank, world = m.get("job"), m.get("rank"), m.get("world")
     if not isinstance(job, str) or not job:
@@ -96,6 +96,9 @@ def decode_step(data: bytes) -> dict[str, Any]:
     if type(rank) is not int or type(world) is not int or not 0 <= rank < world <= 1 << 20:
         raise StepError(f"rank/world: expected 0 <= rank < world, got {rank!r}/{world!r}")
     out: dict[str, Any] = {"job": clean(job), "rank": rank, "world": world}
+    if m["t"] == "end":  # the rank says the run is complete (StepReporter.finish)
+        out["end"] = True
+        return out
     for key in ("wall", "compute"):
         v = m.get(key)
         if not (type(v) is int or type(v) is float) or not math.isfinite(v) \
@@ -262,6 +265,7 @@ class StepAggregator:
         self._owners: dict[str, int | None] = {}  # job -> the uid it belongs to
         self._senders: dict[int | None, _Bucket] = {}
         self._lost_now: dict[str, int] = {}
+        self._ended_now: dict[str, tuple[int, int]] = {}  # job -> (world, ranks that ended)
         self._jobs: dict[str, _JobHistory] = {}  # job -> its sums since first counted
         self._logged: dict[str, tuple[float, int]] = {}
 
@@ -290,6 +294,13 @@ class StepAggregator:
             self._refuse("not_owner", f"job {job!r} belongs to uid {owner}; a report for it "
                                       f"from uid {uid} was refused", now)
             return
+        if step.get("end"):
+            if job in self._owners:  # a job this node counts: its ranks' word, once each
+                world, n = self._ended_now.get(job, (step["world"], 0))
+                self._ended_now[job] = (world, n + 1)
+                self.received += 1
+                self._ranks.pop(key, None)
+            return
         state = self._ranks.get(key)
         if state is None:
             if job not in self._owners and len(self._owners) >= MAX_JOBS:
@@ -309,7 +320,8 @@ class StepAggregator:
             share = wall / step["wall"]  # rate they make is not raised by the cut
             samples, tokens = int(samples * share), int(tokens * share)
         # What the credited waiting was spent on, in the shares the report gave.
-        waits = split_wait(step.get("waits"), wall - compute, step["wall"] - step["compute"])
+        waits = split_wait(step.get("waits"), wall - compute, step["wall"] - step["compute"],
+                           rank_kind)
         self.received += 1
         history = self._jobs.get(job)
         if history is None:
@@ -372,7 +384,8 @@ class StepAggregator:
     def take(self) -> dict[str, Any] | None:
         """This interval's figures for the sample (nil when nothing arrived at all)."""
         self._forget_idle(self.clock())
-        if not self.interval and not self.rejected and not self._lost_now:
+        if not self.interval and not self.rejected and not self._lost_now \
+                and not self._ended_now:
             return None
         jobs: dict[str, dict[str, Any]] = {}
         for (job, rank), t in sorted(self.interval.items()):
@@ -386,6 +399,8 @@ class StepAggregator:
         for job, n in self._lost_now.items():
             if job in jobs:
                 jobs[job]["lost"] = n
+        for job, (world, n) in self._ended_now.items():
+            jobs.setdefault(job, {"id": job, "world": world, "ranks": []})["ended"] = n
         now = self.clock()
         for job, entry in jobs.items():
             history = self._jobs.get(job)
@@ -398,6 +413,7 @@ class StepAggregator:
                     entry["drop"] = drop
         self.interval = {}
         self._lost_now = {}
+        self._ended_now = {}
         out: dict[str, Any] = {"jobs": list(jobs.values()), "received": self.received,
                                "rejected": self.rejected, "lost": self.lost,
                                "clipped": self.clipped}

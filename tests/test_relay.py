@@ -23,6 +23,7 @@ from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.job_report import job_report
 from tuimon.model.slo import LedgerBurn, Slo
 from tuimon.model.step_credit import merge_steps
 from tuimon.model.storage import StorageView
@@ -31,6 +32,7 @@ from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import SCHEMA_VERSION, Ledger, LedgerError
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.status import format_text, report
+from tuimon_core.findings import Finding
 from tuimon_core.protocol import Batch, Hello, Sample, Subscribe, decode, encode
 from tuimon_core.serving.security import ConfigError
 
@@ -614,12 +616,31 @@ async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
         tmp_path: Path, unused_tcp_port_factory) -> None:
     ledger_path = tmp_path / "ledger.db"
     # 60 h of the budget already spent earlier in the run (target 0.90 over 720 h: 72 h):
-    # 41 h waiting in collectives, 12 h on data, 5 h on checkpoints, 2 h unnamed.
-    seed = Ledger(ledger_path)
+    # 41 h waiting in collectives while a port of gpu042 was congested, 12 h on data, 5 h
+    # on checkpoints, and 2 h stopped when gpu042 was lost, as a relay counted them.
     start = time.time() - 26 * 86400  # 600 h of it, ending a day ago
-    for i in range(600):  # 600 hours at SLI 0.9: 60 h consumed, 6 min an hour
-        seed.add("llm-pretrain", start + 3600 * i, 3600.0, 3240.0,
-                 {"comm": 246.0, "data": 72.0, "checkpoint": 30.0})
+    clock = [start]
+    seed = Ledger(ledger_path, clock=lambda: clock[0])
+    lost = {"comm": 41 / 598 * 3600, "data": 12 / 598 * 3600, "checkpoint": 5 / 598 * 3600}
+
+    def hour(i: int) -> None:  # one hour of the run, reported at its end
+        clock[0] = start + 3600 * (i + 1) - 1
+        seed.add("llm-pretrain", clock[0], 3600.0, 3600.0 - sum(lost.values()), lost)
+
+    congested = Finding("warning", "congestion", "gpu042 mlx5_0:1: congestion",
+                        node="gpu042", port="mlx5_0:1", score=0.9)
+    for i in range(298):
+        hour(i)
+    seed.attribute(lambda job: [congested])
+    seed.close()
+    seed = Ledger(ledger_path, clock=lambda: clock[0])  # a relay that saw the stop
+    hour(298)
+    clock[0] += 7200
+    seed.note_stops(clock[0], lambda job: "node lost gpu042")
+    seed.add("llm-pretrain", clock[0], 1.0, 1.0)  # back after hours 299 and 300
+    for i in range(301, 600):
+        hour(i)
+    seed.attribute(lambda job: [congested])
     seed.close()
     sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
                      scenario="healthy")
@@ -639,9 +660,17 @@ async def test_ledger_survives_kill_9_and_viewers_see_the_runs_budget(
                 # ...and what it was spent on, as status says it.
                 text = format_text(report(viewer, eff, [], "ok"))
                 assert "of 72 h left (spent on comm 41.0 h, data 12.0 h, checkpoint 5.0 h, " \
-                    "other 2.0 h)" in text, text
+                    "stopped 2.0 h)" in text, text
+                # ...and what each kind was put down to over the run (the job's screen).
+                doc = job_report(eff, "llm-pretrain", [])
+                assert [r["kind"] for r in doc["spent"]] == ["comm", "data", "checkpoint",
+                                                             "stopped"]
+                assert doc["run_causes"]["comm"][0] == {
+                    "cause": "congestion gpu042 mlx5_0:1", "hours": pytest.approx(41.0),
+                    "share": 1.0}
+                assert doc["run_causes"]["stopped"][0]["cause"] == "node lost gpu042"
                 first = viewer.budgets["llm-pretrain"]["since"]
-                assert first <= start
+                assert first <= start + 3600  # its first hour, reported at its end
                 await asyncio.sleep(3.0)  # live steps reach the ledger
                 killed_at = time.time()
                 relay.send_signal(signal.SIGKILL)

@@ -80,6 +80,8 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                          "verdict": verdict.state,
                          "ranks_reporting": verdict.reporting,
                          "steps_age_s": None if age is None else round(age, 1),
+                         # While every rank is silent (the relay's ledger): what held.
+                         "stopped_cause": verdict.cause,
                          "budget_hours": eff.slo.budget_hours,
                          "budget_left_hours": eff.slo.remaining_hours(used),
                          "budget_recovered_hours": getattr(job.burn, "recovered_hours", 0.0),
@@ -125,7 +127,10 @@ def format_text(r: dict[str, Any]) -> str:
         ranks = (f"{j['ranks_reporting']} of {j['world']} ranks reporting"
                  if j["ranks_reporting"] < j["world"] else plural(j["world"], "rank"))
         stale = (f", no step reports for {j['steps_age_s']:.0f} s"
-                 if j["verdict"] == "stale" else "")
+                 if j["verdict"] == "stale" else
+                 f", STOPPED {(j['steps_age_s'] or 0) / 60:.0f} min ago: "
+                 f"{j.get('stopped_cause') or 'no finding'}"
+                 if j["verdict"] == "stopped" else "")
         rate = f"{j['samples_per_s']:,.0f} samples/s" if j["samples_per_s"] else "- samples/s"
         recovered = (f" ({j['budget_recovered_hours'] * 60:.1f} min the relay missed, "
                      "counted from the agents' totals)"

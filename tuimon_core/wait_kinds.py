@@ -11,26 +11,40 @@ Standard library only: the step reporter, imported by training scripts, uses it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 OTHER = "other"
-# In the order they are shown.
-WAIT_KINDS: tuple[str, ...] = ("comm", "data", "checkpoint", OTHER)
-WAIT_WORDS: dict[str, str] = {
+# Not a rank's to report: the relay's ledger counts it for a job whose ranks all fell
+# silent (a crash, a restart, a lost node), from the last report to the next.
+STOPPED = "stopped"
+# What a training rank reports waiting on (StepReporter.waiting).
+RANK_WORDS: dict[str, str] = {
     "comm": "communication (collectives)",
     "data": "input pipeline",
     "checkpoint": "checkpoints",
     OTHER: "other waiting",
 }
+RANK_KINDS: tuple[str, ...] = tuple(RANK_WORDS)
+# What a job's lost time is put down to, in the order they are shown.
+WAIT_WORDS: dict[str, str] = {**{k: v for k, v in RANK_WORDS.items() if k != OTHER},
+                              STOPPED: "no steps at all (the job's ranks fell silent)",
+                              OTHER: RANK_WORDS[OTHER]}
+WAIT_KINDS: tuple[str, ...] = tuple(WAIT_WORDS)
 
 
 def wait_kind(name: object) -> str:
-    """The kind a reported name counts as."""
+    """The kind a name counts as in a job's lost time."""
     return name if isinstance(name, str) and name in WAIT_WORDS else OTHER
 
 
+def rank_kind(name: object) -> str:
+    """The kind a rank's report counts as (a rank cannot report `stopped`)."""
+    return name if isinstance(name, str) and name in RANK_WORDS else OTHER
+
+
 def split_wait(waits: Mapping[str, float] | None, waited: float,
-               reported: float = 0.0) -> dict[str, float]:
+               reported: float = 0.0, kind: Callable[[object], str] = wait_kind
+               ) -> dict[str, float]:
     """`waited` seconds (what was credited) split in the shares the report gave: of
     `reported` seconds of waiting (or of the named waits, if longer), each kind its part;
     kinds a reader does not know, and the part no kind names, go to `other`."""
@@ -40,8 +54,8 @@ def split_wait(waits: Mapping[str, float] | None, waited: float,
     named = 0.0
     for name, seconds in (waits or {}).items():
         if seconds > 0:
-            kind = wait_kind(name)
-            out[kind] = out.get(kind, 0.0) + seconds
+            k = kind(name)
+            out[k] = out.get(k, 0.0) + seconds
             named += seconds
     whole = max(named, reported, waited if not reported else 0.0)
     if whole > 0 and whole != waited:
@@ -52,12 +66,13 @@ def split_wait(waits: Mapping[str, float] | None, waited: float,
     return out
 
 
-def add_waits(into: dict[str, float], waits: Mapping[str, float] | None) -> None:
-    """Sum `waits` into `into`, kind by kind (kinds folded as wait_kind says)."""
+def add_waits(into: dict[str, float], waits: Mapping[str, float] | None,
+              kind: Callable[[object], str] = wait_kind) -> None:
+    """Sum `waits` into `into`, kind by kind (kinds folded as `kind` says)."""
     for name, seconds in (waits or {}).items():
         if seconds > 0:
-            kind = wait_kind(name)
-            into[kind] = into.get(kind, 0.0) + seconds
+            k = kind(name)
+            into[k] = into.get(k, 0.0) + seconds
 
 
 def said(shares: Mapping[str, float]) -> str:

@@ -21,7 +21,7 @@ This is the viewer's count: the seconds it judged, as `JobState.causes`.
 from __future__ import annotations
 
 from tuimon.model.efficiency import EfficiencyView, JobState
-from tuimon_core.findings import Finding
+from tuimon_core.findings import Finding, sort_key
 
 NO_FINDING = "no finding"
 MAX_CAUSES = 256  # per job: names from outside cannot grow it without end
@@ -61,15 +61,55 @@ def attribute(eff: EfficiencyView, findings: list[Finding]) -> None:
 def _share(state: JobState, candidates: list[Finding]) -> None:
     nodes = {node for node, _ in state.rank_where.values()}
     mine = [f for f in candidates if _concerns(f, state.job, nodes)]
+    add_causes(state.causes, share(state.unattributed, mine))
+
+
+def share(seconds: dict[str, float], findings: list[Finding]) -> dict[tuple[str, str], float]:
+    """Seconds waited by kind, shared among `findings` (those that concern the job) by
+    their score: (kind, cause) -> seconds; a kind nothing explains goes to `no finding`.
+    The viewer's count and the relay ledger's run-long one both share by this."""
+    mine = [f for f in findings if f.score > 0]
     slow = {f.node for f in mine if f.kind == "straggler" and f.node is not None}
     mine = [f for f in mine if f.kind == "straggler" or f.node not in slow]
-    for kind, seconds in state.unattributed.items():
+    out: dict[tuple[str, str], float] = {}
+    for kind, waited in seconds.items():
+        if waited <= 0:
+            continue
         why = [f for f in mine if explains(kind, f)]
         total = sum(f.score for f in why)
-        shares = ([(f"{f.kind} {f.where}", seconds * f.score / total) for f in why]
-                  if why and total > 0 else [(NO_FINDING, seconds)])
-        for cause, part in shares:
-            key = (kind, cause)
-            if key not in state.causes and len(state.causes) >= MAX_CAUSES:
-                key = (kind, FOLDED)
-            state.causes[key] = state.causes.get(key, 0.0) + part
+        parts = ([(cause_name(f), waited * f.score / total) for f in why]
+                 if why and total > 0 else [(NO_FINDING, waited)])
+        for cause, part in parts:
+            out[(kind, cause)] = out.get((kind, cause), 0.0) + part
+    return out
+
+
+def add_causes(into: dict[tuple[str, str], float],
+               causes: dict[tuple[str, str], float]) -> None:
+    """Sum shares into a bounded table: past MAX_CAUSES names, the rest of a kind is
+    `other findings`."""
+    for key, part in causes.items():
+        if key not in into and len(into) >= MAX_CAUSES:
+            key = (key[0], FOLDED)
+        into[key] = into.get(key, 0.0) + part
+
+
+def cause_name(f: Finding) -> str:
+    """A finding as a cause: its kind and where (`congestion leaf03`)."""
+    return f"{f.kind} {f.where}"
+
+
+def concerning(findings: list[Finding], job: str, nodes: set[str]) -> list[Finding]:
+    """The findings that concern a job running on `nodes`."""
+    return [f for f in findings if _concerns(f, job, nodes)]
+
+
+def stop_cause(lost: list[str], findings: list[Finding]) -> str:
+    """What a job's ranks falling silent is put down to: a node of the job lost (its
+    agent gone), else the gravest finding on its nodes when it stopped, else nothing."""
+    if lost:
+        more = f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
+        return f"node lost {sorted(lost)[0]}{more}"
+    if findings:
+        return cause_name(min(findings, key=sort_key))
+    return NO_FINDING

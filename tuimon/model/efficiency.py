@@ -69,10 +69,12 @@ class Window:
 
 @dataclass(frozen=True)
 class JobVerdict:
-    state: str  # page | ticket | stale | degraded | ok
+    state: str  # stopped | page | ticket | stale | degraded | ok
     firing: list[tuple[str, str, str, float]]  # (severity, long, short, threshold)
     steps_age: float | None  # seconds since the last step report
     reporting: int  # ranks that reported within REPORTING_S
+    # Stopped: what held on its nodes when it stopped (`node lost gpu042`, a finding).
+    cause: str | None = None
 
 
 @dataclass
@@ -236,12 +238,18 @@ class JobState:
         return sum(1 for ts in self.rank_last.values() if ts >= now - within)
 
     def verdict(self, now: float) -> JobVerdict:
-        """How the job stands, as every view says it: paging or ticketing on its burn,
+        """How the job stands, as every view says it: stopped (the relay's ledger saw
+        every rank fall silent; that time is lost), paging or ticketing on its burn,
         stale (no step reports lately: no numbers from before an outage pass as now),
         degraded (a rank silent), or ok."""
         firing = self.burn.firing(now) if self.burn else []
         age = self.age(now)
         reporting = self.ranks_reporting(now)
+        stopped = self.burn.stopped_since if isinstance(self.burn, LedgerBurn) else None
+        if stopped is not None:  # the ledger saw every rank fall silent: time is lost
+            assert isinstance(self.burn, LedgerBurn)
+            return JobVerdict("stopped", firing, max(0.0, now - stopped), reporting,
+                              self.burn.stopped_cause)
         if age is not None and age > STEPS_STALE_S:
             state = "stale"
         elif any(f[0] == "page" for f in firing):

@@ -15,7 +15,7 @@ import statistics
 from typing import Any
 
 from tuimon.model.efficiency import WINDOWS, EfficiencyView, JobState
-from tuimon.model.slo import budget_scope
+from tuimon.model.slo import LedgerBurn, Slo, budget_scope
 from tuimon_core.findings import Finding
 from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.wait_kinds import WAIT_WORDS
@@ -44,10 +44,12 @@ def rank_spread(state: JobState) -> dict[str, Any] | None:
             "bins": bins}
 
 
-def _causes(state: JobState, most: int = 4) -> dict[str, list[dict[str, Any]]]:
+def _causes(hours: dict[tuple[str, str], float], most: int = 4
+            ) -> dict[str, list[dict[str, Any]]]:
+    """kind -> its causes, largest first, each with its share of the kind."""
     out: dict[str, list[dict[str, Any]]] = {}
-    for (kind, cause), seconds in state.causes.items():
-        out.setdefault(kind, []).append({"cause": cause, "hours": seconds / 3600})
+    for (kind, cause), value in hours.items():
+        out.setdefault(kind, []).append({"cause": cause, "hours": value})
     for rows in out.values():
         total = sum(r["hours"] for r in rows) or 1.0
         rows.sort(key=lambda r: -r["hours"])
@@ -55,6 +57,25 @@ def _causes(state: JobState, most: int = 4) -> dict[str, list[dict[str, Any]]]:
             r["share"] = r["hours"] / total
         del rows[most:]
     return out
+
+
+def burn_down(burn: LedgerBurn, slo: Slo) -> dict[str, Any] | None:
+    """The budget left at the end of each period of the ledger's history, and where an
+    even burn over the run's window would have it then."""
+    if burn.lost_from is None or not burn.lost_hours:
+        return None
+    step = burn.lost_every_h * 3600
+    window = (burn.window_hours or slo.window_hours) * 3600
+    start = burn.since if burn.since is not None else burn.lost_from
+    left, even, spent = [], [], 0.0
+    for i, lost in enumerate(burn.lost_hours):
+        spent += lost
+        end = burn.lost_from + (i + 1) * step
+        left.append(slo.remaining_hours(spent))
+        even.append(slo.budget_hours * max(0.0, 1 - (end - start) / window))
+    return {"from": burn.lost_from, "every_h": burn.lost_every_h, "left_hours": left,
+            "even_hours": even, "budget_hours": slo.budget_hours,
+            "window_end": start + window}
 
 
 def job_nodes(state: JobState) -> list[str]:
@@ -75,6 +96,7 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
     total = sum(spent.values())
     waited, waits = state.wait_shares(WINDOWS["1h"], now)
     verdict = state.verdict(now)
+    ledger = burn if isinstance(burn, LedgerBurn) else None
     nodes = job_nodes(state)
     mine = set(nodes)
     return {
@@ -100,7 +122,14 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
         "waiting_1h": {"share": waited, "kinds": waits},
         # What this viewer put each kind's waiting down to while it watched, largest
         # first (tuimon.model.attribution): kind -> [{cause, hours, share of the kind}].
-        "causes": _causes(state),
+        "causes": _causes({k: v / 3600 for k, v in state.causes.items()}),
+        # The same over the run, as the relay's ledger put it down (its findings).
+        "run_causes": _causes({(kind, cause): hours for kind, by_cause in
+                               (ledger.causes_hours if ledger else {}).items()
+                               for cause, hours in by_cause.items()}),
+        "burn_down": burn_down(ledger, eff.slo) if ledger else None,
+        "stopped": None if verdict.state != "stopped" else {
+            "for_s": verdict.steps_age, "cause": verdict.cause},
         "ranks": rank_spread(state),
         "stragglers": [{"rank": s.rank, "node": s.node, "gpu": s.gpu, "ratio": s.ratio}
                        for s in state.stragglers],

@@ -242,6 +242,15 @@ class LedgerBurn(BurnReadout):
         self.best_per_gpu: float | None = summary.get("best_per_gpu")
         # "prometheus" when the job counters in Prometheus gave it; else a relay's ledger.
         self.source: str | None = summary.get("source")
+        # kind -> cause -> hours over the window, as the relay put them down (its ledger).
+        self.causes_hours: dict[str, dict[str, float]] = summary.get("causes_h") or {}
+        # The hours lost in each period from `lost_from` (the burn-down's history).
+        self.lost_from: float | None = summary.get("lost_from")
+        self.lost_every_h: float = float(summary.get("lost_every_h") or 1.0)
+        self.lost_hours: list[float] = list(summary.get("lost_h") or ())
+        # Set while the job's ranks are all silent: since when, and what held then.
+        self.stopped_since: float | None = summary.get("stopped_since")
+        self.stopped_cause: str | None = summary.get("stopped_cause")
         self._ratios = summary.get("error_ratio") or {}
 
     def covered(self, window: str, now: float) -> float | None:

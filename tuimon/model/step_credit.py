@@ -30,7 +30,7 @@ from tuimon_core.protocol.fields import (
     STEP_RANK_FIELDS,
     WAITS,
 )
-from tuimon_core.wait_kinds import add_waits, split_wait
+from tuimon_core.wait_kinds import add_waits, rank_kind, split_wait
 
 CAP_S = 600.0
 FIRST_S = 15.0
@@ -148,7 +148,7 @@ class StepCredit:
                 if wall < claimed:  # cut by the allowance: its samples in proportion, so
                     samples = int(samples * wall / claimed)  # its throughput is not raised
                 # The waiting credited, in the shares the rank reported it.
-                waits = split_wait(r.get("waits"), wall - compute, claimed_wait)
+                waits = split_wait(r.get("waits"), wall - compute, claimed_wait, rank_kind)
                 credited.ranks.append(RankCredit(rank, max(0, int(r.get("steps") or 0)),
                                                  wall, compute, samples, waits))
                 credited.wall += wall
@@ -210,7 +210,7 @@ def merge_steps(older: dict[str, Any] | None,
                         acc[key] = min(most, acc.get(key, 0) + r[key])
                 if r.get("waits"):
                     waits = acc.setdefault("waits", {})
-                    add_waits(waits, r["waits"])
+                    add_waits(waits, r["waits"], rank_kind)
                     for kind, seconds in waits.items():  # within the field's bound, too
                         waits[kind] = min(WAIT_MOST, seconds)
     out = dict(newer)

@@ -52,6 +52,8 @@ class RelayConfig:
     ledger_keep_days: float = 30.0
     ledger_max_bytes: int | None = None
     slo_hours: float = 720.0
+    # A job silent longer than this has ended: its silence is not counted as `stopped`.
+    stopped_most_h: float = 24.0
     # Seconds between batches to a viewer that asks for nothing slower.
     interval: float = 0.25
     flush_every: float = 10.0
@@ -84,9 +86,11 @@ def build_relay(config: RelayConfig) -> tuple[web.Application, RelayState]:
     ledger = None
     if config.ledger is not None:
         ledger = Ledger(config.ledger, keep_days=config.ledger_keep_days,
-                        window_hours=config.slo_hours, max_bytes=config.ledger_max_bytes)
+                        window_hours=config.slo_hours, max_bytes=config.ledger_max_bytes,
+                        stopped_most_h=config.stopped_most_h)
     fanout = FanOut(on_steps=ledger.add if ledger is not None else None,
-                    on_totals=ledger.add_totals if ledger is not None else None)
+                    on_totals=ledger.add_totals if ledger is not None else None,
+                    on_ended=ledger.ended if ledger is not None else None)
     upstream = StreamOptions(token=config.upstream_token, ssl_context=config.upstream_ssl,
                              min_backoff=config.upstream_backoff[0],
                              max_backoff=config.upstream_backoff[1], deep_checks=False,

@@ -64,6 +64,11 @@ def add_relay_options(p: argparse.ArgumentParser) -> None:
                         "kill -9 (default 10)")
     p.add_argument("--slo-hours", type=positive_float(1e6), default=720.0,
                    help="SLO window the budget is counted over (default 720)")
+    p.add_argument("--stopped-most", type=positive_float(1e6), default=24.0, metavar="H",
+                   help="a job whose ranks all fall silent loses that time (`stopped`) until "
+                        "they report again, unless they said the run is complete "
+                        "(StepReporter.finish); silent longer than this many hours, it is "
+                        "taken as ended and not counted (default 24)")
     p.add_argument("--interval", type=positive_float(60.0, least=0.05), default=0.25, metavar="S",
                    help="seconds between batches to each viewer (default 0.25)")
     p.add_argument("--max-viewers", type=positive_int(100_000), default=256)
@@ -99,7 +104,8 @@ def run_relay(args: argparse.Namespace) -> int:
         name=args.name or socket.gethostname(),
         ledger=None if args.no_ledger else (args.ledger or default_ledger_path()),
         ledger_keep_days=args.keep_days, slo_hours=args.slo_hours,
-        interval=args.interval, max_viewers=args.max_viewers, token=token,
+        stopped_most_h=args.stopped_most, interval=args.interval,
+        max_viewers=args.max_viewers, token=token,
         flush_every=args.flush_every,
         insecure=args.insecure,
         upstream_token=(load_token(args.upstream_token_file)

@@ -23,6 +23,7 @@ from typing import Any
 
 import msgpack
 
+from tuimon.model.attribution import concerning, stop_cause
 from tuimon.model.step_credit import StepCredit, merge_steps
 from tuimon_core.findings import Finding, FindingBook
 from tuimon_core.findings_family import findings_from_wire, findings_to_wire
@@ -373,14 +374,18 @@ class FanOut:
     def __init__(self, on_steps: Callable[..., None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time,
-                 on_totals: Callable[[str, dict[str, Any], float], None] | None = None
-                 ) -> None:
+                 on_totals: Callable[[str, dict[str, Any], float], None] | None = None,
+                 on_ended: Callable[[str], None] | None = None) -> None:
         self.sources: dict[str, Source] = {}
         self.viewers: set[ViewerFeed] = set()
         self.on_steps = on_steps
         # (source, a job's entry of its steps family, now): the agent's cumulative sums,
         # from which the ledger recovers what it missed while this relay was away.
         self.on_totals = on_totals
+        # (job): its ranks said the run is complete.
+        self.on_ended = on_ended
+        # job -> source -> when it last reported the job (monotonic): the job's nodes.
+        self.job_sources: dict[str, dict[str, float]] = {}
         self.clock = clock
         self.wall = wall
         self.stats = RelayStats()
@@ -610,8 +615,13 @@ class FanOut:
         self.stats.steps_reports += 1
         # The ledger's minutes are the relay's own (receive time), never the agent's.
         wall_now = self.wall()
-        credited = self.credit.credit(source, steps, self.clock())
+        now = self.clock()
+        credited = self.credit.credit(source, steps, now)
+        for entry in steps.get("jobs") or ():
+            if entry.get("ended") and self.on_ended is not None:
+                self.on_ended(entry["id"])
         for job in credited:
+            self.job_sources.setdefault(job.job, {})[source] = now
             # Ledger.add: run seconds, what they waited on, and samples per rank-second.
             self.on_steps(job.job, wall_now, job.total_s, job.effective_s, job.waits_s,
                           float(job.samples), job.wall)
@@ -620,6 +630,40 @@ class FanOut:
             for entry in steps.get("jobs") or ():
                 if entry["id"] in mine and entry.get("total") is not None:
                     self.on_totals(source, entry, wall_now)
+
+    def job_nodes(self, job: str) -> tuple[set[str], list[str]]:
+        """The nodes a job ran on lately, and those of them whose agents are lost now."""
+        nodes: set[str] = set()
+        lost: list[str] = []
+        for name in self.job_sources.get(job, {}):
+            source = self.sources.get(name)
+            if source is None:
+                continue
+            node = source.node or source.name
+            nodes.add(node)
+            if source.state in ("stale", "down"):
+                lost.append(node)
+        return nodes, lost
+
+    def job_findings(self, job: str) -> list[Finding]:
+        """The findings this relay holds that concern a job (on its nodes, or the
+        cluster's)."""
+        return concerning(self.findings, job, self.job_nodes(job)[0])
+
+    def stop_cause(self, job: str) -> str:
+        """What a job falling silent now is put down to (tuimon.model.attribution)."""
+        nodes, lost = self.job_nodes(job)
+        return stop_cause(lost, concerning(self.findings, job, nodes))
+
+    def forget_jobs(self, older_than: float) -> None:
+        """Drop the nodes that have not reported a job for `older_than` seconds."""
+        now = self.clock()
+        for job in list(self.job_sources):
+            sources = {s: t for s, t in self.job_sources[job].items() if now - t <= older_than}
+            if sources:
+                self.job_sources[job] = sources
+            else:
+                del self.job_sources[job]
 
     def counts(self) -> dict[str, int]:
         out = {"connecting": 0, "up": 0, "stale": 0, "down": 0}

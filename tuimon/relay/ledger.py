@@ -14,21 +14,31 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
+import math
 import os
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tuimon.model.attribution import FOLDED, share
 from tuimon.model.efficiency import BEST_COVERED, BEST_WINDOW_S
 from tuimon.model.slo import BURN_WINDOWS_S
 from tuimon_core.errors import UsageError
-from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
+from tuimon_core.findings import Finding
+from tuimon_core.protocol.fields import (
+    MAX_BUDGET_JOBS,
+    MAX_CAUSE,
+    MAX_DETAILED_JOBS,
+    MAX_HISTORY,
+)
 from tuimon_core.protocol.schema import MAX_NUM
 from tuimon_core.protocol.text import clean
-from tuimon_core.wait_kinds import OTHER, WAIT_KINDS, split_wait, wait_kind
+from tuimon_core.wait_kinds import OTHER, STOPPED, WAIT_KINDS, split_wait, wait_kind
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +80,42 @@ WAITS_UPSERT = """
 INSERT INTO waits (job, minute, kind, seconds) VALUES (?, ?, ?, ?)
 ON CONFLICT (job, minute, kind) DO UPDATE SET seconds = seconds + excluded.seconds
 """
+# What each minute's lost time (its waits by kind, `stopped` and the unnamed rest
+# included) was put down to, since layout 3: the findings that held on the job's nodes
+# as the relay judged them, shared by tuimon.model.attribution.
+CAUSES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS causes (
+    job TEXT NOT NULL,
+    minute INTEGER NOT NULL,
+    kind TEXT NOT NULL,           -- a wait kind, or `stopped`
+    cause TEXT NOT NULL,          -- `congestion gpu042 mlx5_0:1`, `node lost gpu042`, ...
+    seconds REAL NOT NULL,        -- run time (rank-seconds / world)
+    PRIMARY KEY (job, minute, kind, cause)
+) WITHOUT ROWID;
+"""
+CAUSES_UPSERT = """
+INSERT INTO causes (job, minute, kind, cause, seconds) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (job, minute, kind, cause) DO UPDATE SET seconds = seconds + excluded.seconds
+"""
+# Jobs whose ranks all fell silent, while they are (since layout 3): a relay restarted
+# meanwhile counts the stop from `since` up to `upto` (what the relay before it saw) and
+# again from its own start.
+STOPS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS stops (
+    job TEXT NOT NULL PRIMARY KEY,
+    spans TEXT NOT NULL,          -- JSON [[from, to], ...]: the times the silence was seen
+    cause TEXT NOT NULL           -- what held on its nodes when it stopped
+) WITHOUT ROWID;
+"""
 # Columns added to `buckets` in layout 2: samples processed and rank-seconds of wall
 # time, so the job's best sustained per-GPU throughput (samples / rank-seconds) is read
 # from the minutes themselves.
 BUCKET_COLUMNS_2 = ("samples", "rank_s")
 # The file's layout (PRAGMA user_version): 0, the first ledgers (buckets, totals); 1 adds
-# `waits`; 2 adds BUCKET_COLUMNS_2. An older file is brought up to it in place, every
-# minute kept; a newer one (a later relay's) is refused rather than written in a layout
-# this relay does not know.
-SCHEMA_VERSION = 2
+# `waits`; 2 adds BUCKET_COLUMNS_2; 3 adds `causes` and `stops`. An older file is brought
+# up to it in place, every minute kept; a newer one (a later relay's) is refused rather
+# than written in a layout this relay does not know.
+SCHEMA_VERSION = 3
 # The job's best: per-GPU throughput over this many consecutive minutes, every one counted
 # (the model's window: the viewer judges its own count by the same).
 BEST_MINUTES = int(BEST_WINDOW_S // 60)
@@ -104,6 +141,52 @@ JUMP_S = 3600.0
 # Rank-seconds the totals must show missing before any is credited (float sums differ by
 # less than this from the per-sample ones).
 RECOVER_AT_LEAST_S = 0.01
+# A job none of whose ranks reported for this long (or for STOP_GAPS times the longest
+# gap between its reports lately, for jobs with long steps) has stopped.
+STOP_AFTER_S = 60.0
+STOP_GAPS = 4.0
+# Reports this soon after a stop are its return: what they credit (a hung collective that
+# returns reports its own wait) is not counted again as stopped.
+RETURN_S = 5.0
+# Causes sent per job and kind; the rest are folded into FOLDED.
+CAUSES_SENT = 8
+MAX_SPANS = 64
+
+
+@dataclass
+class Stop:
+    """A job whose ranks all fell silent: when the relay saw it so, and why."""
+
+    cause: str
+    spans: list[list[float | None]]  # [from, to]; the last one open (None) while silent
+    ended: float | None = None  # when it reported again
+    credited: float = 0.0  # run seconds its reports credited in the RETURN_S after it
+    recovered: float = 0.0  # run seconds the agents' totals showed it ran meanwhile
+
+    def seen(self, now: float) -> list[tuple[float, float]]:
+        return [(lo or 0.0, now if hi is None else hi) for lo, hi in self.spans]
+
+    def lost(self, now: float, most: float) -> float:
+        """The seconds it counts as stopped: the silence, less what the reports that
+        ended it credited beyond the time since (a step that hung and returned brings
+        its own wait), and less what the agents' totals show it ran."""
+        span = sum(hi - lo for lo, hi in self.seen(now))
+        brought = max(0.0, self.credited - RETURN_S)
+        return min(most, max(0.0, span - brought - self.recovered))
+
+
+def _per_minute(spans: list[tuple[float, float]], seconds: float) -> dict[int, float]:
+    """`seconds` spread over the minutes of `spans` in proportion to the time in each."""
+    whole = sum(hi - lo for lo, hi in spans)
+    out: dict[int, float] = {}
+    if whole <= 0 or seconds <= 0:
+        return out
+    for lo, hi in spans:
+        for minute in range(int(lo // 60), int(hi // 60) + 1):
+            part = min(hi, minute * 60.0 + 60.0) - max(lo, minute * 60.0)
+            if part > 0:
+                out[minute] = out.get(minute, 0.0) + seconds * part / whole
+    return out
 
 
 def _when(minute: int | None) -> str:
@@ -151,6 +234,7 @@ def _lock(path: Path) -> tuple[int, int]:
 class Ledger:
     def __init__(self, path: str | Path, *, keep_days: float = 30.0,
                  window_hours: float = 720.0, max_bytes: int | None = None,
+                 stopped_most_h: float = 24.0,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic) -> None:
         self.path = Path(path)
@@ -178,6 +262,16 @@ class Ledger:
         # (since it started); and what of it is not yet in the log.
         self.recovered_s: dict[str, float] = {}
         self._unsaid: dict[str, list[Any]] = {}
+        # A silence longer than this is taken as the job's end, not counted.
+        self.stopped_most_s = stopped_most_h * 3600.0
+        # job -> [its last report (wall clock), the longest gap between reports lately]
+        self._seen: dict[str, list[float]] = {}
+        self._stops: dict[str, Stop] = {}
+        self._stops_gone: set[str] = set()  # rows to delete at the next flush
+        self._ended: set[str] = set()  # jobs whose ranks said the run is complete
+        # (job, minute) -> kind -> lost seconds not yet put down to a cause
+        self._unattributed: dict[tuple[str, int], dict[str, float]] = {}
+        self._pending_causes: dict[tuple[str, int, str, str], float] = {}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -200,7 +294,8 @@ class Ledger:
             if check != "ok":
                 raise LedgerError(f"ledger {self.path} is damaged ({check}); move it aside "
                                   "and the relay starts a new one")
-            self._db.executescript(SCHEMA + TOTALS_SCHEMA + WAITS_SCHEMA)
+            self._db.executescript(SCHEMA + TOTALS_SCHEMA + WAITS_SCHEMA + CAUSES_SCHEMA
+                                   + STOPS_SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(buckets)")}
             for column in BUCKET_COLUMNS_2:
                 if column not in columns:
@@ -212,6 +307,7 @@ class Ledger:
             self._stored = {(source, job): (since, wall, compute, at) for
                             source, job, since, wall, compute, at in self._db.execute(
                                 "SELECT source, job, since, wall, compute, at FROM totals")}
+            self._load_stops()
         except (OSError, sqlite3.Error) as exc:
             self._unlock()
             raise LedgerError(f"ledger {self.path}: {exc}") from None
@@ -256,16 +352,26 @@ class Ledger:
             rank_s: float = 0.0) -> None:
         """Run seconds of a job received at `ts`: total, effective, and what the rest
         waited on by kind (run seconds; `other` need not be given: it is the rest); the
-        samples processed and the rank-seconds they took, for the job's best."""
+        samples processed and the rank-seconds they took, for the job's best. The lost
+        time waits to be put down to causes (`attribute`)."""
         if total_s <= 0:
             return
+        self._saw(job, ts, total_s)
+        if self._add_minute(job, ts, total_s, effective_s, waits, samples, rank_s):
+            lost = self._unattributed.setdefault((job, int(ts // 60)), {})
+            for kind, seconds in split_wait(waits, max(0.0, total_s - effective_s)).items():
+                lost[kind] = lost.get(kind, 0.0) + seconds
+
+    def _add_minute(self, job: str, ts: float, total_s: float, effective_s: float,
+                    waits: dict[str, float] | None = None, samples: float = 0.0,
+                    rank_s: float = 0.0) -> bool:
         minute = int(ts // 60)
         key = (job, minute)
         bucket = self._pending.get(key)
         if bucket is None:
             if len(self._pending) >= MAX_PENDING:
                 self._lost_minutes += 1
-                return
+                return False
             bucket = self._pending[key] = [0.0, 0.0, 0.0, 0.0]
         bucket[0] += total_s
         bucket[1] += min(effective_s, total_s)
@@ -279,6 +385,111 @@ class Ledger:
             if kind != OTHER and seconds > 0:
                 wkey = (job, minute, kind)
                 self._pending_waits[wkey] = self._pending_waits.get(wkey, 0.0) + seconds
+        return True
+
+    # -- stops and causes ---------------------------------------------------------
+
+    def _saw(self, job: str, ts: float, total_s: float) -> None:
+        """A live report of the job: learn its gaps, end its stop if it had one."""
+        self._ended.discard(job)
+        seen = self._seen.get(job)
+        stop = self._stops.get(job)
+        if seen is None:
+            self._seen[job] = [ts, 0.0]
+        else:
+            gap = ts - seen[0]
+            if stop is None and gap > 0:  # the gaps of a job that runs, decaying slowly
+                seen[1] = max(gap, seen[1] * 0.99)
+            seen[0] = max(seen[0], ts)
+        if stop is not None:
+            if stop.ended is None:
+                stop.spans[-1][1] = ts
+                stop.ended = ts
+            if ts - stop.ended <= RETURN_S:
+                stop.credited += total_s
+
+    def ended(self, job: str) -> None:
+        """The job's ranks said the run is complete: its silence from now is not lost."""
+        self._ended.add(job)
+        stop = self._stops.get(job)
+        if stop is not None and stop.ended is None:
+            del self._stops[job]
+            self._stops_gone.add(job)
+
+    def note_stops(self, now: float, cause_of: Callable[[str], str]) -> None:
+        """Jobs silent past their time have stopped (put down to what `cause_of` says
+        held on their nodes now); a stop longer than `stopped_most` is the job's end.
+        Call about once a second."""
+        for job, (last, gap) in list(self._seen.items()):
+            if job in self._stops or now - last <= max(STOP_AFTER_S, STOP_GAPS * gap):
+                continue
+            if job in self._ended:
+                del self._seen[job]
+                continue
+            cause = cause_of(job)[:MAX_CAUSE]
+            self._stops[job] = Stop(cause, [[last, None]])
+            log.info("ledger %s: job %s: no step report for %.0f s (%s): counted as stopped "
+                     "until it reports again", self.path, job, now - last, cause)
+        for job, stop in list(self._stops.items()):
+            if stop.ended is None and stop.lost(now, math.inf) > self.stopped_most_s:
+                log.warning("ledger %s: job %s: silent for more than %g h: taken as ended, "
+                            "its silence not counted", self.path, job,
+                            self.stopped_most_s / 3600)
+                del self._stops[job]
+                self._seen.pop(job, None)
+                self._stops_gone.add(job)
+        self._settle_stops(now)
+
+    def _settle_stops(self, now: float) -> None:
+        """Stops whose job came back: their lost time into the minutes they covered."""
+        for job, stop in list(self._stops.items()):
+            if stop.ended is None or now - stop.ended <= RETURN_S:
+                continue
+            del self._stops[job]
+            self._stops_gone.add(job)
+            lost = stop.lost(now, self.stopped_most_s)
+            if lost < RETURN_S + 1.0:  # the step that ended it covered it: a long step
+                seen = self._seen.get(job)
+                if seen is not None:
+                    seen[1] = max(seen[1], stop.ended - (stop.spans[0][0] or 0.0))
+                continue
+            for minute, seconds in _per_minute(stop.seen(now), lost).items():
+                self._add_minute(job, minute * 60.0, seconds, 0.0, {STOPPED: seconds})
+                key = (job, minute, STOPPED, stop.cause)
+                self._pending_causes[key] = self._pending_causes.get(key, 0.0) + seconds
+            log.warning("ledger %s: job %s: its ranks were silent from %s to %s: %.0f s "
+                        "counted as stopped (%s)", self.path, job,
+                        _when(int((stop.spans[0][0] or 0.0) // 60)),
+                        _when(int(stop.ended // 60)), lost, stop.cause)
+
+    def attribute(self, findings_of: Callable[[str], list[Finding]]) -> None:
+        """Put the lost time added since the last call down to the findings that
+        concern each job now (`findings_of(job)`), as the viewer does (shared by
+        tuimon.model.attribution). Call about once a second."""
+        for (job, minute), lost in self._unattributed.items():
+            for (kind, cause), seconds in share(lost, findings_of(job)).items():
+                key = (job, minute, kind, cause[:MAX_CAUSE])
+                if key not in self._pending_causes and \
+                        len(self._pending_causes) >= MAX_PENDING:
+                    key = (job, minute, kind, FOLDED)  # the disk refuses: keep the sum
+                self._pending_causes[key] = self._pending_causes.get(key, 0.0) + seconds
+        self._unattributed.clear()
+
+    def _load_stops(self) -> None:
+        """The stops a relay before this one saw: counted up to what it saw, and again
+        from this relay's start while the job stays silent."""
+        for job, spans_text, cause in self._db.execute("SELECT job, spans, cause FROM stops"):
+            try:
+                spans: list[list[float | None]] = []
+                for lo, hi in json.loads(spans_text)[-MAX_SPANS:]:
+                    spans.append([float(lo), float(hi)])
+            except (ValueError, TypeError):
+                log.warning("ledger %s: job %s: an unreadable stop (%r) dropped", self.path,
+                            clean(job), spans_text[:80])
+                self._stops_gone.add(job)
+                continue
+            self._stops[clean(job)] = Stop(clean(cause)[:MAX_CAUSE],
+                                           [*spans, [self._wall0, None]])
 
     def add_totals(self, source: str, entry: dict[str, Any], now: float) -> None:
         """An agent's cumulative sums for a job (its steps family's `total`), after this
@@ -318,9 +529,12 @@ class Ledger:
         for minute in range(int(at // 60), int(now // 60) + 1):
             lo, hi = max(at, minute * 60.0), min(now, minute * 60.0 + 60.0)
             if hi > lo:
-                share = (hi - lo) / away
-                self.add(job, lo, gap_wall * share / world, gap_compute * share / world)
+                part = (hi - lo) / away
+                self._add_minute(job, lo, gap_wall * part / world, gap_compute * part / world)
         self.recovered_s[job] = self.recovered_s.get(job, 0.0) + gap_wall / world
+        stop = self._stops.get(job)
+        if stop is not None:  # it ran meanwhile: that time was not stopped
+            stop.recovered += gap_wall / world
         said = self._unsaid.setdefault(job, [0.0, set(), 0.0])
         said[0] += gap_wall / world
         if len(said[1]) < 100_000:
@@ -338,19 +552,30 @@ class Ledger:
         """Write the buckets added since the last flush, and the agents' totals they were
         counted up to, in one transaction; False if the disk refused."""
         self._say_recovered()
-        if not self._pending and not self._totals:
+        self._settle_stops(self.clock())
+        if not self._pending and not self._totals and not self._stops_gone \
+                and not self._stops:
             if self._due and self.error is None:
                 self._note_best({})  # a job's last minute becomes whole after it stopped
             return self.error is None
         rows = [(job, minute, *sums) for (job, minute), sums in self._pending.items()]
         totals = [(source, job, *values) for (source, job), values in self._totals.items()]
         waits = [(*key, seconds) for key, seconds in self._pending_waits.items()]
+        causes = [(*key, seconds) for key, seconds in self._pending_causes.items()]
+        now = self.clock()
+        stops = [(job, json.dumps([[lo, hi] for lo, hi in stop.seen(now)]), stop.cause)
+                 for job, stop in self._stops.items() if stop.ended is None]
+        gone = [(job,) for job in self._stops_gone if job not in self._stops]
         try:
             with self._db:  # one transaction: all of it or none of it
                 self._db.execute("BEGIN")
                 self._db.executemany(UPSERT, rows)
                 self._db.executemany(TOTALS_UPSERT, totals)
                 self._db.executemany(WAITS_UPSERT, waits)
+                self._db.executemany(CAUSES_UPSERT, causes)
+                self._db.executemany("DELETE FROM stops WHERE job = ?", gone)
+                self._db.executemany("INSERT OR REPLACE INTO stops (job, spans, cause) "
+                                     "VALUES (?, ?, ?)", stops)
         except sqlite3.Error as exc:
             message = (f"ledger {self.path}: cannot write {len(rows)} minute buckets: {exc};"
                        " keeping them in memory and retrying")
@@ -369,6 +594,8 @@ class Ledger:
         self._pending.clear()
         self._totals.clear()
         self._pending_waits.clear()
+        self._pending_causes.clear()
+        self._stops_gone.clear()
         return True
 
     # -- the job's best ---------------------------------------------------------------
@@ -467,6 +694,7 @@ class Ledger:
                 self._db.execute("BEGIN")
                 cur = self._db.execute("DELETE FROM buckets WHERE minute < ?", (first,))
                 self._db.execute("DELETE FROM waits WHERE minute < ?", (first,))
+                self._db.execute("DELETE FROM causes WHERE minute < ?", (first,))
                 self._db.execute("DELETE FROM totals WHERE at < ?", (first * 60.0,))
         except sqlite3.Error as exc:
             log.error("ledger %s: cannot prune: %s", self.path, exc)
@@ -479,9 +707,19 @@ class Ledger:
 
     def summary(self, now: float | None = None) -> dict[str, dict[str, Any]]:
         """Per job: since when it is counted, consumed and observed hours over the window,
-        and the error ratio of each burn window (nil where nothing was observed)."""
+        the error ratio of each burn window (nil where nothing was observed), what the
+        lost hours were spent on and put down to, the hours lost by hour, and whether
+        it is stopped now. A stop still open counts as it stands."""
         now = self.clock() if now is None else now
+        self._settle_stops(now)
         minute_now = int(now // 60)
+        windows = {"run": self.window_hours * 3600}
+        windows.update(BURN_WINDOWS_S)
+        first_run = minute_now - int(windows["run"] // 60)
+        # The stops still open, as minutes of lost time (written once the job is back).
+        stopped: dict[str, dict[int, float]] = {
+            job: _per_minute(stop.seen(now), stop.lost(now, self.stopped_most_s))
+            for job, stop in self._stops.items()}
         sums: dict[str, dict[str, Any]] = {}
 
         def add(job: str, key: str, total: float, effective: float) -> None:
@@ -489,8 +727,6 @@ class Ledger:
             t, e = entry["windows"].get(key, (0.0, 0.0))
             entry["windows"][key] = (t + total, e + effective)
 
-        windows = {"run": self.window_hours * 3600}
-        windows.update(BURN_WINDOWS_S)
         for key, seconds in windows.items():
             first = minute_now - int(seconds // 60)
             # Bounded on both sides: a minute from the future (a clock that ran ahead)
@@ -502,8 +738,10 @@ class Ledger:
             for (job, minute), bucket in self._pending.items():
                 if first < minute <= minute_now:
                     add(job, key, bucket[0], bucket[1])
+            for job, minutes in stopped.items():
+                add(job, key, sum(v for m, v in minutes.items() if first < m <= minute_now),
+                    0.0)
         # What the run window's lost time waited on, by named kind; `other` is the rest.
-        first_run = minute_now - int(windows["run"] // 60)
         named: dict[str, dict[str, float]] = {}
         for job, kind, seconds in self._db.execute(
                 "SELECT job, kind, SUM(seconds) FROM waits WHERE minute > ? AND minute <= ? "
@@ -514,21 +752,30 @@ class Ledger:
             if first_run < minute <= minute_now:
                 by_kind = named.setdefault(job, {})
                 by_kind[kind] = by_kind.get(kind, 0.0) + seconds
+        for job, minutes in stopped.items():
+            by_kind = named.setdefault(job, {})
+            by_kind[STOPPED] = by_kind.get(STOPPED, 0.0) + sum(
+                v for m, v in minutes.items() if first_run < m <= minute_now)
+        causes = self._causes(first_run, minute_now, stopped)
         since = {clean(job): minute for job, minute in self._db.execute(
             "SELECT job, MIN(minute) FROM buckets WHERE minute <= ? GROUP BY job",
             (minute_now,))}
         for (job, minute) in self._pending:
             since[job] = min(since.get(job, minute), minute)
         out: dict[str, dict[str, Any]] = {}
-        if len(sums) > MAX_BUDGET_JOBS:
-            # What a viewer reads in one batch: the jobs seen most recently.
-            latest = {clean(job): minute for job, minute in self._db.execute(
-                "SELECT job, MAX(minute) FROM buckets WHERE minute <= ? GROUP BY job",
-                (minute_now,))}
-            for job, minute in self._pending:
-                latest[job] = max(latest.get(job, minute), minute)
-            keep = sorted(sums, key=lambda j: latest.get(j, 0), reverse=True)[:MAX_BUDGET_JOBS]
-            sums = {job: sums[job] for job in keep}
+        # What a viewer reads in one batch: the jobs seen most recently (their causes and
+        # history for fewer still).
+        latest = {clean(job): minute for job, minute in self._db.execute(
+            "SELECT job, MAX(minute) FROM buckets WHERE minute <= ? GROUP BY job",
+            (minute_now,))}
+        for job, minute in self._pending:
+            latest[job] = max(latest.get(job, minute), minute)
+        for job in self._stops:
+            latest[job] = minute_now
+        recent = sorted(sums, key=lambda j: latest.get(j, 0), reverse=True)
+        sums = {job: sums[job] for job in recent[:MAX_BUDGET_JOBS]}
+        detailed = set(recent[:MAX_DETAILED_JOBS])
+        history = self._history(first_run, minute_now, stopped, detailed)
         for job, entry in sums.items():
             total, effective = entry["windows"].get("run", (0.0, 0.0))
             ratios = {}
@@ -537,19 +784,93 @@ class Ledger:
                 ratios[key] = 1 - e / t if t > 0 else None
             # The named waits as shares of the time lost; the rest is `other`.
             spent = split_wait(named.get(job), max(0.0, total - effective))
-            recovered = self.recovered_s.get(job)
-            if recovered:
-                out.setdefault(job, {})["recovered_h"] = recovered / 3600
-            out[job] = {**out.get(job, {}), "since": since.get(job, minute_now) * 60.0,
-                        "window_h": self.window_hours,
-                        "consumed_h": (total - effective) / 3600,
-                        "spent_h": {k: spent[k] / 3600 for k in WAIT_KINDS if k in spent},
-                        **({"best_per_gpu": self._best[job][0],
-                            "best_at": self._best[job][1] * 60.0 + 60.0}
-                           if job in self._best else {}),
-                        "observed_h": total / 3600,
-                        "error_ratio": ratios,
-                        "error": self.error}
+            doc: dict[str, Any] = {
+                "since": since.get(job, minute_now) * 60.0, "window_h": self.window_hours,
+                "consumed_h": (total - effective) / 3600,
+                "spent_h": {k: spent[k] / 3600 for k in WAIT_KINDS if k in spent},
+                "observed_h": total / 3600, "error_ratio": ratios, "error": self.error}
+            if self.recovered_s.get(job):
+                doc["recovered_h"] = self.recovered_s[job] / 3600
+            if job in self._best:
+                doc["best_per_gpu"] = self._best[job][0]
+                doc["best_at"] = self._best[job][1] * 60.0 + 60.0
+            if causes.get(job) and job in detailed:
+                doc["causes_h"] = causes[job]
+            if job in history and job in detailed:
+                doc["lost_from"], doc["lost_every_h"], doc["lost_h"] = history[job]
+            stop = self._stops.get(job)
+            if stop is not None and stop.ended is None:
+                doc["stopped_since"] = stop.spans[0][0]
+                doc["stopped_cause"] = stop.cause
+            out[job] = doc
+        return out
+
+    def _causes(self, first: int, last: int, stopped: dict[str, dict[int, float]]
+                ) -> dict[str, dict[str, dict[str, float]]]:
+        """job -> kind -> cause -> hours over the minutes (first, last], the CAUSES_SENT
+        largest of each kind, the rest as FOLDED."""
+        table: dict[str, dict[str, dict[str, float]]] = {}
+
+        def add(job: str, kind: str, cause: str, seconds: float) -> None:
+            by_cause = table.setdefault(job, {}).setdefault(wait_kind(kind), {})
+            by_cause[cause] = by_cause.get(cause, 0.0) + seconds
+
+        for job, kind, cause, seconds in self._db.execute(
+                "SELECT job, kind, cause, SUM(seconds) FROM causes WHERE minute > ? AND "
+                "minute <= ? GROUP BY job, kind, cause", (first, last)):
+            add(clean(job), kind, clean(cause)[:MAX_CAUSE], seconds or 0.0)
+        for (job, minute, kind, cause), seconds in self._pending_causes.items():
+            if first < minute <= last:
+                add(job, kind, cause, seconds)
+        for job, minutes in stopped.items():
+            add(job, STOPPED, self._stops[job].cause,
+                sum(v for m, v in minutes.items() if first < m <= last))
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for job, kinds in table.items():
+            for kind, by_cause in kinds.items():
+                ranked = sorted(by_cause.items(), key=lambda kv: -kv[1])
+                kept = dict(ranked[:CAUSES_SENT])
+                rest = sum(v for _, v in ranked[CAUSES_SENT:])
+                if rest > 0:
+                    kept[FOLDED] = kept.get(FOLDED, 0.0) + rest
+                hours = {c: v / 3600 for c, v in kept.items() if v > 0}
+                if hours:
+                    out.setdefault(job, {})[kind] = hours
+        return out
+
+    def _history(self, first: int, last: int, stopped: dict[str, dict[int, float]],
+                 jobs: set[str]) -> dict[str, tuple[float, float, list[float]]]:
+        """job -> (start, hours each entry covers, the hours lost in each, oldest first):
+        from the job's first minute in the window, at most MAX_HISTORY entries."""
+        lost: dict[str, dict[int, float]] = {}
+        names = sorted(jobs)
+        for job, hour, seconds in self._db.execute(
+                "SELECT job, minute / 60, SUM(total_s - effective_s) FROM buckets WHERE "
+                f"minute > ? AND minute <= ? AND job IN ({','.join('?' * len(names))}) "
+                "GROUP BY job, minute / 60", (first, last, *names)):
+            by_minute = lost.setdefault(clean(job), {})
+            by_minute[hour * 60] = by_minute.get(hour * 60, 0.0) + (seconds or 0.0)
+        for (job, minute), bucket in self._pending.items():
+            if first < minute <= last and job in jobs:
+                by_minute = lost.setdefault(job, {})
+                by_minute[minute] = by_minute.get(minute, 0.0) + bucket[0] - bucket[1]
+        for job, minutes in stopped.items():
+            if job not in jobs:
+                continue
+            by_minute = lost.setdefault(job, {})
+            for minute, seconds in minutes.items():
+                if first < minute <= last:
+                    by_minute[minute] = by_minute.get(minute, 0.0) + seconds
+        out = {}
+        for job, by_minute in lost.items():
+            start = min(by_minute) // 60 * 60  # the hour of its first minute
+            hours = (last - start) // 60 + 1
+            every = max(1, -(-hours // MAX_HISTORY))  # hours per entry
+            entries = [0.0] * (-(-hours // every))
+            for minute, seconds in by_minute.items():
+                entries[min(len(entries) - 1, (minute - start) // 60 // every)] += \
+                    max(0.0, seconds) / 3600
+            out[job] = (start * 60.0, float(every), entries)
         return out
 
     def buckets(self, job: str) -> list[tuple[int, float, float]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -30,6 +31,10 @@ from tuimon_core.serving.guard import guard_of
 from tuimon_core.serving.metrics import connection_metrics
 from tuimon_core.serving.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 from tuimon_core.version import __version__
+
+log = logging.getLogger(__name__)
+# A node that has not reported a job for this long is no longer one of its nodes.
+JOB_NODES_S = 600.0
 
 
 @dataclass
@@ -95,11 +100,19 @@ async def _housekeeping(app: web.Application) -> AsyncIterator[None]:
 
 
 async def _periodic(state: RelayState) -> None:
-    last_flush = last_budget = last_prune = 0.0
+    last_flush = last_budget = last_prune = last_forget = 0.0
     while True:
         now = time.monotonic()
         state.fanout.refresh()
         if state.ledger is not None:
+            try:  # the run-long causes: never at the cost of the ledger's counting
+                state.ledger.attribute(state.fanout.job_findings)
+                state.ledger.note_stops(time.time(), state.fanout.stop_cause)
+            except Exception:
+                log.exception("relay: putting lost time down to causes failed")
+            if now - last_forget >= 60:
+                state.fanout.forget_jobs(JOB_NODES_S)
+                last_forget = now
             if now - last_flush >= state.flush_every:
                 state.ledger.flush()
                 last_flush = now

@@ -45,7 +45,7 @@ from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
 from tuimon_core.protocol.schema import Int, WireType
 from tuimon_core.protocol.text import clean
 from tuimon_core.version import __version__
-from tuimon_core.wait_kinds import split_wait, wait_kind
+from tuimon_core.wait_kinds import rank_kind, split_wait
 
 log = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ class PromSource:
             n = node(labels)
             if n is not None:
                 rates = n.jobs.setdefault(job, {}).setdefault(rank, {})
-                key = f"wait:{wait_kind(kind)}"  # at most the known kinds, whatever comes
+                key = f"wait:{rank_kind(kind)}"  # at most the known kinds, whatever comes
                 rates[key] = rates.get(key, 0.0) + value
         # `gpu001.cluster.local` and `gpu001` are one machine.
         for long, short in NodeNames.short_forms(nodes).items():
@@ -645,7 +645,7 @@ def _budget(a: dict[str, Series], window_hours: float) -> dict[str, dict[str, An
         kind = labels.get("kind")
         if e is not None and kind and value > 0:
             spent = e.setdefault("spent_h", {})
-            spent[wait_kind(kind)] = spent.get(wait_kind(kind), 0.0) + value
+            spent[rank_kind(kind)] = spent.get(rank_kind(kind), 0.0) + value
     for e in out.values():  # as the ledger: shares of the hours lost, the rest `other`
         if "consumed_h" in e:
             e["spent_h"] = split_wait(e.get("spent_h"), e["consumed_h"])

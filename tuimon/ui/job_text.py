@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tuimon.ui.burn_plot import burn_plot
 from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import SPARKS, sparkline
 from tuimon_core.protocol.text import clean
@@ -46,6 +47,12 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
     lines = [f"{b('job ' + out(r['job'], 60))}  {ranks}  {b(r['verdict'].upper())}",
              f"SLI         {sli}"
              + ("" if plain else f"  {st('$heat-4', sparkline(r['sli_series'], 40, 1.0))}")]
+    if r["stopped"] is not None:
+        stopped = r["stopped"]
+        lines.insert(1, st("$error", f"stopped: no step from any rank for "
+                                     f"{(stopped['for_s'] or 0) / 60:.0f} min")
+                     + f" ({out(stopped['cause'] or 'no finding', 120)}); the time counts "
+                       "as `stopped`")
     eff = r["efficiency"]
     rate = f"{r['samples_per_s']:,.0f} samples/s" if r["samples_per_s"] else "- samples/s"
     if eff is None:
@@ -69,13 +76,19 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
                                                   BAR if width >= 120 else 10)) + "  "
         lines.append(f"  {row['kind']:<11} {row['hours']:>8.1f} h {row['share']:>5.0%}  "
                      f"{bar}{st('$secondary', row['what'])}")
-        causes = r["causes"].get(row["kind"])
-        if causes:
-            said_causes = ", ".join(f"{out(c['cause'], 60)} {c['share']:.0%}" for c in causes)
-            lines.append(f"      {st('$secondary', 'while watched:')} {said_causes}")
+        for label, table in (("over the run:", r["run_causes"]),
+                             ("while watched:", r["causes"])):
+            causes = table.get(row["kind"])
+            if causes:
+                said_causes = ", ".join(f"{out(c['cause'], 60)} {c['share']:.0%}"
+                                        for c in causes)
+                lines.append(f"      {st('$secondary', label)} {said_causes}")
     waits = said(r["waiting_1h"]["kinds"])
     lines.append(f"  the last hour: {r['waiting_1h']['share']:.0%} of the step time waiting"
                  + (f" ({waits})" if waits else ""))
+    if r["burn_down"] is not None:
+        lines += ["", b("budget left over the run")]
+        lines += burn_plot(r["burn_down"], min(width, 100), plain)  # no markup in it
     lines.append("")
     spread = r["ranks"]
     if spread is None:

@@ -26,7 +26,8 @@ from tuimon_core.wait_kinds import said, said_hours
 
 SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$success"}
 # A job's verdict (tuimon.model.efficiency.JobVerdict) as the strip shows it.
-_VERDICT = {"page": "[$error]PAGE[/]", "ticket": "[$warning]TICKET[/]",
+_VERDICT = {"stopped": "[$error]STOPPED {minutes:.0f} min[/]: {cause}",
+            "page": "[$error]PAGE[/]", "ticket": "[$warning]TICKET[/]",
             "stale": "[$warning]no step reports for {age:.0f} s[/]",
             "degraded": "[$warning]degraded[/]", "ok": "[$success]ok[/]"}
 
@@ -129,7 +130,9 @@ class SloStrip(Panel):
             verdict = state.verdict(now)
             burn_windows, burn_alert = burn_parts(
                 burn, verdict.firing, state.burn.coverage(now) if state.burn else None)
-            status = _VERDICT[verdict.state].format(age=verdict.steps_age or 0)
+            status = _VERDICT[verdict.state].format(
+                age=verdict.steps_age or 0, minutes=(verdict.steps_age or 0) / 60,
+                cause=safe(verdict.cause or "no finding", 40))
             share = max(0.0, min(1.0, left / eff.slo.budget_hours))
             bar = "\u2588" * round(share * 10) + "\u2591" * (10 - round(share * 10))
             to_empty = eff.slo.hours_to_exhaustion(used, burn.get("1h") or 0.0)

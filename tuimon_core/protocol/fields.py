@@ -607,6 +607,9 @@ STEP_JOB_FIELDS: tuple[Field, ...] = (
           "the node's cumulative sums for the job (below)"),
     Field("drop", Record("step drop", STEP_DROP_FIELDS), "drop",
           "the job's efficiency dropped, as this node judges it (below); absent: no drop"),
+    Field("ended", COUNT, "ranks", "ranks on this node that said the run is complete "
+          "(`StepReporter.finish()`): the job's silence from then is not lost time "
+          "(since 2026-12)"),
 )
 STEPS_FIELDS: tuple[Field, ...] = (
     Field("jobs", ListOf(Record("step job", STEP_JOB_FIELDS), MAX_JOBS), "jobs",
@@ -646,6 +649,13 @@ EVENT_FIELDS: tuple[Field, ...] = (
 
 # -- the relay's budget ------------------------------------------------------------------
 
+MAX_CAUSE = 200  # characters of a cause's name
+CAUSES = MapOf(RATE, 9, key_len=MAX_CAUSE, nil=False)  # cause -> hours
+MAX_HISTORY = 240  # entries of a job's hours lost by period
+# Jobs a relay's budget gives their causes and history (the most recently seen): every
+# job's would make a batch of megabytes.
+MAX_DETAILED_JOBS = 32
+
 BUDGET_FIELDS: tuple[Field, ...] = (
     Field("since", TIME, "s", "Unix time of the job's first minute in the ledger"),
     Field("window_h", Num(above=0), "h", "the SLO window counted over"),
@@ -658,12 +668,26 @@ BUDGET_FIELDS: tuple[Field, ...] = (
           "totals for time it missed (it was away, or samples were lost on the way), since "
           "it started (since 2026-12)"),
     Field("spent_h", WAITS, "kind -> h", "what `consumed_h` was spent waiting on: `comm`, "
-          "`data`, `checkpoint`, `other` (the rest: waiting no kind names, and time the "
-          "relay recovered from totals); they add up to `consumed_h` (since 2026-12)"),
+          "`data`, `checkpoint`, `stopped` (every rank silent, until the job reports again), "
+          "`other` (the rest: waiting no kind names, and time the relay recovered from "
+          "totals); they add up to `consumed_h` (since 2026-12)"),
     Field("best_per_gpu", RATE, "samples/s", "the job's best per-GPU throughput sustained "
           "over 10 consecutive minutes of the ledger: its yardstick where no baseline is "
           "given (since 2026-12)"),
     Field("best_at", TIME, "s", "when that best window ended"),
+    Field("causes_h", MapOf(CAUSES, 8, key_len=32, nil=False), "kind -> cause -> h",
+          "what each kind of `spent_h` was put down to over the window: the findings that "
+          "held on the job's nodes as the relay judged them (`congestion gpu042 mlx5_0:1`, "
+          "`node lost gpu042`, `no finding`), the 8 largest of a kind, the rest as `other "
+          "findings`; for the 32 jobs seen most recently (since 2026-12)"),
+    Field("lost_from", TIME, "s", "the hour `lost_h` starts at"),
+    Field("lost_every_h", Num(above=0, hi=1e6), "h", "hours each entry of `lost_h` covers"),
+    Field("lost_h", ListOf(RATE, MAX_HISTORY), "h", "hours lost (total - effective) in each "
+          "period from `lost_from`, oldest first: the burn-down's history (since 2026-12)"),
+    Field("stopped_since", TIME, "s", "the job's ranks all fell silent then and have not "
+          "reported since (its time counts as `stopped`); absent while it runs"),
+    Field("stopped_cause", STR, "", "what held on its nodes when it stopped: `node lost "
+          "gpu042`, a finding, or `no finding`"),
 )
 BUDGET = MapOf(Record("budget", BUDGET_FIELDS), MAX_BUDGET_JOBS, key_len=MAX_STR, nil=False)
 
