@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 NODES ?= 32
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-ml lint bench clean
 
 # Reinstall when the project's metadata changes (the stamp is older than pyproject.toml).
 $(STAMP): pyproject.toml
@@ -20,17 +20,28 @@ demo: $(STAMP)
 	$(BIN)/tuimon demo --nodes $(NODES) --scenario $(SCENARIO) --fault-at 60
 
 test: $(STAMP)
-	$(BIN)/ruff check agent tuimon tuimon_core tests bench
+	$(BIN)/ruff check agent tuimon tuimon_core tests bench examples
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n 2
 
+# The training-framework examples (examples/) against the real packages, on the CPU:
+# torch, PyTorch Lightning and Hugging Face transformers, in a separate environment
+# (gigabytes: `make test` skips these tests, saying so). TORCH picks the build, e.g.
+# TORCH='torch==2.13.0' where a CPU wheel of it is at hand.
+ML_VENV := .venv-ml
+TORCH ?= torch
+test-ml:
+	@test -x $(ML_VENV)/bin/python || $(PYTHON) -m venv $(ML_VENV)
+	$(ML_VENV)/bin/python -m pip install --quiet -e '.[test]' '$(TORCH)' lightning transformers accelerate
+	$(ML_VENV)/bin/python -m pytest -q -p no:xdist -rs tests/test_framework_callbacks.py
+
 lint: $(STAMP)
-	$(BIN)/ruff check agent tuimon tuimon_core tests bench
+	$(BIN)/ruff check agent tuimon tuimon_core tests bench examples
 	$(BIN)/mypy
-	$(BIN)/ruff format --check agent tuimon tuimon_core tests bench
+	$(BIN)/ruff format --check agent tuimon tuimon_core tests bench examples
 
 bench: $(STAMP)
 	$(BIN)/python bench/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(ML_VENV) .pytest_cache .ruff_cache .hypothesis

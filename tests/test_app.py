@@ -703,6 +703,15 @@ async def test_the_job_screen_says_what_the_budget_went_to(size: tuple[int, int]
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, JobScreen)
+        # A click on the strip opens it too; `m` there puts the job's nodes on the map.
+        await pilot.click("SloStrip")
+        await pilot.pause()
+        assert isinstance(app.screen, JobScreen)
+        await pilot.press("m")
+        await pilot.pause()
+        assert not isinstance(app.screen, JobScreen)
+        assert app.view.filter_text == "job train"
+        assert app.active_map.current.name in names[:2]
 
 
 async def test_the_fleet_screen_groups_the_nodes_by_what_they_are_made_of() -> None:

@@ -260,5 +260,5 @@ def test_the_job_screen_shows_the_run_long_causes_the_stop_and_the_burn_down(
     plain = job_text(doc, 80, plain=True)
     assert plain.isascii() and max(len(line) for line in plain.splitlines()) <= 100
     plot = plain[plain.index("budget left over the run"):].splitlines()[1:11]
-    assert all(len(line) <= 80 for line in plot), plot
+    assert all(len(line) <= 74 for line in plot), plot
     assert any("*" in line for line in plot) and any("." in line for line in plot)

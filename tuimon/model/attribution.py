@@ -108,7 +108,7 @@ def stop_cause(lost: list[str], findings: list[Finding]) -> str:
     """What a job's ranks falling silent is put down to: a node of the job lost (its
     agent gone), else the gravest finding on its nodes when it stopped, else nothing."""
     if lost:
-        more = f" (+{len(lost) - 1} more)" if len(lost) > 1 else ""
+        more = f" and {len(lost) - 1} more" if len(lost) > 1 else ""
         return f"node lost {sorted(lost)[0]}{more}"
     if findings:
         return cause_name(min(findings, key=sort_key))

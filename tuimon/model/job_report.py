@@ -55,7 +55,8 @@ def _causes(hours: dict[tuple[str, str], float], most: int = 4
         rows.sort(key=lambda r: -r["hours"])
         for r in rows:
             r["share"] = r["hours"] / total
-        del rows[most:]
+        # Largest first, at most `most`, none that rounds to nothing.
+        rows[:] = [r for r in rows[:most] if r["share"] >= 0.005]
     return out
 
 

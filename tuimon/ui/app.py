@@ -28,6 +28,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.guard import Guard
+from tuimon.model.job_report import job_nodes
 from tuimon.model.judgement import Judgement
 from tuimon.model.map_kinds import FABRIC_MAP, GPU_MAP
 from tuimon.model.slo import Slo
@@ -68,7 +69,8 @@ HELP = """\
                     text finds a Slurm job id, pod, user or training job too
 [b]Other[/b]
   J                 next job in the efficiency strip
-  b                 the job: what its budget went to, its ranks, nodes
+  b, click strip    the job: what its budget went to, its ranks, nodes;
+                    m there shows its nodes on the map
   i                 the fleet: drivers, firmware, links, grouped by node
   t                 next theme        ?  this help        q  quit
 
@@ -460,6 +462,17 @@ class TuimonApp(App[None]):
             return
         job = jobs[self.job_index % len(jobs)]
         self.push_screen(JobScreen(self.efficiency, job, self._findings))
+
+    def show_job_nodes(self, job: str) -> None:
+        """The map filtered to the nodes a job's ranks report from."""
+        state = self.efficiency.jobs.get(job)
+        names = job_nodes(state) if state is not None else []
+        if not names:
+            self.notify(f"job {safe(job, 40)}: no node reports its steps now", timeout=3)
+            return
+        self.view.show_names(names, f"job {job}")
+        self._resort()
+        self.active_map.focus()
 
     def action_fleet(self) -> None:
         self.push_screen(FleetScreen(self.cluster, self.view.cpu_nodes))

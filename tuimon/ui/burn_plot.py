@@ -49,6 +49,5 @@ def burn_plot(down: dict[str, Any], width: int, plain: bool = False) -> list[str
     below = [i for i, h in enumerate(left) if h < even[i]]
     lag = (f"{even[-1] - left[-1]:.1f} h behind an even burn" if below and below[-1] ==
            len(left) - 1 else f"{left[-1] - even[-1]:.1f} h ahead of an even burn")
-    out.append(" " * (label + 1) + f"{mark} hours left ({lag})   {line} an even burn to "
-               "the end of the window")
+    out.append(" " * (label + 1) + f"{mark} hours left, {lag}   {line} even burn to the end")
     return out

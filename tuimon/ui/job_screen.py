@@ -17,7 +17,8 @@ from tuimon_core.findings import Finding
 
 
 class JobScreen(TextScreen):
-    BINDINGS = [Binding("escape,b,q", "app.pop_screen", "close", id="close_job")]
+    BINDINGS = [Binding("escape,b,q", "app.pop_screen", "close", id="close_job"),
+                Binding("m", "map", "its nodes on the map", id="job_map")]
     MAX_WIDTH = 140
     TEXT_ID = "job-text"
 
@@ -38,5 +39,11 @@ class JobScreen(TextScreen):
             return (f"[b]job {safe(self.job, 60)}[/b]: no longer reports steps\n\n"
                     "[$secondary]esc closes[/]")
         return job_text(report, self.app.size.width if self.is_attached else 120) + (
-            "\n\n[$secondary]esc closes; enter on the job's diagnosis line puts its nodes "
-            "on the map[/]")
+            "\n\n[$secondary]m: its nodes on the map; esc closes[/]")
+
+    def action_map(self) -> None:
+        """Close, with the map showing the job's nodes only (esc on the map clears it)."""
+        self.dismiss()
+        show = getattr(self.app, "show_job_nodes", None)
+        if show is not None:
+            show(self.job)

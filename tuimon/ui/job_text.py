@@ -88,7 +88,8 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
                  + (f" ({waits})" if waits else ""))
     if r["burn_down"] is not None:
         lines += ["", b("budget left over the run")]
-        lines += burn_plot(r["burn_down"], min(width, 100), plain)  # no markup in it
+        # Never wrapped: narrower than the box it is drawn in (border, padding, scrollbar).
+        lines += burn_plot(r["burn_down"], min(width - 6, 100), plain)  # no markup in it
     lines.append("")
     spread = r["ranks"]
     if spread is None:

@@ -87,10 +87,15 @@ class HeaderBar(Panel):
 
 
 class SloStrip(Panel):
+    """The efficiency strip: the shown job's numbers; a click opens its screen."""
+
     DEFAULT_CSS = """
     SloStrip { height: auto; max-height: 3; background: $panel; color: $foreground;
                text-wrap: nowrap; text-overflow: ellipsis; }
     """
+
+    async def on_click(self) -> None:
+        await self.app.run_action("job")
 
     def update_from(self, width: int, eff: EfficiencyView | None = None,
                     selected: int = 0) -> None:
