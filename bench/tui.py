@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import fcntl
 import json
 import os
@@ -40,7 +41,7 @@ import sys
 import tempfile
 import termios
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +133,26 @@ def _rss_mib(pid: int) -> float:
     return 0.0
 
 
+def drain(fd: int, tick: Callable[[int], None]) -> bytes:
+    """Read a pseudo-terminal until its program ends, calling `tick(bytes read so far)`
+    at least every 0.2 s; returns the screen's last 4000 bytes (to say why it ended)."""
+    total = 0
+    tail = b""
+    while True:
+        tick(total)
+        r, _, _ = select.select([fd], [], [], 0.2)
+        if r:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except OSError:
+                break
+            if not chunk:
+                break
+            total += len(chunk)
+            tail = (tail + chunk)[-4000:]
+    return tail
+
+
 def _wait_ready(server: subprocess.Popen[bytes], ready: Path) -> None:
     while not ready.exists():
         if server.poll() is not None:
@@ -206,54 +227,34 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
                                       *relay_args, *(["--full-frames"] if full else [])])
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         t_start = time.monotonic()
-        cpu0: float | None = None
-        bytes0 = 0
-        others0: dict[str, float] = {}
-        others1: dict[str, float] = {}
-        rss: dict[str, float] = {}
-        total = 0
-        tail = b""
-        while True:
-            if cpu0 is None and time.monotonic() - t_start >= warmup:
-                cpu0, bytes0, t0 = _cpu_s(pid), total, time.monotonic()
-                others0 = {name: _cpu_s(p.pid) for name, p in procs.items()}
-                try:
-                    cpu_before_end = _cpu_s(pid)
-                except OSError:
-                    cpu_before_end = cpu0
-            r, _, _ = select.select([fd], [], [], 0.2)
-            if r:
-                try:
-                    chunk = os.read(fd, 1 << 16)
-                except OSError:
-                    break
-                if not chunk:
-                    break
-                total += len(chunk)
-                tail = (tail + chunk)[-4000:]
-            if cpu0 is not None:
-                try:
-                    cpu_before_end = _cpu_s(pid)
-                    t_end = time.monotonic()
-                    bytes_end = total
-                    others1 = {name: _cpu_s(p.pid) for name, p in procs.items()}
-                    rss = {name: _rss_mib(p.pid) for name, p in procs.items()}
-                except OSError:
-                    pass
+        m: dict[str, Any] = {}  # what the window's start and end read
+
+        def tick(total: int) -> None:
+            if "cpu0" not in m and time.monotonic() - t_start >= warmup:
+                m.update(cpu0=_cpu_s(pid), bytes0=total, t0=time.monotonic(),
+                         others0={name: _cpu_s(p.pid) for name, p in procs.items()})
+                m["cpu_end"] = m["cpu0"]
+            elif "cpu0" in m:
+                with contextlib.suppress(OSError):
+                    m.update(cpu_end=_cpu_s(pid), t_end=time.monotonic(), bytes_end=total,
+                             others1={name: _cpu_s(p.pid) for name, p in procs.items()},
+                             rss={name: _rss_mib(p.pid) for name, p in procs.items()})
+
+        tail = drain(fd, tick)
         os.waitpid(pid, 0)
-        if cpu0 is None or not out.exists():
+        if "t_end" not in m or not out.exists():
             raise RuntimeError("the app ended early; its terminal said: "
                                + tail.decode(errors="replace")[-2000:])
         result = json.loads(out.read_text())
         lat = sorted(result["latencies"])
-        window = t_end - t0
-        others = {name: {"cpu_share": (others1[name] - others0[name]) / window,
-                         "rss_mib": rss.get(name, 0.0)} for name in procs}
+        window = m["t_end"] - m["t0"]
+        others = {name: {"cpu_share": (m["others1"][name] - m["others0"][name]) / window,
+                         "rss_mib": m["rss"].get(name, 0.0)} for name in procs}
         return {
             "nodes": nodes,
             "via": via + (" (full frames)" if full else ""),
             "rate": rate,
-            "cpu_share": (cpu_before_end - cpu0) / window,
+            "cpu_share": (m["cpu_end"] - m["cpu0"]) / window,
             "latency_p50": lat[len(lat) // 2] if lat else float("nan"),
             "latency_p95": lat[int(len(lat) * 0.95)] if lat else float("nan"),
             "samples_drawn": len(lat),
@@ -263,7 +264,7 @@ def _measure(nodes: int, seconds: float, warmup: float, base_port: int,
             # The other processes on the same cores: who kept up, who did not.
             "relay_cpu_share": others["relay"]["cpu_share"] if "relay" in others else None,
             "others": others,
-            "terminal_bytes_per_s": (bytes_end - bytes0) / window,
+            "terminal_bytes_per_s": (m["bytes_end"] - m["bytes0"]) / window,
             "nodes_up": result["nodes_up"]["up"],
         }
     finally:

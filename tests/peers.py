@@ -65,13 +65,14 @@ def _serving(name: str, argv: list[str], log: Path, ready: str, url: str) -> Ite
 
 
 @contextlib.contextmanager
-def running_prometheus(tmp: Path, scrape_configs: str) -> Iterator[str]:
-    """A real Prometheus on loopback, scraping and evaluating every second, with these
-    `scrape_configs` entries (YAML); yields its URL once /-/ready answers."""
+def running_prometheus(tmp: Path, scrape_configs: str, every: float = 1.0) -> Iterator[str]:
+    """A real Prometheus on loopback, scraping and evaluating every `every` seconds, with
+    these `scrape_configs` entries (YAML); yields its URL once /-/ready answers."""
     assert PROMETHEUS is not None, "CI must install prometheus (apt-get install prometheus)"
     port = free_port()
     config = tmp / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+    config.write_text(f"global:\n  scrape_interval: {every:g}s\n  evaluation_interval: "
+                      f"{every:g}s\n  scrape_timeout: {min(every, 10):g}s\n"
                       "scrape_configs:\n" + scrape_configs)
     url = f"http://127.0.0.1:{port}"
     with _serving("prometheus", [
@@ -93,14 +94,16 @@ def require_victoria_metrics() -> str:
 
 
 @contextlib.contextmanager
-def running_victoria_metrics(tmp: Path, scrape_configs: str) -> Iterator[str]:
+def running_victoria_metrics(tmp: Path, scrape_configs: str,
+                             every: float = 1.0) -> Iterator[str]:
     """A real VictoriaMetrics single-node on loopback, scraping every second with these
     `scrape_configs` entries (its defaults otherwise: the newest 30 s hidden from
     queries, -search.latencyOffset); yields its URL once /health answers."""
     binary = require_victoria_metrics()
     port = free_port()
     config = tmp / "scrape.yml"
-    config.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n" + scrape_configs)
+    config.write_text(f"global:\n  scrape_interval: {every:g}s\nscrape_configs:\n"
+                      + scrape_configs)
     url = f"http://127.0.0.1:{port}"
     with _serving("victoria-metrics", [
             binary, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={tmp / 'vmdata'}",

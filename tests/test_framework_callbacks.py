@@ -58,14 +58,14 @@ def test_the_hook_timer_counts_the_gap_before_a_step_as_its_waiting(
             timer.saved()
         if kind == "paused":
             timer.pause()
-        time.sleep(0.03)  # the gap: fetching a batch, or writing a checkpoint
+        time.sleep(0.05)  # the gap: fetching a batch, or writing a checkpoint
         timer.begin()
         time.sleep(0.02)  # the step itself
         timer.end(samples=4)
     timer.finish()
     first, data, checkpoint, paused, end = steps_socket.received()
     assert first["wall"] == pytest.approx(first["compute"]) and "waits" not in first
-    assert data["waits"] == {"data": pytest.approx(0.03, abs=0.02)}
+    assert data["waits"].keys() == {"data"} and 0.045 <= data["waits"]["data"] < 1.0
     assert data["wall"] == pytest.approx(data["compute"] + data["waits"]["data"])
     assert checkpoint["waits"].keys() == {"checkpoint"}
     assert "waits" not in paused  # an evaluation pass is no step's waiting

@@ -70,7 +70,7 @@ def _tick(fan: FanOut, ledger: Ledger, wall: Clock, mono: Clock, seconds: float 
     mono.t += seconds
     fan.refresh()
     ledger.attribute(fan.job_findings)
-    ledger.note_stops(wall.t, fan.stop_cause)
+    ledger.note_stops(wall.t, fan.stop_cause, fan.returned)
 
 
 def _feed(fan: FanOut, target: str, seq: int, steps: dict | None,
@@ -159,16 +159,68 @@ def test_a_stop_seen_by_a_relay_that_was_restarted_counts_what_each_relay_saw(
         assert s["spent_h"]["stopped"] == pytest.approx(seen / 3600, abs=2 / 3600)
 
 
-def test_a_run_its_ranks_said_was_complete_is_not_stopped(tmp_path: Path) -> None:
+@pytest.mark.parametrize("with_last_step", [False, True])
+def test_a_run_its_ranks_said_was_complete_is_not_stopped(tmp_path: Path,
+                                                          with_last_step: bool) -> None:
+    """`finish()` right after the last step (the agent sends both in one sample) or on
+    its own: the silence after is the run's end. A node that never ran the job cannot
+    say it ended."""
     fan, ledger, wall, mono = _relay(tmp_path)
     for seq in range(1, 31):
         _feed(fan, "n1:9477", seq, _steps("job", 0, 1, 1.0, 0.9))
+        _feed(fan, "n1:9477", seq, _steps("other", 0, 1, 1.0, 0.9))
         _tick(fan, ledger, wall, mono)
-    _feed(fan, "n1:9477", 31, _steps("job", 0, 1, 0.0, 0.0, ended=1))
+    _feed(fan, "n1:9477", 31, _steps("job", 0, 1, 1.0 if with_last_step else 0.0, 0.9,
+                                     ended=1))
+    _feed(fan, "n2:9477", 31, _steps("other", 0, 1, 0.0, 0.0, ended=1))  # not its job
+    _feed(fan, "n1:9477", 31, _steps("other", 0, 1, 1.0, 0.9))
     for _ in range(300):
         _tick(fan, ledger, wall, mono)
+    budget = ledger.summary(wall.t)
+    assert "stopped" not in budget["job"]["spent_h"] and "stopped_since" not in budget["job"]
+    assert budget["other"]["spent_h"]["stopped"] > 200 / 3600  # a crash: still stopped
+
+
+def test_a_job_whose_nodes_come_back_one_by_one_after_running_on_is_not_stopped(
+        tmp_path: Path) -> None:
+    """Both agents unreachable for ten minutes while the job ran on: it looks stopped
+    until they are back, and what their totals show ran is not counted as stopped, the
+    second node back twenty seconds after the first."""
+    fan, ledger, wall, mono = _relay(tmp_path)
+    totals = {"n1": 0.0, "n2": 0.0}
+
+    def report(node: str, seq: int, rank: int) -> None:
+        totals[node] += 1.0
+        steps = _steps("job", rank, 2, 1.0, 0.9)
+        steps["jobs"][0]["total"] = {"steps": int(totals[node]), "wall": totals[node],
+                                     "compute": totals[node] * 0.9, "since": T0}
+        _feed(fan, f"{node}:9477", seq, steps)
+
+    seq = 0
+    for seq in range(1, 61):
+        report("n1", seq, 0)
+        report("n2", seq, 1)
+        _tick(fan, ledger, wall, mono)
+    for node in ("n1", "n2"):
+        fan.mark_stale(f"{node}:9477", "connection refused")
+    for _ in range(600):
+        totals["n1"] += 1.0  # the ranks run on; nobody hears them
+        totals["n2"] += 1.0
+        _tick(fan, ledger, wall, mono)
+    assert ledger.summary(wall.t)["job"]["stopped_since"]  # as far as the relay knows
+    for i in range(40):
+        seq += 1
+        report("n1", seq, 0)
+        if i >= 20:
+            report("n2", seq, 1)
+        else:
+            totals["n2"] += 1.0
+        _tick(fan, ledger, wall, mono)
+    assert ledger.flush()
     s = ledger.summary(wall.t)["job"]
-    assert "stopped" not in s["spent_h"] and "stopped_since" not in s
+    assert "stopped_since" not in s
+    assert s.get("spent_h", {}).get("stopped", 0.0) < 10 / 3600, s["spent_h"]
+    assert s["observed_h"] == pytest.approx((60 + 600 + 40) / 3600, abs=5 / 3600)
 
 
 def test_a_job_with_long_steps_is_not_stopped_between_them(tmp_path: Path) -> None:
@@ -192,7 +244,11 @@ def test_a_stop_longer_than_the_limit_is_the_jobs_end(tmp_path: Path) -> None:
     wall = Clock(T0)
     ledger = Ledger(tmp_path / "l.db", clock=wall, stopped_most_h=1.0)
     ledger.add("job", wall.t, 1.0, 1.0)
-    for _ in range(80):
+    for _ in range(30):
+        wall.t += 60
+        ledger.note_stops(wall.t, lambda job: "no finding")
+    assert ledger.summary(wall.t)["job"]["stopped_since"] == T0  # half an hour: stopped
+    for _ in range(50):
         wall.t += 60
         ledger.note_stops(wall.t, lambda job: "no finding")
     s = ledger.summary(wall.t)["job"]

@@ -6,6 +6,9 @@ STALE_AFTER_INTERVALS = 3.0
 STALE_AT_LEAST_S = 5.0
 # Stale for this long without a frame: down.
 DOWN_AFTER = 60.0
+# A job none of whose ranks reported a step for this long (or for several times the
+# longest gap between its reports lately) has stopped: its time is lost (`stopped`).
+JOB_STOPPED_AFTER_S = 60.0
 
 
 def lost_state(last_seen: float | None, now: float) -> str:

@@ -20,7 +20,8 @@ from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
 from tuimon.model.step_credit import JobCredit, StepCredit
 from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, Drop
 from tuimon_core.protocol.overview_layout import busy, busy_percents
-from tuimon_core.wait_kinds import add_waits, split_wait
+from tuimon_core.timing import JOB_STOPPED_AFTER_S
+from tuimon_core.wait_kinds import add_waits, rank_kind, split_wait
 
 WINDOWS = {"1m": 60, "5m": 300, "1h": 3600}
 # Dense BF16 peak per GPU (FLOP/s), by product name prefix, for MFU.
@@ -166,7 +167,7 @@ class JobState:
             wall += w.wall
             compute += w.compute
             samples += w.samples
-            add_waits(waits, w.waits)
+            add_waits(waits, w.waits, rank_kind)
         return Window(covered, wall, compute, samples, waits) if found else None
 
     def wait_shares(self, seconds: float, now: float) -> tuple[float, dict[str, float]]:
@@ -178,7 +179,7 @@ class JobState:
             # As shares of the waiting the nodes counted: a node's kinds cannot say more
             # than that, and older agents' unnamed waiting is `other`.
             wall, waited = reported.wall, reported.wall - reported.compute
-            by_kind = split_wait(reported.waits, waited)
+            by_kind = split_wait(reported.waits, waited, kind=rank_kind)
         else:
             wall = compute = 0.0
             for ts, w, c, _ in reversed(self.history):
@@ -246,7 +247,9 @@ class JobState:
         age = self.age(now)
         reporting = self.ranks_reporting(now)
         stopped = self.burn.stopped_since if isinstance(self.burn, LedgerBurn) else None
-        if stopped is not None:  # the ledger saw every rank fall silent: time is lost
+        back = (self.last_update is not None and stopped is not None
+                and self.last_update > stopped + JOB_STOPPED_AFTER_S)
+        if stopped is not None and not back:  # every rank silent, as the ledger saw
             assert isinstance(self.burn, LedgerBurn)
             return JobVerdict("stopped", firing, max(0.0, now - stopped), reporting,
                               self.burn.stopped_cause)

@@ -60,23 +60,32 @@ def _causes(hours: dict[tuple[str, str], float], most: int = 4
     return out
 
 
-def burn_down(burn: LedgerBurn, slo: Slo) -> dict[str, Any] | None:
-    """The budget left at the end of each period of the ledger's history, and where an
-    even burn over the run's window would have it then."""
+LAST_TIME = 95e9  # the wire's bound on a time: a window past it is cut there
+
+
+def burn_down(burn: LedgerBurn, slo: Slo, now: float) -> dict[str, Any] | None:
+    """The budget left at the end of each period of the ledger's history (the last one
+    now), and where an even burn from the job's start to the end of its window would
+    have it then."""
     if burn.lost_from is None or not burn.lost_hours:
         return None
     step = burn.lost_every_h * 3600
-    window = (burn.window_hours or slo.window_hours) * 3600
     start = burn.since if burn.since is not None else burn.lost_from
-    left, even, spent = [], [], 0.0
+    end_of_window = min(LAST_TIME, start + (burn.window_hours or slo.window_hours) * 3600)
+
+    def even(t: float) -> float:
+        share = (t - start) / max(1.0, end_of_window - start)
+        return slo.budget_hours * min(1.0, max(0.0, 1 - share))
+
+    left, evens, spent = [], [], 0.0
     for i, lost in enumerate(burn.lost_hours):
         spent += lost
-        end = burn.lost_from + (i + 1) * step
+        end = min(now, burn.lost_from + (i + 1) * step)
         left.append(slo.remaining_hours(spent))
-        even.append(slo.budget_hours * max(0.0, 1 - (end - start) / window))
+        evens.append(even(end))
     return {"from": burn.lost_from, "every_h": burn.lost_every_h, "left_hours": left,
-            "even_hours": even, "budget_hours": slo.budget_hours,
-            "window_end": start + window}
+            "even_hours": evens, "budget_hours": slo.budget_hours, "since": start,
+            "window_end": end_of_window}
 
 
 def job_nodes(state: JobState) -> list[str]:
@@ -128,7 +137,7 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
         "run_causes": _causes({(kind, cause): hours for kind, by_cause in
                                (ledger.causes_hours if ledger else {}).items()
                                for cause, hours in by_cause.items()}),
-        "burn_down": burn_down(ledger, eff.slo) if ledger else None,
+        "burn_down": burn_down(ledger, eff.slo, now) if ledger else None,
         "stopped": None if verdict.state != "stopped" else {
             "for_s": verdict.steps_age, "cause": verdict.cause},
         "ranks": rank_spread(state),

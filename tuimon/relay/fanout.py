@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
@@ -48,6 +49,11 @@ from tuimon_core.protocol.overview_layout import OVERVIEW_FORM, first_form
 from tuimon_core.timing import aged_state, lost_state
 
 log = logging.getLogger(__name__)
+# A node that has not reported a job within this long of the job's last report is no
+# longer one of its nodes (the job restarted elsewhere).
+JOB_NODES_S = 600.0
+# How long the nodes a job ran on are remembered: as long as a stop can last.
+JOB_SOURCES_KEEP_S = 86400.0
 
 # One batch message stays under this many bytes of frames; more makes another message.
 BATCH_BYTES = 1 << 20
@@ -375,16 +381,17 @@ class FanOut:
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time,
                  on_totals: Callable[[str, dict[str, Any], float], None] | None = None,
-                 on_ended: Callable[[str], None] | None = None) -> None:
+                 on_ended: Callable[[str, float], None] | None = None) -> None:
         self.sources: dict[str, Source] = {}
         self.viewers: set[ViewerFeed] = set()
         self.on_steps = on_steps
         # (source, a job's entry of its steps family, now): the agent's cumulative sums,
         # from which the ledger recovers what it missed while this relay was away.
         self.on_totals = on_totals
-        # (job): its ranks said the run is complete.
+        # (job, when): its ranks said the run is complete.
         self.on_ended = on_ended
-        # job -> source -> when it last reported the job (monotonic): the job's nodes.
+        # job -> source -> when it last reported the job (the wall clock, as the ledger's
+        # minutes): the job's nodes, kept JOB_SOURCES_KEEP_S (forget_jobs).
         self.job_sources: dict[str, dict[str, float]] = {}
         self.clock = clock
         self.wall = wall
@@ -615,13 +622,9 @@ class FanOut:
         self.stats.steps_reports += 1
         # The ledger's minutes are the relay's own (receive time), never the agent's.
         wall_now = self.wall()
-        now = self.clock()
-        credited = self.credit.credit(source, steps, now)
-        for entry in steps.get("jobs") or ():
-            if entry.get("ended") and self.on_ended is not None:
-                self.on_ended(entry["id"])
+        credited = self.credit.credit(source, steps, self.clock())
         for job in credited:
-            self.job_sources.setdefault(job.job, {})[source] = now
+            self.job_sources.setdefault(job.job, {})[source] = wall_now
             # Ledger.add: run seconds, what they waited on, and samples per rank-second.
             self.on_steps(job.job, wall_now, job.total_s, job.effective_s, job.waits_s,
                           float(job.samples), job.wall)
@@ -630,12 +633,26 @@ class FanOut:
             for entry in steps.get("jobs") or ():
                 if entry["id"] in mine and entry.get("total") is not None:
                     self.on_totals(source, entry, wall_now)
+        # After this sample's last steps: a node that ran the job says it is complete.
+        for entry in steps.get("jobs") or ():
+            if entry.get("ended") and self.on_ended is not None and \
+                    source in self.job_sources.get(entry["id"], ()):
+                self.on_ended(entry["id"], wall_now)
+
+    def _lately(self, job: str, before: float = math.inf) -> dict[str, float]:
+        """The sources that reported a job within JOB_NODES_S of its last report (before
+        `before`): the nodes it runs on, not those it left after a restart."""
+        sources = self.job_sources.get(job, {})
+        newest = max((t for t in sources.values() if t < before), default=None)
+        if newest is None:
+            return {}
+        return {s: t for s, t in sources.items() if t >= newest - JOB_NODES_S}
 
     def job_nodes(self, job: str) -> tuple[set[str], list[str]]:
         """The nodes a job ran on lately, and those of them whose agents are lost now."""
         nodes: set[str] = set()
         lost: list[str] = []
-        for name in self.job_sources.get(job, {}):
+        for name in self._lately(job):
             source = self.sources.get(name)
             if source is None:
                 continue
@@ -655,9 +672,16 @@ class FanOut:
         nodes, lost = self.job_nodes(job)
         return stop_cause(lost, concerning(self.findings, job, nodes))
 
+    def returned(self, job: str, since: float) -> bool:
+        """Whether every node the job ran on before `since` (the wall clock) has reported
+        it again since: their agents' totals have then said what ran while it seemed
+        stopped."""
+        before = self._lately(job, since)
+        return all(self.job_sources[job][name] >= since for name in before)
+
     def forget_jobs(self, older_than: float) -> None:
         """Drop the nodes that have not reported a job for `older_than` seconds."""
-        now = self.clock()
+        now = self.wall()
         for job in list(self.job_sources):
             sources = {s: t for s, t in self.job_sources[job].items() if now - t <= older_than}
             if sources:

@@ -38,6 +38,7 @@ from tuimon_core.protocol.fields import (
 )
 from tuimon_core.protocol.schema import MAX_NUM
 from tuimon_core.protocol.text import clean
+from tuimon_core.timing import JOB_STOPPED_AFTER_S
 from tuimon_core.wait_kinds import OTHER, STOPPED, WAIT_KINDS, split_wait, wait_kind
 
 log = logging.getLogger(__name__)
@@ -86,20 +87,20 @@ ON CONFLICT (job, minute, kind) DO UPDATE SET seconds = seconds + excluded.secon
 CAUSES_SCHEMA = """
 CREATE TABLE IF NOT EXISTS causes (
     job TEXT NOT NULL,
-    minute INTEGER NOT NULL,
+    hour INTEGER NOT NULL,        -- Unix time // 3600: by hour, the run's split needs no more
     kind TEXT NOT NULL,           -- a wait kind, or `stopped`
     cause TEXT NOT NULL,          -- `congestion gpu042 mlx5_0:1`, `node lost gpu042`, ...
     seconds REAL NOT NULL,        -- run time (rank-seconds / world)
-    PRIMARY KEY (job, minute, kind, cause)
+    PRIMARY KEY (job, hour, kind, cause)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS causes_by_hour ON causes (hour);
 """
 CAUSES_UPSERT = """
-INSERT INTO causes (job, minute, kind, cause, seconds) VALUES (?, ?, ?, ?, ?)
-ON CONFLICT (job, minute, kind, cause) DO UPDATE SET seconds = seconds + excluded.seconds
+INSERT INTO causes (job, hour, kind, cause, seconds) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (job, hour, kind, cause) DO UPDATE SET seconds = seconds + excluded.seconds
 """
 # Jobs whose ranks all fell silent, while they are (since layout 3): a relay restarted
-# meanwhile counts the stop from `since` up to `upto` (what the relay before it saw) and
-# again from its own start.
+# meanwhile counts the spans the relays before it saw, and again from its own start.
 STOPS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS stops (
     job TEXT NOT NULL PRIMARY KEY,
@@ -143,11 +144,14 @@ JUMP_S = 3600.0
 RECOVER_AT_LEAST_S = 0.01
 # A job none of whose ranks reported for this long (or for STOP_GAPS times the longest
 # gap between its reports lately, for jobs with long steps) has stopped.
-STOP_AFTER_S = 60.0
+STOP_AFTER_S = JOB_STOPPED_AFTER_S
 STOP_GAPS = 4.0
 # Reports this soon after a stop are its return: what they credit (a hung collective that
 # returns reports its own wait) is not counted again as stopped.
 RETURN_S = 5.0
+# A stop is written once every node of the job that is up has reported it again (their
+# agents' totals then say what ran meanwhile), or this long after its return at most.
+SETTLE_MOST_S = 120.0
 # Causes sent per job and kind; the rest are folded into FOLDED.
 CAUSES_SENT = 8
 MAX_SPANS = 64
@@ -268,10 +272,15 @@ class Ledger:
         self._seen: dict[str, list[float]] = {}
         self._stops: dict[str, Stop] = {}
         self._stops_gone: set[str] = set()  # rows to delete at the next flush
-        self._ended: set[str] = set()  # jobs whose ranks said the run is complete
+        # job -> when its ranks said the run is complete (reports soon after are its
+        # last steps, not a new run)
+        self._ended: dict[str, float] = {}
         # (job, minute) -> kind -> lost seconds not yet put down to a cause
         self._unattributed: dict[tuple[str, int], dict[str, float]] = {}
+        # (job, hour, kind, cause) -> seconds not yet written
         self._pending_causes: dict[tuple[str, int, str, str], float] = {}
+        # (job, hour, kind) -> the causes named in it: at most CAUSES_SENT, the rest folded
+        self._hour_causes: dict[tuple[str, int, str], set[str]] = {}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -324,6 +333,7 @@ class Ledger:
                     os.close(fd)  # closing the descriptor releases the flock
 
     def close(self) -> None:
+        self._settle_stops(self.clock(), final=True)
         self.flush()
         self._db.close()
         self._unlock()
@@ -391,7 +401,8 @@ class Ledger:
 
     def _saw(self, job: str, ts: float, total_s: float) -> None:
         """A live report of the job: learn its gaps, end its stop if it had one."""
-        self._ended.discard(job)
+        if job in self._ended and ts - self._ended[job] > STOP_AFTER_S:
+            del self._ended[job]  # the same name runs again
         seen = self._seen.get(job)
         stop = self._stops.get(job)
         if seen is None:
@@ -408,23 +419,29 @@ class Ledger:
             if ts - stop.ended <= RETURN_S:
                 stop.credited += total_s
 
-    def ended(self, job: str) -> None:
-        """The job's ranks said the run is complete: its silence from now is not lost."""
-        self._ended.add(job)
+    def ended(self, job: str, ts: float) -> None:
+        """The job's ranks said the run is complete (at `ts`): its silence from now is
+        not lost. A job this ledger does not count is ignored."""
+        if job not in self._seen and job not in self._stops:
+            return
+        self._ended[job] = ts
         stop = self._stops.get(job)
         if stop is not None and stop.ended is None:
             del self._stops[job]
             self._stops_gone.add(job)
 
-    def note_stops(self, now: float, cause_of: Callable[[str], str]) -> None:
+    def note_stops(self, now: float, cause_of: Callable[[str], str],
+                   returned: Callable[[str, float], bool] | None = None) -> None:
         """Jobs silent past their time have stopped (put down to what `cause_of` says
-        held on their nodes now); a stop longer than `stopped_most` is the job's end.
-        Call about once a second."""
+        held on their nodes now); a stop longer than `stopped_most` is the job's end; a
+        stop whose job came back is written once `returned(job, when)` says every node
+        of it that is up has reported since. Call about once a second."""
         for job, (last, gap) in list(self._seen.items()):
             if job in self._stops or now - last <= max(STOP_AFTER_S, STOP_GAPS * gap):
                 continue
             if job in self._ended:
                 del self._seen[job]
+                del self._ended[job]
                 continue
             cause = cause_of(job)[:MAX_CAUSE]
             self._stops[job] = Stop(cause, [[last, None]])
@@ -438,12 +455,19 @@ class Ledger:
                 del self._stops[job]
                 self._seen.pop(job, None)
                 self._stops_gone.add(job)
-        self._settle_stops(now)
+        self._settle_stops(now, returned)
 
-    def _settle_stops(self, now: float) -> None:
-        """Stops whose job came back: their lost time into the minutes they covered."""
+    def _settle_stops(self, now: float,
+                      returned: Callable[[str, float], bool] | None = None,
+                      final: bool = False) -> None:
+        """Stops whose job came back: their lost time into the minutes they covered, once
+        its nodes are back (`returned`), or at the latest SETTLE_MOST_S after, or now
+        (`final`: the relay is closing)."""
         for job, stop in list(self._stops.items()):
             if stop.ended is None or now - stop.ended <= RETURN_S:
+                continue
+            if not final and now - stop.ended <= SETTLE_MOST_S and (
+                    returned is None or not returned(job, stop.ended)):
                 continue
             del self._stops[job]
             self._stops_gone.add(job)
@@ -455,8 +479,7 @@ class Ledger:
                 continue
             for minute, seconds in _per_minute(stop.seen(now), lost).items():
                 self._add_minute(job, minute * 60.0, seconds, 0.0, {STOPPED: seconds})
-                key = (job, minute, STOPPED, stop.cause)
-                self._pending_causes[key] = self._pending_causes.get(key, 0.0) + seconds
+                self._add_cause(job, minute // 60, STOPPED, stop.cause, seconds)
             log.warning("ledger %s: job %s: its ranks were silent from %s to %s: %.0f s "
                         "counted as stopped (%s)", self.path, job,
                         _when(int((stop.spans[0][0] or 0.0) // 60)),
@@ -468,12 +491,20 @@ class Ledger:
         tuimon.model.attribution). Call about once a second."""
         for (job, minute), lost in self._unattributed.items():
             for (kind, cause), seconds in share(lost, findings_of(job)).items():
-                key = (job, minute, kind, cause[:MAX_CAUSE])
-                if key not in self._pending_causes and \
-                        len(self._pending_causes) >= MAX_PENDING:
-                    key = (job, minute, kind, FOLDED)  # the disk refuses: keep the sum
-                self._pending_causes[key] = self._pending_causes.get(key, 0.0) + seconds
+                self._add_cause(job, minute // 60, kind, cause, seconds)
         self._unattributed.clear()
+
+    def _add_cause(self, job: str, hour: int, kind: str, cause: str, seconds: float) -> None:
+        """Seconds of a kind put down to a cause, in the hour; past CAUSES_SENT names in
+        a (job, hour, kind), or while the disk refuses, under FOLDED."""
+        names = self._hour_causes.setdefault((job, hour, kind), set())
+        cause = cause[:MAX_CAUSE]
+        if cause not in names:
+            if len(names) >= CAUSES_SENT or len(self._pending_causes) >= MAX_PENDING:
+                cause = FOLDED
+            names.add(cause)
+        key = (job, hour, kind, cause)
+        self._pending_causes[key] = self._pending_causes.get(key, 0.0) + seconds
 
     def _load_stops(self) -> None:
         """The stops a relay before this one saw: counted up to what it saw, and again
@@ -488,6 +519,8 @@ class Ledger:
                             clean(job), spans_text[:80])
                 self._stops_gone.add(job)
                 continue
+            if clean(job) != job:
+                self._stops_gone.add(job)  # kept under its clean name from now on
             self._stops[clean(job)] = Stop(clean(cause)[:MAX_CAUSE],
                                            [*spans, [self._wall0, None]])
 
@@ -533,8 +566,9 @@ class Ledger:
                 self._add_minute(job, lo, gap_wall * part / world, gap_compute * part / world)
         self.recovered_s[job] = self.recovered_s.get(job, 0.0) + gap_wall / world
         stop = self._stops.get(job)
-        if stop is not None:  # it ran meanwhile: that time was not stopped
-            stop.recovered += gap_wall / world
+        if stop is not None:  # it ran meanwhile: that part of the silence was not stopped
+            inside = sum(max(0.0, min(hi, now) - max(lo, at)) for lo, hi in stop.seen(now))
+            stop.recovered += gap_wall / world * inside / away
         said = self._unsaid.setdefault(job, [0.0, set(), 0.0])
         said[0] += gap_wall / world
         if len(said[1]) < 100_000:
@@ -552,9 +586,8 @@ class Ledger:
         """Write the buckets added since the last flush, and the agents' totals they were
         counted up to, in one transaction; False if the disk refused."""
         self._say_recovered()
-        self._settle_stops(self.clock())
         if not self._pending and not self._totals and not self._stops_gone \
-                and not self._stops:
+                and not self._stops and not self._pending_causes:
             if self._due and self.error is None:
                 self._note_best({})  # a job's last minute becomes whole after it stopped
             return self.error is None
@@ -596,6 +629,8 @@ class Ledger:
         self._pending_waits.clear()
         self._pending_causes.clear()
         self._stops_gone.clear()
+        hour_now = int(self.clock() // 3600)
+        self._hour_causes = {k: v for k, v in self._hour_causes.items() if k[1] >= hour_now - 1}
         return True
 
     # -- the job's best ---------------------------------------------------------------
@@ -694,7 +729,7 @@ class Ledger:
                 self._db.execute("BEGIN")
                 cur = self._db.execute("DELETE FROM buckets WHERE minute < ?", (first,))
                 self._db.execute("DELETE FROM waits WHERE minute < ?", (first,))
-                self._db.execute("DELETE FROM causes WHERE minute < ?", (first,))
+                self._db.execute("DELETE FROM causes WHERE hour < ?", (first // 60,))
                 self._db.execute("DELETE FROM totals WHERE at < ?", (first * 60.0,))
         except sqlite3.Error as exc:
             log.error("ledger %s: cannot prune: %s", self.path, exc)
@@ -711,7 +746,6 @@ class Ledger:
         lost hours were spent on and put down to, the hours lost by hour, and whether
         it is stopped now. A stop still open counts as it stands."""
         now = self.clock() if now is None else now
-        self._settle_stops(now)
         minute_now = int(now // 60)
         windows = {"run": self.window_hours * 3600}
         windows.update(BURN_WINDOWS_S)
@@ -816,11 +850,11 @@ class Ledger:
             by_cause[cause] = by_cause.get(cause, 0.0) + seconds
 
         for job, kind, cause, seconds in self._db.execute(
-                "SELECT job, kind, cause, SUM(seconds) FROM causes WHERE minute > ? AND "
-                "minute <= ? GROUP BY job, kind, cause", (first, last)):
+                "SELECT job, kind, cause, SUM(seconds) FROM causes WHERE hour > ? AND "
+                "hour <= ? GROUP BY job, kind, cause", (first // 60, last // 60)):
             add(clean(job), kind, clean(cause)[:MAX_CAUSE], seconds or 0.0)
-        for (job, minute, kind, cause), seconds in self._pending_causes.items():
-            if first < minute <= last:
+        for (job, hour, kind, cause), seconds in self._pending_causes.items():
+            if first // 60 < hour <= last // 60:
                 add(job, kind, cause, seconds)
         for job, minutes in stopped.items():
             add(job, STOPPED, self._stops[job].cause,
@@ -863,6 +897,8 @@ class Ledger:
                     by_minute[minute] = by_minute.get(minute, 0.0) + seconds
         out = {}
         for job, by_minute in lost.items():
+            if not by_minute:
+                continue
             start = min(by_minute) // 60 * 60  # the hour of its first minute
             hours = (last - start) // 60 + 1
             every = max(1, -(-hours // MAX_HISTORY))  # hours per entry

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tuimon.relay.fanout import FanOut, ViewerFeed
+from tuimon.relay.fanout import JOB_SOURCES_KEEP_S, FanOut, ViewerFeed
 from tuimon.relay.ledger import Ledger
 from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
 from tuimon_core import heap
@@ -33,8 +33,6 @@ from tuimon_core.serving.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, r
 from tuimon_core.version import __version__
 
 log = logging.getLogger(__name__)
-# A node that has not reported a job for this long is no longer one of its nodes.
-JOB_NODES_S = 600.0
 
 
 @dataclass
@@ -105,25 +103,37 @@ async def _periodic(state: RelayState) -> None:
         now = time.monotonic()
         state.fanout.refresh()
         if state.ledger is not None:
-            try:  # the run-long causes: never at the cost of the ledger's counting
+            # Each part alone: a failure is logged and the others, and the next round,
+            # go on (this task ending would stop every flush and budget after it).
+            with _logged("putting lost time down to causes"):
                 state.ledger.attribute(state.fanout.job_findings)
-                state.ledger.note_stops(time.time(), state.fanout.stop_cause)
-            except Exception:
-                log.exception("relay: putting lost time down to causes failed")
+                state.ledger.note_stops(time.time(), state.fanout.stop_cause,
+                                        state.fanout.returned)
             if now - last_forget >= 60:
-                state.fanout.forget_jobs(JOB_NODES_S)
+                state.fanout.forget_jobs(max(JOB_SOURCES_KEEP_S, state.ledger.stopped_most_s))
                 last_forget = now
             if now - last_flush >= state.flush_every:
-                state.ledger.flush()
+                with _logged("writing the ledger"):
+                    state.ledger.flush()
                 last_flush = now
             if now - last_prune >= 3600:
-                state.ledger.prune()
+                with _logged("pruning the ledger"):
+                    state.ledger.prune()
                 last_prune = now
             if now - last_budget >= state.budget_every:
-                state.budget = state.ledger.summary()
-                state.budget_seq += 1
+                with _logged("summing the ledger for viewers"):
+                    state.budget = state.ledger.summary()
+                    state.budget_seq += 1
                 last_budget = now
         await asyncio.sleep(min(1.0, state.budget_every, state.flush_every))
+
+
+@contextlib.contextmanager
+def _logged(what: str) -> Iterator[None]:
+    try:
+        yield
+    except Exception:
+        log.exception("relay: %s failed", what)
 
 
 async def _close_streams(app: web.Application) -> None:

@@ -128,6 +128,7 @@ class PromSource:
         self.options = options or PromOptions()
         self.queries_run = 0
         self.refreshes = 0
+        self.bytes_read = 0  # answers' bytes as parsed (after decompression)
         self._seq = 0
         self._inventory: dict[str, tuple[Any, ...]] = {}
         self._last_budget = -math.inf
@@ -170,6 +171,7 @@ class PromSource:
                                     "the selection (--match)")
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise PromError(f"prometheus {self.url}: {describe_error(exc)}") from None
+        self.bytes_read += len(body)
         try:
             return resp.status, json.loads(body)
         except (ValueError, RecursionError):  # not JSON, or nested past any answer's depth

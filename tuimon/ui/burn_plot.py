@@ -20,8 +20,9 @@ def burn_plot(down: dict[str, Any], width: int, plain: bool = False) -> list[str
     """The burn-down (tuimon.model.job_report.burn_down) in `width` columns."""
     left, even = down["left_hours"], down["even_hours"]
     budget = max(down["budget_hours"], 1e-9)
-    start, step = down["from"], down["every_h"] * 3600
+    start, step, since = down["from"], down["every_h"] * 3600, down["since"]
     span = max(step, down["window_end"] - start)
+    run = max(1.0, down["window_end"] - since)
     label = 7  # the hours on the axis, `  72.0 `
     cols = max(10, width - label - 2)
     mark, line, bar, corner, rule = (("*", ".", "|", "+", "-") if plain else
@@ -32,9 +33,9 @@ def burn_plot(down: dict[str, Any], width: int, plain: bool = False) -> list[str
         share = max(0.0, min(1.0, hours / budget))
         return HEIGHT - 1 - round(share * (HEIGHT - 1))
 
-    for c in range(cols):  # the even burn over the whole window
+    for c in range(cols):  # the even burn, from the job's start to its window's end
         t = start + (c + 1) / cols * span
-        grid[row(budget * max(0.0, 1 - (t - start) / span))][c] = line
+        grid[row(budget * min(1.0, max(0.0, 1 - (t - since) / run)))][c] = line
     for i, hours in enumerate(left):  # the hours left, as far as the run has got
         c = min(cols - 1, int((i + 1) * step / span * cols))
         grid[row(hours)][c] = mark
@@ -46,8 +47,7 @@ def burn_plot(down: dict[str, Any], width: int, plain: bool = False) -> list[str
     out.append(" " * label + corner + rule * cols)
     first, last = _when(start, span), _when(start + span, span)
     out.append(" " * (label + 1) + first + last.rjust(max(1, cols - len(first))))
-    below = [i for i, h in enumerate(left) if h < even[i]]
-    lag = (f"{even[-1] - left[-1]:.1f} h behind an even burn" if below and below[-1] ==
-           len(left) - 1 else f"{left[-1] - even[-1]:.1f} h ahead of an even burn")
+    lag = (f"{even[-1] - left[-1]:.1f} h behind an even burn" if left[-1] < even[-1]
+           else f"{left[-1] - even[-1]:.1f} h ahead of an even burn")
     out.append(" " * (label + 1) + f"{mark} hours left, {lag}   {line} even burn to the end")
     return out

@@ -658,7 +658,7 @@ MAX_DETAILED_JOBS = 32
 
 BUDGET_FIELDS: tuple[Field, ...] = (
     Field("since", TIME, "s", "Unix time of the job's first minute in the ledger"),
-    Field("window_h", Num(above=0), "h", "the SLO window counted over"),
+    Field("window_h", Num(above=0, hi=1e6), "h", "the SLO window counted over"),
     Field("consumed_h", RATE, "h", "sum of total - effective hours in the window"),
     Field("observed_h", RATE, "h", "total hours in the window"),
     Field("error_ratio", MapOf(Num(0, 1), 16), "window -> ratio", "1 - effective/total "

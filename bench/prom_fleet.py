@@ -1,0 +1,184 @@
+"""A fleet of GPU nodes as a Prometheus server sees them: for each node, dcgm-exporter
+3.x's series (the fields and labels of a real A800 scrape, tests/fixtures/real/
+dcgm_v3_a800_mig_2g20gb.prom: 15 fields x 8 GPUs) and node_exporter's InfiniBand
+collector (8 ports, its 23 series each) with `node_uname_info`: about 300 series a
+node, as the issue measured. One HTTP server answers for every node
+(`/metrics/<node>`); a Prometheus relabels `instance` to each node's own host and port
+(`scrape_configs`).
+
+Each node's text is laid out once; a scrape fills in only the counters (which grow with
+time, so rates are real) and a few gauges, so a 2-core machine can serve thousands.
+
+    .venv/bin/python bench/prom_fleet.py NODES --port P --ready FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+
+DCGM_GAUGES = (  # (name, help, value for GPU i of node n)
+    ("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda n, i: 1410 + (n + i) % 7),
+    ("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda n, i: 55 + (n * 7 + i) % 25),
+    ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda n, i: 250.5 + (n + 3 * i) % 150),
+    ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda n, i: 60 + (n + i) % 40),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda n, i: 20 + i),
+    ("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda n, i: 21000 + n % 9),
+    ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda n, i: 60000 - n % 9),
+    ("DCGM_FI_DEV_VGPU_PER_PROCESS_UTILIZATION", "vGPUs per-process utilization.",
+     lambda n, i: 0),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
+     lambda n, i: 79 if (n, i) == (7, 3) else 0),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "Ratio of time the graphics engine is active.",
+     lambda n, i: 0.85),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "Ratio of cycles the tensor pipe is active.",
+     lambda n, i: 0.41),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", "Ratio of cycles the device memory interface is active.",
+     lambda n, i: 0.33),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", "The rate of data transmitted over the PCIe bus.",
+     lambda n, i: 1.2e9),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus.",
+     lambda n, i: 0.9e9),
+)
+DCGM_COUNTERS = (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+                  "Total energy consumption since boot (in mJ).", 300_000.0),)
+# node_exporter's infiniband collector, per port: (name, kind, growth per second)
+IB = (
+    ("excessive_buffer_overrun_errors_total", "counter", 0.0),
+    ("link_downed_total", "counter", 0.0), ("link_error_recovery_total", "counter", 0.0),
+    ("local_link_integrity_errors_total", "counter", 0.0),
+    ("multicast_packets_received_total", "counter", 10.0),
+    ("multicast_packets_transmitted_total", "counter", 10.0),
+    ("port_constraint_errors_received_total", "counter", 0.0),
+    ("port_constraint_errors_transmitted_total", "counter", 0.0),
+    ("port_data_received_bytes_total", "counter", 9.1e9),
+    ("port_data_transmitted_bytes_total", "counter", 9.4e9),
+    ("port_discards_received_total", "counter", 0.0),
+    ("port_discards_transmitted_total", "counter", 0.0),
+    ("port_errors_received_total", "counter", 0.0),
+    ("port_packets_received_total", "counter", 2.2e6),
+    ("port_packets_transmitted_total", "counter", 2.3e6),
+    ("port_receive_remote_physical_errors_total", "counter", 0.0),
+    ("port_transmit_wait_total", "counter", 5.0e4),
+    ("symbol_error_total", "counter", 0.0),
+    ("unicast_packets_received_total", "counter", 2.2e6),
+    ("unicast_packets_transmitted_total", "counter", 2.3e6),
+    ("vl15_dropped_total", "counter", 0.0),
+    ("rate_bytes_per_second", "gauge", None), ("state_id", "gauge", None),
+    ("physical_state_id", "gauge", None),
+)
+GPUS = 8
+PORTS = 8
+
+
+def node_name(n: int) -> str:
+    return f"gpu{n:05d}"
+
+
+class NodeText:
+    """One node's exposition, laid out once: fixed text between the counters."""
+
+    def __init__(self, n: int) -> None:
+        host = node_name(n)
+        self.slots: list[float] = []  # growth per second of each counter, in order
+        parts: list[str] = []
+        text: list[str] = []
+
+        def counter(prefix: str, rate: float) -> None:
+            text.append(prefix)
+            parts.append("".join(text))
+            text.clear()
+            self.slots.append(rate)
+            text.append("\n")
+
+        for name, help_text, value in DCGM_GAUGES:
+            text.append(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n")
+            for i in range(GPUS):
+                text.append(f'{name}{{gpu="{i}",UUID="GPU-{n:05d}-{i}",device="nvidia{i}",'
+                            f'modelName="NVIDIA A800-SXM4-80GB",Hostname="{host}",'
+                            f'DCGM_FI_DRIVER_VERSION="535.129.03",DCGM_FI_PROCESS_NAME='
+                            f'"/usr/bin/dcgm-exporter"}} {value(n, i)}\n')
+        for name, help_text, rate in DCGM_COUNTERS:
+            text.append(f"# HELP {name} {help_text}\n# TYPE {name} counter\n")
+            for i in range(GPUS):
+                counter(f'{name}{{gpu="{i}",UUID="GPU-{n:05d}-{i}",device="nvidia{i}",'
+                        f'modelName="NVIDIA A800-SXM4-80GB",Hostname="{host}",'
+                        f'DCGM_FI_DRIVER_VERSION="535.129.03",DCGM_FI_PROCESS_NAME='
+                        f'"/usr/bin/dcgm-exporter"}} ', rate)
+        for name, kind, rate in IB:
+            metric = f"node_infiniband_{name}"
+            text.append(f"# HELP {metric} Infiniband {name}\n# TYPE {metric} {kind}\n")
+            for p in range(PORTS):
+                labels = f'{{device="mlx5_{p}",port="1"}}'
+                if rate is None:
+                    value = {"rate_bytes_per_second": 5e10, "state_id": 4,
+                             "physical_state_id": 5}[name]
+                    text.append(f"{metric}{labels} {value}\n")
+                else:
+                    counter(f"{metric}{labels} ", rate)
+        text.append(f'# HELP node_uname_info Labeled system information.\n'
+                    f'# TYPE node_uname_info gauge\nnode_uname_info{{domainname="(none)",'
+                    f'machine="x86_64",nodename="{host}",release="5.15.0-91-generic",'
+                    f'sysname="Linux",version="#101-Ubuntu"}} 1\n')
+        self.tail = "".join(text)
+        self.parts = parts
+
+    def body(self, t: float) -> bytes:
+        out = []
+        for part, rate in zip(self.parts, self.slots):
+            out.append(part)
+            out.append(str(int(rate * t)))
+        out.append(self.tail)
+        return "".join(out).encode()
+
+
+def scrape_configs(nodes: int, port: int) -> str:
+    """The `scrape_configs` entry that scrapes every node through the one server, each as
+    its own instance (as node_exporter on each host would be)."""
+    targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"fleet_node": node_name(n)}}
+               for n in range(nodes)]
+    return ("  - job_name: fleet\n    static_configs: " + json.dumps(targets) + "\n"
+            "    relabel_configs:\n"
+            "      - source_labels: [fleet_node]\n        target_label: __metrics_path__\n"
+            "        replacement: /metrics/$1\n"
+            "      - source_labels: [fleet_node]\n        target_label: instance\n"
+            "        replacement: $1:9100\n"
+            "      - regex: fleet_node\n        action: labeldrop\n")
+
+
+async def serve(nodes: int, port: int, ready: Path) -> None:
+    from aiohttp import web
+
+    texts = {node_name(n): NodeText(n) for n in range(nodes)}
+    t0 = time.time() - 86400  # counters a day old
+
+    async def metrics(request: web.Request) -> web.Response:
+        text = texts.get(request.match_info["node"])
+        if text is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=text.body(time.time() - t0),
+                            content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics/{node}", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    ready.write_text("ready")
+    await asyncio.Event().wait()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("nodes", type=int)
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--ready", type=Path, required=True)
+    args = p.parse_args()
+    asyncio.run(serve(args.nodes, args.port, args.ready))
+
+
+if __name__ == "__main__":
+    main()
