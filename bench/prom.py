@@ -83,7 +83,13 @@ def _app(url: str, every: float, seconds: float, warmup: float, out: Path) -> No
         return [run()]
 
     app = MeasuredApp(ClusterState("bench"), sources=sources, refresh=1.0)
-    app.run()
+    if os.environ.get("TUIMON_BENCH_PROFILE"):  # where the app's time goes
+        import cProfile
+
+        cProfile.runctx("app.run()", globals(), {"app": app},
+                        os.environ["TUIMON_BENCH_PROFILE"])
+    else:
+        app.run()
     out.write_text(json.dumps({"refreshes": refreshes, "on_screen": on_screen,
                                "nodes_up": app.cluster.counts()}))
 

@@ -53,6 +53,7 @@ def test_what_the_agent_exports_tuimon_prom_reads_back_as_the_same_values(
     series = _series(text)
     answers = {"gpu": [(lab, v) for lab, v in series if lab["__name__"] in q.TUIMON_GPU],
                "host": [(lab, v) for lab, v in series if lab["__name__"] in q.HOST]}
+    answers["gpu_info"] = answers["gpu"]
     source = PromSource("http://unused", ClusterState(), None, PromOptions())  # type: ignore[arg-type]
     nodes = source._assemble(answers, NodeNames())
     back = nodes["node-a"]
@@ -73,13 +74,20 @@ def test_what_the_agent_exports_tuimon_prom_reads_back_as_the_same_values(
 
 
 def test_every_dcgm_name_maps_to_a_wire_field_and_the_queries_ask_for_it() -> None:
+    """Every GPU name is asked: each refresh of every GPU, of those with something to say,
+    with the inventory, or for the node whose screen is open."""
     keys = {f.key for f in GPU_FIELDS}
     for name, (key, scale, _) in q.DCGM_GPU.items():
         assert name.startswith("DCGM_FI_") and (key in keys or key.startswith("_")), name
         assert scale > 0
-        assert name in q.LIVE_QUERIES["dcgm"]
-    for name in q.TUIMON_GPU:
-        assert name in q.LIVE_QUERIES["gpu"]
+    detail = q.detail_query(['Hostname="gpu001"'], "") or ""
+    tiers = (q.LIVE_QUERIES["gpu"], q.LIVE_QUERIES["gpu_sparse"],
+             q.INVENTORY_QUERIES["gpu_slow"])
+    for name, (key, _, _) in {**q.DCGM_GPU, **q.TUIMON_GPU}.items():
+        assert name in detail, name
+        asked = [t for t in tiers if name in t]
+        tiered = key in q.DENSE_GPU | q.SPARSE_GPU | q.SLOW_GPU
+        assert len(asked) == (1 if tiered else 0), (name, key)
     for f in HOST_FIELDS:
         for name in (f.exposed, f.node_exporter):
             if name:

@@ -156,11 +156,17 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
                     source = PromSource(url, cluster, session, PromOptions(every=1.0))
                     await source.refresh()
                     per_refresh = source.queries_run
-                    await source.refresh()  # the second refresh skips the budget queries
+                    # The second refresh skips the budget's and the inventory's queries.
+                    await source.refresh()
                     assert source.queries_run - per_refresh == len(prom_queries.LIVE_QUERIES)
+                    # A node's screen open: its every value, in one more query.
+                    cluster.set_detail({"dgx-a"})
+                    before = source.queries_run
+                    await source.refresh()
+                    assert source.queries_run - before == len(prom_queries.LIVE_QUERIES) + 1
     # A bounded number of queries, whatever the node count.
     assert per_refresh == len(prom_queries.LIVE_QUERIES) + len(
-        prom_queries.budget_queries(720))
+        prom_queries.budget_queries(720)) + len(prom_queries.INVENTORY_QUERIES)
 
     # Our agents' metrics: every simulated node with its two GPUs and its host.
     for m in sim.members:

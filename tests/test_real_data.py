@@ -273,7 +273,12 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
             await _until(url, "node_filesystem_size_bytes", 2)
             cluster = ClusterState()
             async with aiohttp.ClientSession() as session:
-                await PromSource(url, cluster, session, PromOptions(every=1.0)).refresh()
+                source = PromSource(url, cluster, session, PromOptions(every=1.0))
+                await source.refresh()
+                # What only a node's screen shows comes while it is open.
+                assert cluster.nodes[here].sample.gpus[0].get("pcie_tx") is None
+                cluster.set_detail({here, "msxf-hpc-64-35-ai", "127.0.0.9"})
+                await source.refresh()
     finally:
         stop.set()
 

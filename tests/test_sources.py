@@ -134,3 +134,34 @@ async def test_more_agents_than_aiohttps_default_pool_all_connect(
     cluster = ClusterState()
     async with sim, watching(sim.targets, cluster):
         await _until(lambda: cluster.counts()["up"] == 120, timeout=30.0)
+
+
+async def test_a_multi_tenant_store_gets_the_tenant_asked_for() -> None:
+    """Mimir and Cortex answer only a request that names its tenant (X-Scope-OrgID);
+    without one they refuse (401, `no org id`), which tuimon says as the server's reason."""
+    from aiohttp import web
+
+    from tuimon.sources.prometheus import PromError, PromOptions, PromSource
+
+    async def query(request: web.Request) -> web.Response:
+        if request.headers.get("X-Scope-OrgID") != "team-a":
+            return web.Response(status=401, text="no org id\n")
+        return web.json_response({"status": "success",
+                                  "data": {"resultType": "vector", "result": []}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            plain = PromSource(url, ClusterState(), session, PromOptions())
+            with pytest.raises(PromError, match="401"):
+                await plain.query("up")
+            tenant = PromSource(url, ClusterState(), session, PromOptions(tenant="team-a"))
+            assert await tenant.query("up") == []
+    finally:
+        await runner.cleanup()

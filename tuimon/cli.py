@@ -119,6 +119,9 @@ def _prom_query_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-alias", action="append", default=[], metavar="NAME=NODE",
                    help="Prometheus: call what resolves to NAME by NODE instead (e.g. an "
                         "exporter's address); repeatable")
+    p.add_argument("--tenant", metavar="ID",
+                   help="Prometheus: the tenant to ask (sent as X-Scope-OrgID, as Grafana "
+                        "Mimir, Cortex and Thanos' receive tenancy require)")
 
 
 def _log_option(p: argparse.ArgumentParser) -> None:
@@ -700,7 +703,7 @@ def _prom_options(args: argparse.Namespace) -> Any:
         server = urlsplit(args.url).netloc.rsplit("@", 1)[-1]
         check_token_transport([server], token, False, args.insecure,
                               tls_flag="an https:// URL")
-    return PromOptions(token=token,
+    return PromOptions(token=token, tenant=args.tenant,
                        ssl_context=ssl_ctx, match=args.match, every=args.every,
                        slo_hours=args.slo_hours, node_labels=list(args.node_label),
                        node_aliases=aliases)

@@ -32,6 +32,17 @@ _EXPORTER_POD = re.compile(r".*(dcgm|exporter).*-[a-z0-9]{5}")
 _IP = re.compile(r"[0-9.]+|.*:.*")
 
 
+def identity_labels(first: Iterable[str] = ()) -> tuple[str, ...]:
+    """Every label the rules above read: what an aggregated query keeps (`max by`) so
+    each series still says whose it is, and nothing more."""
+    return tuple(dict.fromkeys((*first, *BUILTIN_LABELS, *HOSTNAME_LABELS, "instance",
+                                "pod")))
+
+
+def _quoted(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
 def instance_host(instance: str | None) -> str | None:
     if not instance:
         return None
@@ -52,8 +63,13 @@ class NodeNames:
         self.labels = tuple(labels)
         self.aliases = dict(aliases or {})
         self._by_host: dict[str, str] = {}
+        self._ids = identity_labels(self.labels)
+        # The identity labels' values -> (name, label it came from): a refresh names the
+        # same few thousand machines from hundreds of thousands of series.
+        self._seen: dict[tuple[str | None, ...], tuple[str | None, str | None]] = {}
 
     def learn_uname(self, series: Iterable[tuple[dict[str, str], float]]) -> None:
+        self._seen.clear()  # names read before may change with what is learnt here
         for labels, _ in series:
             host = instance_host(labels.get("instance"))
             name = labels.get("nodename")
@@ -61,21 +77,35 @@ class NodeNames:
                 self._by_host[host] = name
 
     def of(self, labels: dict[str, str]) -> str | None:
-        name = self._raw(labels)
+        name = self._named(labels)[0]
         return self.aliases.get(name, name) if name is not None else None
 
-    def _raw(self, labels: dict[str, str]) -> str | None:
+    def matcher(self, labels: dict[str, str]) -> str | None:
+        """A PromQL label matcher selecting the series of the machine these labels name,
+        by the label that named it (`Hostname="gpu001"`)."""
+        key = self._named(labels)[1]
+        return None if key is None else f"{key}={_quoted(labels[key])}"
+
+    def _named(self, labels: dict[str, str]) -> tuple[str | None, str | None]:
+        key = tuple(labels.get(k) for k in self._ids)
+        found = self._seen.get(key)
+        if found is None:
+            found = self._seen[key] = self._raw(labels)
+        return found
+
+    def _raw(self, labels: dict[str, str]) -> tuple[str | None, str | None]:
+        """(the name, the label it came from)."""
         for key in (*self.labels, *BUILTIN_LABELS):
             if labels.get(key):
-                return labels[key]
+                return labels[key], key
         for key in HOSTNAME_LABELS:
             value = labels.get(key)
             if value and not names_a_pod(value, labels):
-                return value
+                return value, key
         host = instance_host(labels.get("instance"))
         if host is None:
-            return None
-        return self._by_host.get(host, host)
+            return None, None
+        return self._by_host.get(host, host), "instance"
 
     @staticmethod
     def short_forms(names: Iterable[str]) -> dict[str, str]:

@@ -2,8 +2,21 @@
 
 A fixed set of instant queries per refresh, whatever the node count: each query selects
 a family of series for every node at once (a `__name__` regex, or one `rate()` with the
-agent's and node_exporter's names joined by `or`). Three vocabularies are understood,
-all from the one name table (tuimon_core.protocol.fields):
+agent's and node_exporter's names joined by `or`), aggregated (`max by`) down to the
+labels that say whose a series is (prom_nodes.identity_labels) and which GPU or port:
+an exporter's other labels (driver version, process name, device, ...) are never
+transferred. What is asked of every GPU is split by need:
+
+- every refresh, every GPU: what the maps, the busy proxy and the node rules read
+  (DENSE_GPU);
+- every refresh, only GPUs with something to say: health counters and marks (`> 0`,
+  SPARSE_GPU), as are the ports' errors and the failed scrapes (`up == 0`);
+- every INVENTORY_EVERY_S, kept between: what changes rarely (SLOW_GPU, the GPUs' names
+  and UUIDs, the ports' rates);
+- the rest, only for the nodes whose screen is open (`detail_query`).
+
+Three vocabularies are understood, all from the one name table
+(tuimon_core.protocol.fields):
 
 - tuimon's own agent metrics (labels `node`, `gpu`, `uuid`, ...; docs/metrics.md);
 - NVIDIA dcgm-exporter 2.x to 4.x (`DCGM_FI_DEV_*`, `DCGM_FI_PROF_*`; labels `gpu`,
@@ -72,6 +85,45 @@ def _names(table: Iterable[str]) -> str:
     return "|".join(table)
 
 
+# What every refresh asks of every GPU: the maps' cells (util, memory, temperature,
+# power, clock), the busy proxy (engine or SM activity) and what the node rules compare
+# (the PCIe link now, the agent's own up mark).
+DENSE_GPU = frozenset({"util", "gr_active", "sm_active", "mem_used", "_fb_free", "temp",
+                       "power", "sm_clock", "pcie_gen", "pcie_width", "_up"})
+# Health counters and marks: 0 on a healthy GPU, so only the others answer.
+SPARSE_GPU = frozenset({"last_xid", "xid_total", "ecc_corrected", "ecc_uncorrected",
+                        "retired_pages", "retired_pending", "remapped_rows", "remap_pending",
+                        "remap_failed", "pcie_replays", "nvlink_replay_errors",
+                        "nvlink_recovery_errors", "nvlink_crc_errors", "_throttle_bits"})
+# What changes rarely: asked every INVENTORY_EVERY_S and kept between.
+SLOW_GPU = frozenset({"mem_total", "mem_reserved", "power_limit", "pstate", "mem_clock",
+                      "_max_sm_clock", "mig_mode"})
+INVENTORY_EVERY_S = 60.0
+
+
+def gpu_names(keys: Iterable[str] | None = None) -> list[str]:
+    """The GPU series (ours and dcgm-exporter's) holding these wire keys (None: all)."""
+    wanted = None if keys is None else set(keys)
+    return [name for table in (TUIMON_GPU, DCGM_GPU) for name, (key, _, _) in table.items()
+            if wanted is None or key in wanted]
+
+
+# A GPU series keeps: its name, its GPU (and MIG instance), whose it is.
+GPU_BY = "__name__, gpu, GPU_I_ID, GPU_I_PROFILE, {ids}"
+# ...and for the inventory, what the GPU is.
+INFO_BY = "gpu, GPU_I_ID, GPU_I_PROFILE, UUID, uuid, modelName, name, pci_bus_id, {ids}"
+PORT_BY = "device, port, {ids}"
+
+
+def _gpus(keys: Iterable[str], after: str = "") -> str:
+    return ("max by (" + GPU_BY + ') ({{__name__=~"' + _names(gpu_names(keys)) + '"{m}}})'
+            + after)
+
+
+def _ports(query: str) -> str:
+    return f"max by ({PORT_BY}) ({query})"
+
+
 # Live rates from the last two scrapes (irate): a live view wants what happens now, and
 # rate() over a range is an average that reads low for a minute after a series starts.
 LIVE_RATE = "irate({sel}[1m])"
@@ -102,25 +154,29 @@ def _nfs(kind: str) -> str:
 
 # name -> PromQL template. Every refresh runs all of them, concurrently (a few at once).
 LIVE_QUERIES: dict[str, str] = {
-    "gpu": '{{__name__=~"' + _names(TUIMON_GPU) + '"{m}}}',
+    "gpu": _gpus(DENSE_GPU),
+    "gpu_sparse": _gpus(SPARSE_GPU, " > 0"),
     "clock_events": "tuimon_gpu_clock_event_active{{{mm}}} == 1",
-    "dcgm": '{{__name__=~"' + _names(DCGM_GPU) + '"{m}}}',
-    "host": '{{__name__=~"' + _names(HOST) + '"{m}}}',
+    "host": 'max by (__name__, {ids}) ({{__name__=~"' + _names(HOST) + '"{m}}})',
     "host_cpu": '1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"{m}}}[1m]))',
-    # Who is who: node_exporter's host name for its instance, and every target's health.
-    "uname": "node_uname_info{{{mm}}}",
-    "up": "up{{{mm}}}",
-    "port_gauges": '{{__name__=~"' + _names(PORT_GAUGES) + '"{m}}}',
-    "ib_tx": _counter(_COUNTER["tx_bytes"]),
-    "ib_rx": _counter(_COUNTER["rx_bytes"]),
-    "ib_wait": _counter(_COUNTER["xmit_wait"]),
-    # Error counters that moved in the last minute, all kinds summed per port. Not
-    # increase() over a name regex: that would drop the names and collide.
-    "ib_errors": (
+    # Who is who: node_exporter's host name for its instance; the targets whose last
+    # scrape failed.
+    "uname": "max by (instance, nodename) (node_uname_info{{{mm}}})",
+    "up": "up{{{mm}}} == 0",
+    "port_gauges": ('max by (__name__, ' + PORT_BY + ') ({{__name__=~"'
+                    + _names(n for n, key in PORT_GAUGES.items() if key != "rate")
+                    + '"{m}}})'),
+    "ib_tx": _ports(_counter(_COUNTER["tx_bytes"])),
+    "ib_rx": _ports(_counter(_COUNTER["rx_bytes"])),
+    "ib_wait": _ports(_counter(_COUNTER["xmit_wait"])),
+    # Error counters that moved in the last minute, all kinds summed per port, on the
+    # ports where they did. Not increase() over a name regex: that would drop the names
+    # and collide.
+    "ib_errors": "(" + (
         _moved("node, instance, device, port",
                '{{__name__=~"(' + IB_ERRORS_TUIMON.replace("|", "_total|") + '_total)"{m}}}')
         + " or " + _moved("instance, device, port",
-                          '{{__name__=~"(' + IB_ERRORS_NODE + ')"{m}}}')),
+                          '{{__name__=~"(' + IB_ERRORS_NODE + ')"{m}}}')) + ") > 0",
     "fs_read": f"irate({FS_COUNTERS_READ[0].metric}_total{{{{{{mm}}}}}}[1m]) or "
                + _nfs("read"),
     "fs_write": f"irate({FS_COUNTERS_READ[1].metric}_total{{{{{{mm}}}}}}[1m]) or "
@@ -164,6 +220,30 @@ def budget_queries(window_hours: float) -> dict[str, str]:
     return out
 
 
-def render(template: str, match: str) -> str:
-    """Fill a template with the extra matchers: `{m}` after other matchers, `{mm}` alone."""
-    return template.format(m=f",{match}" if match else "", mm=match)
+# Every INVENTORY_EVERY_S (and at the first refresh): kept between, for the nodes the
+# live queries answer for.
+INVENTORY_QUERIES: dict[str, str] = {
+    "gpu_slow": _gpus(SLOW_GPU),
+    # The GPUs' names, UUIDs and bus ids: one series a GPU, from the labels of the
+    # series every refresh asks for.
+    "gpu_info": "group by (" + INFO_BY + ') ({{__name__=~"' + _names(gpu_names(DENSE_GPU))
+                + '"{m}}})',
+    "port_rate": ('max by (__name__, ' + PORT_BY + ') ({{__name__=~"'
+                  + _names(n for n, key in PORT_GAUGES.items() if key == "rate") + '"{m}}})'),
+}
+
+
+def detail_query(matchers: Iterable[str], match: str) -> str | None:
+    """Every GPU series of the machines these label matchers select (the nodes whose
+    screen is open), with their labels; None when there are none."""
+    extra = f",{match}" if match else ""
+    names = _names(gpu_names())
+    parts = [f'{{__name__=~"{names}",{m}{extra}}}' for m in sorted(set(matchers))]
+    return " or ".join(parts) or None
+
+
+def render(template: str, match: str, ids: Iterable[str] = ()) -> str:
+    """Fill a template with the extra matchers (`{m}` after other matchers, `{mm}` alone)
+    and the labels that say whose a series is (`{ids}`)."""
+    return template.format(m=f",{match}" if match else "", mm=match,
+                           ids=", ".join(ids) or "instance")

@@ -30,7 +30,7 @@ import aiohttp
 from tuimon.model.cluster import ClusterState
 from tuimon.sources import prom_queries as q
 from tuimon.sources.agent_stream import describe_error
-from tuimon.sources.prom_nodes import NodeNames
+from tuimon.sources.prom_nodes import NodeNames, identity_labels
 from tuimon_core.protocol import (
     Batch,
     GpuInfo,
@@ -91,6 +91,8 @@ async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes | Non
 @dataclass
 class PromOptions:
     token: str | None = None
+    # A multi-tenant store's tenant (Mimir, Cortex): sent as X-Scope-OrgID.
+    tenant: str | None = None
     ssl_context: ssl.SSLContext | None = None
     # Extra label matchers added to every selector, e.g. 'cluster="prod"'.
     match: str = ""
@@ -132,6 +134,12 @@ class PromSource:
         self._seq = 0
         self._inventory: dict[str, tuple[Any, ...]] = {}
         self._last_budget = -math.inf
+        self._last_inventory = -math.inf
+        # The inventory's answers (prom_queries.INVENTORY_QUERIES), kept between its runs.
+        self._inventory_answers: dict[str, Series] = {}
+        # node -> label matchers that select its series (for its screen's detail query)
+        self._matchers: dict[str, set[str]] = {}
+        self._ids = identity_labels(self.options.node_labels)
         self._sem = asyncio.Semaphore(self.options.concurrency)
 
     async def run(self) -> None:
@@ -154,7 +162,10 @@ class PromSource:
             await asyncio.sleep(max(0.5, self.options.every - (time.monotonic() - started)))
 
     def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.options.token}"} if self.options.token else {}
+        headers = {"Authorization": f"Bearer {self.options.token}"} if self.options.token else {}
+        if self.options.tenant:
+            headers["X-Scope-OrgID"] = self.options.tenant
+        return headers
 
     async def _get(self, path: str, params: dict[str, str]) -> Any:
         try:
@@ -226,22 +237,41 @@ class PromSource:
                 out[(str(labels.get("job", "")), str(labels.get("instance", "")))] = error
         return out
 
-    async def refresh(self) -> None:
-        names = list(q.LIVE_QUERIES)
-        templates = [q.LIVE_QUERIES[n] for n in names]
-        now = time.monotonic()
+    def _planned(self, now: float) -> tuple[dict[str, str], bool, bool]:
+        """The queries this refresh runs (name -> PromQL), with or without the budget's
+        and the inventory's."""
+        match = self.options.match
+        queries = {n: q.render(t, match, self._ids) for n, t in q.LIVE_QUERIES.items()}
         with_budget = now - self._last_budget >= self.options.budget_every
         if with_budget:
-            budget = q.budget_queries(self.options.slo_hours)
-            names += list(budget)
-            templates += list(budget.values())
-        results = await asyncio.gather(*(self.query(q.render(t, self.options.match))
-                                         for t in templates))
-        answers = dict(zip(names, results))
+            queries.update({n: q.render(t, match) for n, t in
+                            q.budget_queries(self.options.slo_hours).items()})
+        with_inventory = now - self._last_inventory >= q.INVENTORY_EVERY_S
+        if with_inventory:
+            queries.update({n: q.render(t, match, self._ids)
+                            for n, t in q.INVENTORY_QUERIES.items()})
+        # Every value of the nodes whose screen is open, and only of those.
+        detail = q.detail_query((m for name in self.cluster.detail_targets
+                                 for m in self._matchers.get(name, ())), match)
+        if detail is not None:
+            queries["gpu_detail"] = detail
+        return queries, with_budget, with_inventory
+
+    async def refresh(self) -> None:
+        now = time.monotonic()
+        queries, with_budget, with_inventory = self._planned(now)
+        results = await asyncio.gather(*(self.query(promql) for promql in queries.values()))
+        answers = dict(zip(queries, results))
+        if with_inventory:
+            self._last_inventory = now
+            self._inventory_answers = {n: answers[n] for n in q.INVENTORY_QUERIES}
+        else:
+            answers.update(self._inventory_answers)
         self.refreshes += 1
         resolver = NodeNames(self.options.node_labels, self.options.node_aliases)
         resolver.learn_uname(answers.get("uname", []))
         nodes = self._assemble(answers, resolver)
+        self._matchers = {name: m for name, m in self._matchers.items() if name in nodes}
         failures = await self._failures(answers.get("up", []), resolver)
         ts = time.time()
         # A job's world is not a label: the highest rank seen on any node stands for it.
@@ -299,7 +329,16 @@ class PromSource:
                 n = nodes[name] = _Node(name)
             return n
 
-        self._gpus(a, node)
+        def existing(labels: dict[str, str]) -> _Node | None:
+            """The series' node if the live answers made it (the kept inventory names
+            no node that has gone)."""
+            name = resolver.of(labels)
+            return nodes.get(name) if name is not None else None
+
+        for answer in ("gpu", "gpu_sparse", "gpu_detail"):
+            self._gpus(a.get(answer, []), node)
+        self._gpus(a.get("gpu_slow", []), existing)
+        self._gpu_info(a.get("gpu_info", []), existing, resolver)
         for labels, _ in a.get("clock_events", []):
             index = _int(labels.get("gpu"))
             if index is not None and labels.get("reason"):
@@ -318,7 +357,7 @@ class PromSource:
             n = node(labels)
             if n is not None:
                 n.host.setdefault("cpu_util", min(1.0, max(0.0, value)))
-        self._ports(a, node)
+        self._ports(a, node, existing)
         self._storage(a, node)
         for key in ("wall", "compute", "samples", "steps"):
             for labels, value in a.get(f"job_{key}", []):
@@ -344,44 +383,61 @@ class PromSource:
             _merge(nodes[short], nodes.pop(long))
         return nodes
 
-    def _gpus(self, a: dict[str, Series], node: Callable[[dict[str, str]], _Node | None]) -> None:
+    def _gpus(self, series: Series, node: Callable[[dict[str, str]], _Node | None]) -> None:
+        """GPU values, ours or dcgm-exporter's, onto their nodes."""
         ranks: dict[tuple[str, int, int | None, str], int] = {}
-        for source, table in (("dcgm", q.DCGM_GPU), ("gpu", q.TUIMON_GPU)):
-            for labels, value in a.get(source, []):
-                index = _int(labels.get("gpu"))
-                metric = labels.get("__name__", "")
-                if index is None or metric not in table:
-                    continue
-                n = node(labels)
-                if n is None:
-                    continue
-                key, scale, add = table[metric]
-                if source == "dcgm" and _dcgm_blank(key, value):
-                    continue  # DCGM's "not supported" leaking through the exporter
-                gi = _int(labels.get("GPU_I_ID"))
-                if gi is not None:  # one MIG instance of the GPU
-                    values = n.mig.setdefault(index, {}).setdefault(gi, {})
-                    profile = labels.get("GPU_I_PROFILE")
-                    if profile and profile != "<<<NULL>>>":
-                        values["profile"] = profile
-                else:
-                    values = n.gpus.setdefault(index, {})
-                if add:
-                    values[key] = values.get(key, 0.0) + value * scale
-                else:
-                    # Of several names for one value, the table's first present wins.
-                    rank = q.DCGM_RANK.get(metric, 0) if source == "dcgm" else -1
-                    slot = (n.name, index, gi, key)
-                    if rank <= ranks.get(slot, rank):
-                        values[key] = value * scale
-                        ranks[slot] = rank
-                info = n.gpu_info.setdefault(index, {})
-                info.setdefault("uuid", labels.get("uuid") or labels.get("UUID"))
-                info.setdefault("name", labels.get("modelName") or labels.get("name"))
-                info.setdefault("pci_bus_id", labels.get("pci_bus_id"))
-                n.gpus.setdefault(index, {})
+        for labels, value in series:
+            index = _int(labels.get("gpu"))
+            metric = labels.get("__name__", "")
+            dcgm = metric in q.DCGM_GPU
+            if index is None or not (dcgm or metric in q.TUIMON_GPU):
+                continue
+            n = node(labels)
+            if n is None:
+                continue
+            key, scale, add = q.DCGM_GPU[metric] if dcgm else q.TUIMON_GPU[metric]
+            if dcgm and _dcgm_blank(key, value):
+                continue  # DCGM's "not supported" leaking through the exporter
+            gi = _int(labels.get("GPU_I_ID"))
+            if gi is not None:  # one MIG instance of the GPU
+                values = n.mig.setdefault(index, {}).setdefault(gi, {})
+                profile = labels.get("GPU_I_PROFILE")
+                if profile and profile != "<<<NULL>>>":
+                    values["profile"] = profile
+            else:
+                values = n.gpus.setdefault(index, {})
+            if add:
+                values[key] = values.get(key, 0.0) + value * scale
+            else:
+                # Of several names for one value, the table's first present wins.
+                rank = q.DCGM_RANK.get(metric, 0) if dcgm else -1
+                slot = (n.name, index, gi, key)
+                if rank <= ranks.get(slot, rank):
+                    values[key] = value * scale
+                    ranks[slot] = rank
+            n.gpus.setdefault(index, {})
 
-    def _ports(self, a: dict[str, Series], node: Callable[[dict[str, str]], _Node | None]) -> None:
+    def _gpu_info(self, series: Series, node: Callable[[dict[str, str]], _Node | None],
+                  resolver: NodeNames) -> None:
+        """What each GPU is (the inventory's labels): its UUID, model and bus id; and
+        the label matchers that select each node's series (its screen's detail query)."""
+        for labels, _ in series:
+            index = _int(labels.get("gpu"))
+            n = node(labels) if index is not None else None
+            if n is None or index is None or index not in n.gpus:
+                continue
+            known = self._matchers.setdefault(n.name, set())
+            if len(known) < 4:  # an agent and an exporter, say: a few at most
+                matcher = resolver.matcher(labels)
+                if matcher is not None:
+                    known.add(matcher)
+            info = n.gpu_info.setdefault(index, {})
+            info.setdefault("uuid", labels.get("uuid") or labels.get("UUID"))
+            info.setdefault("name", labels.get("modelName") or labels.get("name"))
+            info.setdefault("pci_bus_id", labels.get("pci_bus_id"))
+
+    def _ports(self, a: dict[str, Series], node: Callable[[dict[str, str]], _Node | None],
+               existing: Callable[[dict[str, str]], _Node | None]) -> None:
         def port(labels: dict[str, str]) -> dict[str, Any] | None:
             if not labels.get("device") or not labels.get("port"):
                 return None
@@ -407,6 +463,11 @@ class PromSource:
                 p = port(labels)
                 if p is not None:
                     p["errors_inc"] = {"symbol_errors": _whole(value)}
+        for labels, value in a.get("port_rate", []):  # kept: on the ports there are now
+            n = existing(labels)
+            pid = f"{labels.get('device')}:{labels.get('port')}"
+            if n is not None and pid in n.ports:
+                n.ports[pid]["rate"] = value
 
     def _storage(self, a: dict[str, Series],
                  node: Callable[[dict[str, str]], _Node | None]) -> None:
