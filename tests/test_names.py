@@ -108,3 +108,74 @@ def test_the_documents_follow_the_table() -> None:
     protocol = (DOCS / "protocol.md").read_text()
     for f in GPU_FIELDS:
         assert f"| `{f.key}` | {f.kind} | {f.unit} |" in protocol, f.key
+
+
+def _dcgm(host: str, name: str, gpu: int, value: float) -> tuple[dict[str, str], float]:
+    """A series as the aggregated queries return it: its name, GPU and whose it is."""
+    return ({"__name__": name, "gpu": str(gpu), "Hostname": host,
+             "instance": f"{host}:9400"}, value)
+
+
+def _source(detail: set[str] = frozenset()) -> PromSource:  # type: ignore[assignment]
+    cluster = ClusterState()
+    cluster.set_detail(detail)
+    return PromSource("http://unused", cluster, None, PromOptions())  # type: ignore[arg-type]
+
+
+def test_a_nodes_screen_open_counts_its_summed_fields_once() -> None:
+    """Retired pages are single- plus double-bit retirements: with the node's screen open
+    its every series comes in the detail answer as well as in the sparse one; counted
+    once, not twice."""
+    retired = [_dcgm("gpu001", "DCGM_FI_DEV_RETIRED_SBE", 0, 2),
+               _dcgm("gpu001", "DCGM_FI_DEV_RETIRED_DBE", 0, 1)]
+    answers = {"gpu": [_dcgm("gpu001", "DCGM_FI_DEV_GPU_TEMP", 0, 60)],
+               "gpu_sparse": retired,
+               "gpu_detail": [_dcgm("gpu001", "DCGM_FI_DEV_GPU_TEMP", 0, 60), *retired]}
+    for detail in (set(), {"gpu001"}):
+        nodes = _source(detail)._assemble(
+            {k: v for k, v in answers.items() if detail or k != "gpu_detail"}, NodeNames())
+        assert nodes["gpu001"].gpus[0]["retired_pages"] == 3, detail
+
+
+def test_health_counters_a_node_exports_start_from_zero() -> None:
+    """Only GPUs with a nonzero counter answer the sparse query; a GPU of a node that
+    exports the counter is at 0, so its first error is an increase the rules see."""
+    answers = {"gpu": [_dcgm("gpu001", "DCGM_FI_DEV_GPU_TEMP", i, 60) for i in range(2)]
+               + [_dcgm("gpu002", "DCGM_FI_DEV_GPU_TEMP", 0, 60)],
+               "gpu_sparse": [_dcgm("gpu001", "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+                                    1, 3)],
+               "gpu_exported": [({"__name__": "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
+                                  "Hostname": "gpu001", "instance": "gpu001:9400"}, 1.0)]}
+    nodes = _source()._assemble(answers, NodeNames())
+    assert [g.get("nvlink_recovery_errors") for g in nodes["gpu001"].gpus.values()] == [0, 3]
+    assert "nvlink_recovery_errors" not in nodes["gpu002"].gpus[0]  # not exported there
+
+
+def test_the_kept_inventory_brings_back_no_gpu_that_has_gone() -> None:
+    answers = {"gpu": [_dcgm("gpu001", "DCGM_FI_DEV_GPU_TEMP", 0, 60)],
+               "gpu_slow": [_dcgm("gpu001", "DCGM_FI_DEV_POWER_MGMT_LIMIT", i, 700)
+                            for i in range(2)] + [_dcgm("gone", "DCGM_FI_DEV_PSTATE", 0, 0)]}
+    nodes = _source()._assemble(answers, NodeNames())
+    assert set(nodes) == {"gpu001"} and list(nodes["gpu001"].gpus) == [0]
+    assert nodes["gpu001"].gpus[0]["power_limit"] == 700
+
+
+def test_a_merged_node_keeps_the_matchers_that_fetch_its_screen() -> None:
+    """dcgm-exporter says `gpu001.cluster.local`, node_exporter's uname `gpu001`: one
+    node, and its screen's detail query still selects the exporter's series."""
+    source = _source({"gpu001"})
+    resolver = NodeNames()
+    fqdn = _dcgm("gpu001.cluster.local", "DCGM_FI_DEV_GPU_TEMP", 0, 60)
+    answers = {"gpu": [fqdn], "gpu_info": [fqdn],
+               "host": [({"__name__": "node_load1", "instance": "10.0.0.1:9100"}, 1.0)],
+               "uname": [({"instance": "10.0.0.1:9100", "nodename": "gpu001"}, 1.0)]}
+    resolver.learn_uname(answers["uname"])
+    nodes = source._assemble(answers, resolver)
+    assert set(nodes) == {"gpu001"}
+    assert source._matchers["gpu001"] == {'Hostname="gpu001.cluster.local"'}
+    detail = q.detail_query(source._matchers["gpu001"], "")
+    assert detail is not None and 'Hostname="gpu001.cluster.local"' in detail
+
+
+def test_a_label_value_with_a_newline_is_quoted_as_promql_reads_it() -> None:
+    assert NodeNames().matcher({"Hostname": 'a\nb"c\\'}) == 'Hostname="a\\nb\\"c\\\\"'

@@ -121,7 +121,7 @@ def _prom_query_options(p: argparse.ArgumentParser) -> None:
                         "exporter's address); repeatable")
     p.add_argument("--tenant", metavar="ID",
                    help="Prometheus: the tenant to ask (sent as X-Scope-OrgID, as Grafana "
-                        "Mimir, Cortex and Thanos' receive tenancy require)")
+                        "Mimir and Cortex require)")
 
 
 def _log_option(p: argparse.ArgumentParser) -> None:
@@ -691,6 +691,11 @@ def _prom_options(args: argparse.Namespace) -> Any:
                           "https://...")
     ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
                if args.tls_ca or args.tls_insecure else None)
+    for label in args.node_label:
+        # It goes into every query's `by (...)`: a name PromQL takes unquoted.
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
+            raise TargetError(f"--node-label {label!r}: expected a label name of letters, "
+                              "digits and underscores (relabel it so on the server)")
     aliases = {}
     for item in args.node_alias:
         name, sep, node = item.partition("=")

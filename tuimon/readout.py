@@ -11,6 +11,7 @@ import time
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.judgement import Judgement
 from tuimon.status import format_text, level, report
+from tuimon_core.protocol.fields import PORT_ACTIVE
 from tuimon_core.protocol.text import clean_lines
 
 
@@ -54,7 +55,8 @@ def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
     ports = ((node.detail.extra.get("fabric") or {}).get("ports") or []) if node.detail else []
     ib = [p["tx_util"] for p in ports if p.get("tx_util") is not None]
     ib_mean = _mean(ib)
-    ib_bad = sum(1 for p in ports if p.get("state") not in (None, 4) or p.get("errors_inc"))
+    ib_bad = sum(1 for p in ports
+                 if p.get("state") not in (None, PORT_ACTIVE) or p.get("errors_inc"))
     row = (f"{shown_name(node.name, width):<{width}} {status:<10} {node.gpu_count:>4} "
            f"{(f'{mean * 100:.0f}%' if mean is not None else '-'):>5} "
            f"{(f'{max(temps):.0f}C' if temps else '-'):>5} "

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tuimon_core.protocol.fields import THROTTLE_REASONS
+from tuimon_core.protocol.fields import PORT_ACTIVE, THROTTLE_REASONS
 
 LEVELS = 9  # heat-0 .. heat-8 in the themes
 FAILED = -1  # the GPU or port failed: drawn as a red cross whatever the metric
@@ -106,7 +106,7 @@ def _congestion(v: dict[str, Any], info: Any = None) -> float | None:
 
 
 def _port_errors(v: dict[str, Any], info: Any = None) -> float | None:
-    if v.get("state") not in (None, 4):
+    if v.get("state") not in (None, PORT_ACTIVE):
         return 1.0  # link not ACTIVE
     inc = v.get("errors_inc") or {}
     bad = sum(n for n in inc.values() if n)

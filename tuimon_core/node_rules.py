@@ -17,7 +17,7 @@ from typing import Any
 
 from tuimon_core.findings import Finding
 from tuimon_core.link_rules import LinkRules
-from tuimon_core.protocol.fields import PORT_ERROR_COUNTERS
+from tuimon_core.protocol.fields import PORT_ACTIVE, PORT_ERROR_COUNTERS, PORT_LINK_UP
 
 # Congestion: sustained above this (xmit_wait ticks/s), senders starve; a port or a leaf
 # this many times its peers' median stands out (here: the node's other ports; in the
@@ -165,7 +165,7 @@ class NodeRules:
             counted = pid in self._error_ports
             downs = self._count(pid, "link_downed", now) if counted else 0
             phys = p.get("phys_state")
-            if p.get("state") not in (None, 4) or phys not in (None, 5):
+            if p.get("state") not in (None, PORT_ACTIVE) or phys not in (None, PORT_LINK_UP):
                 # ACTIVE (4) and LinkUp (5): anything else and the port carries nothing.
                 bad_phys = f" ({p.get('phys_state_name') or phys})" \
                     if phys not in (None, 5) else ""

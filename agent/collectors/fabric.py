@@ -22,6 +22,7 @@ from agent.rates import RateTracker
 from tuimon_core.protocol.fields import (
     HW_COUNTERS,
     NIC_COUNTERS_READ,
+    PORT_ACTIVE,
     PORT_COUNTERS_READ,
     PORT_ERROR_COUNTERS,
 )
@@ -294,7 +295,7 @@ class FabricCollector:
         dt = now - p.prev_t if p.prev_t is not None else 0.0
         prev, cur = p.prev, {}
         old_totals = self.totals.get(p.id, {})
-        read_errors = errors_due or p.prev_t is None or v["state"] != 4
+        read_errors = errors_due or p.prev_t is None or v["state"] != PORT_ACTIVE
         totals: dict[str, int | None] = {}
         increments: dict[str, int | None] = {}
         saturated: list[str] = []

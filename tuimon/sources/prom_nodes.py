@@ -22,6 +22,7 @@ GPUs under one name, its InfiniBand ports and NFS mounts under another). The ord
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 
@@ -40,7 +41,8 @@ def identity_labels(first: Iterable[str] = ()) -> tuple[str, ...]:
 
 
 def _quoted(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A PromQL string: JSON's escapes are Go's (a newline in a label value included)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def instance_host(instance: str | None) -> str | None:

@@ -158,7 +158,8 @@ LIVE_QUERIES: dict[str, str] = {
     "gpu_sparse": _gpus(SPARSE_GPU, " > 0"),
     "clock_events": "tuimon_gpu_clock_event_active{{{mm}}} == 1",
     "host": 'max by (__name__, {ids}) ({{__name__=~"' + _names(HOST) + '"{m}}})',
-    "host_cpu": '1 - avg by (instance) (rate(node_cpu_seconds_total{{mode="idle"{m}}}[1m]))',
+    "host_cpu": ('1 - avg by ({ids}) (rate(node_cpu_seconds_total{{mode="idle"{m}}}'
+                 '[1m]))'),
     # Who is who: node_exporter's host name for its instance; the targets whose last
     # scrape failed.
     "uname": "max by (instance, nodename) (node_uname_info{{{mm}}})",
@@ -173,10 +174,9 @@ LIVE_QUERIES: dict[str, str] = {
     # ports where they did. Not increase() over a name regex: that would drop the names
     # and collide.
     "ib_errors": "(" + (
-        _moved("node, instance, device, port",
+        _moved(PORT_BY,
                '{{__name__=~"(' + IB_ERRORS_TUIMON.replace("|", "_total|") + '_total)"{m}}}')
-        + " or " + _moved("instance, device, port",
-                          '{{__name__=~"(' + IB_ERRORS_NODE + ')"{m}}}')) + ") > 0",
+        + " or " + _moved(PORT_BY, '{{__name__=~"(' + IB_ERRORS_NODE + ')"{m}}}')) + ") > 0",
     "fs_read": f"irate({FS_COUNTERS_READ[0].metric}_total{{{{{{mm}}}}}}[1m]) or "
                + _nfs("read"),
     "fs_write": f"irate({FS_COUNTERS_READ[1].metric}_total{{{{{{mm}}}}}}[1m]) or "
@@ -230,6 +230,10 @@ INVENTORY_QUERIES: dict[str, str] = {
                 + '"{m}}})',
     "port_rate": ('max by (__name__, ' + PORT_BY + ') ({{__name__=~"'
                   + _names(n for n, key in PORT_GAUGES.items() if key == "rate") + '"{m}}})'),
+    # Which health counters each node's exporters export at all: those the sparse answer
+    # leaves out are 0 there (a rule counting their increase needs where they start).
+    "gpu_exported": 'group by (__name__, {ids}) ({{__name__=~"' + _names(gpu_names(SPARSE_GPU))
+                    + '"{m}}})',
 }
 
 

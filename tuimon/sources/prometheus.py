@@ -41,7 +41,12 @@ from tuimon_core.protocol import (
     decode,
     encode,
 )
-from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
+from tuimon_core.protocol.fields import (
+    GPU_FIELDS,
+    HOST_FIELDS,
+    PORT_PHYS_STATES,
+    PORT_STATES,
+)
 from tuimon_core.protocol.schema import Int, WireType
 from tuimon_core.protocol.text import clean
 from tuimon_core.version import __version__
@@ -173,8 +178,10 @@ class PromSource:
                     f"{self.url}{path}", params=params, headers=self._headers(),
                     ssl=self.options.ssl_context or True,
                     timeout=aiohttp.ClientTimeout(total=self.options.timeout)) as resp:
-                if resp.status == 401:
-                    raise PromError(f"prometheus {self.url}: wrong or missing token (401)")
+                if resp.status == 401:  # the token, or a multi-tenant store's tenant
+                    said = clean((await resp.content.read(200)).decode(errors="replace"))
+                    raise PromError(f"prometheus {self.url}: refused (401): "
+                                    f"{said.strip() or 'wrong or missing token'}")
                 body = await _read_bounded(resp, MAX_ANSWER_BYTES)
                 if body is None:
                     raise PromError(f"prometheus {self.url}: an answer over "
@@ -213,6 +220,17 @@ class PromSource:
             if math.isfinite(value):
                 out.append((labels, value))
         return out
+
+    async def _detail(self, promql: str | None) -> Series:
+        """The open node screens' every value: what the rest of the refresh does not
+        depend on, so its failure is said in the log and the refresh goes on."""
+        if promql is None:
+            return []
+        try:
+            return await self.query(promql)
+        except PromError as exc:
+            log.warning("%s (the detail of the nodes whose screen is open)", exc)
+            return []
 
     async def scrape_errors(self) -> dict[tuple[str, str], str]:
         """(job, instance) -> why the last scrape failed, from the targets API; empty
@@ -260,10 +278,13 @@ class PromSource:
     async def refresh(self) -> None:
         now = time.monotonic()
         queries, with_budget, with_inventory = self._planned(now)
-        results = await asyncio.gather(*(self.query(promql) for promql in queries.values()))
-        answers = dict(zip(queries, results))
+        detail = queries.pop("gpu_detail", None)
+        results = await asyncio.gather(*(self.query(promql) for promql in queries.values()),
+                                       self._detail(detail))
+        answers = dict(zip([*queries, "gpu_detail"], results))
         if with_inventory:
             self._last_inventory = now
+            self._matchers = {}  # learnt again from this inventory
             self._inventory_answers = {n: answers[n] for n in q.INVENTORY_QUERIES}
         else:
             answers.update(self._inventory_answers)
@@ -335,10 +356,14 @@ class PromSource:
             name = resolver.of(labels)
             return nodes.get(name) if name is not None else None
 
-        for answer in ("gpu", "gpu_sparse", "gpu_detail"):
-            self._gpus(a.get(answer, []), node)
-        self._gpus(a.get("gpu_slow", []), existing)
+        # A node whose screen is open has every series in the detail answer: the others
+        # would count its summed fields twice.
+        detailed = self._gpus(a.get("gpu_detail", []), node)
+        for answer in ("gpu", "gpu_sparse"):
+            self._gpus(a.get(answer, []), node, skip=detailed, learn=resolver)
+        self._gpus(a.get("gpu_slow", []), existing, skip=detailed, known_only=True)
         self._gpu_info(a.get("gpu_info", []), existing, resolver)
+        self._counters_from_zero(a.get("gpu_exported", []), existing)
         for labels, _ in a.get("clock_events", []):
             index = _int(labels.get("gpu"))
             if index is not None and labels.get("reason"):
@@ -381,11 +406,20 @@ class PromSource:
         # `gpu001.cluster.local` and `gpu001` are one machine.
         for long, short in NodeNames.short_forms(nodes).items():
             _merge(nodes[short], nodes.pop(long))
+            self._matchers.setdefault(short, set()).update(self._matchers.pop(long, set()))
         return nodes
 
-    def _gpus(self, series: Series, node: Callable[[dict[str, str]], _Node | None]) -> None:
-        """GPU values, ours or dcgm-exporter's, onto their nodes."""
+    def _gpus(self, series: Series, node: Callable[[dict[str, str]], _Node | None],
+              skip: set[str] | frozenset[str] = frozenset(), known_only: bool = False,
+              learn: NodeNames | None = None) -> set[str]:
+        """GPU values, ours or dcgm-exporter's, onto their nodes (not those in `skip`;
+        with `known_only`, only onto GPUs and MIG instances the live answers made: the
+        kept inventory brings back none that has gone). Returns the nodes it wrote to.
+        With `learn`, a node whose screen is open and has no label matcher yet gets one
+        (a node new since the inventory)."""
         ranks: dict[tuple[str, int, int | None, str], int] = {}
+        wrote: set[str] = set()
+        detail = self.cluster.detail_targets
         for labels, value in series:
             index = _int(labels.get("gpu"))
             metric = labels.get("__name__", "")
@@ -393,12 +427,18 @@ class PromSource:
             if index is None or not (dcgm or metric in q.TUIMON_GPU):
                 continue
             n = node(labels)
-            if n is None:
+            if n is None or n.name in skip:
                 continue
             key, scale, add = q.DCGM_GPU[metric] if dcgm else q.TUIMON_GPU[metric]
             if dcgm and _dcgm_blank(key, value):
                 continue  # DCGM's "not supported" leaking through the exporter
             gi = _int(labels.get("GPU_I_ID"))
+            if known_only and (index not in n.gpus or (
+                    gi is not None and gi not in n.mig.get(index, {}))):
+                continue
+            if learn is not None and n.name in detail and n.name not in self._matchers:
+                self._learn_matcher(n.name, learn, labels)
+            wrote.add(n.name)
             if gi is not None:  # one MIG instance of the GPU
                 values = n.mig.setdefault(index, {}).setdefault(gi, {})
                 profile = labels.get("GPU_I_PROFILE")
@@ -416,6 +456,30 @@ class PromSource:
                     values[key] = value * scale
                     ranks[slot] = rank
             n.gpus.setdefault(index, {})
+        return wrote
+
+    def _learn_matcher(self, name: str, resolver: NodeNames, labels: dict[str, str]) -> None:
+        known = self._matchers.setdefault(name, set())
+        if len(known) < 4:  # an agent and an exporter, say: a few at most
+            matcher = resolver.matcher(labels)
+            if matcher is not None:
+                known.add(matcher)
+
+    @staticmethod
+    def _counters_from_zero(series: Series,
+                            node: Callable[[dict[str, str]], _Node | None]) -> None:
+        """The health counters a node's exporters export, at 0 on its GPUs that the
+        sparse answer left out: the rules that count their increase need the zero they
+        start from (the first XID-free NVLink error is an increase of one, not a new
+        counter)."""
+        for labels, _ in series:
+            n = node(labels)
+            entry = q.DCGM_GPU.get(labels.get("__name__", "")) or q.TUIMON_GPU.get(
+                labels.get("__name__", ""))
+            if n is None or entry is None:
+                continue
+            for values in n.gpus.values():
+                values.setdefault(entry[0], 0.0)
 
     def _gpu_info(self, series: Series, node: Callable[[dict[str, str]], _Node | None],
                   resolver: NodeNames) -> None:
@@ -426,11 +490,7 @@ class PromSource:
             n = node(labels) if index is not None else None
             if n is None or index is None or index not in n.gpus:
                 continue
-            known = self._matchers.setdefault(n.name, set())
-            if len(known) < 4:  # an agent and an exporter, say: a few at most
-                matcher = resolver.matcher(labels)
-                if matcher is not None:
-                    known.add(matcher)
+            self._learn_matcher(n.name, resolver, labels)
             info = n.gpu_info.setdefault(index, {})
             info.setdefault("uuid", labels.get("uuid") or labels.get("UUID"))
             info.setdefault("name", labels.get("modelName") or labels.get("name"))
@@ -565,13 +625,15 @@ class PromSource:
             for side in ("tx", "rx"):
                 if rate and p.get(f"{side}_bytes_s") is not None:
                     out[f"{side}_util"] = p[f"{side}_bytes_s"] / rate
-            for k in ("state", "phys_state"):
-                if k in out:
+            for k, names in (("state", PORT_STATES), ("phys_state", PORT_PHYS_STATES)):
+                if k in out:  # named as the agent names it from sysfs
                     out[k] = int(out[k])
+                    out.setdefault(f"{k}_name", names.get(out[k], str(out[k])))
             out.pop("rate", None)
             ports.append(out)
-        inventory = (tuple((g.index, g.uuid, g.name) for g in gpus_info),
-                     tuple(sorted(n.ports)),
+        inventory = (tuple((g.index, g.uuid, g.name, g.power_limit, g.max_sm_clock)
+                           for g in gpus_info),
+                     tuple(sorted((pid, p.get("rate")) for pid, p in n.ports.items())),
                      tuple(sorted((f["id"], f["fstype"]) for f in n.filesystems.values())),
                      tuple(sorted(n.disks)))
         target = name

@@ -18,6 +18,7 @@ from tuimon.model.map_kinds import gpu_busy, gpu_health
 from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import sparkline
 from tuimon.ui.units import rate, size
+from tuimon_core.protocol.fields import PORT_ACTIVE
 
 
 def _f(v: object, fmt: str = "{:.0f}", scale: float = 1.0) -> str:
@@ -225,7 +226,7 @@ class NodeScreen(Screen[None]):
                     f"[$warning]{safe(t, 120)}[/]" for t in held[p["id"]]])
             if p.get("saturated"):
                 errs += f" [$warning]saturated: {safe(', '.join(p['saturated']), 80)}[/]"
-            state_color = "$success" if p.get("state") == 4 else "$error"
+            state_color = "$success" if p.get("state") == PORT_ACTIVE else "$error"
             lines.append(
                 f"        {safe(p['id'], 12):<12} "
                 f"[{state_color}]{safe(p.get('state_name') or '-', 8):<8}[/]"

@@ -476,6 +476,14 @@ FS_COUNTERS_READ: tuple[Counter, ...] = (
     Counter("read_bytes", "stats", "tuimon_fs_read_bytes", "Bytes read by this client"),
     Counter("write_bytes", "stats", "tuimon_fs_write_bytes", "Bytes written by this client"),
 )
+# An InfiniBand port's states by number, as the kernel names them (sysfs `state` and
+# `phys_state` read "4: ACTIVE", "5: LinkUp"): a port carries traffic only when ACTIVE and
+# LinkUp. Readers that get the number alone (Prometheus) name it from here.
+PORT_ACTIVE = 4
+PORT_LINK_UP = 5
+PORT_STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", PORT_ACTIVE: "ACTIVE", 5: "ACTIVE_DEFER"}
+PORT_PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining",
+                    PORT_LINK_UP: "LinkUp", 6: "LinkErrorRecovery", 7: "PhyTest"}
 # Gauges of a port the agent exports beside its counters, and node_exporter's names.
 PORT_GAUGE_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("rate", "tuimon_ib_port_rate_bytes_per_second", "node_infiniband_rate_bytes_per_second",
