@@ -105,7 +105,8 @@ def _once(url: str, env: dict[str, str]) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", "import sys; from tuimon.cli import main; "
-                           "sys.exit(main())", "prom", url, "--once"], env=env,
+                           "sys.exit(main())", "prom", url, "--once", "--timeout", "60"],
+                          env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)

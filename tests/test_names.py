@@ -81,13 +81,14 @@ def test_every_dcgm_name_maps_to_a_wire_field_and_the_queries_ask_for_it() -> No
         assert name.startswith("DCGM_FI_") and (key in keys or key.startswith("_")), name
         assert scale > 0
     detail = q.detail_query(['Hostname="gpu001"'], "") or ""
-    tiers = (q.LIVE_QUERIES["gpu"], q.LIVE_QUERIES["gpu_sparse"],
-             q.INVENTORY_QUERIES["gpu_slow"])
+    tiers = (q.DENSE_GPU, frozenset(q.BUSY), q.SPARSE_GPU, q.SLOW_GPU)
     for name, (key, _, _) in {**q.DCGM_GPU, **q.TUIMON_GPU}.items():
         assert name in detail, name
-        asked = [t for t in tiers if name in t]
-        tiered = key in q.DENSE_GPU | q.SPARSE_GPU | q.SLOW_GPU
-        assert len(asked) == (1 if tiered else 0), (name, key)
+        assert sum(key in tier for tier in tiers) <= 1, (name, key)  # one tier at most
+        for tier, query in zip(tiers, ("gpu", "gpu_busy", "gpu_sparse", "gpu_slow")):
+            if key in tier:
+                assert f"|{name}|" in "|" + (q.LIVE_QUERIES.get(query) or
+                                             q.INVENTORY_QUERIES[query]).replace('"', "|"), name
     for f in HOST_FIELDS:
         for name in (f.exposed, f.node_exporter):
             if name:

@@ -135,6 +135,7 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
     """The same scrapes through Prometheus and through VictoriaMetrics (MetricsQL): the
     same cluster read from either."""
     ib_port(proc_root, "mlx5_0", counters={"port_xmit_data": 1000, "port_rcv_data": 2000})
+    ib_port(proc_root, "mlx5_1", state="1: DOWN", phys_state="3: Disabled")
     sim = SimCluster(nodes=3, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
                      scenario="healthy")
     async with sim, dcgm_exporter() as dcgm:
@@ -196,8 +197,15 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
     assert any(f.kind == "thermal" and f.where == "dgx-b GPU 0" for f in findings), findings
     # node_exporter's InfiniBand port, on the node named by its instance's host.
     if nodex:
-        port = cluster.nodes["127.0.0.1"].sample.extra["fabric"]["ports"][0]
-        assert port["id"] == "mlx5_0:1" and port["state"] == 4 and port["tx_bytes_s"] == 0
+        ports = {p["id"]: p for p in cluster.nodes["127.0.0.1"].sample.extra["fabric"]["ports"]}
+        up, down = ports["mlx5_0:1"], ports["mlx5_1:1"]
+        # Only a port that is not ACTIVE and LinkUp is asked its state (none reads as up),
+        # and named as the agent names it.
+        assert "state" not in up and up["tx_bytes_s"] == 0
+        assert (down["state"], down["state_name"], down["phys_state_name"]) == (
+            1, "DOWN", "Disabled")
+        assert any(f.kind == "link_down" and f.where == "127.0.0.1 mlx5_1:1"
+                   for f in findings), findings
     # The job's budget from the counters, and its SLI from the rates.
     assert "llm-pretrain" in cluster.budgets
     budget = cluster.budgets["llm-pretrain"]

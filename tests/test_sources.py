@@ -167,3 +167,47 @@ async def test_a_multi_tenant_store_gets_the_tenant_asked_for() -> None:
             assert await tenant.query("up") == []
     finally:
         await runner.cleanup()
+
+
+async def test_a_failing_inventory_query_leaves_the_refresh_and_is_asked_again() -> None:
+    """Only the live queries must answer: the inventory's (here the GPUs' names, refused
+    by the server) is logged, kept from before, and asked again at the next refresh."""
+    import math
+
+    from aiohttp import web
+
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    asked: list[str] = []
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        asked.append(promql)
+        if promql.startswith("group by (gpu,"):
+            return web.json_response({"status": "error", "error": "query timed out"},
+                                     status=503)
+        result = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
+                              "Hostname": "gpu001"}, "value": [1.0, "61"]}] \
+            if "DCGM_FI_DEV_GPU_TEMP" in promql and promql.startswith("max by") else []
+        return web.json_response({"status": "success",
+                                  "data": {"resultType": "vector", "result": result}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            cluster = ClusterState()
+            source = PromSource(url, cluster, session, PromOptions())
+            await source.refresh()
+            assert cluster.nodes["gpu001"].status == "up"
+            assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
+            assert source._last_inventory == -math.inf  # not done: asked again
+            before = sum(p.startswith("group by (gpu,") for p in asked)
+            await source.refresh()
+            assert sum(p.startswith("group by (gpu,") for p in asked) == before + 1
+    finally:
+        await runner.cleanup()

@@ -119,6 +119,10 @@ def _prom_query_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-alias", action="append", default=[], metavar="NAME=NODE",
                    help="Prometheus: call what resolves to NAME by NODE instead (e.g. an "
                         "exporter's address); repeatable")
+    p.add_argument("--timeout", type=positive_float(600.0), default=10.0, metavar="S",
+                   help="Prometheus: seconds each query may take (default 10); a slow "
+                        "answer to the live queries fails the refresh, to the others is "
+                        "asked again at the next one")
     p.add_argument("--tenant", metavar="ID",
                    help="Prometheus: the tenant to ask (sent as X-Scope-OrgID, as Grafana "
                         "Mimir and Cortex require)")
@@ -708,7 +712,7 @@ def _prom_options(args: argparse.Namespace) -> Any:
         server = urlsplit(args.url).netloc.rsplit("@", 1)[-1]
         check_token_transport([server], token, False, args.insecure,
                               tls_flag="an https:// URL")
-    return PromOptions(token=token, tenant=args.tenant,
+    return PromOptions(token=token, tenant=args.tenant, timeout=args.timeout,
                        ssl_context=ssl_ctx, match=args.match, every=args.every,
                        slo_hours=args.slo_hours, node_labels=list(args.node_label),
                        node_aliases=aliases)

@@ -34,6 +34,7 @@ import re
 from collections.abc import Iterable
 
 from tuimon_core.filesystems import SHARED_FSTYPES as SHARED
+from tuimon_core.heat_levels import BUSY_FIELDS
 from tuimon_core.protocol.fields import (
     CLOCK_EVENT_REASONS,
     DISK_COUNTERS_READ,
@@ -41,13 +42,20 @@ from tuimon_core.protocol.fields import (
     GPU_FIELDS,
     HOST_FIELDS,
     MIB,
+    PORT_ACTIVE,
     PORT_COUNTERS_READ,
     PORT_GAUGE_METRICS,
+    PORT_LINK_UP,
     Counter,
 )
 
 # Prometheus name -> (wire key, factor to the wire's unit, added to the others)
 Mapping = dict[str, tuple[str, float, bool]]
+
+# dcgm-exporter has no total memory before 3.x's FB_TOTAL, and not always then: used +
+# free + reserved (where given), once a minute, as a series of this name
+# (FB_TOTAL_QUERY, below).
+FB_TOTAL = "tuimon:dcgm_fb_total"
 
 TUIMON_GPU: Mapping = {f.exposed: (f.key, 1.0, False) for f in GPU_FIELDS if f.exposed}
 TUIMON_GPU.update({"tuimon_gpu_up": ("_up", 1.0, False),
@@ -61,6 +69,10 @@ DCGM_GPU.update({
 })
 # Which of several dcgm names for one field wins: the earlier in the table.
 DCGM_RANK = {d.name: i for f in GPU_FIELDS for i, d in enumerate(f.dcgm)}
+# Series the queries make (not an exporter's), read as dcgm-exporter's; the exporter's
+# own total wins over the one made.
+DCGM_MADE: Mapping = {FB_TOTAL: ("mem_total", MIB, False)}
+DCGM_RANK[FB_TOTAL] = len(DCGM_RANK)
 
 HOST: Mapping = {f.exposed: (f.key, 1.0, False) for f in HOST_FIELDS if f.exposed}
 HOST.update({f.node_exporter: (f.key, 1.0, False) for f in HOST_FIELDS if f.node_exporter})
@@ -85,11 +97,12 @@ def _names(table: Iterable[str]) -> str:
     return "|".join(table)
 
 
-# What every refresh asks of every GPU: the maps' cells (util, memory, temperature,
-# power, clock), the busy proxy (engine or SM activity) and what the node rules compare
-# (the PCIe link now, the agent's own up mark).
-DENSE_GPU = frozenset({"util", "gr_active", "sm_active", "mem_used", "_fb_free", "temp",
-                       "power", "sm_clock", "pcie_gen", "pcie_width", "_up"})
+# What every refresh asks of every GPU: the maps' cells (memory, temperature, power,
+# clock), the agent's own up mark, and how busy it is (BUSY, below).
+DENSE_GPU = frozenset({"mem_used", "temp", "power", "sm_clock", "_up"})
+# How busy a GPU is: the first of these it has (heat_levels.BUSY_FIELDS' order, as the
+# maps and the busy proxy read it), one series a GPU.
+BUSY = tuple(key for key, _ in BUSY_FIELDS)
 # Health counters and marks: 0 on a healthy GPU, so only the others answer.
 SPARSE_GPU = frozenset({"last_xid", "xid_total", "ecc_corrected", "ecc_uncorrected",
                         "retired_pages", "retired_pending", "remapped_rows", "remap_pending",
@@ -97,7 +110,7 @@ SPARSE_GPU = frozenset({"last_xid", "xid_total", "ecc_corrected", "ecc_uncorrect
                         "nvlink_recovery_errors", "nvlink_crc_errors", "_throttle_bits"})
 # What changes rarely: asked every INVENTORY_EVERY_S and kept between.
 SLOW_GPU = frozenset({"mem_total", "mem_reserved", "power_limit", "pstate", "mem_clock",
-                      "_max_sm_clock", "mig_mode"})
+                      "_max_sm_clock", "mig_mode", "pcie_gen", "pcie_width"})
 INVENTORY_EVERY_S = 60.0
 
 
@@ -118,6 +131,25 @@ PORT_BY = "device, port, {ids}"
 def _gpus(keys: Iterable[str], after: str = "") -> str:
     return ("max by (" + GPU_BY + ') ({{__name__=~"' + _names(gpu_names(keys)) + '"{m}}})'
             + after)
+
+
+def _busy() -> str:
+    """Each GPU's first busy measure: `or ignoring(__name__)` keeps a later one only for
+    the GPUs without an earlier one."""
+    return " or ignoring(__name__) ".join(f"({_gpus([key])})" for key in BUSY)
+
+
+_FB_BY = "gpu, GPU_I_ID, GPU_I_PROFILE, {ids}"
+
+
+def _fb(name: str) -> str:
+    return f"max by ({_FB_BY}) ({name}{{{{{{mm}}}}}})"
+
+
+FB_TOTAL_QUERY = ("label_replace(" + _fb("DCGM_FI_DEV_FB_USED") + " + "
+                  + _fb("DCGM_FI_DEV_FB_FREE") + " + (" + _fb("DCGM_FI_DEV_FB_RESERVED")
+                  + " or " + _fb("DCGM_FI_DEV_FB_USED") + ' * 0), "__name__", "'
+                  + FB_TOTAL + '", "", "")')
 
 
 def _ports(query: str) -> str:
@@ -154,7 +186,10 @@ def _nfs(kind: str) -> str:
 
 # name -> PromQL template. Every refresh runs all of them, concurrently (a few at once).
 LIVE_QUERIES: dict[str, str] = {
+    # (Separate queries: `or` matches series by their labels without the name, so two
+    # of one GPU under different names would keep only the first.)
     "gpu": _gpus(DENSE_GPU),
+    "gpu_busy": _busy(),
     "gpu_sparse": _gpus(SPARSE_GPU, " > 0"),
     "clock_events": "tuimon_gpu_clock_event_active{{{mm}}} == 1",
     "host": 'max by (__name__, {ids}) ({{__name__=~"' + _names(HOST) + '"{m}}})',
@@ -164,9 +199,11 @@ LIVE_QUERIES: dict[str, str] = {
     # scrape failed.
     "uname": "max by (instance, nodename) (node_uname_info{{{mm}}})",
     "up": "up{{{mm}}} == 0",
-    "port_gauges": ('max by (__name__, ' + PORT_BY + ') ({{__name__=~"'
-                    + _names(n for n, key in PORT_GAUGES.items() if key != "rate")
-                    + '"{m}}})'),
+    # Only the ports not ACTIVE and LinkUp (no state reads as up).
+    **{f"port_{key}": ("max by (__name__, " + PORT_BY + ') ({{__name__=~"'
+                       + _names(n for n, k in PORT_GAUGES.items() if k == key) + '"{m}}}) != '
+                       + str(healthy))
+       for key, healthy in (("state", PORT_ACTIVE), ("phys_state", PORT_LINK_UP))},
     "ib_tx": _ports(_counter(_COUNTER["tx_bytes"])),
     "ib_rx": _ports(_counter(_COUNTER["rx_bytes"])),
     "ib_wait": _ports(_counter(_COUNTER["xmit_wait"])),
@@ -224,10 +261,11 @@ def budget_queries(window_hours: float) -> dict[str, str]:
 # live queries answer for.
 INVENTORY_QUERIES: dict[str, str] = {
     "gpu_slow": _gpus(SLOW_GPU),
+    "gpu_total": FB_TOTAL_QUERY,
     # The GPUs' names, UUIDs and bus ids: one series a GPU, from the labels of the
     # series every refresh asks for.
-    "gpu_info": "group by (" + INFO_BY + ') ({{__name__=~"' + _names(gpu_names(DENSE_GPU))
-                + '"{m}}})',
+    "gpu_info": "group by (" + INFO_BY + ') ({{__name__=~"'
+                + _names(gpu_names(DENSE_GPU | set(BUSY))) + '"{m}}})',
     "port_rate": ('max by (__name__, ' + PORT_BY + ') ({{__name__=~"'
                   + _names(n for n, key in PORT_GAUGES.items() if key == "rate") + '"{m}}})'),
     # Which health counters each node's exporters export at all: those the sparse answer

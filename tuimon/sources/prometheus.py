@@ -221,16 +221,15 @@ class PromSource:
                 out.append((labels, value))
         return out
 
-    async def _detail(self, promql: str | None) -> Series:
-        """The open node screens' every value: what the rest of the refresh does not
-        depend on, so its failure is said in the log and the refresh goes on."""
-        if promql is None:
-            return []
+    async def _optional(self, name: str, promql: str) -> Series | None:
+        """A query the refresh can do without (the inventory, the budget, the detail of
+        the open node screens): its failure is logged, None."""
         try:
             return await self.query(promql)
         except PromError as exc:
-            log.warning("%s (the detail of the nodes whose screen is open)", exc)
-            return []
+            log.warning("%s (%s: kept from before, asked again at the next refresh)", exc,
+                        name)
+            return None
 
     async def scrape_errors(self) -> dict[tuple[str, str], str]:
         """(job, instance) -> why the last scrape failed, from the targets API; empty
@@ -276,18 +275,32 @@ class PromSource:
         return queries, with_budget, with_inventory
 
     async def refresh(self) -> None:
+        """One refresh. Only the live queries must answer: an inventory, budget or
+        detail query that fails is logged, what it gave before is kept, and it is asked
+        again at the next refresh."""
         now = time.monotonic()
         queries, with_budget, with_inventory = self._planned(now)
-        detail = queries.pop("gpu_detail", None)
-        results = await asyncio.gather(*(self.query(promql) for promql in queries.values()),
-                                       self._detail(detail))
-        answers = dict(zip([*queries, "gpu_detail"], results))
+        live = [n for n in queries if n in q.LIVE_QUERIES]
+        rest = [n for n in queries if n not in q.LIVE_QUERIES]
+        results = await asyncio.gather(*(self.query(queries[n]) for n in live),
+                                       *(self._optional(n, queries[n]) for n in rest))
+        answers: dict[str, Series] = {n: r or [] for n, r in zip(live, results[:len(live)])}
+        failed = set()
+        for name, result in zip(rest, results[len(live):]):
+            if result is None:
+                failed.add(name)
+            else:
+                answers[name] = result
         if with_inventory:
-            self._last_inventory = now
-            self._matchers = {}  # learnt again from this inventory
-            self._inventory_answers = {n: answers[n] for n in q.INVENTORY_QUERIES}
-        else:
-            answers.update(self._inventory_answers)
+            fresh = {n: answers[n] for n in q.INVENTORY_QUERIES if n not in failed}
+            self._inventory_answers.update(fresh)
+            if not failed & q.INVENTORY_QUERIES.keys():
+                self._last_inventory = now
+                self._matchers = {}  # learnt again from this inventory
+        for name, series in self._inventory_answers.items():
+            answers.setdefault(name, series)
+        with_budget = with_budget and not failed & q.budget_queries(
+            self.options.slo_hours).keys()
         self.refreshes += 1
         resolver = NodeNames(self.options.node_labels, self.options.node_aliases)
         resolver.learn_uname(answers.get("uname", []))
@@ -359,9 +372,10 @@ class PromSource:
         # A node whose screen is open has every series in the detail answer: the others
         # would count its summed fields twice.
         detailed = self._gpus(a.get("gpu_detail", []), node)
-        for answer in ("gpu", "gpu_sparse"):
+        for answer in ("gpu", "gpu_busy", "gpu_sparse"):
             self._gpus(a.get(answer, []), node, skip=detailed, learn=resolver)
-        self._gpus(a.get("gpu_slow", []), existing, skip=detailed, known_only=True)
+        for answer in ("gpu_slow", "gpu_total"):
+            self._gpus(a.get(answer, []), existing, skip=detailed, known_only=True)
         self._gpu_info(a.get("gpu_info", []), existing, resolver)
         self._counters_from_zero(a.get("gpu_exported", []), existing)
         for labels, _ in a.get("clock_events", []):
@@ -423,13 +437,16 @@ class PromSource:
         for labels, value in series:
             index = _int(labels.get("gpu"))
             metric = labels.get("__name__", "")
-            dcgm = metric in q.DCGM_GPU
-            if index is None or not (dcgm or metric in q.TUIMON_GPU):
+            entry = q.DCGM_GPU.get(metric) or q.DCGM_MADE.get(metric)
+            dcgm = entry is not None
+            if entry is None:
+                entry = q.TUIMON_GPU.get(metric)
+            if index is None or entry is None:
                 continue
             n = node(labels)
             if n is None or n.name in skip:
                 continue
-            key, scale, add = q.DCGM_GPU[metric] if dcgm else q.TUIMON_GPU[metric]
+            key, scale, add = entry
             if dcgm and _dcgm_blank(key, value):
                 continue  # DCGM's "not supported" leaking through the exporter
             gi = _int(labels.get("GPU_I_ID"))
@@ -507,7 +524,7 @@ class PromSource:
             pid = f"{labels['device']}:{labels['port']}"
             return n.ports.setdefault(pid, {"id": pid})
 
-        for labels, value in a.get("port_gauges", []):
+        for labels, value in [*a.get("port_state", []), *a.get("port_phys_state", [])]:
             key = q.PORT_GAUGES.get(labels.get("__name__", ""))
             p = port(labels) if key else None
             if p is not None and key:

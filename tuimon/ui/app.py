@@ -107,6 +107,10 @@ DRAW_EVERY_S = 0.5  # map lines of nodes with new samples, between the 1 Hz judg
 # a judgement took ~0.4 s, and at one a second it held samples back (p95 past 2 s).
 JUDGE_SHARE = 0.10
 JUDGE_MAX_TICKS = 10
+# With nothing new from any node (a source that refreshes every few seconds, such as
+# Prometheus), the judgement waits for new data, but never longer than this: holds,
+# ages and burn windows move on with time alone.
+QUIET_JUDGE_S = 5.0
 # Keys that act on the map: not while another screen (a node, the help) is up.
 MAP_ACTIONS = frozenset({"switch_map", "sort", "reverse_sort", "filter", "clear_filter",
                          "next_job", "focus_diagnosis", "fleet"})
@@ -239,6 +243,7 @@ class TuimonApp(App[None]):
         # JUDGE_SHARE of the time and the loop stays free for samples and keys.
         self.judge_every = refresh
         self._judged_at = -math.inf
+        self._judged_version = -1  # the cluster's version the last judgement saw
         self._judge_cost: float | None = None
         self._ticked_at = -math.inf
         self._wanted_theme = theme or DEFAULT_THEME
@@ -325,7 +330,11 @@ class TuimonApp(App[None]):
         # Every tick while judging is cheap (it always is below a few thousand nodes).
         judged = self.judge_every <= self.refresh_every or \
             start - self._judged_at >= self.judge_every - self.refresh_every / 2
+        if judged and self.cluster.version == self._judged_version and \
+                start - self._judged_at < QUIET_JUDGE_S - self.refresh_every / 2:
+            judged = False  # nothing new since the last judgement
         if judged:
+            self._judged_version = self.cluster.version
             findings = guard.run("the judgement", self.cluster_watch.update,
                                  self.diagnosis.findings)
             faults = guard.run("the map's fault marks", lambda: self._faults(findings), {})
