@@ -164,7 +164,8 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
                 elif "start" in m:
                     with contextlib.suppress(OSError):
                         m.update(end={name: _cpu_s(p) for name, p in procs.items()},
-                                 t_end=time.monotonic(), rss=_rss_mib(pid))
+                                 t_end=time.monotonic(),
+                                 rss=max(m.get("rss", 0.0), _rss_mib(pid)))  # 0 once ended
 
             tail = drain(fd, tick)
             os.waitpid(pid, 0)
