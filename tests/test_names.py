@@ -180,3 +180,22 @@ def test_a_merged_node_keeps_the_matchers_that_fetch_its_screen() -> None:
 
 def test_a_label_value_with_a_newline_is_quoted_as_promql_reads_it() -> None:
     assert NodeNames().matcher({"Hostname": 'a\nb"c\\'}) == 'Hostname="a\\nb\\"c\\\\"'
+
+
+def test_an_exporters_own_memory_total_wins_over_the_one_summed() -> None:
+    """used + free + reserved, summed by the server, stands in for a total only where
+    the exporter gives none; a GPU with no total yet (new since the inventory) has the
+    inventory run again soon."""
+    made = ({"__name__": q.FB_TOTAL, "gpu": "0", "Hostname": "gpu001",
+             "instance": "gpu001:9400"}, 81000.0)
+    own = _dcgm("gpu001", "DCGM_FI_DEV_FB_TOTAL", 0, 81559)
+    answers = {"gpu": [_dcgm("gpu001", "DCGM_FI_DEV_FB_USED", 0, 1000),
+                       _dcgm("gpu002", "DCGM_FI_DEV_FB_USED", 0, 1000)],
+               "gpu_total": [made], "gpu_slow": [own]}
+    source = _source()
+    nodes = source._assemble(answers, NodeNames())
+    assert nodes["gpu001"].gpus[0]["mem_total"] == 81559 * 2**20
+    answers.pop("gpu_slow")
+    assert source._assemble(answers, NodeNames())["gpu001"].gpus[0]["mem_total"] == \
+        81000 * 2**20
+    assert "mem_total" not in nodes["gpu002"].gpus[0]

@@ -25,3 +25,20 @@ async def test_node_names_are_shown_whole_or_without_their_domain_never_cut_mid_
     header = next(line for line in render(cluster).splitlines() if line.startswith("node "))
     at = header.index("status")
     assert all(row[at:].startswith(("up", "stale", "down")) for row in rows.values()), rows
+
+
+async def test_the_util_column_reads_how_busy_a_gpu_is_whatever_measured_it() -> None:
+    """Through Prometheus a GPU may come with engine activity and no utilisation (the
+    busy measure is asked once a GPU): the column shows it, as the map does."""
+    from tuimon_core.protocol import Sample
+
+    cluster, sim = await seeded_cluster(1, gpus=2)
+    target = sim.members[0].target
+    node = cluster.nodes[target]
+    gpus = [{"gr_active": 0.42, "temp": 50}, {"gr_active": 0.58, "temp": 51}]
+    cluster.apply_sample(target, dataclasses.replace(node.sample, seq=node.sample.seq + 1,
+                                                     gpus=gpus))
+    assert isinstance(cluster.nodes[target].detail, Sample)
+    row = next(line for line in render(cluster).splitlines()
+               if line.startswith(node.name + " "))
+    assert " 50%" in row, row

@@ -11,6 +11,7 @@ import time
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.judgement import Judgement
 from tuimon.status import format_text, level, report
+from tuimon_core.heat_levels import gpu_busy
 from tuimon_core.protocol.fields import PORT_ACTIVE
 from tuimon_core.protocol.text import clean_lines
 
@@ -40,7 +41,7 @@ def name_width(names: list[str]) -> int:
 
 def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
     gpus = node.gpu_values()
-    utils = [g["util"] for g in gpus if g.get("util") is not None]
+    utils = [b for b in (gpu_busy(g)[0] for g in gpus) if b is not None]
     temps = [g["temp"] for g in gpus if g.get("temp") is not None]
     power = [g["power"] for g in gpus if g.get("power") is not None]
     throttled = sum(1 for g in gpus if set(g.get("clock_events") or ()) - {"gpu_idle"})

@@ -66,7 +66,7 @@ def gpu_health(v: dict[str, Any], info: Any = None) -> float | None:
     events = set(v.get("clock_events") or ()) & THROTTLE_REASONS
     if events or v.get("remap_pending") or v.get("retired_pending"):
         return 0.5
-    if v.get("util") is None and v.get("temp") is None:
+    if gpu_busy(v)[0] is None and v.get("temp") is None:
         return None
     return 0.0
 

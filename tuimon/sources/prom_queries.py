@@ -98,8 +98,10 @@ def _names(table: Iterable[str]) -> str:
 
 
 # What every refresh asks of every GPU: the maps' cells (memory, temperature, power,
-# clock), the agent's own up mark, and how busy it is (BUSY, below).
-DENSE_GPU = frozenset({"mem_used", "temp", "power", "sm_clock", "_up"})
+# clock), the agent's own up mark, the PCIe link now (it drops while idle: the replay
+# rule's limit follows it), and how busy it is (BUSY, below).
+DENSE_GPU = frozenset({"mem_used", "temp", "power", "sm_clock", "_up", "pcie_gen",
+                       "pcie_width"})
 # How busy a GPU is: the first of these it has (heat_levels.BUSY_FIELDS' order, as the
 # maps and the busy proxy read it), one series a GPU.
 BUSY = tuple(key for key, _ in BUSY_FIELDS)
@@ -110,7 +112,7 @@ SPARSE_GPU = frozenset({"last_xid", "xid_total", "ecc_corrected", "ecc_uncorrect
                         "nvlink_recovery_errors", "nvlink_crc_errors", "_throttle_bits"})
 # What changes rarely: asked every INVENTORY_EVERY_S and kept between.
 SLOW_GPU = frozenset({"mem_total", "mem_reserved", "power_limit", "pstate", "mem_clock",
-                      "_max_sm_clock", "mig_mode", "pcie_gen", "pcie_width"})
+                      "_max_sm_clock", "mig_mode"})
 INVENTORY_EVERY_S = 60.0
 
 

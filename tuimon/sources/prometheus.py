@@ -74,6 +74,8 @@ class PromError(Exception):
     """Prometheus could not answer; the message says which query and why."""
 
 
+# The soonest the inventory runs again when a GPU lacks what it gives (a node new since).
+INVENTORY_SOONEST_S = 15.0
 # The largest answer read from the server (after decompression); past it the refresh
 # fails with a reason, in bounded memory.
 MAX_ANSWER_BYTES = 128 << 20
@@ -140,6 +142,9 @@ class PromSource:
         self._inventory: dict[str, tuple[Any, ...]] = {}
         self._last_budget = -math.inf
         self._last_inventory = -math.inf
+        self._inventory_failed: set[str] = set()  # asked again at the next refresh
+        # A GPU without its total (new since the inventory): the inventory runs soon.
+        self._inventory_due = False
         # The inventory's answers (prom_queries.INVENTORY_QUERIES), kept between its runs.
         self._inventory_answers: dict[str, Series] = {}
         # node -> label matchers that select its series (for its screen's detail query)
@@ -263,10 +268,12 @@ class PromSource:
         if with_budget:
             queries.update({n: q.render(t, match) for n, t in
                             q.budget_queries(self.options.slo_hours).items()})
-        with_inventory = now - self._last_inventory >= q.INVENTORY_EVERY_S
-        if with_inventory:
-            queries.update({n: q.render(t, match, self._ids)
-                            for n, t in q.INVENTORY_QUERIES.items()})
+        with_inventory = now - self._last_inventory >= q.INVENTORY_EVERY_S or (
+            self._inventory_due and now - self._last_inventory >= INVENTORY_SOONEST_S)
+        # The whole inventory when due; else only what failed last time.
+        asked = q.INVENTORY_QUERIES if with_inventory else {
+            n: t for n, t in q.INVENTORY_QUERIES.items() if n in self._inventory_failed}
+        queries.update({n: q.render(t, match, self._ids) for n, t in asked.items()})
         # Every value of the nodes whose screen is open, and only of those.
         detail = q.detail_query((m for name in self.cluster.detail_targets
                                  for m in self._matchers.get(name, ())), match)
@@ -291,12 +298,14 @@ class PromSource:
                 failed.add(name)
             else:
                 answers[name] = result
+        asked = [n for n in q.INVENTORY_QUERIES if n in queries]
+        self._inventory_answers.update({n: answers[n] for n in asked if n not in failed})
+        self._inventory_failed = (self._inventory_failed - set(asked)) | (failed & set(asked))
         if with_inventory:
-            fresh = {n: answers[n] for n in q.INVENTORY_QUERIES if n not in failed}
-            self._inventory_answers.update(fresh)
-            if not failed & q.INVENTORY_QUERIES.keys():
-                self._last_inventory = now
-                self._matchers = {}  # learnt again from this inventory
+            self._last_inventory = now
+            self._inventory_due = False
+        if "gpu_info" in asked and "gpu_info" not in failed:
+            self._matchers = {}  # learnt again from this inventory
         for name, series in self._inventory_answers.items():
             answers.setdefault(name, series)
         with_budget = with_budget and not failed & q.budget_queries(
@@ -306,6 +315,10 @@ class PromSource:
         resolver.learn_uname(answers.get("uname", []))
         nodes = self._assemble(answers, resolver)
         self._matchers = {name: m for name, m in self._matchers.items() if name in nodes}
+        self._inventory_due = any(
+            "mem_used" in g and "mem_total" not in g
+            for n in nodes.values()
+            for g in [*n.gpus.values(), *(v for m in n.mig.values() for v in m.values())])
         failures = await self._failures(answers.get("up", []), resolver)
         ts = time.time()
         # A job's world is not a label: the highest rank seen on any node stands for it.
@@ -374,7 +387,8 @@ class PromSource:
         detailed = self._gpus(a.get("gpu_detail", []), node)
         for answer in ("gpu", "gpu_busy", "gpu_sparse"):
             self._gpus(a.get(answer, []), node, skip=detailed, learn=resolver)
-        for answer in ("gpu_slow", "gpu_total"):
+        # The total made from used + free first: an exporter's own total, after, wins.
+        for answer in ("gpu_total", "gpu_slow"):
             self._gpus(a.get(answer, []), existing, skip=detailed, known_only=True)
         self._gpu_info(a.get("gpu_info", []), existing, resolver)
         self._counters_from_zero(a.get("gpu_exported", []), existing)

@@ -330,8 +330,8 @@ class TuimonApp(App[None]):
         # Every tick while judging is cheap (it always is below a few thousand nodes).
         judged = self.judge_every <= self.refresh_every or \
             start - self._judged_at >= self.judge_every - self.refresh_every / 2
-        if judged and self.cluster.version == self._judged_version and \
-                start - self._judged_at < QUIET_JUDGE_S - self.refresh_every / 2:
+        if judged and self.quiet_judging and self.cluster.version == self._judged_version \
+                and start - self._judged_at < QUIET_JUDGE_S - self.refresh_every / 2:
             judged = False  # nothing new since the last judgement
         if judged:
             self._judged_version = self.cluster.version
@@ -525,6 +525,11 @@ class TuimonApp(App[None]):
         self.push_screen(HelpScreen(self.help_extra))
 
     help_extra = ""
+    # Skip a tick's judgement while nothing new came (QUIET_JUDGE_S).
+    quiet_judging = True
+
+    def on_resize(self) -> None:
+        self._judged_version = -1  # the panes are fit to the width when judged: now
 
     def on_heatmap_view_opened(self, message: HeatmapView.Opened) -> None:
         self.push_screen(NodeScreen(self.cluster, message.node, self._findings))
@@ -575,6 +580,9 @@ class TuimonApp(App[None]):
 
 class ReplayApp(TuimonApp):
     """The app over a recording, with the keys of a player."""
+
+    # A recording's time runs faster than the wall's: every tick judges.
+    quiet_judging = False
 
     help_extra = REPLAY_HELP
 

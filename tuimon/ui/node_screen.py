@@ -226,7 +226,9 @@ class NodeScreen(Screen[None]):
                     f"[$warning]{safe(t, 120)}[/]" for t in held[p["id"]]])
             if p.get("saturated"):
                 errs += f" [$warning]saturated: {safe(', '.join(p['saturated']), 80)}[/]"
-            state_color = "$success" if p.get("state") == PORT_ACTIVE else "$error"
+            state = p.get("state")  # none: not asked (Prometheus asks only ports not up)
+            state_color = ("$success" if state == PORT_ACTIVE else
+                           "$foreground" if state is None else "$error")
             lines.append(
                 f"        {safe(p['id'], 12):<12} "
                 f"[{state_color}]{safe(p.get('state_name') or '-', 8):<8}[/]"
