@@ -211,3 +211,50 @@ async def test_a_failing_inventory_query_leaves_the_refresh_and_is_asked_again()
             assert sum("DCGM_FI_DEV_POWER_MGMT_LIMIT" in p for p in asked) == slow_before
     finally:
         await runner.cleanup()
+
+
+async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward() -> None:
+    """A GPU new since the inventory, with no total yet, brings it forward (15 s); one the
+    inventory itself left without a total (an exporter that gives none) does not."""
+    from aiohttp import web
+
+    from tuimon.sources.prometheus import INVENTORY_SOONEST_S, PromOptions, PromSource
+
+    asked: list[str] = []
+    hosts = ["gpu001"]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        asked.append(promql)
+        result = [{"metric": {"__name__": "DCGM_FI_DEV_FB_USED", "gpu": "0", "Hostname": h},
+                   "value": [1.0, "100"]} for h in hosts] \
+            if promql.startswith("max by") and "DCGM_FI_DEV_FB_USED" in promql \
+            and "label_replace" not in promql else []
+        return web.json_response({"status": "success",
+                                  "data": {"resultType": "vector", "result": result}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+
+    def inventories() -> int:
+        return sum(p.startswith("group by (gpu,") for p in asked)
+
+    try:
+        async with aiohttp.ClientSession() as session:
+            source = PromSource(url, ClusterState(), session, PromOptions())
+            await source.refresh()
+            assert inventories() == 1
+            source._last_inventory -= INVENTORY_SOONEST_S + 1  # time passes
+            await source.refresh()
+            assert inventories() == 1  # the same GPU, still without a total
+            hosts.append("gpu002")  # a new node
+            await source.refresh()
+            source._last_inventory -= INVENTORY_SOONEST_S + 1
+            await source.refresh()
+            assert inventories() == 2
+    finally:
+        await runner.cleanup()

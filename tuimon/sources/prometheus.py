@@ -145,6 +145,7 @@ class PromSource:
         self._inventory_failed: set[str] = set()  # asked again at the next refresh
         # A GPU without its total (new since the inventory): the inventory runs soon.
         self._inventory_due = False
+        self._lacking_after_inventory: set[tuple[str, int, int | None]] = set()
         # The inventory's answers (prom_queries.INVENTORY_QUERIES), kept between its runs.
         self._inventory_answers: dict[str, Series] = {}
         # node -> label matchers that select its series (for its screen's detail query)
@@ -303,7 +304,6 @@ class PromSource:
         self._inventory_failed = (self._inventory_failed - set(asked)) | (failed & set(asked))
         if with_inventory:
             self._last_inventory = now
-            self._inventory_due = False
         if "gpu_info" in asked and "gpu_info" not in failed:
             self._matchers = {}  # learnt again from this inventory
         for name, series in self._inventory_answers.items():
@@ -315,10 +315,17 @@ class PromSource:
         resolver.learn_uname(answers.get("uname", []))
         nodes = self._assemble(answers, resolver)
         self._matchers = {name: m for name, m in self._matchers.items() if name in nodes}
-        self._inventory_due = any(
-            "mem_used" in g and "mem_total" not in g
-            for n in nodes.values()
-            for g in [*n.gpus.values(), *(v for m in n.mig.values() for v in m.values())])
+        # GPUs without their total: brought forward only for one the last inventory did
+        # not already leave so (an exporter that gives no total at all would otherwise
+        # have it run every 15 s for ever).
+        lacking = {(n.name, i, gi) for n in nodes.values()
+                   for i, gi, g in [*((i, None, g) for i, g in n.gpus.items()),
+                                    *((i, gi, v) for i, m in n.mig.items()
+                                      for gi, v in m.items())]
+                   if "mem_used" in g and "mem_total" not in g}
+        if with_inventory:
+            self._lacking_after_inventory = lacking
+        self._inventory_due = bool(lacking - self._lacking_after_inventory)
         failures = await self._failures(answers.get("up", []), resolver)
         ts = time.time()
         # A job's world is not a label: the highest rank seen on any node stands for it.
