@@ -44,7 +44,8 @@ from prom_fleet import scrape_configs  # noqa: E402
 from tui import _cpu_s, _rss_mib, drain  # noqa: E402
 
 
-def _app(url: str, every: float, seconds: float, warmup: float, out: Path) -> None:
+def _app(url: str, every: float, seconds: float, warmup: float, out: Path,
+         recorded: bool) -> None:
     from tuimon.model.cluster import ClusterState
     from tuimon.sources.prometheus import PromOptions, PromSource, prom_watching
     from tuimon.ui.app import TuimonApp
@@ -78,7 +79,8 @@ def _app(url: str, every: float, seconds: float, warmup: float, out: Path) -> No
 
     def sources(state: ClusterState) -> list[Any]:
         async def run() -> None:
-            async with prom_watching(url, state, PromOptions(every=every, timeout=30.0)):
+            async with prom_watching(url, state, PromOptions(every=every, timeout=30.0,
+                                                             recorded=recorded)):
                 await asyncio.Event().wait()
         return [run()]
 
@@ -101,11 +103,12 @@ def _query(url: str, promql: str) -> float:
     return float(result[0]["value"][1]) if result else 0.0
 
 
-def _once(url: str, env: dict[str, str]) -> dict[str, float]:
+def _once(url: str, env: dict[str, str], recorded: bool) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", "import sys; from tuimon.cli import main; "
-                           "sys.exit(main())", "prom", url, "--once", "--timeout", "60"],
+                           "sys.exit(main())", "prom", url, "--once", "--timeout", "60",
+                           *(["--recorded"] if recorded else [])],
                           env=env,
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     wall = time.monotonic() - started
@@ -117,8 +120,9 @@ def _once(url: str, env: dict[str, str]) -> dict[str, float]:
 
 
 def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: float,
-             server: str) -> dict[str, Any]:
+             server: str, recorded: bool) -> dict[str, Any]:
     from tests.peers import free_port, running_prometheus, running_victoria_metrics
+    from tuimon.sources.prom_live_rules import live_rules_yaml
 
     tmp = Path(tempfile.mkdtemp(prefix="tuimon-prom-bench-"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -127,7 +131,15 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
     fleet = subprocess.Popen([sys.executable, str(ROOT / "bench" / "prom_fleet.py"),
                               str(nodes), "--port", str(port), "--ready", str(ready)],
                              env=env, cwd=ROOT)
-    run = running_victoria_metrics if server == "victoria-metrics" else running_prometheus
+    if server == "victoria-metrics":
+        if recorded:
+            raise SystemExit("--recorded: VictoriaMetrics single-node evaluates no rules "
+                             "(vmalert does)")
+        run = running_victoria_metrics
+    else:
+        def run(tmp: Path, configs: str, every: float) -> Any:
+            return running_prometheus(tmp, configs, every,
+                                      rules=live_rules_yaml(every=every) if recorded else "")
     try:
         while not ready.exists():
             if fleet.poll() is not None:
@@ -145,14 +157,18 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
                 ["pgrep", "-n", "-f", "prometheus --config" if server == "prometheus"
                  else "victoria-metrics -httpListenAddr"],
                 capture_output=True, text=True).stdout.split()[0])
-            once = [_once(url, env) for _ in range(3)]
+            if recorded:  # the records of every node evaluated at least once
+                while _query(url, "count(tuimon:live_gpu)") < nodes * 8:
+                    time.sleep(scrape)
+            once = [_once(url, env, recorded) for _ in range(3)]
             out = tmp / "app.json"
             pid, fd = pty.fork()
             if pid == 0:
                 os.environ.update(env, TERM="xterm-256color", COLUMNS="200", LINES="50")
                 os.execv(sys.executable, [sys.executable, __file__, "--app", url,
                                           "--every", str(every), "--seconds", str(seconds),
-                                          "--warmup", str(warmup), "--out", str(out)])
+                                          "--warmup", str(warmup), "--out", str(out),
+                                          *(["--recorded"] if recorded else [])])
             t_start = time.monotonic()
             procs = {"app": pid, "server": server_pid, "fleet": fleet.pid}
             m: dict[str, Any] = {}
@@ -181,7 +197,8 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
     shown = sorted(result["on_screen"])
     refreshes = result["refreshes"]
     return {
-        "nodes": nodes, "server": server, "series": series, "every": every,
+        "nodes": nodes, "server": server, "recorded": recorded, "series": series,
+        "every": every,
         "scrape": scrape,
         "once_wall_s": statistics.median(o["wall_s"] for o in once),
         "once_cpu_s": statistics.median(o["cpu_s"] for o in once),
@@ -211,18 +228,23 @@ def main() -> None:
                          "carry the server's ingest beside the app")
     ap.add_argument("--server", choices=["prometheus", "victoria-metrics"],
                     default="prometheus")
+    ap.add_argument("--recorded", action="store_true",
+                    help="load `tuimon rules --live` into Prometheus (evaluated at the scrape "
+                         "interval) and run the app with --recorded")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--app", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.app:
-        _app(args.app, args.every, args.seconds, args.warmup, Path(args.out))
+        _app(args.app, args.every, args.seconds, args.warmup, Path(args.out), args.recorded)
         return
     rows = []
     for n in args.nodes:
-        r = _measure(n, args.seconds, args.warmup, args.every, args.scrape, args.server)
+        r = _measure(n, args.seconds, args.warmup, args.every, args.scrape, args.server,
+                     args.recorded)
         rows.append(r)
-        print(f"{n} nodes ({r['series']:,.0f} series, {args.server} scraping every "
+        print(f"{n} nodes ({r['series']:,.0f} series, {args.server}"
+              f"{' with the live rules' if args.recorded else ''} scraping every "
               f"{r['scrape']:g} s): --once {r['once_wall_s']:.1f} s wall, "
               f"{r['once_cpu_s']:.1f} s CPU; app {100 * r['app_cpu_share']:.1f} % of a core "
               f"at a {args.every:g} s refresh ({r['app_rss_mib']:.0f} MiB), refresh "

@@ -5,6 +5,7 @@ on."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -65,15 +66,21 @@ def _serving(name: str, argv: list[str], log: Path, ready: str, url: str) -> Ite
 
 
 @contextlib.contextmanager
-def running_prometheus(tmp: Path, scrape_configs: str, every: float = 1.0) -> Iterator[str]:
+def running_prometheus(tmp: Path, scrape_configs: str, every: float = 1.0,
+                       rules: str = "") -> Iterator[str]:
     """A real Prometheus on loopback, scraping and evaluating every `every` seconds, with
-    these `scrape_configs` entries (YAML); yields its URL once /-/ready answers."""
+    these `scrape_configs` entries (YAML) and this rule file (YAML, where given); yields
+    its URL once /-/ready answers."""
     assert PROMETHEUS is not None, "CI must install prometheus (apt-get install prometheus)"
     port = free_port()
     config = tmp / "prometheus.yml"
+    rule_files = ""
+    if rules:
+        (tmp / "rules.yml").write_text(rules)
+        rule_files = f"rule_files: [{json.dumps(str(tmp / 'rules.yml'))}]\n"
     config.write_text(f"global:\n  scrape_interval: {every:g}s\n  evaluation_interval: "
-                      f"{every:g}s\n  scrape_timeout: {min(every, 10):g}s\n"
-                      "scrape_configs:\n" + scrape_configs)
+                      f"{every:g}s\n  scrape_timeout: {min(every, 10):g}s\n" + rule_files
+                      + "scrape_configs:\n" + scrape_configs)
     url = f"http://127.0.0.1:{port}"
     with _serving("prometheus", [
             PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",

@@ -180,14 +180,15 @@ def node_exporter_on(root: Path, host: str) -> Iterator[str]:
         proc.wait(10)
 
 
-def prometheus_scraping(tmp: Path, jobs: list[tuple[str, str, dict[str, str]]]
-                        ) -> contextlib.AbstractContextManager[str]:
-    """A real Prometheus scraping each (job, target, extra labels) every second."""
+def prometheus_scraping(tmp: Path, jobs: list[tuple[str, str, dict[str, str]]],
+                        rules: str = "") -> contextlib.AbstractContextManager[str]:
+    """A real Prometheus scraping each (job, target, extra labels) every second, with
+    this rule file where given."""
     configs = "".join(
         f"  - job_name: {job}\n    static_configs:\n      - targets: [{json.dumps(target)}]\n"
         + (f"        labels: {json.dumps(labels)}\n" if labels else "")
         for job, target, labels in jobs)
-    return running_prometheus(tmp, configs)
+    return running_prometheus(tmp, configs, rules=rules)
 
 
 async def _until(url: str, promql: str, count: int, timeout: float = 40.0) -> None:

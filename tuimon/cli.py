@@ -126,6 +126,10 @@ def _prom_query_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tenant", metavar="ID",
                    help="Prometheus: the tenant to ask (sent as X-Scope-OrgID, as Grafana "
                         "Mimir and Cortex require)")
+    p.add_argument("--recorded", action="store_true",
+                   help="Prometheus: read the records of `tuimon rules --live` (loaded on "
+                        "the server, same --match and --node-label) instead of evaluating "
+                        "the live queries at every refresh")
 
 
 def _log_option(p: argparse.ArgumentParser) -> None:
@@ -255,6 +259,15 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_argument("--match", default="", metavar="MATCHERS",
                        help="label matchers for one cluster, e.g. 'cluster=\"prod\"' (kept "
                             "on the records and alerts, so one file per cluster)")
+    rules.add_argument("--live", action="store_true",
+                       help="write instead the recording rules of `tuimon prom --recorded`: "
+                            "the live queries, evaluated once per interval on the server")
+    rules.add_argument("--every", type=positive_float(3600.0), default=5.0, metavar="S",
+                       help="with --live: the rules' evaluation interval in seconds "
+                            "(default 5; the scrape interval is the most worth having)")
+    rules.add_argument("--node-label", action="append", default=[], metavar="LABEL",
+                       help="with --live: a label that names the node, as given to tuimon "
+                            "prom; repeatable")
     rules.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
     relay = sub.add_parser("relay", help="fan in many agents (or relays), fan out batches to "
                                          "viewers, keep the run's SLO ledger")
@@ -324,8 +337,14 @@ def _rules(args: argparse.Namespace) -> int:
 
     hours = args.slo_days * 24.0 if args.slo_days else args.slo_hours
     try:
-        text = rules_yaml(Slo(args.slo_target, hours), job_label=args.job_label,
-                          selector=args.match)
+        if args.live:
+            from tuimon.sources.prom_live_rules import live_rules_yaml
+
+            _node_labels(args.node_label)
+            text = live_rules_yaml(args.match, args.node_label, args.every)
+        else:
+            text = rules_yaml(Slo(args.slo_target, hours), job_label=args.job_label,
+                              selector=args.match)
     except ValueError as exc:
         raise UsageError(f"rules: {exc}") from None
     if not args.output:
@@ -687,6 +706,14 @@ async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
     return 0
 
 
+def _node_labels(labels: list[str]) -> None:
+    for label in labels:
+        # It goes into every query's `by (...)`: a name PromQL takes unquoted.
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
+            raise TargetError(f"--node-label {label!r}: expected a label name of letters, "
+                              "digits and underscores (relabel it so on the server)")
+
+
 def _prom_options(args: argparse.Namespace) -> Any:
     from tuimon.sources.prometheus import PromOptions
 
@@ -695,11 +722,14 @@ def _prom_options(args: argparse.Namespace) -> Any:
                           "https://...")
     ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
                if args.tls_ca or args.tls_insecure else None)
-    for label in args.node_label:
-        # It goes into every query's `by (...)`: a name PromQL takes unquoted.
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", label):
-            raise TargetError(f"--node-label {label!r}: expected a label name of letters, "
-                              "digits and underscores (relabel it so on the server)")
+    _node_labels(args.node_label)
+    if args.recorded:
+        from tuimon.model.prom_rules import parse_selector
+
+        try:  # the records keep the labels it names: it must be matchers to name them
+            parse_selector(args.match)
+        except ValueError as exc:
+            raise TargetError(f"--match with --recorded: {exc}") from None
     aliases = {}
     for item in args.node_alias:
         name, sep, node = item.partition("=")
@@ -715,7 +745,7 @@ def _prom_options(args: argparse.Namespace) -> Any:
     return PromOptions(token=token, tenant=args.tenant, timeout=args.timeout,
                        ssl_context=ssl_ctx, match=args.match, every=args.every,
                        slo_hours=args.slo_hours, node_labels=list(args.node_label),
-                       node_aliases=aliases)
+                       node_aliases=aliases, recorded=args.recorded)
 
 
 def _prom_feed(args: argparse.Namespace) -> Feed:

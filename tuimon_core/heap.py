@@ -11,7 +11,9 @@ so eagerly; memory stayed the same or lower.
 
 from __future__ import annotations
 
+import contextlib
 import gc
+from collections.abc import Iterator
 
 # Young collections after this many net allocations (default 700); older generations
 # after this many younger collections (default 10 each). A young collection walks every
@@ -27,3 +29,20 @@ def settle() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*THRESHOLDS)
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """No collection inside the block: for a burst that builds a large, short-lived,
+    acyclic structure (a refresh's answers from Prometheus, parsed and turned into
+    frames), freed by reference counting at its end. Collections inside it would walk
+    the whole structure again and again and find nothing (measured: 7 % of a refresh at
+    1024 nodes); after it, the objects kept are few and the next collection is cheap.
+    Cycles made meanwhile are collected after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

@@ -69,13 +69,13 @@ def _num(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def _quote(text: str) -> str:
+def quote_yaml(text: str) -> str:
     """A YAML double-quoted scalar. JSON's escapes are all valid YAML escapes, and
     non-ASCII is kept as is (YAML has no surrogate-pair escapes)."""
     return json.dumps(text, ensure_ascii=False)
 
 
-def _parse_selector(selector: str) -> list[tuple[str, str, str]]:
+def parse_selector(selector: str) -> list[tuple[str, str, str]]:
     """(name, operator, quoted value) per matcher; ValueError for anything else, so that a
     selector cannot close the braces and append PromQL or YAML of its own."""
     text = selector.strip()
@@ -115,7 +115,7 @@ def _selector(matchers: list[tuple[str, str, str]]) -> str:
     return ",".join(f"{name}{op}{value}" for name, op, value in matchers)
 
 
-def _block(key: str, text: str, indent: int) -> list[str]:
+def yaml_block(key: str, text: str, indent: int) -> list[str]:
     """`key: |-` and the text as a literal block: PromQL stays readable and needs no
     escaping (the selector, the only outside text, has no line breaks)."""
     pad = " " * indent
@@ -149,7 +149,7 @@ def rules_yaml(slo: Slo, *, job_label: str = "exported_job", selector: str = "")
     """
     if not _LABEL.fullmatch(job_label):
         raise ValueError(f"not a Prometheus label name: {job_label!r}")
-    matchers = _parse_selector(selector)
+    matchers = parse_selector(selector)
     by = ", ".join(_by_labels(job_label, matchers))
     counter_sel = "{" + _selector(matchers) + "}" if matchers else ""
     # Records carry only the `=` matchers' labels; selecting by them keeps this file's
@@ -168,24 +168,24 @@ def rules_yaml(slo: Slo, *, job_label: str = "exported_job", selector: str = "")
         "# window at or above the threshold tuimon itself uses (tuimon.model.slo.ALERTS).",
         f"# Selector: {selector.strip() or '(none)'}; training job label: {job_label}.",
         "groups:",
-        f"  - name: {_quote(GROUP)}",
+        f"  - name: {quote_yaml(GROUP)}",
         "    rules:",
     ]
     for window in BURN_WINDOWS_S:
         # `> 0` drops a job whose wall time did not move: no series rather than NaN/Inf.
         sli = (f"sum by ({by}) (rate({COMPUTE}{counter_sel}[{window}]))\n"
                f"  / (sum by ({by}) (rate({WALL}{counter_sel}[{window}])) > 0)")
-        lines += [f"      - record: {_quote(sli_record(window))}",
-                  *_block("expr", sli, 8)]
+        lines += [f"      - record: {quote_yaml(sli_record(window))}",
+                  *yaml_block("expr", sli, 8)]
         # Rules of a group run in order at one timestamp, so this sees the SLI just written.
-        lines += [f"      - record: {_quote(error_ratio_record(window))}",
-                  *_block("expr", f"1 - {sli_record(window)}{record_sel}", 8)]
+        lines += [f"      - record: {quote_yaml(error_ratio_record(window))}",
+                  *yaml_block("expr", f"1 - {sli_record(window)}{record_sel}", 8)]
         if window in WAIT_WINDOWS:
             waits = (f"sum by ({by}, kind) (rate({WAIT}{counter_sel}[{window}]))\n"
                      f"  / on ({by}) group_left ()\n"
                      f"  (sum by ({by}) (rate({WALL}{counter_sel}[{window}])) > 0)")
-            lines += [f"      - record: {_quote(wait_share_record(window))}",
-                      *_block("expr", waits, 8)]
+            lines += [f"      - record: {quote_yaml(wait_share_record(window))}",
+                      *yaml_block("expr", waits, 8)]
     allowed = f"(1 - {target})"  # PromQL computes 1 - target as Python does: same floats
     for severity, long_w, short_w, share in ALERTS:
         threshold = _num(slo.alert_threshold(long_w, share))
@@ -196,8 +196,9 @@ def rules_yaml(slo: Slo, *, job_label: str = "exported_job", selector: str = "")
                   "slo_target": target, "slo_window_hours": hours}
         notes = _annotations(slo, severity, long_w, short_w, share,
                              slo.alert_threshold(long_w, share), job_name)
-        lines += [f"      - alert: {_quote(ALERT)}", *_block("expr", expr, 8), "        labels:"]
-        lines += [f"          {key}: {_quote(value)}" for key, value in labels.items()]
+        lines += [f"      - alert: {quote_yaml(ALERT)}", *yaml_block("expr", expr, 8),
+                  "        labels:"]
+        lines += [f"          {key}: {quote_yaml(value)}" for key, value in labels.items()]
         lines += ["        annotations:"]
-        lines += [f"          {key}: {_quote(value)}" for key, value in notes.items()]
+        lines += [f"          {key}: {quote_yaml(value)}" for key, value in notes.items()]
     return "\n".join(lines) + "\n"

@@ -89,7 +89,7 @@ class NodeNames:
         return None if key is None else f"{key}={_quoted(labels[key])}"
 
     def _named(self, labels: dict[str, str]) -> tuple[str | None, str | None]:
-        key = tuple(labels.get(k) for k in self._ids)
+        key = tuple(map(labels.get, self._ids))
         found = self._seen.get(key)
         if found is None:
             found = self._seen[key] = self._raw(labels)

@@ -73,6 +73,13 @@ DCGM_RANK = {d.name: i for f in GPU_FIELDS for i, d in enumerate(f.dcgm)}
 # own total wins over the one made.
 DCGM_MADE: Mapping = {FB_TOTAL: ("mem_total", MIB, False)}
 DCGM_RANK[FB_TOTAL] = len(DCGM_RANK)
+# Every GPU series by name: (wire key, factor, added, rank). Rank -1 is our agent's own
+# name (it wins, and DCGM's blank marks do not apply); else DCGM_RANK's.
+GPU_SERIES: dict[str, tuple[str, float, bool, int]] = {
+    **{name: (*entry, -1) for name, entry in TUIMON_GPU.items()},
+    **{name: (*entry, DCGM_RANK.get(name, 0)) for name, entry in {**DCGM_MADE,
+                                                                  **DCGM_GPU}.items()},
+}
 
 HOST: Mapping = {f.exposed: (f.key, 1.0, False) for f in HOST_FIELDS if f.exposed}
 HOST.update({f.node_exporter: (f.key, 1.0, False) for f in HOST_FIELDS if f.node_exporter})

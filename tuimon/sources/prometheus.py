@@ -28,9 +28,11 @@ from typing import Any
 import aiohttp
 
 from tuimon.model.cluster import ClusterState
+from tuimon.sources import prom_live_rules as live_rules
 from tuimon.sources import prom_queries as q
 from tuimon.sources.agent_stream import describe_error
 from tuimon.sources.prom_nodes import NodeNames, identity_labels
+from tuimon_core import heap
 from tuimon_core.protocol import (
     Batch,
     GpuInfo,
@@ -112,6 +114,9 @@ class PromOptions:
     # Node identity (tuimon.sources.prom_nodes): labels tried first, and renames.
     node_labels: list[str] = field(default_factory=list)
     node_aliases: dict[str, str] = field(default_factory=dict)
+    # Select the records of `tuimon rules --live` instead of evaluating the queries they
+    # record (prom_live_rules).
+    recorded: bool = False
 
 
 @dataclass
@@ -215,17 +220,7 @@ class PromSource:
         if not isinstance(data, dict) or data.get("resultType") != "vector":
             return []
         result = data.get("result")
-        out: Series = []
-        for item in result if isinstance(result, list) else ():
-            try:
-                metric, (_, text) = item["metric"], item["value"]
-                labels = {str(k): str(v) for k, v in metric.items()}
-                value = float(text)
-            except (KeyError, TypeError, ValueError, AttributeError):
-                continue  # not a sample of an instant vector: skipped, like a NaN
-            if math.isfinite(value):
-                out.append((labels, value))
-        return out
+        return _series(result) if isinstance(result, list) else []
 
     async def _optional(self, name: str, promql: str) -> Series | None:
         """A query the refresh can do without (the inventory, the budget, the detail of
@@ -265,6 +260,8 @@ class PromSource:
         and the inventory's."""
         match = self.options.match
         queries = {n: q.render(t, match, self._ids) for n, t in q.LIVE_QUERIES.items()}
+        if self.options.recorded:
+            queries.update(live_rules.recorded_queries(match))
         with_budget = now - self._last_budget >= self.options.budget_every
         if with_budget:
             queries.update({n: q.render(t, match) for n, t in
@@ -286,6 +283,10 @@ class PromSource:
         """One refresh. Only the live queries must answer: an inventory, budget or
         detail query that fails is logged, what it gave before is kept, and it is asked
         again at the next refresh."""
+        with heap.paused():  # the answers are many small objects, gone at the end
+            await self._refresh()
+
+    async def _refresh(self) -> None:
         now = time.monotonic()
         queries, with_budget, with_inventory = self._planned(now)
         live = [n for n in queries if n in q.LIVE_QUERIES]
@@ -293,6 +294,8 @@ class PromSource:
         results = await asyncio.gather(*(self.query(queries[n]) for n in live),
                                        *(self._optional(n, queries[n]) for n in rest))
         answers: dict[str, Series] = {n: r or [] for n, r in zip(live, results[:len(live)])}
+        if self.options.recorded:
+            self._from_records(answers)
         failed = set()
         for name, result in zip(rest, results[len(live):]):
             if result is None:
@@ -351,6 +354,18 @@ class PromSource:
         if with_budget:
             self._last_budget = now
             self.cluster.apply_budget(_budget(answers, self.options.slo_hours), self.url)
+
+    def _from_records(self, answers: dict[str, Series]) -> None:
+        """The records' answers read as the queries' own; none at all is an error that
+        says what to load (they are what the maps and the rules read)."""
+        recorded = [answers.get(name, []) for name in live_rules.RECORDED]
+        if not any(recorded):
+            raise PromError(f"prometheus {self.url}: no series "
+                            f"{live_rules.record_name('gpu')} or the other records "
+                            "--recorded reads: load the rules `tuimon rules --live` writes "
+                            "(with this --match and --node-label), or leave out --recorded")
+        for series in recorded:
+            live_rules.restore_names(series)
 
     async def _failures(self, up: Series,
                         resolver: NodeNames) -> dict[str, tuple[str, str]]:
@@ -455,45 +470,49 @@ class PromSource:
         ranks: dict[tuple[str, int, int | None, str], int] = {}
         wrote: set[str] = set()
         detail = self.cluster.detail_targets
+        table = q.GPU_SERIES
         for labels, value in series:
-            index = _int(labels.get("gpu"))
-            metric = labels.get("__name__", "")
-            entry = q.DCGM_GPU.get(metric) or q.DCGM_MADE.get(metric)
-            dcgm = entry is not None
-            if entry is None:
-                entry = q.TUIMON_GPU.get(metric)
+            entry = table.get(labels.get("__name__", ""))
+            text = labels.get("gpu")
+            index = _INDEX.get(text) if text is not None else None
+            if index is None:
+                index = _int(text)
             if index is None or entry is None:
                 continue
             n = node(labels)
             if n is None or n.name in skip:
                 continue
-            key, scale, add = entry
-            if dcgm and _dcgm_blank(key, value):
+            key, scale, add, rank = entry
+            if rank >= 0 and _dcgm_blank(key, value):
                 continue  # DCGM's "not supported" leaking through the exporter
-            gi = _int(labels.get("GPU_I_ID"))
-            if known_only and (index not in n.gpus or (
+            text = labels.get("GPU_I_ID")
+            gi = None if text is None else _int(text)
+            gpus = n.gpus
+            if known_only and (index not in gpus or (
                     gi is not None and gi not in n.mig.get(index, {}))):
                 continue
             if learn is not None and n.name in detail and n.name not in self._matchers:
                 self._learn_matcher(n.name, learn, labels)
             wrote.add(n.name)
+            values = gpus.get(index)
+            if values is None:
+                values = gpus[index] = {}
             if gi is not None:  # one MIG instance of the GPU
                 values = n.mig.setdefault(index, {}).setdefault(gi, {})
                 profile = labels.get("GPU_I_PROFILE")
                 if profile and profile != "<<<NULL>>>":
                     values["profile"] = profile
-            else:
-                values = n.gpus.setdefault(index, {})
             if add:
                 values[key] = values.get(key, 0.0) + value * scale
+            elif key not in values:
+                values[key] = value * scale
+                ranks[(n.name, index, gi, key)] = rank
             else:
                 # Of several names for one value, the table's first present wins.
-                rank = q.DCGM_RANK.get(metric, 0) if dcgm else -1
                 slot = (n.name, index, gi, key)
                 if rank <= ranks.get(slot, rank):
                     values[key] = value * scale
                     ranks[slot] = rank
-            n.gpus.setdefault(index, {})
         return wrote
 
     def _learn_matcher(self, name: str, resolver: NodeNames, labels: dict[str, str]) -> None:
@@ -512,8 +531,7 @@ class PromSource:
         counter)."""
         for labels, _ in series:
             n = node(labels)
-            entry = q.DCGM_GPU.get(labels.get("__name__", "")) or q.TUIMON_GPU.get(
-                labels.get("__name__", ""))
+            entry = q.GPU_SERIES.get(labels.get("__name__", ""))
             if n is None or entry is None:
                 continue
             for values in n.gpus.values():
@@ -818,6 +836,33 @@ def _budget(a: dict[str, Series], window_hours: float) -> dict[str, dict[str, An
             if e is not None:
                 e["error_ratio"][w] = min(1.0, max(0.0, value))
     return out
+
+
+_TEXT = {str}
+
+
+def _series(result: list[Any]) -> Series:
+    """An instant vector's samples as (labels, value), skipping what is not one (a NaN,
+    an item of another shape). Hundreds of thousands a refresh at a large site: the
+    labels are JSON's own dict where every value is a string, as they nearly always are."""
+    out: Series = []
+    append = out.append
+    isfinite = math.isfinite
+    for item in result:
+        try:
+            labels = item["metric"]
+            value = float(item["value"][1])
+            if set(map(type, labels.values())) - _TEXT:
+                labels = {str(k): str(v) for k, v in labels.items()}
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            continue
+        if isfinite(value):
+            append((labels, value))
+    return out
+
+
+# A GPU's index as its label writes it, read without int() for the usual ones.
+_INDEX = {str(i): i for i in range(1024)}
 
 
 def _int(text: str | None) -> int | None:

@@ -1,0 +1,169 @@
+"""`tuimon rules --live` and `tuimon prom --recorded`: the live queries as recording
+rules, checked by the real promtool, and a real Prometheus evaluating them over real
+exporter scrapes, read by the app as it reads the queries' own answers."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.peers import require_promtool
+from tests.test_real_data import (
+    _gpu_node_tree,
+    _until,
+    _without_family,
+    need_peers,
+    node_exporter_on,
+    prometheus_scraping,
+    real,
+    static_exporter,
+)
+from tuimon.model.cluster import ClusterState
+from tuimon.sources.prom_live_rules import RECORDED, live_rules_yaml, record_name
+from tuimon.sources.prometheus import PromError, PromOptions, PromSource
+
+ROOT = Path(__file__).resolve().parent.parent
+# The A800 capture, less the family Prometheus refuses to scrape (values "ERROR").
+A800 = _without_family(real("dcgm_v3_a800_mig_2g20gb.prom"),
+                       "DCGM_FI_DEV_VGPU_PER_PROCESS_UTILIZATION")
+
+
+def promtool_run(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([require_promtool(), *args], cwd=tmp, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, f"{done.args}: {done.stdout}\n{done.stderr}"
+    return done
+
+
+@pytest.mark.parametrize(("match", "labels"), [("", []), ('cluster="a"', ["host"]),
+                                               ("cluster=~'a|b', dc!=\"x\"", [])])
+def test_promtool_checks_the_live_rules(tmp_path: Path, match: str, labels: list[str]) -> None:
+    (tmp_path / "live.yml").write_text(live_rules_yaml(match, labels, every=15))
+    done = promtool_run(tmp_path, "check", "rules", "live.yml")
+    assert f"SUCCESS: {len(RECORDED)} rules found" in done.stdout
+
+
+def test_a_record_keeps_the_series_name_and_the_clusters_label(tmp_path: Path) -> None:
+    """What the app reads back from a record: the exporter's series name (a record
+    replaces it), the identity labels and the --match label, and nothing else."""
+    (tmp_path / "live.yml").write_text(live_rules_yaml('cluster="a"', every=1))
+    temp = ('DCGM_FI_DEV_GPU_TEMP{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",'
+            'job="dcgm",cluster="a",modelName="NVIDIA A800",UUID="GPU-1"}')
+    other = temp.replace('cluster="a"', 'cluster="b"').replace("gpu001", "gpu002")
+    port = ('node_infiniband_port_data_transmitted_bytes_total{device="mlx5_0",port="1",'
+            'instance="10.0.0.1:9100",job="node",cluster="a"}')
+    unit = {"rule_files": ["live.yml"], "evaluation_interval": "1s", "tests": [{
+        "interval": "1s",
+        "input_series": [{"series": temp, "values": "65x30"},
+                         {"series": other, "values": "70x30"},
+                         {"series": port, "values": "0+1000x30"}],
+        "promql_expr_test": [
+            {"expr": record_name("gpu"), "eval_time": "20s", "exp_samples": [{
+                "labels": 'tuimon:live_gpu{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",'
+                          'cluster="a",tuimon_series="DCGM_FI_DEV_GPU_TEMP"}',
+                "value": 65}]},
+            {"expr": record_name("ib_tx"), "eval_time": "20s", "exp_samples": [{
+                "labels": 'tuimon:live_ib_tx{device="mlx5_0",port="1",'
+                          'instance="10.0.0.1:9100",cluster="a"}',
+                "value": 1000}]},
+        ]}]}
+    (tmp_path / "test.yml").write_text(json.dumps(unit))
+    promtool_run(tmp_path, "test", "rules", "test.yml")
+
+
+def _view(cluster: ClusterState) -> dict[str, Any]:
+    """What the maps and the rules read of each node, but what moves between two reads
+    (the NFS mounts' rates from a file that grows)."""
+    out = {}
+    for name, node in cluster.nodes.items():
+        sample = node.sample
+        fabric = sample.extra.get("fabric") if sample else None
+        storage = sample.extra.get("storage") if sample else None
+        out[name] = {
+            "status": node.status,
+            "gpus": [i.index for i in node.hello.gpus] if node.hello else None,
+            "samples": sample.gpus if sample else None,
+            "ports": fabric["ports"] if fabric else None,
+            "mounts": sorted(f["id"] for f in storage["filesystems"]) if storage else None,
+            "host": sample.host if sample else None,
+        }
+    return out
+
+
+@need_peers
+async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) -> None:
+    """Real dcgm-exporter scrapes (MIG, Kubernetes, a pod name) and a real node_exporter
+    through a real Prometheus evaluating the live rules: `--recorded` sees every node,
+    GPU and port as the queries do, and names the failed scrape."""
+    here = os.uname().nodename
+    kops = real("dcgm_v4_l4_kops.prom").replace('Hostname="i-030791dc5a37cd257"',
+                                                f'Hostname="{here}"')
+    tree, stop = _gpu_node_tree(tmp_path)
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            serve = stack.enter_async_context
+            jobs = [
+                ("dcgm", await serve(static_exporter("127.0.0.2", kops)), {}),
+                ("node", stack.enter_context(node_exporter_on(tree, "127.0.0.2")), {}),
+                ("dcgm-mig", await serve(static_exporter(
+                    "127.0.0.3", A800)), {}),
+                ("dcgm-k8s", await serve(static_exporter(
+                    "127.0.0.5", real("dcgm_v4_lowercase_hostname_mig.prom"))),
+                 {"kubernetes_node": "gpu-k8s-07"}),
+                ("dcgm-v2", await serve(static_exporter(
+                    "127.0.0.9", real("dcgm_v2_a30_mig_podname.prom"))), {}),
+                ("gone", "127.0.0.10:1", {}),
+            ]
+            url = stack.enter_context(prometheus_scraping(
+                tmp_path, jobs, rules=live_rules_yaml(every=1)))
+            await _until(url, "up == 1", 5)
+            await _until(url, record_name("ib_tx"), 1)
+            await _until(url, record_name("gpu_busy"), 4)
+            views = {}
+            async with aiohttp.ClientSession() as session:
+                for recorded in (False, True):
+                    cluster = ClusterState()
+                    source = PromSource(url, cluster, session,
+                                        PromOptions(every=1.0, recorded=recorded))
+                    await source.refresh()
+                    views[recorded] = _view(cluster)
+                    failures = cluster.scrape_failures
+                    assert any("127.0.0.10:1" in reason for _, reason in failures.values())
+    finally:
+        stop.set()
+    assert {"gpu-k8s-07", "msxf-hpc-64-35-ai", "127.0.0.9", here} <= set(views[True])
+    assert views[True] == views[False]
+    mig = views[True]["msxf-hpc-64-35-ai"]["samples"][0]
+    assert mig["mig_mode"] == 1 and [m["gi"] for m in mig["mig"]] == [3, 5, 6]
+
+
+@need_peers
+async def test_recorded_without_the_rules_says_what_to_load(tmp_path: Path) -> None:
+    async with static_exporter("127.0.0.3", A800) as target:
+        with prometheus_scraping(tmp_path, [("dcgm", target, {})]) as url:
+            await _until(url, "up == 1", 1)
+            async with aiohttp.ClientSession() as session:
+                source = PromSource(url, ClusterState(), session,
+                                    PromOptions(every=1.0, recorded=True))
+                with pytest.raises(PromError, match="tuimon rules --live"):
+                    await source.refresh()
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["rules", "--live", "--match", "cluster"], "not a PromQL label matcher list"),
+    (["rules", "--live", "--node-label", "a-b"], "--node-label 'a-b'"),
+    (["prom", "http://127.0.0.1:1", "--recorded", "--match", "up"], "--match with --recorded"),
+])
+def test_live_rules_refuse_what_they_cannot_keep(args: list[str], said: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "tuimon.cli", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
