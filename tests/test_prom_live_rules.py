@@ -27,7 +27,13 @@ from tests.test_real_data import (
     static_exporter,
 )
 from tuimon.model.cluster import ClusterState
-from tuimon.sources.prom_live_rules import RECORDED, live_rules_yaml, record_name
+from tuimon.sources.prom_live_rules import (
+    RECORDED,
+    live_rules_yaml,
+    record_name,
+    recorded_queries,
+)
+from tuimon.sources.prom_nodes import identity_labels
 from tuimon.sources.prometheus import PromError, PromOptions, PromSource
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,10 +49,12 @@ def promtool_run(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
-@pytest.mark.parametrize(("match", "labels"), [("", []), ('cluster="a"', ["host"]),
-                                               ("cluster=~'a|b', dc!=\"x\"", [])])
-def test_promtool_checks_the_live_rules(tmp_path: Path, match: str, labels: list[str]) -> None:
-    (tmp_path / "live.yml").write_text(live_rules_yaml(match, labels, every=15))
+@pytest.mark.parametrize(("match", "labels", "every"), [
+    ("", [], 15), ('cluster="a"', ["host"], 2.5), ("{cluster=~'a|b', dc!=\"x\"}", [], 1),
+    ('cluster="a\\"b}"', [], 60)])
+def test_promtool_checks_the_live_rules(tmp_path: Path, match: str, labels: list[str],
+                                        every: float) -> None:
+    (tmp_path / "live.yml").write_text(live_rules_yaml(match, labels, every=every))
     done = promtool_run(tmp_path, "check", "rules", "live.yml")
     assert f"SUCCESS: {len(RECORDED)} rules found" in done.stdout
 
@@ -75,6 +83,25 @@ def test_a_record_keeps_the_series_name_and_the_clusters_label(tmp_path: Path) -
                           'instance="10.0.0.1:9100",cluster="a"}',
                 "value": 1000}]},
         ]}]}
+    (tmp_path / "test.yml").write_text(json.dumps(unit))
+    promtool_run(tmp_path, "test", "rules", "test.yml")
+
+
+def test_the_replicas_of_an_ha_pair_read_as_one(tmp_path: Path) -> None:
+    """Behind Thanos each Prometheus of a pair records its own copy, told apart by the
+    replica label the store adds: what --recorded asks folds them, as the queries' own
+    `max by` does, so a summed value (retired pages) is not counted twice."""
+    (tmp_path / "live.yml").write_text(live_rules_yaml(every=1))
+    record = ('tuimon:live_gpu_sparse{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",'
+              'tuimon_series="DCGM_FI_DEV_RETIRED_SBE",replica="%s"}')
+    query = recorded_queries("", identity_labels())["gpu_sparse"]
+    unit = {"rule_files": ["live.yml"], "evaluation_interval": "1s", "tests": [{
+        "interval": "1s",
+        "input_series": [{"series": record % "a", "values": "3x10"},
+                         {"series": record % "b", "values": "3x10"}],
+        "promql_expr_test": [{"expr": query, "eval_time": "5s", "exp_samples": [{
+            "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",'
+                      'tuimon_series="DCGM_FI_DEV_RETIRED_SBE"}', "value": 3}]}]}]}
     (tmp_path / "test.yml").write_text(json.dumps(unit))
     promtool_run(tmp_path, "test", "rules", "test.yml")
 
@@ -160,6 +187,8 @@ async def test_recorded_without_the_rules_says_what_to_load(tmp_path: Path) -> N
 @pytest.mark.parametrize(("args", "said"), [
     (["rules", "--live", "--match", "cluster"], "not a PromQL label matcher list"),
     (["rules", "--live", "--node-label", "a-b"], "--node-label 'a-b'"),
+    (["rules", "--live", "--every", "0.5"], "must be in [1, 60]"),
+    (["rules", "--live", "--match", 'a="\u2028"'], "control characters"),
     (["prom", "http://127.0.0.1:1", "--recorded", "--match", "up"], "--match with --recorded"),
 ])
 def test_live_rules_refuse_what_they_cannot_keep(args: list[str], said: str) -> None:
@@ -167,3 +196,40 @@ def test_live_rules_refuse_what_they_cannot_keep(args: list[str], said: str) -> 
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 2 and said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_refresh_leaves_the_collector_as_it_found_it() -> None:
+    """heap.paused(): no collection inside, and the collector on again after, however
+    the block ends (an error, a cancelled refresh)."""
+    import asyncio
+    import gc
+
+    from tuimon_core import heap
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), heap.paused():
+        assert not gc.isenabled()
+        raise RuntimeError("a refresh failed")
+    assert gc.isenabled()
+
+    async def refresh() -> None:
+        with heap.paused():
+            await asyncio.sleep(10)
+
+    async def cancelled() -> None:
+        task = asyncio.create_task(refresh())
+        await asyncio.sleep(0.01)
+        assert not gc.isenabled()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    assert gc.isenabled()
+    gc.disable()
+    try:  # off before: off after
+        with heap.paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -262,9 +262,10 @@ def build_parser() -> argparse.ArgumentParser:
     rules.add_argument("--live", action="store_true",
                        help="write instead the recording rules of `tuimon prom --recorded`: "
                             "the live queries, evaluated once per interval on the server")
-    rules.add_argument("--every", type=positive_float(3600.0), default=5.0, metavar="S",
-                       help="with --live: the rules' evaluation interval in seconds "
-                            "(default 5; the scrape interval is the most worth having)")
+    rules.add_argument("--every", type=positive_float(60.0, least=1.0), default=5.0,
+                       metavar="S",
+                       help="with --live: the rules' evaluation interval in seconds, 1 to "
+                            "60 (default 5; the scrape interval is the most worth having)")
     rules.add_argument("--node-label", action="append", default=[], metavar="LABEL",
                        help="with --live: a label that names the node, as given to tuimon "
                             "prom; repeatable")
@@ -723,12 +724,13 @@ def _prom_options(args: argparse.Namespace) -> Any:
     ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
                if args.tls_ca or args.tls_insecure else None)
     _node_labels(args.node_label)
-    if args.recorded:
-        from tuimon.model.prom_rules import parse_selector
+    match = args.match
+    from tuimon.sources.prom_live_rules import selector
 
-        try:  # the records keep the labels it names: it must be matchers to name them
-            parse_selector(args.match)
-        except ValueError as exc:
+    try:  # as PromQL reads it inside braces, given with them or not
+        match = selector(args.match)
+    except ValueError as exc:
+        if args.recorded:  # the records are selected by the labels it names
             raise TargetError(f"--match with --recorded: {exc}") from None
     aliases = {}
     for item in args.node_alias:
@@ -743,7 +745,7 @@ def _prom_options(args: argparse.Namespace) -> Any:
         check_token_transport([server], token, False, args.insecure,
                               tls_flag="an https:// URL")
     return PromOptions(token=token, tenant=args.tenant, timeout=args.timeout,
-                       ssl_context=ssl_ctx, match=args.match, every=args.every,
+                       ssl_context=ssl_ctx, match=match, every=args.every,
                        slo_hours=args.slo_hours, node_labels=list(args.node_label),
                        node_aliases=aliases, recorded=args.recorded)
 

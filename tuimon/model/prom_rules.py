@@ -81,7 +81,8 @@ def parse_selector(selector: str) -> list[tuple[str, str, str]]:
     text = selector.strip()
     if text.startswith("{") and text.endswith("}"):
         text = text[1:-1].strip()
-    if any(ord(c) < 0x20 or c == "\x7f" for c in text):
+    # YAML and str.splitlines() also break lines at NEL, LS and PS.
+    if any(ord(c) < 0x20 or c in "\x7f\x85\u2028\u2029" for c in text):
         raise ValueError(f"selector contains control characters: {selector!r}")
     out: list[tuple[str, str, str]] = []
     pos = 0
@@ -111,7 +112,7 @@ def _by_labels(job_label: str, matchers: list[tuple[str, str, str]]) -> list[str
     return by
 
 
-def _selector(matchers: list[tuple[str, str, str]]) -> str:
+def selector_text(matchers: list[tuple[str, str, str]]) -> str:
     return ",".join(f"{name}{op}{value}" for name, op, value in matchers)
 
 
@@ -151,11 +152,11 @@ def rules_yaml(slo: Slo, *, job_label: str = "exported_job", selector: str = "")
         raise ValueError(f"not a Prometheus label name: {job_label!r}")
     matchers = parse_selector(selector)
     by = ", ".join(_by_labels(job_label, matchers))
-    counter_sel = "{" + _selector(matchers) + "}" if matchers else ""
+    counter_sel = "{" + selector_text(matchers) + "}" if matchers else ""
     # Records carry only the `=` matchers' labels; selecting by them keeps this file's
     # alerts and error ratios off the records another file (another cluster) writes.
     pinned = [m for m in matchers if m[1] == "="]
-    record_sel = "{" + _selector(pinned) + "}" if pinned else ""
+    record_sel = "{" + selector_text(pinned) + "}" if pinned else ""
     job_name = ("{{ $labels.job }}" if job_label == "job"
                 else f"{{{{ or $labels.{job_label} $labels.job }}}}")
     target, hours = _num(slo.target), _num(slo.window_hours)

@@ -18,23 +18,38 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tuimon.model.prom_rules import parse_selector, quote_yaml, yaml_block
+from tuimon.model.prom_rules import parse_selector, quote_yaml, selector_text, yaml_block
 from tuimon.sources import prom_queries as q
 from tuimon.sources.prom_nodes import identity_labels
 
 GROUP = "tuimon-live"
-# The live queries worth recording: each reads a whole family of series (every GPU's
-# fields, every port's counters) to return a few per GPU or port. The rest select a
-# few series as they are (failed scrapes, node_exporter's uname, the jobs' counters)
-# and cost the server little.
-RECORDED = ("gpu", "gpu_busy", "gpu_sparse", "host", "host_cpu", "port_state",
-            "port_phys_state", "ib_tx", "ib_rx", "ib_wait", "ib_errors")
 # Where a record keeps the name of the series a value came from.
 NAME_LABEL = "tuimon_series"
+# The live queries worth recording, with the labels their answers keep: each reads a
+# whole family of series (every GPU's fields, every port's counters) to return a few per
+# GPU or port. The rest select a few series as they are (failed scrapes,
+# node_exporter's uname, the jobs' counters) and cost the server little.
+_GPU = q.GPU_BY.replace("__name__", NAME_LABEL)
+_PORT = q.PORT_BY + ", " + NAME_LABEL
+RECORDED: dict[str, str] = {
+    "gpu": _GPU, "gpu_busy": _GPU, "gpu_sparse": _GPU,
+    "host": NAME_LABEL + ", {ids}", "host_cpu": "{ids}",
+    "port_state": _PORT, "port_phys_state": _PORT,
+    "ib_tx": q.PORT_BY, "ib_rx": q.PORT_BY, "ib_wait": q.PORT_BY, "ib_errors": q.PORT_BY,
+}
+# Seconds between two evaluations: at least 1, and at most a minute (a record older
+# than Prometheus' 5 min look-back would vanish from the answers).
+EVERY_S = (1.0, 60.0)
 
 
 def record_name(query: str) -> str:
     return f"tuimon:live_{query}"
+
+
+def selector(match: str) -> str:
+    """The site's matchers as PromQL reads them inside braces (`{cluster="a"}` and
+    `cluster="a"` alike); ValueError for a selector that is not matchers."""
+    return selector_text(parse_selector(match))
 
 
 def rule_ids(node_labels: Iterable[str], match: str) -> tuple[str, ...]:
@@ -46,19 +61,26 @@ def rule_ids(node_labels: Iterable[str], match: str) -> tuple[str, ...]:
 
 def live_rules_yaml(match: str = "", node_labels: Iterable[str] = (),
                     every: float = 5.0) -> str:
-    """The rule file, as YAML text. ValueError for a selector that is not matchers."""
+    """The rule file, as YAML text. ValueError for a selector that is not matchers, or
+    an interval out of EVERY_S."""
     labels = list(node_labels)
+    if not EVERY_S[0] <= every <= EVERY_S[1]:
+        raise ValueError(f"--every {every:g}: the rules' interval must be "
+                         f"{EVERY_S[0]:g} to {EVERY_S[1]:g} s")
+    match = selector(match)
     ids = rule_ids(labels, match)
+    # One group per cluster: Mimir's ruler keeps one group of a name per namespace.
+    group = f"{GROUP} {{{match}}}" if match else GROUP
     lines = [
         "# Recording rules for `tuimon prom --recorded`, written by `tuimon rules --live`.",
-        f"# Selector: {match.strip() or '(none)'}; node labels: "
+        f"# Selector: {match or '(none)'}; node labels: "
         f"{', '.join(labels) or '(the built-in order)'}.",
         "# Load them where the series are stored (Prometheus, Thanos Ruler, Mimir's ruler,",
         "# vmalert), then run tuimon prom with --recorded and the same --match and",
         "# --node-label.",
         "groups:",
-        f"  - name: {quote_yaml(GROUP)}",
-        f"    interval: {every:g}s",
+        f"  - name: {quote_yaml(group)}",
+        f"    interval: {round(every * 1000)}ms",
         "    rules:",
     ]
     for name in RECORDED:
@@ -69,11 +91,15 @@ def live_rules_yaml(match: str = "", node_labels: Iterable[str] = (),
     return "\n".join(lines) + "\n"
 
 
-def recorded_queries(match: str) -> dict[str, str]:
-    """The queries `--recorded` sends instead of RECORDED's: the records, selected. `+ 0`
-    drops the record's name from every answer (the value's own is in NAME_LABEL): sent
-    with each of hundreds of thousands of series, it would add a quarter to the bytes."""
-    return {name: f"{record_name(name)}{{{match}}} + 0" for name in RECORDED}
+def recorded_queries(match: str, ids: Iterable[str]) -> dict[str, str]:
+    """The queries `--recorded` sends instead of RECORDED's: the records, folded to the
+    labels the query's own answers have. That drops the record's name (the value's own
+    is in NAME_LABEL), which sent with each of hundreds of thousands of series would add
+    a quarter to the bytes, and folds what the store adds: the replicas of an HA pair
+    behind Thanos, as the query's own `max by` does."""
+    return {name: f"max by ({by.format(ids=', '.join(ids) or 'instance')}) "
+                  f"({record_name(name)}{{{match}}})"
+            for name, by in RECORDED.items()}
 
 
 def restore_names(series: Iterable[tuple[dict[str, str], float]]) -> None:

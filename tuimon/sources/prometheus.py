@@ -261,7 +261,7 @@ class PromSource:
         match = self.options.match
         queries = {n: q.render(t, match, self._ids) for n, t in q.LIVE_QUERIES.items()}
         if self.options.recorded:
-            queries.update(live_rules.recorded_queries(match))
+            queries.update(live_rules.recorded_queries(match, self._ids))
         with_budget = now - self._last_budget >= self.options.budget_every
         if with_budget:
             queries.update({n: q.render(t, match) for n, t in
@@ -854,8 +854,8 @@ def _series(result: list[Any]) -> Series:
             value = float(item["value"][1])
             if set(map(type, labels.values())) - _TEXT:
                 labels = {str(k): str(v) for k, v in labels.items()}
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError):
-            continue
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
+            continue  # not a sample of an instant vector (a JSON integer past a float)
         if isfinite(value):
             append((labels, value))
     return out
