@@ -103,11 +103,9 @@ def recorded_queries(match: str, ids: Iterable[str]) -> dict[str, str]:
 
 
 def restore_names(series: Iterable[tuple[dict[str, str], float]]) -> None:
-    """A record's series as the query's own: the series name back where it was, the
-    record's name gone."""
+    """A record's series as the query's own: the series name back where it was (the
+    folding in recorded_queries already dropped the record's)."""
     for labels, _ in series:
         name = labels.pop(NAME_LABEL, None)
-        if name is None:
-            labels.pop("__name__", None)
-        else:
+        if name is not None:
             labels["__name__"] = name
