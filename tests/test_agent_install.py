@@ -25,7 +25,7 @@ from tests.conftest import write_proc
 
 ROOT = Path(__file__).resolve().parent.parent
 VIEWER_ONLY = ("textual", "rich", "pygments", "markdown_it", "mdurl", "linkify_it",
-               "uc_micro", "mdit_py_plugins", "platformdirs")
+               "uc_micro", "mdit_py_plugins", "platformdirs", "msgspec")
 OURS = ("agent", "tuimon", "tuimon_core", "__editable__", "_tuimon", "tuimon-")
 
 

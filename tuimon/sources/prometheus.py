@@ -31,6 +31,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.sources import prom_live_rules as live_rules
 from tuimon.sources import prom_queries as q
 from tuimon.sources.agent_stream import describe_error
+from tuimon.sources.prom_answers import NotJson, Series, read_answer
 from tuimon.sources.prom_nodes import NodeNames, identity_labels
 from tuimon_core import heap
 from tuimon_core.protocol import (
@@ -60,7 +61,6 @@ log = logging.getLogger(__name__)
 # where the field is an Int, within its bounds) before the frame goes to the decoder.
 _GPU_KIND = {f.key: f.type for f in GPU_FIELDS}
 _HOST_KIND = {f.key: f.type for f in HOST_FIELDS}
-Series = list[tuple[dict[str, str], float]]
 
 
 # Asked with every query: the newest samples, as they are. VictoriaMetrics otherwise moves
@@ -183,7 +183,7 @@ class PromSource:
             headers["X-Scope-OrgID"] = self.options.tenant
         return headers
 
-    async def _get(self, path: str, params: dict[str, str]) -> Any:
+    async def _get(self, path: str, params: dict[str, str]) -> tuple[int, bytes]:
         try:
             async with self.session.get(
                     f"{self.url}{path}", params=params, headers=self._headers(),
@@ -201,26 +201,25 @@ class PromSource:
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
             raise PromError(f"prometheus {self.url}: {describe_error(exc)}") from None
         self.bytes_read += len(body)
-        try:
-            return resp.status, json.loads(body)
-        except (ValueError, RecursionError):  # not JSON, or nested past any answer's depth
-            raise PromError(f"prometheus {self.url}: HTTP {resp.status}, not a JSON "
-                            f"answer ({path})") from None
+        return resp.status, body
+
+    def _not_json(self, status: int, path: str) -> PromError:
+        return PromError(f"prometheus {self.url}: HTTP {status}, not a JSON answer ({path})")
 
     async def query(self, promql: str) -> Series:
         """One instant query at the server's now, as stored (LIVE)."""
         async with self._sem:
             self.queries_run += 1
-            _, body = await self._get("/api/v1/query", {"query": promql, **LIVE})
-        if not isinstance(body, dict) or body.get("status") != "success":
-            error = body.get("error") if isinstance(body, dict) else None
+            status, body = await self._get("/api/v1/query", {"query": promql, **LIVE})
+        try:
+            parsed, samples = read_answer(body)
+        except NotJson:
+            raise self._not_json(status, "/api/v1/query") from None
+        if samples is None:
+            error = parsed.get("error") if isinstance(parsed, dict) else None
             raise PromError(clean(f"prometheus {self.url}: query failed: "
-                                  f"{str(error or body)[:200]} ({promql[:80]})"))
-        data = body.get("data")
-        if not isinstance(data, dict) or data.get("resultType") != "vector":
-            return []
-        result = data.get("result")
-        return _series(result) if isinstance(result, list) else []
+                                  f"{str(error or parsed)[:200]} ({promql[:80]})"))
+        return samples
 
     async def _optional(self, name: str, promql: str) -> Series | None:
         """A query the refresh can do without (the inventory, the budget, the detail of
@@ -237,8 +236,9 @@ class PromSource:
         where the server has none (Thanos, Mimir) or it answers nothing useful."""
         try:
             async with self._sem:
-                status, body = await self._get("/api/v1/targets", {"state": "active"})
-        except PromError:
+                status, raw = await self._get("/api/v1/targets", {"state": "active"})
+            body = json.loads(raw)
+        except (PromError, ValueError, RecursionError):
             return {}
         if status != 200 or not isinstance(body, dict):
             return {}
@@ -835,29 +835,6 @@ def _budget(a: dict[str, Series], window_hours: float) -> dict[str, dict[str, An
             e = entry(labels)
             if e is not None:
                 e["error_ratio"][w] = min(1.0, max(0.0, value))
-    return out
-
-
-_TEXT = {str}
-
-
-def _series(result: list[Any]) -> Series:
-    """An instant vector's samples as (labels, value), skipping what is not one (a NaN,
-    an item of another shape). Hundreds of thousands a refresh at a large site: the
-    labels are JSON's own dict where every value is a string, as they nearly always are."""
-    out: Series = []
-    append = out.append
-    isfinite = math.isfinite
-    for item in result:
-        try:
-            labels = item["metric"]
-            value = float(item["value"][1])
-            if set(map(type, labels.values())) - _TEXT:
-                labels = {str(k): str(v) for k, v in labels.items()}
-        except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError):
-            continue  # not a sample of an instant vector (a JSON integer past a float)
-        if isfinite(value):
-            append((labels, value))
     return out
 
 
