@@ -202,3 +202,38 @@ def test_a_finding_raised_and_cleared_is_an_event_and_the_node_screen_shows_its_
     cleared = [e for e in cluster.events if e.message.startswith("cleared:")]
     assert {e.kind for e in cleared} >= {"flapping", "symbol_errors"}
     assert all(e.severity == "info" for e in cleared)
+
+
+def test_a_nodes_window_ends_without_a_new_sample_and_a_new_sample_is_judged_at_once(
+        ) -> None:
+    """The viewer judges a node that does not judge itself when its sample comes and
+    again once per its interval, not every second: a flap ends when its window does
+    even if the node sends nothing new (a Prometheus source every 5 s, an agent gone
+    quiet), and a fault in a new sample shows the same second."""
+    cluster = ClusterState()
+    every = 5.0
+    hello = Hello("gpu002", "0", None, every, 0.0, gpus=[])
+    cluster.apply_hello("b:1", hello)
+    cluster.apply_sample("b:1", Sample(1, 0.0, every, gpus=[], extra={"fabric": {"ports": [
+        {"id": "mlx5_1:1", "state": 4, "errors_inc": {"link_downed": 4}}]}}))
+    clock = [10_000.0]
+    diag = Diagnosis(wall=lambda: clock[0])
+
+    def kinds() -> set[str]:
+        return {f.kind for f in diag.update(cluster, EfficiencyView(), StorageView())}
+
+    assert "flapping" in kinds()
+    clock[0] += 600.0 - 2.0  # within the window: still flapping
+    assert "flapping" in kinds()
+    seen = []
+    for _ in range(int(every) + 62):  # past the window, then the hysteresis (60 s)
+        clock[0] += 1.0
+        seen.append("flapping" in kinds())
+    assert seen[0] and not seen[-1], seen
+    cluster.apply_sample("b:1", Sample(2, 0.0, every, gpus=[], extra={"fabric": {"ports": [
+        {"id": "mlx5_1:1", "state": 1, "state_name": "DOWN"}]}}))
+    clock[0] += 0.2  # a fraction of the interval after the last judgement
+    for _ in range(5):  # a link down is held a few seconds before it shows
+        found = kinds()
+        clock[0] += 1.0
+    assert "link_down" in found

@@ -88,6 +88,9 @@ class Diagnosis:
         self._fleet_seen: tuple[int, list[Finding]] = (-1, [])
         # target -> (its conditions as last read, its name then, the findings they say)
         self._read_conditions: dict[str, tuple[list[Any], str, list[Finding]]] = {}
+        # target -> what the node rules judged here last: (the sample, the hello, the
+        # node's status, when, the findings)
+        self._judged: dict[str, tuple[Any, Any, str, float, list[Finding]]] = {}
 
     def update(self, cluster: ClusterState, eff: EfficiencyView,
                storage: StorageView) -> list[Finding]:
@@ -170,19 +173,31 @@ class Diagnosis:
                                   partial(self._judge_node, n, now), [])
         for gone in self._rules.keys() - live:
             del self._rules[gone]
+            self._judged.pop(gone, None)
         if len(read) > len(cluster.nodes):
             for gone in read.keys() - cluster.nodes.keys():
                 del read[gone]
         return out
 
     def _judge_node(self, n: NodeState, now: float) -> list[Finding]:
-        """The node rules, here, for a node whose agent does not judge itself."""
+        """The node rules, here, for a node whose agent does not judge itself: when a
+        sample or hello comes, and else once per the node's interval (a window that
+        ends), not every second: a Prometheus source at 4096 nodes brings a sample
+        every 5 s, and judging each node every second took a sixth of a core."""
         rules = self._rules.get(n.target)
         if rules is None or rules.name != n.name:
             rules = self._rules[n.target] = NodeRules(n.name)
+            self._judged.pop(n.target, None)
+        last = self._judged.get(n.target)
+        every = n.hello.interval if n.hello is not None else 0.0
+        if (last is not None and last[0] is n.detail and last[1] is n.hello
+                and last[2] == n.status and 0.0 <= now - last[3] < every):
+            return last[4]
         if n.detail is not None:
             rules.observe(n.hello, n.detail, now)
-        return rules.conditions(now) if n.status == "up" else []
+        found = rules.conditions(now) if n.status == "up" else []
+        self._judged[n.target] = (n.detail, n.hello, n.status, now, found)
+        return found
 
     def _congestion(self, cluster: ClusterState,
                     local: list[Finding]) -> list[Finding]:
