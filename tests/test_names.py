@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -20,6 +21,16 @@ from tuimon.sources.prometheus import PromOptions, PromSource
 from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+def _assembled(source: PromSource, answers: dict[str, list[tuple[dict[str, str], float]]],
+               resolver: NodeNames | None = None) -> dict[str, Any]:
+    """The nodes one refresh makes of these answers (the inventory's kept, as a refresh
+    keeps them)."""
+    resolver = resolver or NodeNames()
+    source._inventory_answers = {n: s for n, s in answers.items() if n in q.INVENTORY_QUERIES}
+    source._kept = source._read_inventory(resolver)
+    return source._assemble(answers, resolver)
 
 
 def _series(text: str) -> list[tuple[dict[str, str], float]]:
@@ -55,7 +66,7 @@ def test_what_the_agent_exports_tuimon_prom_reads_back_as_the_same_values(
                "host": [(lab, v) for lab, v in series if lab["__name__"] in q.HOST]}
     answers["gpu_info"] = answers["gpu"]
     source = PromSource("http://unused", ClusterState(), None, PromOptions())  # type: ignore[arg-type]
-    nodes = source._assemble(answers, NodeNames())
+    nodes = _assembled(source, answers)
     back = nodes["node-a"]
     checked = 0
     for f in GPU_FIELDS:
@@ -133,8 +144,8 @@ def test_a_nodes_screen_open_counts_its_summed_fields_once() -> None:
                "gpu_sparse": retired,
                "gpu_detail": [_dcgm("gpu001", "DCGM_FI_DEV_GPU_TEMP", 0, 60), *retired]}
     for detail in (set(), {"gpu001"}):
-        nodes = _source(detail)._assemble(
-            {k: v for k, v in answers.items() if detail or k != "gpu_detail"}, NodeNames())
+        nodes = _assembled(_source(detail), {k: v for k, v in answers.items()
+                                             if detail or k != "gpu_detail"})
         assert nodes["gpu001"].gpus[0]["retired_pages"] == 3, detail
 
 
@@ -147,7 +158,7 @@ def test_health_counters_a_node_exports_start_from_zero() -> None:
                                     1, 3)],
                "gpu_exported": [({"__name__": "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
                                   "Hostname": "gpu001", "instance": "gpu001:9400"}, 1.0)]}
-    nodes = _source()._assemble(answers, NodeNames())
+    nodes = _assembled(_source(), answers)
     assert [g.get("nvlink_recovery_errors") for g in nodes["gpu001"].gpus.values()] == [0, 3]
     assert "nvlink_recovery_errors" not in nodes["gpu002"].gpus[0]  # not exported there
 
@@ -156,7 +167,7 @@ def test_the_kept_inventory_brings_back_no_gpu_that_has_gone() -> None:
     answers = {"gpu": [_dcgm("gpu001", "DCGM_FI_DEV_GPU_TEMP", 0, 60)],
                "gpu_slow": [_dcgm("gpu001", "DCGM_FI_DEV_POWER_MGMT_LIMIT", i, 700)
                             for i in range(2)] + [_dcgm("gone", "DCGM_FI_DEV_PSTATE", 0, 0)]}
-    nodes = _source()._assemble(answers, NodeNames())
+    nodes = _assembled(_source(), answers)
     assert set(nodes) == {"gpu001"} and list(nodes["gpu001"].gpus) == [0]
     assert nodes["gpu001"].gpus[0]["power_limit"] == 700
 
@@ -171,7 +182,7 @@ def test_a_merged_node_keeps_the_matchers_that_fetch_its_screen() -> None:
                "host": [({"__name__": "node_load1", "instance": "10.0.0.1:9100"}, 1.0)],
                "uname": [({"instance": "10.0.0.1:9100", "nodename": "gpu001"}, 1.0)]}
     resolver.learn_uname(answers["uname"])
-    nodes = source._assemble(answers, resolver)
+    nodes = _assembled(source, answers, resolver)
     assert set(nodes) == {"gpu001"}
     assert source._matchers["gpu001"] == {'Hostname="gpu001.cluster.local"'}
     detail = q.detail_query(source._matchers["gpu001"], "")
@@ -193,9 +204,9 @@ def test_an_exporters_own_memory_total_wins_over_the_one_summed() -> None:
                        _dcgm("gpu002", "DCGM_FI_DEV_FB_USED", 0, 1000)],
                "gpu_total": [made], "gpu_slow": [own]}
     source = _source()
-    nodes = source._assemble(answers, NodeNames())
+    nodes = _assembled(source, answers)
     assert nodes["gpu001"].gpus[0]["mem_total"] == 81559 * 2**20
     answers.pop("gpu_slow")
-    assert source._assemble(answers, NodeNames())["gpu001"].gpus[0]["mem_total"] == \
+    assert _assembled(source, answers)["gpu001"].gpus[0]["mem_total"] == \
         81000 * 2**20
     assert "mem_total" not in nodes["gpu002"].gpus[0]

@@ -258,3 +258,50 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
             assert inventories() == 2
     finally:
         await runner.cleanup()
+
+
+async def test_the_inventory_is_kept_between_its_runs_and_a_new_one_replaces_it() -> None:
+    """What the inventory says (here a GPU's UUID, which changes when the GPU is swapped)
+    is kept between its runs, not asked at every refresh, and the next inventory's answer
+    replaces it on the node's screen."""
+    from aiohttp import web
+
+    from tuimon.sources import prom_queries as q
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    uuid = ["GPU-aaaa"]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        labels = {"gpu": "0", "Hostname": "gpu001"}
+        result = []
+        if promql.startswith("group by (gpu,"):
+            result = [{"metric": {**labels, "UUID": uuid[0]}, "value": [1.0, "1"]}]
+        elif promql.startswith("max by") and "DCGM_FI_DEV_GPU_TEMP" in promql:
+            result = [{"metric": {**labels, "__name__": "DCGM_FI_DEV_GPU_TEMP"},
+                       "value": [1.0, "61"]}]
+        return web.json_response({"status": "success",
+                                  "data": {"resultType": "vector", "result": result}})
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            cluster = ClusterState()
+            source = PromSource(url, cluster, session, PromOptions())
+            await source.refresh()
+            assert cluster.nodes["gpu001"].hello.gpus[0].uuid == "GPU-aaaa"
+            uuid[0] = "GPU-bbbb"  # the GPU swapped
+            await source.refresh()  # no inventory due: the kept one still says
+            assert cluster.nodes["gpu001"].hello.gpus[0].uuid == "GPU-aaaa"
+            assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
+            source._last_inventory -= q.INVENTORY_EVERY_S + 1  # time passes
+            await source.refresh()
+            assert cluster.nodes["gpu001"].hello.gpus[0].uuid == "GPU-bbbb"
+            assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
+    finally:
+        await runner.cleanup()

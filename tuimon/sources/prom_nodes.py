@@ -78,6 +78,11 @@ class NodeNames:
             if host and name:
                 self._by_host[host] = name
 
+    @property
+    def hosts(self) -> dict[str, str]:
+        """What node_exporter's host names taught: host -> node name."""
+        return self._by_host
+
     def of(self, labels: dict[str, str]) -> str | None:
         name = self._named(labels)[0]
         return self.aliases.get(name, name) if name is not None else None

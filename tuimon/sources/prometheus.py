@@ -23,7 +23,7 @@ import ssl
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -133,6 +133,17 @@ class _Node:
     jobs: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
 
 
+@dataclass
+class _Kept(_Node):
+    """What the inventory says of one node, read once per inventory and laid at every
+    refresh onto the node the live answers made (onto its GPUs, MIG instances and ports
+    there are now: it brings back none that has gone)."""
+
+    exported: set[str] = field(default_factory=set)  # health counters, at 0 where absent
+    port_rates: dict[str, float] = field(default_factory=dict)
+    matchers: set[str] = field(default_factory=set)  # its screen's detail query
+
+
 class PromSource:
     def __init__(self, url: str, cluster: ClusterState, session: aiohttp.ClientSession,
                  options: PromOptions | None = None) -> None:
@@ -151,8 +162,13 @@ class PromSource:
         # A GPU without its total (new since the inventory): the inventory runs soon.
         self._inventory_due = False
         self._lacking_after_inventory: set[tuple[str, int, int | None]] = set()
-        # The inventory's answers (prom_queries.INVENTORY_QUERIES), kept between its runs.
+        # The inventory's answers (prom_queries.INVENTORY_QUERIES), kept between its runs,
+        # and what they say of each node, read once per inventory (not at every refresh:
+        # a quarter of the series a refresh would read again), with the host names they
+        # were read with.
         self._inventory_answers: dict[str, Series] = {}
+        self._kept: dict[str, _Kept] = {}
+        self._kept_hosts: dict[str, str] | None = None
         # node -> label matchers that select its series (for its screen's detail query)
         self._matchers: dict[str, set[str]] = {}
         self._ids = identity_labels(self.options.node_labels)
@@ -304,18 +320,21 @@ class PromSource:
                 answers[name] = result
         asked = [n for n in q.INVENTORY_QUERIES if n in queries]
         self._inventory_answers.update({n: answers[n] for n in asked if n not in failed})
+        if set(asked) - failed:
+            self._kept_hosts = None  # read again below
         self._inventory_failed = (self._inventory_failed - set(asked)) | (failed & set(asked))
         if with_inventory:
             self._last_inventory = now
         if "gpu_info" in asked and "gpu_info" not in failed:
             self._matchers = {}  # learnt again from this inventory
-        for name, series in self._inventory_answers.items():
-            answers.setdefault(name, series)
         with_budget = with_budget and not failed & q.budget_queries(
             self.options.slo_hours).keys()
         self.refreshes += 1
         resolver = NodeNames(self.options.node_labels, self.options.node_aliases)
         resolver.learn_uname(answers.get("uname", []))
+        if self._kept_hosts != resolver.hosts:
+            self._kept = self._read_inventory(resolver)
+            self._kept_hosts = dict(resolver.hosts)
         nodes = self._assemble(answers, resolver)
         self._matchers = {name: m for name, m in self._matchers.items() if name in nodes}
         # GPUs without their total: brought forward only for one the last inventory did
@@ -386,34 +405,15 @@ class PromSource:
 
     def _assemble(self, a: dict[str, Series], resolver: NodeNames) -> dict[str, _Node]:
         nodes: dict[str, _Node] = {}
-
-        def node(labels: dict[str, str]) -> _Node | None:
-            """The series' node, made only when the series carries something (a series
-            with no GPU, port or host value makes no phantom node)."""
-            name = resolver.of(labels)
-            if name is None:
-                return None
-            n = nodes.get(name)
-            if n is None:
-                n = nodes[name] = _Node(name)
-            return n
-
-        def existing(labels: dict[str, str]) -> _Node | None:
-            """The series' node if the live answers made it (the kept inventory names
-            no node that has gone)."""
-            name = resolver.of(labels)
-            return nodes.get(name) if name is not None else None
+        # Made only when a series carries something (a series with no GPU, port or host
+        # value makes no phantom node).
+        node = _namer(resolver, nodes, _Node)
 
         # A node whose screen is open has every series in the detail answer: the others
         # would count its summed fields twice.
         detailed = self._gpus(a.get("gpu_detail", []), node)
         for answer in ("gpu", "gpu_busy", "gpu_sparse"):
             self._gpus(a.get(answer, []), node, skip=detailed, learn=resolver)
-        # The total made from used + free first: an exporter's own total, after, wins.
-        for answer in ("gpu_total", "gpu_slow"):
-            self._gpus(a.get(answer, []), existing, skip=detailed, known_only=True)
-        self._gpu_info(a.get("gpu_info", []), existing, resolver)
-        self._counters_from_zero(a.get("gpu_exported", []), existing)
         for labels, _ in a.get("clock_events", []):
             index = _int(labels.get("gpu"))
             if index is not None and labels.get("reason"):
@@ -432,7 +432,11 @@ class PromSource:
             n = node(labels)
             if n is not None:
                 n.host.setdefault("cpu_util", min(1.0, max(0.0, value)))
-        self._ports(a, node, existing)
+        self._ports(a, node)
+        for name, n in nodes.items():
+            kept = self._kept.get(name)
+            if kept is not None:
+                self._apply_kept(n, kept, name in detailed)
         self._storage(a, node)
         for key in ("wall", "compute", "samples", "steps"):
             for labels, value in a.get(f"job_{key}", []):
@@ -460,13 +464,11 @@ class PromSource:
         return nodes
 
     def _gpus(self, series: Series, node: Callable[[dict[str, str]], _Node | None],
-              skip: set[str] | frozenset[str] = frozenset(), known_only: bool = False,
+              skip: set[str] | frozenset[str] = frozenset(),
               learn: NodeNames | None = None) -> set[str]:
-        """GPU values, ours or dcgm-exporter's, onto their nodes (not those in `skip`;
-        with `known_only`, only onto GPUs and MIG instances the live answers made: the
-        kept inventory brings back none that has gone). Returns the nodes it wrote to.
-        With `learn`, a node whose screen is open and has no label matcher yet gets one
-        (a node new since the inventory)."""
+        """GPU values, ours or dcgm-exporter's, onto their nodes (not those in `skip`).
+        Returns the nodes it wrote to. With `learn`, a node whose screen is open and has
+        no label matcher yet gets one (a node new since the inventory)."""
         ranks: dict[tuple[str, int, int | None, str], int] = {}
         wrote: set[str] = set()
         detail = self.cluster.detail_targets
@@ -483,14 +485,11 @@ class PromSource:
             if n is None or n.name in skip:
                 continue
             key, scale, add, rank = entry
-            if rank >= 0 and _dcgm_blank(key, value):
+            if value >= DCGM_INT32_BLANK and rank >= 0 and _dcgm_blank(key, value):
                 continue  # DCGM's "not supported" leaking through the exporter
             text = labels.get("GPU_I_ID")
             gi = None if text is None else _int(text)
             gpus = n.gpus
-            if known_only and (index not in gpus or (
-                    gi is not None and gi not in n.mig.get(index, {}))):
-                continue
             if learn is not None and n.name in detail and n.name not in self._matchers:
                 self._learn_matcher(n.name, learn, labels)
             wrote.add(n.name)
@@ -516,44 +515,72 @@ class PromSource:
         return wrote
 
     def _learn_matcher(self, name: str, resolver: NodeNames, labels: dict[str, str]) -> None:
-        known = self._matchers.setdefault(name, set())
-        if len(known) < 4:  # an agent and an exporter, say: a few at most
-            matcher = resolver.matcher(labels)
-            if matcher is not None:
-                known.add(matcher)
+        _learn(self._matchers.setdefault(name, set()), resolver, labels)
 
-    @staticmethod
-    def _counters_from_zero(series: Series,
-                            node: Callable[[dict[str, str]], _Node | None]) -> None:
-        """The health counters a node's exporters export, at 0 on its GPUs that the
-        sparse answer left out: the rules that count their increase need the zero they
-        start from (the first XID-free NVLink error is an increase of one, not a new
-        counter)."""
-        for labels, _ in series:
-            n = node(labels)
-            entry = q.GPU_SERIES.get(labels.get("__name__", ""))
-            if n is None or entry is None:
-                continue
-            for values in n.gpus.values():
-                values.setdefault(entry[0], 0.0)
-
-    def _gpu_info(self, series: Series, node: Callable[[dict[str, str]], _Node | None],
-                  resolver: NodeNames) -> None:
-        """What each GPU is (the inventory's labels): its UUID, model and bus id; and
-        the label matchers that select each node's series (its screen's detail query)."""
-        for labels, _ in series:
+    def _read_inventory(self, resolver: NodeNames) -> dict[str, _Kept]:
+        """The kept inventory's answers, by node."""
+        kept: dict[str, _Kept] = {}
+        node = _namer(resolver, kept, _Kept)
+        a = self._inventory_answers
+        # The total made from used + free first: an exporter's own total, after, wins.
+        for answer in ("gpu_total", "gpu_slow"):
+            self._gpus(a.get(answer, []), node)
+        # What each GPU is: its UUID, model and bus id; and the label matchers that
+        # select the node's series.
+        for labels, _ in a.get("gpu_info", []):
             index = _int(labels.get("gpu"))
             n = node(labels) if index is not None else None
-            if n is None or index is None or index not in n.gpus:
+            if n is None or index is None:
                 continue
-            self._learn_matcher(n.name, resolver, labels)
+            _learn(n.matchers, resolver, labels)
             info = n.gpu_info.setdefault(index, {})
             info.setdefault("uuid", labels.get("uuid") or labels.get("UUID"))
             info.setdefault("name", labels.get("modelName") or labels.get("name"))
             info.setdefault("pci_bus_id", labels.get("pci_bus_id"))
+        for labels, _ in a.get("gpu_exported", []):
+            entry = q.GPU_SERIES.get(labels.get("__name__", ""))
+            n = node(labels) if entry is not None else None
+            if n is not None and entry is not None:
+                n.exported.add(entry[0])
+        for labels, value in a.get("port_rate", []):
+            n = node(labels)
+            if n is not None:
+                n.port_rates[f"{labels.get('device')}:{labels.get('port')}"] = value
+        return kept
 
-    def _ports(self, a: dict[str, Series], node: Callable[[dict[str, str]], _Node | None],
-               existing: Callable[[dict[str, str]], _Node | None]) -> None:
+    def _apply_kept(self, n: _Node, kept: _Kept, detailed: bool) -> None:
+        if not detailed:  # an open screen's node has all of it in the detail answer
+            for index, values in kept.gpus.items():
+                live = n.gpus.get(index)
+                if live is not None:
+                    live.update(values)
+            for index, instances in kept.mig.items():
+                live_mig = n.mig.get(index)
+                if live_mig is None:
+                    continue
+                for gi, values in instances.items():
+                    if gi in live_mig:
+                        live_mig[gi].update(values)
+        for index, info in kept.gpu_info.items():
+            if index in n.gpus:
+                n.gpu_info.setdefault(index, info)
+        if kept.matchers:
+            known = self._matchers.setdefault(n.name, set())
+            if len(known) < MAX_MATCHERS:
+                known.update(kept.matchers)
+        # The health counters its exporters export, at 0 on the GPUs the sparse answer
+        # left out: the rules that count their increase need the zero they start from
+        # (the first XID-free NVLink error is an increase of one, not a new counter).
+        for key in kept.exported:
+            for values in n.gpus.values():
+                values.setdefault(key, 0.0)
+        for pid, rate in kept.port_rates.items():
+            port = n.ports.get(pid)
+            if port is not None:
+                port["rate"] = rate
+
+    def _ports(self, a: dict[str, Series],
+               node: Callable[[dict[str, str]], _Node | None]) -> None:
         def port(labels: dict[str, str]) -> dict[str, Any] | None:
             if not labels.get("device") or not labels.get("port"):
                 return None
@@ -579,11 +606,6 @@ class PromSource:
                 p = port(labels)
                 if p is not None:
                     p["errors_inc"] = {"symbol_errors": _whole(value)}
-        for labels, value in a.get("port_rate", []):  # kept: on the ports there are now
-            n = existing(labels)
-            pid = f"{labels.get('device')}:{labels.get('port')}"
-            if n is not None and pid in n.ports:
-                n.ports[pid]["rate"] = value
 
     def _storage(self, a: dict[str, Series],
                  node: Callable[[dict[str, str]], _Node | None]) -> None:
@@ -742,6 +764,35 @@ class PromSource:
             return
         if not isinstance(message, (Subscribe, Batch)):  # never: the data is our own frame
             self.cluster.apply_message(target, message, data)
+
+
+_N = TypeVar("_N", bound=_Node)
+
+
+def _namer(resolver: NodeNames, into: dict[str, _N],
+           make: Callable[[str], _N]) -> Callable[[dict[str, str]], _N | None]:
+    """A series' node in `into`, made when a series first names it."""
+    def node(labels: dict[str, str]) -> _N | None:
+        name = resolver.of(labels)
+        if name is None:
+            return None
+        n = into.get(name)
+        if n is None:
+            n = into[name] = make(name)
+        return n
+    return node
+
+
+# The label matchers kept per node for its screen's detail query: an agent and an
+# exporter, say; a few at most.
+MAX_MATCHERS = 4
+
+
+def _learn(known: set[str], resolver: NodeNames, labels: dict[str, str]) -> None:
+    if len(known) < MAX_MATCHERS:
+        matcher = resolver.matcher(labels)
+        if matcher is not None:
+            known.add(matcher)
 
 
 _ACTIVITY = ("gr_active", "sm_active", "tensor_active", "dram_active")
