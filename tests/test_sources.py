@@ -7,15 +7,32 @@ import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
 from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
 from tuimon.sources.targets import TargetError, parse_targets, read_targets_file
+
+
+@contextlib.asynccontextmanager
+async def _prometheus_answering(query: Callable[[web.Request], Awaitable[web.Response]]
+                                ) -> AsyncIterator[str]:
+    """A stand-in for Prometheus' query API on loopback, answering with `query`."""
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", 0).start()
+    try:
+        yield f"http://127.0.0.1:{runner.addresses[0][1]}"
+    finally:
+        await runner.cleanup()
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,8 +158,6 @@ async def test_more_agents_than_aiohttps_default_pool_all_connect(
 async def test_a_multi_tenant_store_gets_the_tenant_asked_for() -> None:
     """Mimir and Cortex answer only a request that names its tenant (X-Scope-OrgID);
     without one they refuse (401, `no org id`), which tuimon says as the server's reason."""
-    from aiohttp import web
-
     from tuimon.sources.prometheus import PromError, PromOptions, PromSource
 
     async def query(request: web.Request) -> web.Response:
@@ -172,8 +187,6 @@ async def test_a_multi_tenant_store_gets_the_tenant_asked_for() -> None:
 async def test_a_failing_inventory_query_leaves_the_refresh_and_is_asked_again() -> None:
     """Only the live queries must answer: the inventory's (here the GPUs' names, refused
     by the server) is logged, kept from before, and asked again at the next refresh."""
-    from aiohttp import web
-
     from tuimon.sources.prometheus import PromOptions, PromSource
 
     asked: list[str] = []
@@ -190,34 +203,23 @@ async def test_a_failing_inventory_query_leaves_the_refresh_and_is_asked_again()
         return web.json_response({"status": "success",
                                   "data": {"resultType": "vector", "result": result}})
 
-    app = web.Application()
-    app.router.add_get("/api/v1/query", query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        async with aiohttp.ClientSession() as session:
-            cluster = ClusterState()
-            source = PromSource(url, cluster, session, PromOptions())
-            await source.refresh()
-            assert cluster.nodes["gpu001"].status == "up"
-            assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
-            before = sum(p.startswith("group by (gpu,") for p in asked)
-            slow_before = sum("DCGM_FI_DEV_POWER_MGMT_LIMIT" in p for p in asked)
-            await source.refresh()
-            # Asked again, alone: the rest of the inventory answered and is kept.
-            assert sum(p.startswith("group by (gpu,") for p in asked) == before + 1
-            assert sum("DCGM_FI_DEV_POWER_MGMT_LIMIT" in p for p in asked) == slow_before
-    finally:
-        await runner.cleanup()
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        assert cluster.nodes["gpu001"].status == "up"
+        assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
+        before = sum(p.startswith("group by (gpu,") for p in asked)
+        slow_before = sum("DCGM_FI_DEV_POWER_MGMT_LIMIT" in p for p in asked)
+        await source.refresh()
+        # Asked again, alone: the rest of the inventory answered and is kept.
+        assert sum(p.startswith("group by (gpu,") for p in asked) == before + 1
+        assert sum("DCGM_FI_DEV_POWER_MGMT_LIMIT" in p for p in asked) == slow_before
 
 
 async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward() -> None:
     """A GPU new since the inventory, with no total yet, brings it forward (15 s); one the
     inventory itself left without a total (an exporter that gives none) does not."""
-    from aiohttp import web
-
     from tuimon.sources.prometheus import INVENTORY_SOONEST_S, PromOptions, PromSource
 
     asked: list[str] = []
@@ -233,39 +235,28 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
         return web.json_response({"status": "success",
                                   "data": {"resultType": "vector", "result": result}})
 
-    app = web.Application()
-    app.router.add_get("/api/v1/query", query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
 
     def inventories() -> int:
         return sum(p.startswith("group by (gpu,") for p in asked)
 
-    try:
-        async with aiohttp.ClientSession() as session:
-            source = PromSource(url, ClusterState(), session, PromOptions())
-            await source.refresh()
-            assert inventories() == 1
-            source._last_inventory -= INVENTORY_SOONEST_S + 1  # time passes
-            await source.refresh()
-            assert inventories() == 1  # the same GPU, still without a total
-            hosts.append("gpu002")  # a new node
-            await source.refresh()
-            source._last_inventory -= INVENTORY_SOONEST_S + 1
-            await source.refresh()
-            assert inventories() == 2
-    finally:
-        await runner.cleanup()
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        source = PromSource(url, ClusterState(), session, PromOptions())
+        await source.refresh()
+        assert inventories() == 1
+        source._last_inventory -= INVENTORY_SOONEST_S + 1  # time passes
+        await source.refresh()
+        assert inventories() == 1  # the same GPU, still without a total
+        hosts.append("gpu002")  # a new node
+        await source.refresh()
+        source._last_inventory -= INVENTORY_SOONEST_S + 1
+        await source.refresh()
+        assert inventories() == 2
 
 
 async def test_the_inventory_is_kept_between_its_runs_and_a_new_one_replaces_it() -> None:
     """What the inventory says (here a GPU's UUID, which changes when the GPU is swapped)
     is kept between its runs, not asked at every refresh, and the next inventory's answer
     replaces it on the node's screen."""
-    from aiohttp import web
-
     from tuimon.sources import prom_queries as q
     from tuimon.sources.prometheus import PromOptions, PromSource
 
@@ -283,25 +274,54 @@ async def test_the_inventory_is_kept_between_its_runs_and_a_new_one_replaces_it(
         return web.json_response({"status": "success",
                                   "data": {"resultType": "vector", "result": result}})
 
-    app = web.Application()
-    app.router.add_get("/api/v1/query", query)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    url = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    try:
-        async with aiohttp.ClientSession() as session:
-            cluster = ClusterState()
-            source = PromSource(url, cluster, session, PromOptions())
-            await source.refresh()
-            assert cluster.nodes["gpu001"].hello.gpus[0].uuid == "GPU-aaaa"
-            uuid[0] = "GPU-bbbb"  # the GPU swapped
-            await source.refresh()  # no inventory due: the kept one still says
-            assert cluster.nodes["gpu001"].hello.gpus[0].uuid == "GPU-aaaa"
-            assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
-            source._last_inventory -= q.INVENTORY_EVERY_S + 1  # time passes
-            await source.refresh()
-            assert cluster.nodes["gpu001"].hello.gpus[0].uuid == "GPU-bbbb"
-            assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
-    finally:
-        await runner.cleanup()
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        assert cluster.nodes["gpu001"].hello.gpus[0].uuid == "GPU-aaaa"
+        uuid[0] = "GPU-bbbb"  # the GPU swapped
+        await source.refresh()  # no inventory due: the kept one still says
+        assert cluster.nodes["gpu001"].hello.gpus[0].uuid == "GPU-aaaa"
+        assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
+        source._last_inventory -= q.INVENTORY_EVERY_S + 1  # time passes
+        await source.refresh()
+        assert cluster.nodes["gpu001"].hello.gpus[0].uuid == "GPU-bbbb"
+        assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
+
+
+async def test_a_node_the_server_has_not_scraped_since_is_not_sent_again() -> None:
+    """A refresh every 5 s over a scrape every 15 s finds most nodes as they were: those
+    are not sent again (the viewer's work per node is the cost at 4096 nodes), a node
+    whose values moved is, and a node that was lost comes back with the same values."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    temps = {"gpu001": "61", "gpu002": "70"}
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        result = []
+        if promql.startswith("max by") and "DCGM_FI_DEV_GPU_TEMP" in promql:
+            result = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
+                                  "Hostname": host}, "value": [1.0, temp]}
+                      for host, temp in temps.items()]
+        return web.json_response({"status": "success",
+                                  "data": {"resultType": "vector", "result": result}})
+
+    sent: list[str] = []
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions(
+            recorder=lambda target, data: sent.append(target)))
+        await source.refresh()
+        assert sorted(set(sent)) == ["gpu001", "gpu002"]
+        sent.clear()
+        temps["gpu002"] = "72"  # scraped again since; gpu001 not
+        await source.refresh()
+        assert sent == ["gpu002"]
+        assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 61
+        assert cluster.nodes["gpu002"].sample.gpus[0]["temp"] == 72
+        cluster.mark_stale("gpu001", "prometheus unreachable")
+        sent.clear()
+        await source.refresh()
+        assert sent == ["gpu001"]
+        assert cluster.nodes["gpu001"].status == "up"

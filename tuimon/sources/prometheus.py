@@ -169,6 +169,8 @@ class PromSource:
         self._inventory_answers: dict[str, Series] = {}
         self._kept: dict[str, _Kept] = {}
         self._kept_hosts: dict[str, str] | None = None
+        # Each node as last sent (prometheus._unchanged).
+        self._sent: dict[str, _Node] = {}
         # node -> label matchers that select its series (for its screen's detail query)
         self._matchers: dict[str, set[str]] = {}
         self._ids = identity_labels(self.options.node_labels)
@@ -356,13 +358,17 @@ class PromSource:
             for job, ranks in node.jobs.items():
                 worlds[job] = max(worlds.get(job, 0), max(ranks) + 1)
         for name, node in nodes.items():
+            if self._unchanged(name, node):
+                continue
             try:  # one node's series, alone: a value no check foresaw is that node's
                 self._emit(name, node, ts, worlds)
+                self._sent[name] = node
             except Exception as exc:
                 log.error("prometheus %s: the series of %s failed", self.url, name,
                           exc_info=exc)
                 self.cluster.mark_stale(name, clean(f"internal error: {type(exc).__name__}: "
                                                     f"{exc}")[:200])
+        self._sent = {name: n for name, n in self._sent.items() if name in nodes}
         self.cluster.set_scrape_failures(failures)
         for name, reason in {n: r for n, r in failures.values()}.items():
             if name not in nodes:  # nothing else speaks for it: say why it is missing
@@ -373,6 +379,15 @@ class PromSource:
         if with_budget:
             self._last_budget = now
             self.cluster.apply_budget(_budget(answers, self.options.slo_hours), self.url)
+
+    def _unchanged(self, name: str, node: _Node) -> bool:
+        """Is this node, up, as it was sent last? The server has scraped it no newer
+        since (a scrape every 15 or 30 s, a refresh every 5 s): sending the same values
+        again would cost the viewer a sample's work and say nothing. A node with jobs is
+        sent every refresh (its steps are counted per refresh)."""
+        state = self.cluster.nodes.get(name)
+        return (not node.jobs and state is not None and state.status == "up"
+                and self._sent.get(name) == node)
 
     def _from_records(self, answers: dict[str, Series]) -> None:
         """The records' answers read as the queries' own; none at all is an error that
@@ -674,9 +689,8 @@ class PromSource:
         gpus_info = []
         gpus = []
         for i in indices:
-            raw = n.gpus[i]
-            if i in n.mig:
-                raw = _mig_parent(raw, n.mig[i])
+            # A copy: the node stays as the server gave it, to compare with the next.
+            raw = _mig_parent(n.gpus[i], n.mig[i]) if i in n.mig else dict(n.gpus[i])
             info = n.gpu_info.get(i, {})
             if "mem_total" not in raw and "_fb_free" in raw and "mem_used" in raw:
                 raw["mem_total"] = raw["mem_used"] + raw["_fb_free"] + raw.get(
