@@ -302,6 +302,8 @@ EMPTY = b'{"status":"success","data":{"resultType":"vector","result":[]}}'
     (b'{"status":"success","data":{"resultType":"vector","result":[{"metric":5,'
      b'"value":"x"}]}}', None),
     (b"<html>proxy error</html>", "not a JSON answer"),
+    (b'{"status":"success","warnings":' + b"[" * 100_000 + b"]" * 100_000
+     + b',"data":{"resultType":"vector","result":[]}}', "not a JSON answer"),
 ])
 async def test_malformed_prometheus_answers_are_a_reason_not_a_traceback(
         body: bytes, reason: str | None) -> None:

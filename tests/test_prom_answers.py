@@ -57,8 +57,15 @@ def test_another_result_type_is_no_samples(kind: str) -> None:
     assert read_answer(_answer([1733370000, "5"], kind=kind)) == (None, [])
 
 
-@pytest.mark.parametrize("body", [b"<html>502 Bad Gateway</html>", b'{"status": "succ',
-                                  b"[" * 100_000 + b"]" * 100_000, b""])
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+@pytest.mark.parametrize("body", [
+    b"<html>502 Bad Gateway</html>", b'{"status": "succ', DEEP, b"",
+    # nested past any parser's depth inside a field the typed path skips or reads
+    b'{"status":"success","warnings":' + DEEP + b',"data":{"resultType":"vector",'
+    b'"result":[]}}',
+    b'{"status":"error","error":' + DEEP + b"}"])
 def test_what_is_not_json_says_so(body: bytes) -> None:
     with pytest.raises(NotJson):
         read_answer(body)

@@ -325,3 +325,43 @@ async def test_a_node_the_server_has_not_scraped_since_is_not_sent_again() -> No
         await source.refresh()
         assert sent == ["gpu001"]
         assert cluster.nodes["gpu001"].status == "up"
+
+
+async def test_a_node_not_sent_again_is_still_seen_and_its_screen_gets_its_values() -> None:
+    """A node as it was (not sent again) is still heard from: lost later, it is stale
+    for its last word a moment ago, not down for the last sample minutes ago; and its
+    screen, closed and opened again between two refreshes, gets its whole sample."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    there = [True]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        result = []
+        if there[0] and promql.startswith("max by") and "DCGM_FI_DEV_GPU_TEMP" in promql:
+            result = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
+                                  "Hostname": "gpu001"}, "value": [1.0, "61"]}]
+        return web.json_response({"status": "success",
+                                  "data": {"resultType": "vector", "result": result}})
+
+    clock = [1000.0]
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState(clock=lambda: clock[0])
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        node = cluster.nodes["gpu001"]
+        for _ in range(14):  # 70 s of refreshes, the values never moving
+            clock[0] += 5.0
+            await source.refresh()
+        assert node.last_seen == clock[0]
+        cluster.set_detail({"gpu001"})
+        cluster.set_detail(set())  # closed: its whole sample let go
+        assert node.detail is None
+        cluster.set_detail({"gpu001"})
+        clock[0] += 5.0
+        await source.refresh()
+        assert node.detail is not None and node.detail.gpus[0]["temp"] == 61
+        there[0] = False  # its series vanish
+        clock[0] += 5.0
+        await source.refresh()
+        assert node.status == "stale", (node.status, node.reason)

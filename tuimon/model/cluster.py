@@ -365,6 +365,17 @@ class ClusterState:
         self._record("set_scrape_failures", {k: list(v) for k, v in failures.items()})
         self.scrape_failures = dict(failures)
 
+    def mark_current(self, targets: list[str]) -> None:
+        """The source heard for these nodes, and they are as they were (a Prometheus
+        node its server has not scraped anew): seen now, with no new sample, so a node
+        lost later is stale for its recent last word, not down for an old one."""
+        self._record("mark_current", targets)
+        now = self.clock()
+        for target in targets:
+            node = self.nodes.get(target)
+            if node is not None and node.status == "up":
+                node.last_seen = now
+
     def mark_stale(self, target: str, reason: str) -> None:
         self._record("mark_stale", target, reason)
         node = self.add_target(target)

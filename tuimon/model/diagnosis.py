@@ -39,6 +39,11 @@ def _median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
+# A node judged here without a new sample is judged again at its interval, at most this
+# long after the last time: a window that ends clears its finding at most this late,
+# whatever the interval (an agent may send once an hour).
+REJUDGE_MAX_S = 5.0
+
 # What can make one rank slower than its peers, found on its node at the same time.
 STRAGGLER_CAUSES = frozenset({
     "thermal", "power", "pcie_downtrained", "pcie_replays", "nvlink_down",
@@ -189,7 +194,7 @@ class Diagnosis:
             rules = self._rules[n.target] = NodeRules(n.name)
             self._judged.pop(n.target, None)
         last = self._judged.get(n.target)
-        every = n.hello.interval if n.hello is not None else 0.0
+        every = min(n.hello.interval, REJUDGE_MAX_S) if n.hello is not None else 0.0
         if (last is not None and last[0] is n.detail and last[1] is n.hello
                 and last[2] == n.status and 0.0 <= now - last[3] < every):
             return last[4]

@@ -49,7 +49,7 @@ def read_answer(body: bytes) -> tuple[Any, Series | None]:
     vector's samples, or None when there is no vector). Raises NotJson."""
     try:
         answer = _DECODER.decode(body)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, RecursionError):  # a field it skips nested past its depth
         return _tolerant(body)
     if answer.status != "success" or answer.data.resultType != "vector":
         return _tolerant(body)

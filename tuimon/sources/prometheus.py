@@ -357,8 +357,10 @@ class PromSource:
         for node in nodes.values():
             for job, ranks in node.jobs.items():
                 worlds[job] = max(worlds.get(job, 0), max(ranks) + 1)
+        current = []
         for name, node in nodes.items():
             if self._unchanged(name, node):
+                current.append(name)
                 continue
             try:  # one node's series, alone: a value no check foresaw is that node's
                 self._emit(name, node, ts, worlds)
@@ -369,6 +371,8 @@ class PromSource:
                 self.cluster.mark_stale(name, clean(f"internal error: {type(exc).__name__}: "
                                                     f"{exc}")[:200])
         self._sent = {name: n for name, n in self._sent.items() if name in nodes}
+        if current:
+            self.cluster.mark_current(current)
         self.cluster.set_scrape_failures(failures)
         for name, reason in {n: r for n, r in failures.values()}.items():
             if name not in nodes:  # nothing else speaks for it: say why it is missing
@@ -384,10 +388,11 @@ class PromSource:
         """Is this node, up, as it was sent last? The server has scraped it no newer
         since (a scrape every 15 or 30 s, a refresh every 5 s): sending the same values
         again would cost the viewer a sample's work and say nothing. A node with jobs is
-        sent every refresh (its steps are counted per refresh)."""
+        sent every refresh (its steps are counted per refresh), and so is a node whose
+        screen was closed since (its whole sample was let go)."""
         state = self.cluster.nodes.get(name)
         return (not node.jobs and state is not None and state.status == "up"
-                and self._sent.get(name) == node)
+                and state.detail is not None and self._sent.get(name) == node)
 
     def _from_records(self, answers: dict[str, Series]) -> None:
         """The records' answers read as the queries' own; none at all is an error that
@@ -581,8 +586,9 @@ class PromSource:
                 n.gpu_info.setdefault(index, info)
         if kept.matchers:
             known = self._matchers.setdefault(n.name, set())
-            if len(known) < MAX_MATCHERS:
-                known.update(kept.matchers)
+            for matcher in kept.matchers:
+                if len(known) < MAX_MATCHERS:
+                    known.add(matcher)
         # The health counters its exporters export, at 0 on the GPUs the sparse answer
         # left out: the rules that count their increase need the zero they start from
         # (the first XID-free NVLink error is an increase of one, not a new counter).

@@ -173,6 +173,7 @@ _TEXT = Str(MAX_STR)
 _NAMES = ListOf(_TEXT, 100_000)
 SINK_CALLS: dict[str, tuple[Any, ...]] = {
     "mark_stale": (_TEXT, _TEXT),
+    "mark_current": (_NAMES,),
     "apply_source_state": (_TEXT, Str(choices=STATES), None),
     "relay_lost": (_TEXT, _NAMES, _TEXT),
     "relay_back": (_TEXT,),
