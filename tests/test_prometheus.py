@@ -24,8 +24,10 @@ from tests.peers import PROMETHEUS, free_port, running_prometheus, running_victo
 from tests.seeded import judged
 from tests.trees import ib_port
 from tuimon.model.cluster import ClusterState
+from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import LedgerBurn, Slo
+from tuimon.model.storage import StorageView
 from tuimon.sources import prom_queries
 from tuimon.sources.prometheus import PromOptions, PromSource, prom_watching
 
@@ -304,3 +306,45 @@ def test_prom_command_once_and_record(tmp_path: Path, unused_tcp_port_factory) -
         "sim-node000", "sim-node001"}
     assert all(n.gpu_count == 1 and n.sample.gpus[0]["util"] is not None
                for n in replayed.nodes.values())
+
+
+@pytest.mark.parametrize("server", ["prometheus", "victoria-metrics"])
+async def test_port_errors_through_a_real_prometheus_count_each_error_once(
+        tmp_path: Path, proc_root: Path, server: str) -> None:
+    """node_exporter's error counters read through Prometheus: what a port counted before
+    the viewer started is not news, errors that come later are counted once each, by
+    kind (a link down is a link down, not a symbol error), and the node rules' window
+    says how many there were, not that many times the refreshes in a minute."""
+    if NODE_EXPORTER is None:
+        if os.environ.get("CI") == "true":
+            raise AssertionError("CI must install prometheus-node-exporter")
+        pytest.skip("node_exporter not installed (apt-get install prometheus-node-exporter)")
+    counters = {"port_xmit_data": 1000, "port_rcv_data": 2000, "symbol_error": 5,
+                "link_downed": 0}
+    base = ib_port(proc_root, "mlx5_0", counters=counters)
+    with node_exporter(proc_root) as nodex, \
+            prometheus(tmp_path, [nodex or ""], server) as url:
+        await _until_series(url, "node_infiniband_symbol_error_total == 5", 1)
+        await _until_series(  # two scrapes: the port's rates are defined
+            url, "rate(node_infiniband_port_data_transmitted_bytes_total[1m])", 1)
+        cluster = ClusterState()
+        diagnosis = Diagnosis(wall=time.time)  # the judgement, after each refresh
+        async with aiohttp.ClientSession() as session:
+            source = PromSource(url, cluster, session, PromOptions(every=1.0))
+
+            async def port() -> dict:
+                await source.refresh()
+                diagnosis.update(cluster, EfficiencyView(), StorageView())
+                (p,) = cluster.nodes["127.0.0.1"].sample.extra["fabric"]["ports"]
+                return p
+
+            assert "errors_inc" not in await port()  # five from before: not news
+            (base / "counters" / "symbol_error").write_text("15\n")
+            (base / "counters" / "link_downed").write_text("1\n")
+            await _until_series(url, "node_infiniband_link_downed_total == 1", 1)
+            assert (await port())["errors_inc"] == {"symbol_errors": 10, "link_downed": 1}
+            for _ in range(3):
+                assert "errors_inc" not in await port()
+    said = [f.message for f in diagnosis.update(cluster, EfficiencyView(), StorageView())
+            if f.kind == "symbol_errors"]
+    assert said == ["127.0.0.1 mlx5_0:1 +10 symbol errors in 10 min (cable or transceiver)"]

@@ -35,7 +35,7 @@ RECORDED: dict[str, str] = {
     "gpu": _GPU, "gpu_busy": _GPU, "gpu_sparse": _GPU,
     "host": NAME_LABEL + ", {ids}", "host_cpu": "{ids}",
     "port_state": _PORT, "port_phys_state": _PORT,
-    "ib_tx": q.PORT_BY, "ib_rx": q.PORT_BY, "ib_wait": q.PORT_BY, "ib_errors": q.PORT_BY,
+    "ib_tx": q.PORT_BY, "ib_rx": q.PORT_BY, "ib_wait": q.PORT_BY, "ib_errors": _PORT,
 }
 # Seconds between two evaluations: at least 1, and at most a minute (a record older
 # than Prometheus' 5 min look-back would vanish from the answers).

@@ -171,6 +171,8 @@ class PromSource:
         self._kept_hosts: dict[str, str] | None = None
         # Each node as last sent (prometheus._unchanged).
         self._sent: dict[str, _Node] = {}
+        # node -> port -> its error counters (kind -> total) at the last refresh
+        self._port_errors: dict[str, dict[str, dict[str, float]]] = {}
         # node -> label matchers that select its series (for its screen's detail query)
         self._matchers: dict[str, set[str]] = {}
         self._ids = identity_labels(self.options.node_labels)
@@ -338,6 +340,7 @@ class PromSource:
             self._kept = self._read_inventory(resolver)
             self._kept_hosts = dict(resolver.hosts)
         nodes = self._assemble(answers, resolver)
+        self._count_port_errors(nodes)
         self._matchers = {name: m for name, m in self._matchers.items() if name in nodes}
         # GPUs without their total: brought forward only for one the last inventory did
         # not already leave so (an exporter that gives no total at all would otherwise
@@ -383,6 +386,30 @@ class PromSource:
         if with_budget:
             self._last_budget = now
             self.cluster.apply_budget(_budget(answers, self.options.slo_hours), self.url)
+
+    def _count_port_errors(self, nodes: dict[str, _Node]) -> None:
+        """Each port's error counts since the last refresh, by kind (the wire's
+        `errors_inc`), from its counters now and then. A port known then and absent from
+        the answer now had none (the answer holds the counters not at 0); a port not
+        known then counts from now (its counters' past is not news); a counter that went
+        down was reset (a reboot, a driver reload) and counts from there."""
+        before = self._port_errors
+        now: dict[str, dict[str, dict[str, float]]] = {}
+        for name, n in nodes.items():
+            last = before.get(name)
+            totals = now[name] = {}
+            for pid, p in n.ports.items():
+                ours, theirs = p.pop(_ERRORS_OURS, None), p.pop(_ERRORS_NODE, None)
+                counters = totals[pid] = ours or theirs or _NO_ERRORS
+                was = last.get(pid) if last is not None else None
+                if was is None:
+                    continue
+                grew = {kind: _whole(value - was.get(kind, 0.0))
+                        for kind, value in counters.items() if value > was.get(kind, 0.0)}
+                grew = {kind: count for kind, count in grew.items() if count}
+                if grew:
+                    p["errors_inc"] = grew
+        self._port_errors = now
 
     def _unchanged(self, name: str, node: _Node) -> bool:
         """Is this node, up, as it was sent last? The server has scraped it no newer
@@ -622,11 +649,13 @@ class PromSource:
                 p = port(labels)
                 if p is not None:
                     p[key] = value
-        for labels, value in a.get("ib_errors", []):
-            if value > 0:
-                p = port(labels)
-                if p is not None:
-                    p["errors_inc"] = {"symbol_errors": _whole(value)}
+        for labels, value in a.get("ib_errors", []):  # a port's counters, where not 0
+            entry = q.PORT_ERROR_SERIES.get(labels.get("__name__", ""))
+            p = port(labels) if entry is not None else None
+            if p is not None and entry is not None:
+                kind, ours = entry
+                # Both exporters on one node: ours, as for every other value.
+                p.setdefault(_ERRORS_OURS if ours else _ERRORS_NODE, {})[kind] = value
 
     def _storage(self, a: dict[str, Series],
                  node: Callable[[dict[str, str]], _Node | None]) -> None:
@@ -802,6 +831,11 @@ def _namer(resolver: NodeNames, into: dict[str, _N],
         return n
     return node
 
+
+# A port's error counters while its node is assembled, by exporter (prometheus._ports).
+_ERRORS_OURS = "_errors_tuimon"
+_ERRORS_NODE = "_errors_node_exporter"
+_NO_ERRORS: dict[str, float] = {}
 
 # The label matchers kept per node for its screen's detail query: an agent and an
 # exporter, say; a few at most.
