@@ -268,10 +268,13 @@ def budget_queries(window_hours: float) -> dict[str, str]:
 INVENTORY_QUERIES: dict[str, str] = {
     "gpu_slow": _gpus(SLOW_GPU),
     "gpu_total": FB_TOTAL_QUERY,
-    # The GPUs' names, UUIDs and bus ids: one series a GPU, from the labels of the
-    # series every refresh asks for.
-    "gpu_info": "group by (" + INFO_BY + ') ({{__name__=~"'
-                + _names(gpu_names(DENSE_GPU | set(BUSY))) + '"{m}}})',
+    # The GPUs' names, UUIDs and bus ids: one series a GPU (and MIG instance), from the
+    # labels of its memory-used series, or of its busy measure where it has none (every
+    # series of a GPU carries them; selecting all of them cost the server four times
+    # as much).
+    "gpu_info": " or ".join(
+        "group by (" + INFO_BY + ') ({{__name__=~"' + _names(gpu_names(keys)) + '"{m}}})'
+        for keys in (["mem_used"], BUSY)),
     "port_rate": ('max by (__name__, ' + PORT_BY + ') ({{__name__=~"'
                   + _names(n for n, key in PORT_GAUGES.items() if key == "rate") + '"{m}}})'),
     # Which health counters each node's exporters export at all: those the sparse answer
