@@ -6,7 +6,7 @@ import pytest
 
 from tests.seeded import judged, seeded_cluster
 from tuimon.model.cluster import ClusterState
-from tuimon.model.diagnosis import Diagnosis
+from tuimon.model.diagnosis import REJUDGE_S, Diagnosis
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
 from tuimon_core.protocol import GpuInfo, Hello, Sample
@@ -212,8 +212,8 @@ def test_a_nodes_window_ends_without_a_new_sample_and_a_new_sample_is_judged_at_
     """The viewer judges a node that does not judge itself when its sample comes and
     again once per its interval, not every second: a flap ends when its window does
     even if the node sends nothing new (a Prometheus source every 5 s, an agent gone
-    quiet; at most 5 s late, whatever its interval), and a fault in a new sample shows
-    the same second."""
+    quiet; at most REJUDGE_S late, whatever its interval), and a fault in a new sample
+    shows the same second."""
     cluster = ClusterState()
     hello = Hello("gpu002", "0", None, every, 0.0, gpus=[])
     cluster.apply_hello("b:1", hello)
@@ -229,7 +229,7 @@ def test_a_nodes_window_ends_without_a_new_sample_and_a_new_sample_is_judged_at_
     clock[0] += 600.0 - 2.0  # within the window: still flapping
     assert "flapping" in kinds()
     seen = []
-    for _ in range(5 + 62):  # past the window, then the hysteresis (60 s)
+    for _ in range(int(REJUDGE_S) + 62):  # past the window, then the hysteresis (60 s)
         clock[0] += 1.0
         seen.append("flapping" in kinds())
     assert seen[0] and not seen[-1], seen

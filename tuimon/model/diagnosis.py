@@ -39,10 +39,10 @@ def _median(values: list[float]) -> float:
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
 
 
-# A node judged here without a new sample is judged again at its interval, at most this
-# long after the last time: a window that ends clears its finding at most this late,
-# whatever the interval (an agent may send once an hour).
-REJUDGE_MAX_S = 5.0
+# A node judged here is judged again without a new sample this long after the last
+# time: a window that ends clears its finding at most this late (beside the minute or
+# more of the finding's own hysteresis), whatever the node's interval.
+REJUDGE_S = 15.0
 
 # What can make one rank slower than its peers, found on its node at the same time.
 STRAGGLER_CAUSES = frozenset({
@@ -186,17 +186,16 @@ class Diagnosis:
 
     def _judge_node(self, n: NodeState, now: float) -> list[Finding]:
         """The node rules, here, for a node whose agent does not judge itself: when a
-        sample or hello comes, and else once per the node's interval (a window that
-        ends), not every second: a Prometheus source at 4096 nodes brings a sample
-        every 5 s, and judging each node every second took a sixth of a core."""
+        sample or hello comes, and else every REJUDGE_S (a window that ends), not every
+        second: a Prometheus source at 4096 nodes brings a node's sample every 5 to
+        30 s, and judging each node every second took a sixth of a core."""
         rules = self._rules.get(n.target)
         if rules is None or rules.name != n.name:
             rules = self._rules[n.target] = NodeRules(n.name)
             self._judged.pop(n.target, None)
         last = self._judged.get(n.target)
-        every = min(n.hello.interval, REJUDGE_MAX_S) if n.hello is not None else 0.0
         if (last is not None and last[0] is n.detail and last[1] is n.hello
-                and last[2] == n.status and 0.0 <= now - last[3] < every):
+                and last[2] == n.status and 0.0 <= now - last[3] < REJUDGE_S):
             return last[4]
         if n.detail is not None:
             rules.observe(n.hello, n.detail, now)

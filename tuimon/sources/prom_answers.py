@@ -23,7 +23,10 @@ Series = list[tuple[dict[str, str], float]]
 
 class _Sample(msgspec.Struct):
     metric: dict[str, str]
-    value: tuple[float, str]
+    # The value is a string ("42", "NaN"); read as a number by the decoder (`strict`
+    # off). One it cannot read ("+Inf", past a float) sends the answer to the tolerant
+    # path.
+    value: tuple[float, float]
 
 
 class _Vector(msgspec.Struct):
@@ -36,7 +39,7 @@ class _Answer(msgspec.Struct):
     data: _Vector
 
 
-_DECODER = msgspec.json.Decoder(_Answer)
+_DECODER = msgspec.json.Decoder(_Answer, strict=False)
 
 
 class NotJson(ValueError):
@@ -53,17 +56,8 @@ def read_answer(body: bytes) -> tuple[Any, Series | None]:
         return _tolerant(body)
     if answer.status != "success" or answer.data.resultType != "vector":
         return _tolerant(body)
-    out: Series = []
-    append = out.append
     isfinite = math.isfinite
-    for sample in answer.data.result:
-        try:
-            value = float(sample.value[1])
-        except ValueError:
-            continue
-        if isfinite(value):
-            append((sample.metric, value))
-    return None, out
+    return None, [(s.metric, s.value[1]) for s in answer.data.result if isfinite(s.value[1])]
 
 
 def _tolerant(body: bytes) -> tuple[Any, Series | None]:

@@ -79,6 +79,11 @@ class NodeNames:
                 self._by_host[host] = name
 
     @property
+    def identity(self) -> tuple[str, ...]:
+        """The labels whose values name a series' machine (identity_labels)."""
+        return self._ids
+
+    @property
     def hosts(self) -> dict[str, str]:
         """What node_exporter's host names taught: host -> node name."""
         return self._by_host

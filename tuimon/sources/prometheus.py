@@ -820,14 +820,23 @@ _N = TypeVar("_N", bound=_Node)
 
 def _namer(resolver: NodeNames, into: dict[str, _N],
            make: Callable[[str], _N]) -> Callable[[dict[str, str]], _N | None]:
-    """A series' node in `into`, made when a series first names it."""
+    """A series' node in `into`, made when a series first names it. Asked once per
+    series (a quarter of a million a refresh at 4096 nodes): by the identity labels'
+    values, the node found for them before."""
+    ids = resolver.identity
+    found: dict[tuple[str | None, ...], _N | None] = {}
+
     def node(labels: dict[str, str]) -> _N | None:
+        key = tuple(map(labels.get, ids))
+        try:
+            return found[key]
+        except KeyError:
+            pass
         name = resolver.of(labels)
-        if name is None:
-            return None
-        n = into.get(name)
-        if n is None:
+        n = None if name is None else into.get(name)
+        if name is not None and n is None:
             n = into[name] = make(name)
+        found[key] = n
         return n
     return node
 
