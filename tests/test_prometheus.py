@@ -345,6 +345,14 @@ async def test_port_errors_through_a_real_prometheus_count_each_error_once(
             assert (await port())["errors_inc"] == {"symbol_errors": 10, "link_downed": 1}
             for _ in range(3):
                 assert "errors_inc" not in await port()
+            # The counters unreadable a while (the collector fails, its series go stale):
+            # not read is not 0, and what they grew by meanwhile counts when read again.
+            (base / "counters" / "symbol_error").write_text("garbage\n")
+            await _until_series(url, "absent(node_infiniband_link_downed_total)", 1)
+            assert "errors_inc" not in await port()
+            (base / "counters" / "symbol_error").write_text("20\n")
+            await _until_series(url, "node_infiniband_symbol_error_total == 20", 1)
+            assert (await port())["errors_inc"] == {"symbol_errors": 5}
     said = [f.message for f in diagnosis.update(cluster, EfficiencyView(), StorageView())
             if f.kind == "symbol_errors"]
-    assert said == ["127.0.0.1 mlx5_0:1 +10 symbol errors in 10 min (cable or transceiver)"]
+    assert said == ["127.0.0.1 mlx5_0:1 +15 symbol errors in 10 min (cable or transceiver)"]

@@ -91,6 +91,10 @@ PORT_GAUGES: dict[str, str] = {name: key for key, ours, theirs, _ in PORT_GAUGE_
 THROTTLE_BITS = dict(CLOCK_EVENT_REASONS)
 
 _COUNTER = {c.key: c for c in PORT_COUNTERS_READ}
+# The error counter asked of every port, 0 or not: where it answers, the port's counters
+# were read in the scrape the answer holds, so one absent from the answer is 0; where
+# it does not (a failed scrape, a target gone: its series stale), they are unknown.
+PORT_ERRORS_READ = "link_downed"
 # The port error counters, by either exporter's name: name -> (the wire's kind in
 # `errors_inc`, whether the name is our agent's).
 PORT_ERROR_SERIES: dict[str, tuple[str, bool]] = {
@@ -215,11 +219,17 @@ LIVE_QUERIES: dict[str, str] = {
     "ib_rx": _ports(_counter(_COUNTER["rx_bytes"])),
     "ib_wait": _ports(_counter(_COUNTER["xmit_wait"])),
     # The port error counters as they stand, where not 0 (on a healthy fabric, few
-    # ports): the viewer counts what each grew by since its last refresh. One selection
-    # of the counters; the difference to a minute ago took two, and was the most
-    # expensive query of a refresh (4 s of the server's time at 4096 nodes).
+    # ports), and every port's link_downed (PORT_ERRORS_READ): the viewer counts what
+    # each grew by since its last refresh. One selection of the counters; the
+    # difference to a minute ago took two, and was the most expensive query of a
+    # refresh (4 s of the server's time at 4096 nodes).
+    # (`or` matches series on their labels without the name: the second part's carry a
+    # label of their own, so a port's link_downed is not taken for its other counters.)
     "ib_errors": "max by (__name__, " + PORT_BY + ') ({{__name__=~"'
-                 + _names(PORT_ERROR_SERIES) + '"{m}}} > 0)',
+                 + _names(PORT_ERROR_SERIES) + '"{m}}} > 0) or label_replace(max by '
+                 '(__name__, ' + PORT_BY + ') ({{__name__=~"'
+                 + _names(n for n, (kind, _) in PORT_ERROR_SERIES.items()
+                          if kind == PORT_ERRORS_READ) + '"{m}}}), "tuimon_read", "1", "", "")',
     "fs_read": f"irate({FS_COUNTERS_READ[0].metric}_total{{{{{{mm}}}}}}[1m]) or "
                + _nfs("read"),
     "fs_write": f"irate({FS_COUNTERS_READ[1].metric}_total{{{{{{mm}}}}}}[1m]) or "
@@ -269,12 +279,12 @@ INVENTORY_QUERIES: dict[str, str] = {
     "gpu_slow": _gpus(SLOW_GPU),
     "gpu_total": FB_TOTAL_QUERY,
     # The GPUs' names, UUIDs and bus ids: one series a GPU (and MIG instance), from the
-    # labels of its memory-used series, or of its busy measure where it has none (every
-    # series of a GPU carries them; selecting all of them cost the server four times
-    # as much).
+    # labels of its memory-used series (or our agent's up mark: a failed GPU has only
+    # that), or of its busy measure where it has neither (every series of a GPU carries
+    # them; selecting all of them cost the server twice as much).
     "gpu_info": " or ".join(
         "group by (" + INFO_BY + ') ({{__name__=~"' + _names(gpu_names(keys)) + '"{m}}})'
-        for keys in (["mem_used"], BUSY)),
+        for keys in (["mem_used", "_up"], BUSY)),
     "port_rate": ('max by (__name__, ' + PORT_BY + ') ({{__name__=~"'
                   + _names(n for n, key in PORT_GAUGES.items() if key == "rate") + '"{m}}})'),
     # Which health counters each node's exporters export at all: those the sparse answer

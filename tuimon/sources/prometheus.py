@@ -169,10 +169,11 @@ class PromSource:
         self._inventory_answers: dict[str, Series] = {}
         self._kept: dict[str, _Kept] = {}
         self._kept_hosts: dict[str, str] | None = None
+        self._said_old_rules = False
         # Each node as last sent (prometheus._unchanged).
         self._sent: dict[str, _Node] = {}
-        # node -> port -> its error counters (kind -> total) at the last refresh
-        self._port_errors: dict[str, dict[str, dict[str, float]]] = {}
+        # node -> port -> its error counters as last read: (from our agent, kind -> total)
+        self._port_errors: dict[str, dict[str, tuple[bool, dict[str, float]]]] = {}
         # node -> label matchers that select its series (for its screen's detail query)
         self._matchers: dict[str, set[str]] = {}
         self._ids = identity_labels(self.options.node_labels)
@@ -389,23 +390,35 @@ class PromSource:
 
     def _count_port_errors(self, nodes: dict[str, _Node]) -> None:
         """Each port's error counts since the last refresh, by kind (the wire's
-        `errors_inc`), from its counters now and then. A port known then and absent from
-        the answer now had none (the answer holds the counters not at 0); a port not
-        known then counts from now (its counters' past is not news); a counter that went
-        down was reset (a reboot, a driver reload) and counts from there."""
+        `errors_inc`), from its counters now and at the last reading. A port's counters
+        are read when its exporter's last scrape is in the answer (PORT_ERRORS_READ);
+        then a counter absent from it is 0. Not read (a failed scrape, a target being
+        replaced), they are as last read, and what they grew by meanwhile is counted
+        when they are read again. A port first read, or read from the other exporter
+        than last time, counts from now (its counters' past is not news); a counter that
+        went down was reset (a reboot, a driver reload) and counts from there."""
         before = self._port_errors
-        now: dict[str, dict[str, dict[str, float]]] = {}
+        now: dict[str, dict[str, tuple[bool, dict[str, float]]]] = {}
         for name, n in nodes.items():
-            last = before.get(name)
-            totals = now[name] = {}
+            last = before.get(name, {})
+            kept = now[name] = {}
             for pid, p in n.ports.items():
                 ours, theirs = p.pop(_ERRORS_OURS, None), p.pop(_ERRORS_NODE, None)
-                counters = totals[pid] = ours or theirs or _NO_ERRORS
-                was = last.get(pid) if last is not None else None
-                if was is None:
+                was = last.get(pid)
+                if ours is not None and q.PORT_ERRORS_READ in ours:
+                    read = (True, ours)  # both exporters on one node: ours, as elsewhere
+                elif theirs is not None and q.PORT_ERRORS_READ in theirs:
+                    read = (False, theirs)
+                else:
+                    if was is not None:
+                        kept[pid] = was
                     continue
-                grew = {kind: _whole(value - was.get(kind, 0.0))
-                        for kind, value in counters.items() if value > was.get(kind, 0.0)}
+                kept[pid] = read
+                if was is None or was[0] != read[0]:
+                    continue
+                counters, then = read[1], was[1]
+                grew = {kind: _whole(value - then.get(kind, 0.0))
+                        for kind, value in counters.items() if value > then.get(kind, 0.0)}
                 grew = {kind: count for kind, count in grew.items() if count}
                 if grew:
                     p["errors_inc"] = grew
@@ -416,8 +429,11 @@ class PromSource:
         since (a scrape every 15 or 30 s, a refresh every 5 s): sending the same values
         again would cost the viewer a sample's work and say nothing. A node with jobs is
         sent every refresh (its steps are counted per refresh), and so is a node whose
-        screen was closed since (its whole sample was let go)."""
+        screen was closed since (its whole sample was let go) and one with new port
+        errors."""
         state = self.cluster.nodes.get(name)
+        if any("errors_inc" in p for p in node.ports.values()):
+            return False  # new errors, even as many as the last time
         return (not node.jobs and state is not None and state.status == "up"
                 and state.detail is not None and self._sent.get(name) == node)
 
@@ -430,6 +446,12 @@ class PromSource:
                             f"{live_rules.record_name('gpu')} or the other records "
                             "--recorded reads: load the rules `tuimon rules --live` writes "
                             "(with this --match and --node-label), or leave out --recorded")
+        errors = answers.get("ib_errors", [])
+        if errors and live_rules.NAME_LABEL not in errors[0][0] and not self._said_old_rules:
+            self._said_old_rules = True  # once: it holds until the rules are written again
+            log.warning("prometheus %s: %s holds no counter names: rules of an older tuimon;"
+                        " port errors go uncounted until `tuimon rules --live` is loaded "
+                        "again", self.url, live_rules.record_name("ib_errors"))
         for series in recorded:
             live_rules.restore_names(series)
 
@@ -844,7 +866,6 @@ def _namer(resolver: NodeNames, into: dict[str, _N],
 # A port's error counters while its node is assembled, by exporter (prometheus._ports).
 _ERRORS_OURS = "_errors_tuimon"
 _ERRORS_NODE = "_errors_node_exporter"
-_NO_ERRORS: dict[str, float] = {}
 
 # The label matchers kept per node for its screen's detail query: an agent and an
 # exporter, say; a few at most.
