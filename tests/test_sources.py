@@ -365,3 +365,42 @@ async def test_a_node_not_sent_again_is_still_seen_and_its_screen_gets_its_value
         clock[0] += 5.0
         await source.refresh()
         assert node.status == "stale", (node.status, node.reason)
+
+
+async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_gap() -> None:
+    """Our agent leaves out a counter stuck at its maximum (link_downed is 8 bits): the
+    port's other errors still count. A node missing from the answers for a while (its
+    scrapes failing for minutes) counts on from its last reading when it is back."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    symbols: list[str | None] = ["10"]
+    port = {"node": "gpu001", "device": "mlx5_0", "port": "1"}
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        result = []
+        if symbols[0] is not None and "tuimon_read" in promql:
+            result = [{"metric": {**port, "__name__": "tuimon_ib_port_symbol_errors_total"},
+                       "value": [1.0, symbols[0]]},
+                      {"metric": {**port, "__name__": "tuimon_ib_port_state_id",
+                                  "tuimon_read": "1"}, "value": [1.0, "4"]}]
+        return web.json_response({"status": "success",
+                                  "data": {"resultType": "vector", "result": result}})
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions())
+
+        async def errors() -> object:
+            await source.refresh()
+            (p,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
+            return p.get("errors_inc")
+
+        assert await errors() is None  # ten from before: not news
+        symbols[0] = "500"
+        assert await errors() == {"symbol_errors": 490}
+        symbols[0] = None  # gone from the answers (and the node with it)
+        for _ in range(3):
+            await source.refresh()
+        symbols[0] = "520"
+        assert await errors() == {"symbol_errors": 20}

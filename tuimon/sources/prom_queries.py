@@ -86,15 +86,18 @@ HOST.update({f.node_exporter: (f.key, 1.0, False) for f in HOST_FIELDS if f.node
 
 PORT_GAUGES: dict[str, str] = {name: key for key, ours, theirs, _ in PORT_GAUGE_METRICS
                                 for name in (ours, theirs)}
+# Asked of every port with its error counters: where a port's state answers, its
+# counters were read in the scrape the answer holds, so one absent from the answer is 0;
+# where it does not (a failed scrape, a target gone: its series stale), they are
+# unknown. (Not a counter: our agent leaves out one stuck at its maximum.) Name -> ours.
+PORT_READ_SERIES: dict[str, bool] = {name: name == ours for key, ours, theirs, _
+                                     in PORT_GAUGE_METRICS if key == "state"
+                                     for name in (ours, theirs)}
 
 # dcgm-exporter's clock-event (throttle) bit mask, as NVML names the bits.
 THROTTLE_BITS = dict(CLOCK_EVENT_REASONS)
 
 _COUNTER = {c.key: c for c in PORT_COUNTERS_READ}
-# The error counter asked of every port, 0 or not: where it answers, the port's counters
-# were read in the scrape the answer holds, so one absent from the answer is 0; where
-# it does not (a failed scrape, a target gone: its series stale), they are unknown.
-PORT_ERRORS_READ = "link_downed"
 # The port error counters, by either exporter's name: name -> (the wire's kind in
 # `errors_inc`, whether the name is our agent's).
 PORT_ERROR_SERIES: dict[str, tuple[str, bool]] = {
@@ -219,17 +222,16 @@ LIVE_QUERIES: dict[str, str] = {
     "ib_rx": _ports(_counter(_COUNTER["rx_bytes"])),
     "ib_wait": _ports(_counter(_COUNTER["xmit_wait"])),
     # The port error counters as they stand, where not 0 (on a healthy fabric, few
-    # ports), and every port's link_downed (PORT_ERRORS_READ): the viewer counts what
-    # each grew by since its last refresh. One selection of the counters; the
+    # ports), and every port's state (PORT_READ_SERIES): the viewer counts what each
+    # grew by since it last read them. One selection of the counters; the
     # difference to a minute ago took two, and was the most expensive query of a
     # refresh (4 s of the server's time at 4096 nodes).
     # (`or` matches series on their labels without the name: the second part's carry a
-    # label of their own, so a port's link_downed is not taken for its other counters.)
+    # label of their own, so a port's state is not taken for its counters.)
     "ib_errors": "max by (__name__, " + PORT_BY + ') ({{__name__=~"'
                  + _names(PORT_ERROR_SERIES) + '"{m}}} > 0) or label_replace(max by '
                  '(__name__, ' + PORT_BY + ') ({{__name__=~"'
-                 + _names(n for n, (kind, _) in PORT_ERROR_SERIES.items()
-                          if kind == PORT_ERRORS_READ) + '"{m}}}), "tuimon_read", "1", "", "")',
+                 + _names(PORT_READ_SERIES) + '"{m}}}), "tuimon_read", "1", "", "")',
     "fs_read": f"irate({FS_COUNTERS_READ[0].metric}_total{{{{{{mm}}}}}}[1m]) or "
                + _nfs("read"),
     "fs_write": f"irate({FS_COUNTERS_READ[1].metric}_total{{{{{{mm}}}}}}[1m]) or "

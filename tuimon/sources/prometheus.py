@@ -172,8 +172,9 @@ class PromSource:
         self._said_old_rules = False
         # Each node as last sent (prometheus._unchanged).
         self._sent: dict[str, _Node] = {}
-        # node -> port -> its error counters as last read: (from our agent, kind -> total)
-        self._port_errors: dict[str, dict[str, tuple[bool, dict[str, float]]]] = {}
+        # node -> (when, port -> its error counters as last read: (from our agent,
+        # kind -> total))
+        self._port_errors: dict[str, tuple[float, dict[str, tuple[bool, dict[str, float]]]]] = {}
         # node -> label matchers that select its series (for its screen's detail query)
         self._matchers: dict[str, set[str]] = {}
         self._ids = identity_labels(self.options.node_labels)
@@ -398,27 +399,31 @@ class PromSource:
         than last time, counts from now (its counters' past is not news); a counter that
         went down was reset (a reboot, a driver reload) and counts from there."""
         before = self._port_errors
-        now: dict[str, dict[str, tuple[bool, dict[str, float]]]] = {}
+        clock = time.monotonic()
+        # A node absent from this refresh keeps its readings a while (its scrapes failing
+        # for minutes, or its name not resolved this once): read again, it counts on.
+        now = {name: entry for name, entry in before.items()
+               if name not in nodes and clock - entry[0] < PORT_ERRORS_KEPT_S}
         for name, n in nodes.items():
-            last = before.get(name, {})
-            kept = now[name] = {}
+            last = before.get(name, (clock, {}))[1]
+            kept = dict(last)  # its ports absent this refresh: as last read
+            now[name] = (clock, kept)
             for pid, p in n.ports.items():
                 ours, theirs = p.pop(_ERRORS_OURS, None), p.pop(_ERRORS_NODE, None)
                 was = last.get(pid)
-                if ours is not None and q.PORT_ERRORS_READ in ours:
+                if ours is not None and _READ in ours:
                     read = (True, ours)  # both exporters on one node: ours, as elsewhere
-                elif theirs is not None and q.PORT_ERRORS_READ in theirs:
+                elif theirs is not None and _READ in theirs:
                     read = (False, theirs)
                 else:
-                    if was is not None:
-                        kept[pid] = was
-                    continue
+                    continue  # not read: as last read
                 kept[pid] = read
                 if was is None or was[0] != read[0]:
                     continue
                 counters, then = read[1], was[1]
                 grew = {kind: _whole(value - then.get(kind, 0.0))
-                        for kind, value in counters.items() if value > then.get(kind, 0.0)}
+                        for kind, value in counters.items()
+                        if kind != _READ and value > then.get(kind, 0.0)}
                 grew = {kind: count for kind, count in grew.items() if count}
                 if grew:
                     p["errors_inc"] = grew
@@ -672,12 +677,19 @@ class PromSource:
                 if p is not None:
                     p[key] = value
         for labels, value in a.get("ib_errors", []):  # a port's counters, where not 0
-            entry = q.PORT_ERROR_SERIES.get(labels.get("__name__", ""))
-            p = port(labels) if entry is not None else None
-            if p is not None and entry is not None:
-                kind, ours = entry
-                # Both exporters on one node: ours, as for every other value.
-                p.setdefault(_ERRORS_OURS if ours else _ERRORS_NODE, {})[kind] = value
+            name = labels.get("__name__", "")
+            entry = q.PORT_ERROR_SERIES.get(name)
+            read = q.PORT_READ_SERIES.get(name)
+            p = port(labels) if entry is not None or read is not None else None
+            if p is None:
+                continue
+            # Both exporters on one node: ours, as for every other value.
+            ours = entry[1] if entry is not None else bool(read)
+            counters = p.setdefault(_ERRORS_OURS if ours else _ERRORS_NODE, {})
+            if entry is None:
+                counters[_READ] = 1.0  # the port's state: its counters were read
+            else:  # two series of one counter (two jobs scrape it): the higher
+                counters[entry[0]] = max(value, counters.get(entry[0], value))
 
     def _storage(self, a: dict[str, Series],
                  node: Callable[[dict[str, str]], _Node | None]) -> None:
@@ -866,6 +878,9 @@ def _namer(resolver: NodeNames, into: dict[str, _N],
 # A port's error counters while its node is assembled, by exporter (prometheus._ports).
 _ERRORS_OURS = "_errors_tuimon"
 _ERRORS_NODE = "_errors_node_exporter"
+_READ = "_read"  # among a port's counters: they were read (its state answered)
+# How long a node absent from the answers keeps its ports' error counters as last read.
+PORT_ERRORS_KEPT_S = 600.0
 
 # The label matchers kept per node for its screen's detail query: an agent and an
 # exporter, say; a few at most.
