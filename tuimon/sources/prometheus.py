@@ -392,12 +392,13 @@ class PromSource:
     def _count_port_errors(self, nodes: dict[str, _Node]) -> None:
         """Each port's error counts since the last refresh, by kind (the wire's
         `errors_inc`), from its counters now and at the last reading. A port's counters
-        are read when its exporter's last scrape is in the answer (PORT_ERRORS_READ);
-        then a counter absent from it is 0. Not read (a failed scrape, a target being
-        replaced), they are as last read, and what they grew by meanwhile is counted
-        when they are read again. A port first read, or read from the other exporter
-        than last time, counts from now (its counters' past is not news); a counter that
-        went down was reset (a reboot, a driver reload) and counts from there."""
+        are read when its exporter's last scrape is in the answer (its state answered:
+        prom_queries.PORT_READ_SERIES); then a counter absent from it is 0. Not read (a
+        failed scrape, a target being replaced), they are as last read, and what they
+        grew by meanwhile is counted when they are read again. A port first read, or
+        read from the other exporter than last time, counts from now (its counters' past
+        is not news); a counter that went down was reset (a reboot, a driver reload) and
+        counts from there."""
         before = self._port_errors
         clock = time.monotonic()
         # A node absent from this refresh keeps its readings a while (its scrapes failing
@@ -420,11 +421,12 @@ class PromSource:
                 kept[pid] = read
                 if was is None or was[0] != read[0]:
                     continue
-                counters, then = read[1], was[1]
-                grew = {kind: _whole(value - then.get(kind, 0.0))
-                        for kind, value in counters.items()
-                        if kind != _READ and value > then.get(kind, 0.0)}
-                grew = {kind: count for kind, count in grew.items() if count}
+                then = was[1]
+                grew = {}
+                for kind, value in read[1].items():
+                    count = _whole(value - then.get(kind, 0.0)) if kind != _READ else None
+                    if count:  # None where it went down (a reset) or is past a count
+                        grew[kind] = count
                 if grew:
                     p["errors_inc"] = grew
         self._port_errors = now
