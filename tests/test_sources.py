@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -18,6 +19,12 @@ from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
 from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
 from tuimon.sources.targets import TargetError, parse_targets, read_targets_file
+
+
+def _vector(result: list[Any]) -> web.Response:
+    """A query API's answer with these samples."""
+    return web.json_response({"status": "success",
+                              "data": {"resultType": "vector", "result": result}})
 
 
 @contextlib.asynccontextmanager
@@ -163,8 +170,7 @@ async def test_a_multi_tenant_store_gets_the_tenant_asked_for() -> None:
     async def query(request: web.Request) -> web.Response:
         if request.headers.get("X-Scope-OrgID") != "team-a":
             return web.Response(status=401, text="no org id\n")
-        return web.json_response({"status": "success",
-                                  "data": {"resultType": "vector", "result": []}})
+        return _vector([])
 
     app = web.Application()
     app.router.add_get("/api/v1/query", query)
@@ -200,8 +206,7 @@ async def test_a_failing_inventory_query_leaves_the_refresh_and_is_asked_again()
         result = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
                               "Hostname": "gpu001"}, "value": [1.0, "61"]}] \
             if "DCGM_FI_DEV_GPU_TEMP" in promql and promql.startswith("max by") else []
-        return web.json_response({"status": "success",
-                                  "data": {"resultType": "vector", "result": result}})
+        return _vector(result)
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
         cluster = ClusterState()
@@ -232,8 +237,7 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
                    "value": [1.0, "100"]} for h in hosts] \
             if promql.startswith("max by") and "DCGM_FI_DEV_FB_USED" in promql \
             and "label_replace" not in promql else []
-        return web.json_response({"status": "success",
-                                  "data": {"resultType": "vector", "result": result}})
+        return _vector(result)
 
 
     def inventories() -> int:
@@ -271,8 +275,7 @@ async def test_the_inventory_is_kept_between_its_runs_and_a_new_one_replaces_it(
         elif promql.startswith("max by") and "DCGM_FI_DEV_GPU_TEMP" in promql:
             result = [{"metric": {**labels, "__name__": "DCGM_FI_DEV_GPU_TEMP"},
                        "value": [1.0, "61"]}]
-        return web.json_response({"status": "success",
-                                  "data": {"resultType": "vector", "result": result}})
+        return _vector(result)
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
         cluster = ClusterState()
@@ -304,8 +307,7 @@ async def test_a_node_the_server_has_not_scraped_since_is_not_sent_again() -> No
             result = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
                                   "Hostname": host}, "value": [1.0, temp]}
                       for host, temp in temps.items()]
-        return web.json_response({"status": "success",
-                                  "data": {"resultType": "vector", "result": result}})
+        return _vector(result)
 
     sent: list[str] = []
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
@@ -341,8 +343,7 @@ async def test_a_node_not_sent_again_is_still_seen_and_its_screen_gets_its_value
         if there[0] and promql.startswith("max by") and "DCGM_FI_DEV_GPU_TEMP" in promql:
             result = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
                                   "Hostname": "gpu001"}, "value": [1.0, "61"]}]
-        return web.json_response({"status": "success",
-                                  "data": {"resultType": "vector", "result": result}})
+        return _vector(result)
 
     clock = [1000.0]
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
@@ -384,8 +385,7 @@ async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_g
                        "value": [1.0, symbols[0]]},
                       {"metric": {**port, "__name__": "tuimon_ib_port_state_id",
                                   "tuimon_read": "1"}, "value": [1.0, "4"]}]
-        return web.json_response({"status": "success",
-                                  "data": {"resultType": "vector", "result": result}})
+        return _vector(result)
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
         cluster = ClusterState()
