@@ -69,13 +69,23 @@ def _app(url: str, every: float, seconds: float, warmup: float, out: Path,
         def on_mount(self) -> None:
             self.set_timer(warmup + seconds, self.exit)
 
-        def draw(self) -> bool:
-            drew = super().draw()
-            if drew and pending:
+        def _shown(self) -> None:
+            if pending:
                 now = time.time()
                 on_screen.extend(now - t for t in pending)
                 pending.clear()
+
+        def draw(self) -> bool:
+            drew = super().draw()
+            if drew:
+                self._shown()
             return drew
+
+        def _redraw_maps(self) -> None:
+            # The once-a-second tick draws the changed lines too; the draw between ticks
+            # then stands aside, so counting only it would add up to a second.
+            super()._redraw_maps()
+            self._shown()
 
     def sources(state: ClusterState) -> list[Any]:
         async def run() -> None:

@@ -22,6 +22,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.map_kinds import FABRIC_MAP, GPU_MAP
 from tuimon.relay import Relay
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS
 from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview
 from tuimon_core.protocol import ProtocolError, Sample, Subscribe, decode, encode, encode_map
 from tuimon_core.protocol.families import keep_families
@@ -55,6 +56,27 @@ async def test_the_agents_overview_draws_the_same_cells_as_its_full_sample() -> 
                     (target, kind.key, metric.key)
                 assert len(kind.levels(node, metric)) == kind.cell_count(node)
         assert node.overview.get("busy") == other.overview.get("busy")
+
+
+async def test_each_metric_draws_the_same_cells_from_only_the_fields_it_reads() -> None:
+    """A source that asks only what the map on screen draws (tuimon prom) asks for a
+    metric's `reads`: with only those fields (and `failed`), every GPU and port of a
+    faulty seeded cluster is drawn as from its whole sample."""
+    agents, _ = await seeded_cluster(nodes=16, gpus=8)
+    seen = 0
+    for node in agents.nodes.values():
+        infos = node.hello.gpus
+        ports = {p["id"]: p for p in node.hello.extra.get("ports") or ()}
+        cells = [(g, infos[i], GPU_METRICS) for i, g in enumerate(node.sample.gpus)]
+        cells += [(p, ports.get(p["id"]), FABRIC_METRICS)
+                  for p in node.sample.extra["fabric"]["ports"]]
+        for values, info, metrics in cells:
+            for metric in metrics:
+                only = {k: v for k, v in values.items() if k in metric.reads | {"failed"}}
+                assert metric.level(only, info) == metric.level(values, info), \
+                    (node.name, metric.key, values)
+                seen += metric.level(values, info) > 0
+    assert seen > 500  # levels above the lowest, not a cluster of empty cells
 
 
 async def test_an_overview_frame_is_a_small_fraction_of_the_full_frame() -> None:

@@ -5,6 +5,7 @@ exporter scrapes, read by the app as it reads the queries' own answers."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import subprocess
@@ -35,6 +36,7 @@ from tuimon.sources.prom_live_rules import (
 )
 from tuimon.sources.prom_nodes import identity_labels
 from tuimon.sources.prometheus import PromError, PromOptions, PromSource
+from tuimon_core.heat_levels import GPU_METRICS
 
 ROOT = Path(__file__).resolve().parent.parent
 # The A800 capture, less the family Prometheus refuses to scrape (values "ERROR").
@@ -155,21 +157,40 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
             await _until(url, record_name("ib_tx"), 1)
             await _until(url, record_name("gpu_busy"), 4)
             views = {}
+            # Every field, and only what the busy map draws (the app's first map).
+            busy_map = GPU_METRICS[0].reads
             async with aiohttp.ClientSession() as session:
-                for recorded in (False, True):
+                for recorded, drawn in itertools.product((False, True), (None, busy_map)):
                     cluster = ClusterState()
+                    cluster.set_drawn(drawn)
                     source = PromSource(url, cluster, session,
                                         PromOptions(every=1.0, recorded=recorded))
                     await source.refresh()
-                    views[recorded] = _view(cluster)
+                    views[recorded, drawn] = _view(cluster)
                     failures = cluster.scrape_failures
                     assert any("127.0.0.10:1" in reason for _, reason in failures.values())
     finally:
         stop.set()
-    assert {"gpu-k8s-07", "msxf-hpc-64-35-ai", "127.0.0.9", here} <= set(views[True])
-    assert views[True] == views[False]
-    mig = views[True]["msxf-hpc-64-35-ai"]["samples"][0]
+    assert {"gpu-k8s-07", "msxf-hpc-64-35-ai", "127.0.0.9", here} <= set(views[True, None])
+    assert views[True, None] == views[False, None]
+    assert views[True, busy_map] == views[False, busy_map]
+    mig = views[True, None]["msxf-hpc-64-35-ai"]["samples"][0]
     assert mig["mig_mode"] == 1 and [m["gi"] for m in mig["mig"]] == [3, 5, 6]
+
+    def gpus(view: dict[str, Any]) -> list[dict[str, Any]]:
+        return [g for node in view.values() for g in node["samples"] or ()]
+    # The busy map's refresh asks no GPU's power, memory used or clock...
+    drawn_only = {"power", "mem_used", "sm_clock"}
+    assert all(drawn_only.isdisjoint(g) for g in gpus(views[True, busy_map]))
+    assert all(any(key in g for g in gpus(views[True, None])) for key in drawn_only)
+    # ... and draws the maps that need none of them as the full refresh does.
+    full, busy = views[True, None], views[True, busy_map]
+    assert set(full) == set(busy)
+    for metric in GPU_METRICS:
+        if drawn_only.isdisjoint(metric.reads):
+            for name in full:
+                assert [metric.level(g) for g in full[name]["samples"] or ()] == \
+                    [metric.level(g) for g in busy[name]["samples"] or ()], (name, metric.key)
 
 
 @need_peers

@@ -22,6 +22,7 @@ from agent.sim.cluster import SimCluster
 from tests.conftest import run_tuimon
 from tests.peers import PROMETHEUS, free_port, running_prometheus, running_victoria_metrics
 from tests.seeded import judged
+from tests.test_relay import until
 from tests.trees import ib_port
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
@@ -356,3 +357,60 @@ async def test_port_errors_through_a_real_prometheus_count_each_error_once(
     said = [f.message for f in diagnosis.update(cluster, EfficiencyView(), StorageView())
             if f.kind == "symbol_errors"]
     assert said == ["127.0.0.1 mlx5_0:1 +15 symbol errors in 10 min (cable or transceiver)"]
+
+
+async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_change(
+        tmp_path: Path) -> None:
+    """At a large site a refresh's cost is its series: the app on `tuimon prom` asks
+    every GPU's memory, power and clock only while the map draws them. Switching the
+    map to memory asks at once, not at the next refresh (every 30 s here), and the map
+    draws it."""
+    from tuimon.ui.app import TuimonApp
+    from tuimon.ui.heatmap import HeatmapView
+    from tuimon_core.heat_levels import NO_DATA
+    from tuimon_core.protocol.overview_layout import GPU_LEVELS, metric_levels
+
+    asked: list[str] = []
+    original = PromSource.query
+
+    async def query(self: PromSource, promql: str):  # type: ignore[no-untyped-def]
+        asked.append(promql)
+        return await original(self, promql)
+
+    def levels(node: str, metric: str) -> list[int]:
+        overview = cluster.nodes[node].overview if node in cluster.nodes else None
+        return (metric_levels(overview, GPU_LEVELS, metric) or []) if overview else []
+
+    def dense_used(promql: str) -> bool:  # memory used asked of every GPU
+        return promql.startswith("max by (__name__, gpu") and "DCGM_FI_DEV_FB_USED" in promql
+
+    cluster = ClusterState("prom")
+
+    def sources(state: ClusterState):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            async with prom_watching(url, state, PromOptions(every=30.0, timeout=10)):
+                await asyncio.Event().wait()
+        return [run()]
+
+    async with dcgm_exporter() as dcgm:
+        with prometheus(tmp_path, [dcgm]) as url:
+            await _until_series(url, "DCGM_FI_DEV_POWER_USAGE", 3)
+            PromSource.query = query  # type: ignore[method-assign]
+            try:
+                app = TuimonApp(cluster, sources=sources, refresh=0.2)
+                async with app.run_test(size=(120, 30)) as pilot:
+                    await until(lambda: len(levels("dgx-a", "util")) == 2)
+                    # Busy and temperature (the rules read it) of every GPU; no memory.
+                    assert levels("dgx-a", "util")[0] != NO_DATA
+                    assert levels("dgx-b", "temp") == [8]
+                    assert levels("dgx-a", "mem") == [NO_DATA, NO_DATA]
+                    assert not any(dense_used(a) for a in asked)
+                    started = time.monotonic()
+                    await pilot.press("2")  # the map of memory used
+                    assert app.query_one("#gpu-map", HeatmapView).metric.key == "mem"
+                    await until(lambda: levels("dgx-a", "mem")[:1] not in ([], [NO_DATA]))
+                    assert time.monotonic() - started < 10  # not the 30 s refresh
+                    assert levels("dgx-a", "mem") == [4, 0]  # half and 1/80 used
+                    assert any(dense_used(a) for a in asked)
+            finally:
+                PromSource.query = original  # type: ignore[method-assign]

@@ -26,6 +26,10 @@ class HeatMetric:
     label: str
     legend: tuple[str, str]  # what the low and high ends mean
     value: Callable[[dict[str, Any], Any], float | None]  # 0..1, or None when unknown
+    # The sample's fields `value` reads (besides `failed`, which every level reads): what
+    # a source that asks only for what the maps draw must ask to draw this metric
+    # (tuimon prom, ClusterState.drawn).
+    reads: frozenset[str] = frozenset()
 
     def level(self, values: dict[str, Any], info: Any = None) -> int:
         if values.get("failed"):
@@ -59,6 +63,11 @@ def _ratio(a: Any, b: Any) -> float | None:
     return a / b
 
 
+_HEALTH_READS = frozenset({"remap_failed", "ecc_uncorrected", "last_xid", "clock_events",
+                           "remap_pending", "retired_pending", "temp",
+                           *(key for key, _ in BUSY_FIELDS)})
+
+
 def gpu_health(v: dict[str, Any], info: Any = None) -> float | None:
     """0 healthy, 0.5 degraded (throttling, corrected ECC growth, pending remap), 1 bad."""
     if v.get("remap_failed") or (v.get("ecc_uncorrected") or 0) > 0 or v.get("last_xid"):
@@ -73,17 +82,21 @@ def gpu_health(v: dict[str, Any], info: Any = None) -> float | None:
 
 GPU_METRICS: tuple[HeatMetric, ...] = (
     HeatMetric("util", "GPU busy (SM active, else utilization)",
-               ("0 %", "100 %"), lambda v, i: gpu_busy(v)[0]),
+               ("0 %", "100 %"), lambda v, i: gpu_busy(v)[0],
+               frozenset(key for key, _ in BUSY_FIELDS)),
     HeatMetric("mem", "memory used", ("0 %", "100 %"),
-               lambda v, i: _ratio(v.get("mem_used"), v.get("mem_total"))),
+               lambda v, i: _ratio(v.get("mem_used"), v.get("mem_total")),
+               frozenset({"mem_used", "mem_total"})),
     HeatMetric("temp", "temperature", ("30 °C", "90 °C"),
                lambda v, i: None if v.get("temp") is None
-               else min(1.0, max(0.0, (v["temp"] - 30) / 60))),
+               else min(1.0, max(0.0, (v["temp"] - 30) / 60)), frozenset({"temp"})),
     HeatMetric("power", "power vs limit", ("0 %", "100 %"),
-               lambda v, i: _ratio(v.get("power"), v.get("power_limit"))),
+               lambda v, i: _ratio(v.get("power"), v.get("power_limit")),
+               frozenset({"power", "power_limit"})),
     HeatMetric("clock", "SM clock vs max", ("0 %", "100 %"),
-               lambda v, i: _ratio(v.get("sm_clock"), getattr(i, "max_sm_clock", None))),
-    HeatMetric("health", "health", ("ok", "XID / ECC / failed"), gpu_health),
+               lambda v, i: _ratio(v.get("sm_clock"), getattr(i, "max_sm_clock", None)),
+               frozenset({"sm_clock"})),
+    HeatMetric("health", "health", ("ok", "XID / ECC / failed"), gpu_health, _HEALTH_READS),
 )
 
 
@@ -120,10 +133,12 @@ def _port_errors(v: dict[str, Any], info: Any = None) -> float | None:
 
 
 FABRIC_METRICS: tuple[HeatMetric, ...] = (
-    HeatMetric("util", "link utilization", ("0 %", "100 %"), _port_util),
+    HeatMetric("util", "link utilization", ("0 %", "100 %"), _port_util,
+               frozenset({"tx_util", "rx_util"})),
     HeatMetric("congestion", "congestion (xmit_wait; RoCE: time paused)", ("quiet", "starved"),
-               _congestion),
-    HeatMetric("errors", "link errors", ("none", "link down"), _port_errors),
+               _congestion, frozenset({"xmit_wait_s", "paused_rx"})),
+    HeatMetric("errors", "link errors", ("none", "link down"), _port_errors,
+               frozenset({"state", "errors_inc", "saturated"})),
 )
 
 

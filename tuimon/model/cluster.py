@@ -143,6 +143,14 @@ class ClusterState:
         # those nodes' full samples instead of their overviews.
         self.detail_targets: frozenset[str] = frozenset()
         self._detail_listeners: list[Callable[[frozenset[str]], None]] = []
+        # The sample fields the maps draw from every node (the HeatMetric.reads of the
+        # metric on screen), or None for every field (no map: a readout, a recording).
+        # A source that pays for each field it asks (tuimon prom) asks the others only of
+        # the nodes whose screen is open.
+        self.drawn: frozenset[str] | None = None
+        # Told when the detail targets or the drawn fields change (a source that polls
+        # asks again at once, not at its next refresh).
+        self._wants_listeners: list[Callable[[], None]] = []
 
     def add_target(self, target: str) -> NodeState:
         node = self.nodes.get(target)
@@ -262,6 +270,24 @@ class ClusterState:
         self.detail_targets = targets
         for listener in list(self._detail_listeners):
             listener(targets)
+        self._tell_wants()
+
+    def set_drawn(self, fields: frozenset[str] | None) -> None:
+        """The fields the maps draw from now on (None: every field)."""
+        if fields != self.drawn:
+            self.drawn = fields
+            self._tell_wants()
+
+    def add_wants_listener(self, listener: Callable[[], None]) -> None:
+        self._wants_listeners.append(listener)
+
+    def remove_wants_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._wants_listeners:
+            self._wants_listeners.remove(listener)
+
+    def _tell_wants(self) -> None:
+        for listener in list(self._wants_listeners):
+            listener()
 
     def add_detail_listener(self, listener: Callable[[frozenset[str]], None]) -> None:
         self._detail_listeners.append(listener)

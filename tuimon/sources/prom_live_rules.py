@@ -91,15 +91,22 @@ def live_rules_yaml(match: str = "", node_labels: Iterable[str] = (),
     return "\n".join(lines) + "\n"
 
 
-def recorded_queries(match: str, ids: Iterable[str]) -> dict[str, str]:
+def recorded_queries(match: str, ids: Iterable[str],
+                     only: dict[str, list[str]] | None = None) -> dict[str, str]:
     """The queries `--recorded` sends instead of RECORDED's: the records, folded to the
     labels the query's own answers have. That drops the record's name (the value's own
     is in NAME_LABEL), which sent with each of hundreds of thousands of series would add
     a quarter to the bytes, and folds what the store adds: the replicas of an HA pair
-    behind Thanos, as the query's own `max by` does."""
-    return {name: f"max by ({by.format(ids=', '.join(ids) or 'instance')}) "
-                  f"({record_name(name)}{{{match}}})"
-            for name, by in RECORDED.items()}
+    behind Thanos, as the query's own `max by` does. `only` narrows a record to the
+    values of these series names (the GPU fields the maps draw)."""
+    out = {}
+    for name, by in RECORDED.items():
+        names = (only or {}).get(name)
+        matchers = ",".join(filter(None, (match, None if names is None else
+                                          f'{NAME_LABEL}=~"{"|".join(names)}"')))
+        out[name] = (f"max by ({by.format(ids=', '.join(ids) or 'instance')}) "
+                     f"({record_name(name)}{{{matchers}}})")
+    return out
 
 
 def restore_names(series: Iterable[tuple[dict[str, str], float]]) -> None:

@@ -115,11 +115,22 @@ def _names(table: Iterable[str]) -> str:
     return "|".join(table)
 
 
-# What every refresh asks of every GPU: the maps' cells (memory, temperature, power,
-# clock), the agent's own up mark, the PCIe link now (it drops while idle: the replay
-# rule's limit follows it), and how busy it is (BUSY, below).
+# What every refresh asks of every GPU: what the node rules and the health cells read
+# (the temperature a throttling finding names, the agent's own up mark, the PCIe link
+# now: it drops while idle, and the replay rule's limit follows it), how busy it is
+# (BUSY, below: the efficiency strip reads it), and the maps' other cells (memory,
+# power, clock)...
 DENSE_GPU = frozenset({"mem_used", "temp", "power", "sm_clock", "_up", "pcie_gen",
                        "pcie_width"})
+# ...of which these only while a map draws them (ClusterState.drawn, the metric on
+# screen), or of a node whose screen is open (detail_query): at 1024 nodes, three series
+# in five of a refresh's GPU values.
+DRAWN_ONLY_GPU = frozenset({"mem_used", "power", "sm_clock"})
+
+
+def dense_gpu(drawn: frozenset[str] | None) -> frozenset[str]:
+    """The dense GPU fields a refresh asks, where the maps draw `drawn` (None: all)."""
+    return DENSE_GPU if drawn is None else DENSE_GPU - (DRAWN_ONLY_GPU - drawn)
 # How busy a GPU is: the first of these it has (heat_levels.BUSY_FIELDS' order, as the
 # maps and the busy proxy read it), one series a GPU.
 BUSY = tuple(key for key, _ in BUSY_FIELDS)
@@ -148,7 +159,8 @@ INFO_BY = "gpu, GPU_I_ID, GPU_I_PROFILE, UUID, uuid, modelName, name, pci_bus_id
 PORT_BY = "device, port, {ids}"
 
 
-def _gpus(keys: Iterable[str], after: str = "") -> str:
+def gpus_query(keys: Iterable[str], after: str = "") -> str:
+    """The template of one query for these GPU fields of every GPU, by name."""
     return ("max by (" + GPU_BY + ') ({{__name__=~"' + _names(gpu_names(keys)) + '"{m}}})'
             + after)
 
@@ -156,7 +168,7 @@ def _gpus(keys: Iterable[str], after: str = "") -> str:
 def _busy() -> str:
     """Each GPU's first busy measure: `or ignoring(__name__)` keeps a later one only for
     the GPUs without an earlier one."""
-    return " or ignoring(__name__) ".join(f"({_gpus([key])})" for key in BUSY)
+    return " or ignoring(__name__) ".join(f"({gpus_query([key])})" for key in BUSY)
 
 
 _FB_BY = "gpu, GPU_I_ID, GPU_I_PROFILE, {ids}"
@@ -202,9 +214,9 @@ def _nfs(kind: str) -> str:
 LIVE_QUERIES: dict[str, str] = {
     # (Separate queries: `or` matches series by their labels without the name, so two
     # of one GPU under different names would keep only the first.)
-    "gpu": _gpus(DENSE_GPU),
+    "gpu": gpus_query(DENSE_GPU),
     "gpu_busy": _busy(),
-    "gpu_sparse": _gpus(SPARSE_GPU, " > 0"),
+    "gpu_sparse": gpus_query(SPARSE_GPU, " > 0"),
     "clock_events": "tuimon_gpu_clock_event_active{{{mm}}} == 1",
     "host": 'max by (__name__, {ids}) ({{__name__=~"' + _names(HOST) + '"{m}}})',
     "host_cpu": ('1 - avg by ({ids}) (rate(node_cpu_seconds_total{{mode="idle"{m}}}'
@@ -278,7 +290,7 @@ def budget_queries(window_hours: float) -> dict[str, str]:
 # Every INVENTORY_EVERY_S (and at the first refresh): kept between, for the nodes the
 # live queries answer for.
 INVENTORY_QUERIES: dict[str, str] = {
-    "gpu_slow": _gpus(SLOW_GPU),
+    "gpu_slow": gpus_query(SLOW_GPU),
     "gpu_total": FB_TOTAL_QUERY,
     # The GPUs' names, UUIDs and bus ids: one series a GPU (and MIG instance), from the
     # labels of its memory-used series (or our agent's up mark: a failed GPU has only
@@ -289,6 +301,11 @@ INVENTORY_QUERIES: dict[str, str] = {
         for keys in (["mem_used", "_up"], BUSY)),
     "port_rate": ('max by (__name__, ' + PORT_BY + ') ({{__name__=~"'
                   + _names(n for n, key in PORT_GAUGES.items() if key == "rate") + '"{m}}})'),
+    # The GPUs (and MIG instances) with a series of the fields asked only while drawn:
+    # while a map draws none of them, a GPU that has no other series (a real A800 node
+    # whose MIG GPUs export only their clock) is still there, not gone.
+    "gpu_drawn": 'group by (' + _FB_BY + ') ({{__name__=~"'
+                 + _names(gpu_names(DRAWN_ONLY_GPU)) + '"{m}}})',
     # Which health counters each node's exporters export at all: those the sparse answer
     # leaves out are 0 there (a rule counting their increase needs where they start).
     "gpu_exported": 'group by (__name__, {ids}) ({{__name__=~"' + _names(gpu_names(SPARSE_GPU))

@@ -140,6 +140,7 @@ class _Kept(_Node):
     there are now: it brings back none that has gone)."""
 
     exported: set[str] = field(default_factory=set)  # health counters, at 0 where absent
+    drawn: set[int] = field(default_factory=set)  # GPUs with a series asked only while drawn
     port_rates: dict[str, float] = field(default_factory=dict)
     matchers: set[str] = field(default_factory=set)  # its screen's detail query
 
@@ -179,10 +180,22 @@ class PromSource:
         self._matchers: dict[str, set[str]] = {}
         self._ids = identity_labels(self.options.node_labels)
         self._sem = asyncio.Semaphore(self.options.concurrency)
+        self._dense = q.DENSE_GPU  # the GPU fields the refresh asks of every GPU
 
     async def run(self) -> None:
+        """Refresh every `every` seconds, and at once when the view wants other fields or
+        other nodes' detail (a metric switched, a node screen opened)."""
+        wake = asyncio.Event()
+        self.cluster.add_wants_listener(wake.set)
+        try:
+            await self._run(wake)
+        finally:
+            self.cluster.remove_wants_listener(wake.set)
+
+    async def _run(self, wake: asyncio.Event) -> None:
         while True:
             started = time.monotonic()
+            wake.clear()
             try:
                 await self.refresh()
             except PromError as exc:
@@ -197,7 +210,9 @@ class PromSource:
                 log.exception("prometheus %s: refresh failed", self.url)
                 for target in list(self.cluster.nodes):
                     self.cluster.mark_stale(target, reason)
-            await asyncio.sleep(max(0.5, self.options.every - (time.monotonic() - started)))
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), max(
+                    0.5, self.options.every - (time.monotonic() - started)))
 
     def _headers(self) -> dict[str, str]:
         headers = {"Authorization": f"Bearer {self.options.token}"} if self.options.token else {}
@@ -282,8 +297,14 @@ class PromSource:
         and the inventory's."""
         match = self.options.match
         queries = {n: q.render(t, match, self._ids) for n, t in q.LIVE_QUERIES.items()}
+        # A recording keeps every field; else the maps' cells only as they draw them.
+        keys = self._dense = q.dense_gpu(
+            None if self.options.recorder is not None else self.cluster.drawn)
+        if keys != q.DENSE_GPU:
+            queries["gpu"] = q.render(q.gpus_query(keys), match, self._ids)
         if self.options.recorded:
-            queries.update(live_rules.recorded_queries(match, self._ids))
+            queries.update(live_rules.recorded_queries(
+                match, self._ids, {"gpu": q.gpu_names(keys)} if keys != q.DENSE_GPU else {}))
         with_budget = now - self._last_budget >= self.options.budget_every
         if with_budget:
             queries.update({n: q.render(t, match) for n, t in
@@ -613,6 +634,11 @@ class PromSource:
             info.setdefault("uuid", labels.get("uuid") or labels.get("UUID"))
             info.setdefault("name", labels.get("modelName") or labels.get("name"))
             info.setdefault("pci_bus_id", labels.get("pci_bus_id"))
+        for labels, _ in a.get("gpu_drawn", []):
+            index = _int(labels.get("gpu"))
+            n = node(labels) if index is not None else None
+            if n is not None and index is not None:
+                n.drawn.add(index)
         for labels, _ in a.get("gpu_exported", []):
             entry = q.GPU_SERIES.get(labels.get("__name__", ""))
             n = node(labels) if entry is not None else None
@@ -625,6 +651,9 @@ class PromSource:
         return kept
 
     def _apply_kept(self, n: _Node, kept: _Kept, detailed: bool) -> None:
+        if not detailed and self._dense != q.DENSE_GPU:
+            for index in kept.drawn:  # there, though no series this refresh asked says so
+                n.gpus.setdefault(index, {})
         if not detailed:  # an open screen's node has all of it in the detail answer
             for index, values in kept.gpus.items():
                 live = n.gpus.get(index)
@@ -912,7 +941,8 @@ def _mig_parent(raw: dict[str, Any], instances: dict[int, dict[str, Any]]) -> di
     mig = []
     weights = 0.0
     activity: dict[str, float] = {}
-    used = total = 0.0
+    used: float | None = None  # None: no instance's memory used was asked
+    total = 0.0
     for gi, v in sorted(instances.items()):
         match = _SLICES.match(v.get("profile") or "")
         slices = float(match.group(1)) if match else 1.0
@@ -920,7 +950,8 @@ def _mig_parent(raw: dict[str, Any], instances: dict[int, dict[str, Any]]) -> di
         inst_total = v.get("mem_total")
         if inst_total is None and inst_used is not None and v.get("_fb_free") is not None:
             inst_total = inst_used + v["_fb_free"] + v.get("mem_reserved", 0.0)
-        used += inst_used or 0.0
+        if inst_used is not None:
+            used = (used or 0.0) + inst_used
         total += inst_total or 0.0
         entry = {"gi": gi, "ci": None, "profile": v.get("profile"),
                  "mem_used": _whole(inst_used), "mem_total": _whole(inst_total)}
@@ -934,9 +965,11 @@ def _mig_parent(raw: dict[str, Any], instances: dict[int, dict[str, Any]]) -> di
             if v.get(key) is not None:
                 out[key] = max(out.get(key, v[key]), v[key])
     out["mig"] = mig
-    if used or total:
+    if used is not None:
         out["mem_used"] = used
+    if total:
         out["mem_total"] = max(total, out.get("mem_total") or 0.0)
+    if used is not None or total:
         out.pop("_fb_free", None)
     for key, weighted in activity.items():
         out.setdefault(key, weighted / weights)

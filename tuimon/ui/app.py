@@ -284,6 +284,7 @@ class TuimonApp(App[None]):
         if self._make_sources is not None:
             self._tasks = [asyncio.create_task(s) for s in self._make_sources(self.cluster)]
         self.active_map.focus()
+        self._tell_drawn()
         self._layout_seen = -1
         self.tick()
         self.set_interval(self.refresh_every, self.tick)
@@ -437,7 +438,13 @@ class TuimonApp(App[None]):
         heat.relayout()
         heat.select(selected)  # the same node on the other map
         heat.focus()
+        self._tell_drawn()
         self._update_legend()
+
+    def _tell_drawn(self) -> None:
+        """What the map on screen draws of every node: a source that pays for each field
+        it asks (tuimon prom) asks for no more, and asks again at once when it changes."""
+        self.cluster.set_drawn(self.active_map.metric.reads)
 
     def action_next_job(self) -> None:
         jobs = sorted(self.efficiency.jobs)
@@ -575,6 +582,7 @@ class TuimonApp(App[None]):
         self.active_map.focus()
 
     def on_heatmap_view_metric_changed(self, message: HeatmapView.MetricChanged) -> None:
+        self._tell_drawn()
         self._update_legend()
 
 
