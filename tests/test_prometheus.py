@@ -412,5 +412,13 @@ async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_cha
                     assert time.monotonic() - started < 10  # not the 30 s refresh
                     assert levels("dgx-a", "mem") == [4, 0]  # half and 1/80 used
                     assert any(dense_used(a) for a in asked)
+                    # Memory -> temperature asks less; temperature -> health asks the
+                    # same as before, so the server is not asked again for it.
+                    await pilot.press("3")
+                    await until(lambda: levels("dgx-a", "mem") == [NO_DATA, NO_DATA])
+                    refreshes = len(asked)
+                    await pilot.press("6")
+                    await pilot.pause(2.0)
+                    assert len(asked) == refreshes
             finally:
                 PromSource.query = original  # type: ignore[method-assign]

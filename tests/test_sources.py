@@ -228,9 +228,13 @@ async def test_a_failing_inventory_query_leaves_the_refresh_and_is_asked_again()
         assert sum("DCGM_FI_DEV_POWER_MGMT_LIMIT" in p for p in asked) == slow_before
 
 
-async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward() -> None:
+@pytest.mark.parametrize("drawn", [None, frozenset({"sm_active", "gr_active", "util"})],
+                         ids=["every field", "the busy map"])
+async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward(
+        drawn: frozenset[str] | None) -> None:
     """A GPU new since the inventory, with no total yet, brings it forward (15 s); one the
-    inventory itself left without a total (an exporter that gives none) does not."""
+    inventory itself left without a total (an exporter that gives none) does not. The
+    same while the map draws no memory (its memory used is not asked)."""
     from tuimon.sources.prometheus import INVENTORY_SOONEST_S, PromOptions, PromSource
 
     asked: list[str] = []
@@ -239,18 +243,19 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
     async def query(request: web.Request) -> web.Response:
         promql = request.query["query"]
         asked.append(promql)
-        result = [{"metric": {"__name__": "DCGM_FI_DEV_FB_USED", "gpu": "0", "Hostname": h},
-                   "value": [1.0, "100"]} for h in hosts] \
-            if promql.startswith("max by") and "DCGM_FI_DEV_FB_USED" in promql \
-            and "label_replace" not in promql else []
+        result = [{"metric": {"__name__": name, "gpu": "0", "Hostname": h},
+                   "value": [1.0, "100"]} for h in hosts
+                  for name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP")
+                  if promql.startswith("max by (__name__, gpu") and name in promql]
         return _vector(result)
-
 
     def inventories() -> int:
         return sum(map(_names_gpus, asked))
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
-        source = PromSource(url, ClusterState(), session, PromOptions())
+        cluster = ClusterState()
+        cluster.set_drawn(drawn)
+        source = PromSource(url, cluster, session, PromOptions())
         await source.refresh()
         assert inventories() == 1
         source._last_inventory -= INVENTORY_SOONEST_S + 1  # time passes
@@ -261,6 +266,40 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
         source._last_inventory -= INVENTORY_SOONEST_S + 1
         await source.refresh()
         assert inventories() == 2
+        assert ("mem_used" in cluster.nodes["gpu002"].sample.gpus[0]) == (drawn is None)
+
+
+async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_lost_one_goes(
+        ) -> None:
+    """While the map draws no clock, a GPU whose only series is its clock (as on a real
+    A800 node) is still one of the node's GPUs; a GPU whose series stop is gone, though
+    the inventory saw its clock a minute before."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    temps = {"0": 61, "1": 62}  # GPU 2 has only its clock
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        host = {"Hostname": "gpu001"}
+        result = []
+        if promql.startswith("group by (gpu, GPU_I_ID") and "DCGM_FI_DEV_SM_CLOCK" in promql:
+            result = [{"metric": {**host, "gpu": g}, "value": [1.0, "1"]} for g in "012"]
+        elif promql.startswith("max by (__name__, gpu") and "DCGM_FI_DEV_GPU_TEMP" in promql:
+            result = [{"metric": {**host, "gpu": g, "__name__": "DCGM_FI_DEV_GPU_TEMP"},
+                       "value": [1.0, str(t)]} for g, t in temps.items()]
+        return _vector(result)
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        cluster.set_drawn(frozenset({"temp"}))
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        node = cluster.nodes["gpu001"]
+        assert [g.get("temp") for g in node.sample.gpus] == [61, 62, None]
+        del temps["1"]  # GPU 1 falls off the bus: none of its series answers
+        await source.refresh()
+        assert [g.get("temp") for g in node.sample.gpus] == [61, None]
+        assert [i.index for i in node.hello.gpus] == [0, 2]
 
 
 async def test_the_inventory_is_kept_between_its_runs_and_a_new_one_replaces_it() -> None:
@@ -410,3 +449,28 @@ async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_g
             await source.refresh()
         symbols[0] = "520"
         assert await errors() == {"symbol_errors": 20}
+
+
+async def test_a_refresh_asked_early_sums_the_jobs_rates_over_the_time_since_the_last() -> None:
+    """A refresh the view asks for at once (a metric switched) comes soon after the last:
+    a rank's wall seconds are its rate over that time, not over a whole interval again."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        labels = {"Hostname": "gpu001", "exported_job": "train", "rank": "0"}
+        result = [{"metric": labels, "value": [1.0, "1"]}] \
+            if promql.startswith("rate(tuimon_job_wall_seconds_total") else []
+        return _vector(result)
+
+    def wall() -> float:
+        steps = cluster.nodes["gpu001"].sample.extra["steps"]
+        return steps["jobs"][0]["ranks"][0]["wall"]
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions(every=5.0))
+        await source.refresh()
+        assert wall() == 5.0  # the first: one interval
+        await source.refresh()
+        assert wall() < 1.0  # a moment later

@@ -140,7 +140,10 @@ class _Kept(_Node):
     there are now: it brings back none that has gone)."""
 
     exported: set[str] = field(default_factory=set)  # health counters, at 0 where absent
-    drawn: set[int] = field(default_factory=set)  # GPUs with a series asked only while drawn
+    # GPUs with a series asked only while drawn, and no other (once laid on the node the
+    # live answers made at the inventory's refresh: `fresh` until then).
+    drawn: set[int] = field(default_factory=set)
+    fresh: bool = True
     port_rates: dict[str, float] = field(default_factory=dict)
     matchers: set[str] = field(default_factory=set)  # its screen's detail query
 
@@ -181,16 +184,32 @@ class PromSource:
         self._ids = identity_labels(self.options.node_labels)
         self._sem = asyncio.Semaphore(self.options.concurrency)
         self._dense = q.DENSE_GPU  # the GPU fields the refresh asks of every GPU
+        self._detailed: frozenset[str] = frozenset()  # the nodes it asks every value of
+        self._refreshed_at: float | None = None  # monotonic: the last refresh's start
+        self._gap = self.options.every  # seconds since the refresh before
 
     async def run(self) -> None:
         """Refresh every `every` seconds, and at once when the view wants other fields or
         other nodes' detail (a metric switched, a node screen opened)."""
         wake = asyncio.Event()
-        self.cluster.add_wants_listener(wake.set)
+
+        def wants() -> None:
+            if self._asks_other():
+                wake.set()
+        self.cluster.add_wants_listener(wants)
         try:
             await self._run(wake)
         finally:
-            self.cluster.remove_wants_listener(wake.set)
+            self.cluster.remove_wants_listener(wants)
+
+    def _asks_other(self) -> bool:
+        """Would a refresh now ask other fields or other nodes' detail than the last?"""
+        return (self.cluster.detail_targets != self._detailed
+                or self._dense_now() != self._dense)
+
+    def _dense_now(self) -> frozenset[str]:
+        # A recording keeps every field; else the maps' cells only as they draw them.
+        return q.dense_gpu(None if self.options.recorder is not None else self.cluster.drawn)
 
     async def _run(self, wake: asyncio.Event) -> None:
         while True:
@@ -297,9 +316,7 @@ class PromSource:
         and the inventory's."""
         match = self.options.match
         queries = {n: q.render(t, match, self._ids) for n, t in q.LIVE_QUERIES.items()}
-        # A recording keeps every field; else the maps' cells only as they draw them.
-        keys = self._dense = q.dense_gpu(
-            None if self.options.recorder is not None else self.cluster.drawn)
+        keys = self._dense = self._dense_now()
         if keys != q.DENSE_GPU:
             queries["gpu"] = q.render(q.gpus_query(keys), match, self._ids)
         if self.options.recorded:
@@ -316,6 +333,7 @@ class PromSource:
             n: t for n, t in q.INVENTORY_QUERIES.items() if n in self._inventory_failed}
         queries.update({n: q.render(t, match, self._ids) for n, t in asked.items()})
         # Every value of the nodes whose screen is open, and only of those.
+        self._detailed = self.cluster.detail_targets
         detail = q.detail_query((m for name in self.cluster.detail_targets
                                  for m in self._matchers.get(name, ())), match)
         if detail is not None:
@@ -331,6 +349,10 @@ class PromSource:
 
     async def _refresh(self) -> None:
         now = time.monotonic()
+        # A refresh asked early (a metric switched) sums the jobs' rates over less time.
+        self._gap = self.options.every if self._refreshed_at is None else min(
+            self.options.every, max(0.0, now - self._refreshed_at))
+        self._refreshed_at = now
         queries, with_budget, with_inventory = self._planned(now)
         live = [n for n in queries if n in q.LIVE_QUERIES]
         rest = [n for n in queries if n not in q.LIVE_QUERIES]
@@ -365,14 +387,14 @@ class PromSource:
         nodes = self._assemble(answers, resolver)
         self._count_port_errors(nodes)
         self._matchers = {name: m for name, m in self._matchers.items() if name in nodes}
-        # GPUs without their total: brought forward only for one the last inventory did
-        # not already leave so (an exporter that gives no total at all would otherwise
-        # have it run every 15 s for ever).
+        # GPUs without their total (whether or not their memory used was asked): brought
+        # forward only for one the last inventory did not already leave so (an exporter
+        # that gives no total at all would otherwise have it run every 15 s for ever).
         lacking = {(n.name, i, gi) for n in nodes.values()
                    for i, gi, g in [*((i, None, g) for i, g in n.gpus.items()),
                                     *((i, gi, v) for i, m in n.mig.items()
                                       for gi, v in m.items())]
-                   if "mem_used" in g and "mem_total" not in g}
+                   if "mem_total" not in g}
         if with_inventory:
             self._lacking_after_inventory = lacking
         self._inventory_due = bool(lacking - self._lacking_after_inventory)
@@ -651,6 +673,10 @@ class PromSource:
         return kept
 
     def _apply_kept(self, n: _Node, kept: _Kept, detailed: bool) -> None:
+        if kept.fresh:  # a GPU with other series is gone when they are
+            kept.fresh = False
+            kept.drawn -= {i for i, g in n.gpus.items()
+                           if i in n.mig or not q.DRAWN_ONLY_GPU.issuperset(g)}
         if not detailed and self._dense != q.DENSE_GPU:
             for index in kept.drawn:  # there, though no series this refresh asked says so
                 n.gpus.setdefault(index, {})
@@ -851,7 +877,7 @@ class PromSource:
             extra["storage"] = {"filesystems": list(n.filesystems.values()),
                                 "disks": list(n.disks.values())}
         if n.jobs:
-            dt = self.options.every  # rates over the refresh interval, as sums per sample
+            dt = self._gap  # rates over the time since the last refresh, as sums
             extra["steps"] = {"jobs": [
                 {"id": job, "world": worlds.get(job, 1),
                  "ranks": [{"rank": r, "steps": max(1, _whole(v.get("steps", 0) * dt) or 0),
