@@ -169,6 +169,10 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
                     views[recorded, drawn] = _view(cluster)
                     failures = cluster.scrape_failures
                     assert any("127.0.0.10:1" in reason for _, reason in failures.values())
+                    if drawn is not None:  # a node's screen opened: its ports' rates
+                        cluster.set_detail({here})
+                        await source.refresh()
+                        views[recorded, "screen"] = _view(cluster)
     finally:
         stop.set()
     assert {"gpu-k8s-07", "msxf-hpc-64-35-ai", "127.0.0.9", here} <= set(views[True, None])
@@ -183,6 +187,13 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
     drawn_only = {"power", "mem_used", "sm_clock"}
     assert all(drawn_only.isdisjoint(g) for g in gpus(views[True, busy_map]))
     assert all(any(key in g for g in gpus(views[True, None])) for key in drawn_only)
+    # ... nor any port's traffic, unless a node's screen is open.
+    def ports(view: dict[str, Any]) -> list[dict[str, Any]]:
+        return [p for node in view.values() for p in node["ports"] or ()]
+    assert all("tx_bytes_s" not in p and "rx_bytes_s" not in p
+               for p in ports(views[True, busy_map]))
+    for view in (views[True, None], views[True, "screen"], views[False, "screen"]):
+        assert ports(view) and all("tx_bytes_s" in p for p in ports(view))
     # ... and draws the maps that need none of them as the full refresh does.
     full, busy = views[True, None], views[True, busy_map]
     assert set(full) == set(busy)

@@ -474,3 +474,16 @@ async def test_a_refresh_asked_early_sums_the_jobs_rates_over_the_time_since_the
         assert wall() == 5.0  # the first: one interval
         await source.refresh()
         assert wall() < 1.0  # a moment later
+
+
+def test_every_field_asked_only_while_drawn_is_drawn_by_some_map() -> None:
+    """Else no map could ever bring it back: a metric that reads it, on either map."""
+    from tuimon.sources import prom_queries as q
+    from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS
+
+    gpu = {key for m in GPU_METRICS for key in m.reads}
+    fabric = {key for m in FABRIC_METRICS for key in m.reads}
+    assert gpu >= q.DRAWN_ONLY_GPU
+    assert set(q.DRAWN_ONLY_PORT.values()) <= fabric
+    assert all(q.skipped(m.reads, False).isdisjoint(
+        n for n, key in q.DRAWN_ONLY_PORT.items() if key in m.reads) for m in FABRIC_METRICS)

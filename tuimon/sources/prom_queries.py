@@ -131,6 +131,19 @@ DRAWN_ONLY_GPU = frozenset({"mem_used", "power", "sm_clock"})
 def dense_gpu(drawn: frozenset[str] | None) -> frozenset[str]:
     """The dense GPU fields a refresh asks, where the maps draw `drawn` (None: all)."""
     return DENSE_GPU if drawn is None else DENSE_GPU - (DRAWN_ONLY_GPU - drawn)
+
+
+# The ports' traffic, likewise: asked only while a map draws the link utilization it
+# makes, or while a node's screen is open (it shows its ports' rates; a port detail
+# query of its own would need its exporter's labels). Live query -> the field it feeds.
+DRAWN_ONLY_PORT = {"ib_tx": "tx_util", "ib_rx": "rx_util"}
+
+
+def skipped(drawn: frozenset[str] | None, screen_open: bool) -> frozenset[str]:
+    """The live queries a refresh leaves out, where the maps draw `drawn` (None: all)."""
+    if drawn is None or screen_open:
+        return frozenset()
+    return frozenset(n for n, key in DRAWN_ONLY_PORT.items() if key not in drawn)
 # How busy a GPU is: the first of these it has (heat_levels.BUSY_FIELDS' order, as the
 # maps and the busy proxy read it), one series a GPU.
 BUSY = tuple(key for key, _ in BUSY_FIELDS)

@@ -184,6 +184,7 @@ class PromSource:
         self._ids = identity_labels(self.options.node_labels)
         self._sem = asyncio.Semaphore(self.options.concurrency)
         self._dense = q.DENSE_GPU  # the GPU fields the refresh asks of every GPU
+        self._skipped: frozenset[str] = frozenset()  # the live queries it leaves out
         self._detailed: frozenset[str] = frozenset()  # the nodes it asks every value of
         self._refreshed_at: float | None = None  # monotonic: the last refresh's start
         self._gap = self.options.every  # seconds since the refresh before
@@ -205,11 +206,13 @@ class PromSource:
     def _asks_other(self) -> bool:
         """Would a refresh now ask other fields or other nodes' detail than the last?"""
         return (self.cluster.detail_targets != self._detailed
-                or self._dense_now() != self._dense)
+                or self._asks_now() != (self._dense, self._skipped))
 
-    def _dense_now(self) -> frozenset[str]:
+    def _asks_now(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(the GPU fields asked of every GPU, the live queries left out) now."""
         # A recording keeps every field; else the maps' cells only as they draw them.
-        return q.dense_gpu(None if self.options.recorder is not None else self.cluster.drawn)
+        drawn = None if self.options.recorder is not None else self.cluster.drawn
+        return (q.dense_gpu(drawn), q.skipped(drawn, bool(self.cluster.detail_targets)))
 
     async def _run(self, wake: asyncio.Event) -> None:
         while True:
@@ -316,12 +319,15 @@ class PromSource:
         and the inventory's."""
         match = self.options.match
         queries = {n: q.render(t, match, self._ids) for n, t in q.LIVE_QUERIES.items()}
-        keys = self._dense = self._dense_now()
+        self._dense, self._skipped = self._asks_now()
+        keys = self._dense
         if keys != q.DENSE_GPU:
             queries["gpu"] = q.render(q.gpus_query(keys), match, self._ids)
         if self.options.recorded:
             queries.update(live_rules.recorded_queries(
                 match, self._ids, {"gpu": q.gpu_names(keys)} if keys != q.DENSE_GPU else {}))
+        for name in self._skipped:
+            del queries[name]
         with_budget = now - self._last_budget >= self.options.budget_every
         if with_budget:
             queries.update({n: q.render(t, match) for n, t in
