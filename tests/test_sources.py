@@ -269,11 +269,14 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
         assert ("mem_used" in cluster.nodes["gpu002"].sample.gpus[0]) == (drawn is None)
 
 
+@pytest.mark.parametrize("later", [False, True], ids=["from the start", "after a refresh"])
 async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_lost_one_goes(
-        ) -> None:
+        later: bool) -> None:
     """While the map draws no clock, a GPU whose only series is its clock (as on a real
-    A800 node) is still one of the node's GPUs; a GPU whose series stop is gone, though
-    the inventory saw its clock a minute before."""
+    A800 node) is still one of the node's GPUs, whether the map drew no clock from the
+    start or since a refresh that asked every field (whose inventory did not ask which
+    GPUs those are); a GPU whose series stop is gone, though the inventory saw its clock
+    a minute before."""
     from tuimon.sources.prometheus import PromOptions, PromSource
 
     temps = {"0": 61, "1": 62}  # GPU 2 has only its clock
@@ -291,8 +294,10 @@ async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_los
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
         cluster = ClusterState()
-        cluster.set_drawn(frozenset({"temp"}))
         source = PromSource(url, cluster, session, PromOptions())
+        if later:
+            await source.refresh()
+        cluster.set_drawn(frozenset({"temp"}))
         await source.refresh()
         node = cluster.nodes["gpu001"]
         assert [g.get("temp") for g in node.sample.gpus] == [61, 62, None]

@@ -337,6 +337,13 @@ class PromSource:
         # The whole inventory when due; else only what failed last time.
         asked = q.INVENTORY_QUERIES if with_inventory else {
             n: t for n, t in q.INVENTORY_QUERIES.items() if n in self._inventory_failed}
+        # The GPUs known only by a field asked while drawn matter only while one is not
+        # (never to --once or a recording); asked at once when the map first narrows.
+        narrowed = self._dense != q.DENSE_GPU
+        if not narrowed:
+            asked = {n: t for n, t in asked.items() if n != "gpu_drawn"}
+        elif "gpu_drawn" not in self._inventory_answers:
+            asked = {**asked, "gpu_drawn": q.INVENTORY_QUERIES["gpu_drawn"]}
         queries.update({n: q.render(t, match, self._ids) for n, t in asked.items()})
         # Every value of the nodes whose screen is open, and only of those.
         self._detailed = self.cluster.detail_targets
