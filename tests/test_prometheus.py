@@ -160,14 +160,20 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
                     source = PromSource(url, cluster, session, PromOptions(every=1.0))
                     await source.refresh()
                     per_refresh = source.queries_run
-                    # The second refresh skips the budget's and the inventory's queries.
+                    # The second refresh skips the budget's and the inventory's queries,
+                    # and the ports' error counters (read every 15 s).
                     await source.refresh()
-                    assert source.queries_run - per_refresh == len(prom_queries.LIVE_QUERIES)
+                    live = len(prom_queries.LIVE_QUERIES)
+                    assert source.queries_run - per_refresh == live - 1
                     # A node's screen open: its every value, in one more query.
                     cluster.set_detail({"dgx-a"})
                     before = source.queries_run
                     await source.refresh()
-                    assert source.queries_run - before == len(prom_queries.LIVE_QUERIES) + 1
+                    assert source.queries_run - before == live
+                    source._last_errors -= 15  # time passes: the error counters again
+                    before = source.queries_run
+                    await source.refresh()
+                    assert source.queries_run - before == live + 1
     # A bounded number of queries, whatever the node count (every field asked: no need
     # of the GPUs known only by a field asked while drawn).
     assert per_refresh == len(prom_queries.LIVE_QUERIES) + len(
@@ -332,7 +338,8 @@ async def test_port_errors_through_a_real_prometheus_count_each_error_once(
         cluster = ClusterState()
         diagnosis = Diagnosis(wall=time.time)  # the judgement, after each refresh
         async with aiohttp.ClientSession() as session:
-            source = PromSource(url, cluster, session, PromOptions(every=1.0))
+            # The error counters read at every refresh (every 15 s by default).
+            source = PromSource(url, cluster, session, PromOptions(every=1.0, errors_every=0))
 
             async def port() -> dict:
                 await source.refresh()

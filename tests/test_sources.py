@@ -439,7 +439,7 @@ async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_g
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
         cluster = ClusterState()
-        source = PromSource(url, cluster, session, PromOptions())
+        source = PromSource(url, cluster, session, PromOptions(errors_every=0))
 
         async def errors() -> object:
             await source.refresh()
@@ -454,6 +454,45 @@ async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_g
             await source.refresh()
         symbols[0] = "520"
         assert await errors() == {"symbol_errors": 20}
+
+
+async def test_port_errors_are_read_every_15_s_and_counted_whole_or_every_refresh_if_drawn(
+        ) -> None:
+    """The error counters are the costliest query at a large site, and a scrape every
+    15 s has nothing newer: read every 15 s, what grew between two reads is counted at
+    the second, none lost. While the fabric map draws link errors, every refresh."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+    from tuimon_core.heat_levels import FABRIC_METRICS
+
+    symbols = ["10"]
+    port = {"node": "gpu001", "device": "mlx5_0", "port": "1"}
+
+    async def query(request: web.Request) -> web.Response:
+        result = [{"metric": {**port, "__name__": "tuimon_ib_port_symbol_errors_total"},
+                   "value": [1.0, symbols[0]]},
+                  {"metric": {**port, "__name__": "tuimon_ib_port_state_id",
+                              "tuimon_read": "1"}, "value": [1.0, "4"]}] \
+            if "tuimon_read" in request.query["query"] else []
+        return _vector(result)
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions(every=5.0))
+
+        async def errors() -> object:
+            await source.refresh()
+            (p,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
+            return p.get("errors_inc")
+
+        assert await errors() is None  # read: ten from before, not news
+        symbols[0] = "30"
+        assert await errors() is None  # not read again yet
+        symbols[0] = "50"
+        source._last_errors -= 15  # 15 s on
+        assert await errors() == {"symbol_errors": 40}
+        cluster.set_drawn(next(m for m in FABRIC_METRICS if m.key == "errors").reads)
+        symbols[0] = "55"
+        assert await errors() == {"symbol_errors": 5}
 
 
 async def test_a_refresh_asked_early_sums_the_jobs_rates_over_the_time_since_the_last() -> None:
@@ -492,3 +531,30 @@ def test_every_field_asked_only_while_drawn_is_drawn_by_some_map() -> None:
     assert set(q.DRAWN_ONLY_PORT.values()) <= fabric
     assert all(q.skipped(m.reads, False).isdisjoint(
         n for n, key in q.DRAWN_ONLY_PORT.items() if key in m.reads) for m in FABRIC_METRICS)
+
+
+async def test_once_does_not_ask_the_port_error_counters_it_could_not_count() -> None:
+    """`tuimon prom --once` reads each counter once: what a port counted before is not
+    news, so the costliest query at a large site is not sent; its ports still show."""
+    from tests.conftest import run_tuimon
+    from tuimon.sources import prom_queries as q
+
+    asked: list[str] = []
+    port = {"instance": "gpu001:9100", "device": "mlx5_0", "port": "1"}
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        asked.append(promql)
+        result = [{"metric": {"instance": "gpu001:9100", "nodename": "gpu001"},
+                   "value": [1.0, "1"]}] if promql.startswith("max by (instance, nodename)") \
+            else [{"metric": port, "value": [1.0, "1000"]}] \
+            if "port_transmit_wait" in promql else []
+        return _vector(result)
+
+    async with _prometheus_answering(query) as url:
+        code, out = await run_tuimon("prom", url, "--once")
+    assert code == 0, out
+    assert "gpu001" in out
+    counters = [name for name, (_, ours) in q.PORT_ERROR_SERIES.items() if not ours]
+    assert any("port_transmit_wait" in a for a in asked)
+    assert not any(name in a for a in asked for name in counters)

@@ -687,7 +687,8 @@ async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
     from tuimon.sources.prometheus import PromError, PromSource
     from tuimon.sources.recording import RecordingWriter
 
-    options = _prom_options(args)
+    # One refresh: the ports' error counters read once would count nothing.
+    options = dataclasses.replace(_prom_options(args), errors_every=None)
     writer = RecordingWriter(args.record, cluster.name) if args.record else None
     if writer is not None:
         options = dataclasses.replace(options, recorder=writer.write)

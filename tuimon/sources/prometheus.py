@@ -117,6 +117,12 @@ class PromOptions:
     # Select the records of `tuimon rules --live` instead of evaluating the queries they
     # record (prom_live_rules).
     recorded: bool = False
+    # Seconds between two reads of the ports' error counters, which count what grew
+    # between reads (at thousands of nodes the costliest query of a refresh; a scrape
+    # every 15 s or more has nothing newer to give); every refresh while the fabric map
+    # draws link errors. None: never (one refresh, as --once: its one reading would
+    # count nothing).
+    errors_every: float | None = 15.0
 
 
 @dataclass
@@ -161,6 +167,7 @@ class PromSource:
         self._seq = 0
         self._inventory: dict[str, tuple[Any, ...]] = {}
         self._last_budget = -math.inf
+        self._last_errors = -math.inf
         self._last_inventory = -math.inf
         self._inventory_failed: set[str] = set()  # asked again at the next refresh
         # A GPU without its total (new since the inventory): the inventory runs soon.
@@ -328,6 +335,11 @@ class PromSource:
                 match, self._ids, {"gpu": q.gpu_names(keys)} if keys != q.DENSE_GPU else {}))
         for name in self._skipped:
             del queries[name]
+        errors_every = self.options.errors_every
+        if errors_every is None or not (
+                "errors_inc" in (self.cluster.drawn or ())
+                or now - self._last_errors >= errors_every - self.options.every / 2):
+            del queries["ib_errors"]
         with_budget = now - self._last_budget >= self.options.budget_every
         if with_budget:
             queries.update({n: q.render(t, match) for n, t in
@@ -372,6 +384,8 @@ class PromSource:
         results = await asyncio.gather(*(self.query(queries[n]) for n in live),
                                        *(self._optional(n, queries[n]) for n in rest))
         answers: dict[str, Series] = {n: r or [] for n, r in zip(live, results[:len(live)])}
+        if "ib_errors" in queries:
+            self._last_errors = now
         if self.options.recorded:
             self._from_records(answers)
         failed = set()
