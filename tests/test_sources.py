@@ -418,6 +418,24 @@ async def test_a_node_not_sent_again_is_still_seen_and_its_screen_gets_its_value
         assert node.status == "stale", (node.status, node.reason)
 
 
+def _symbol_errors(symbols: list[str | None]
+                   ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A query API answering the error counters' query with one port of our agent on
+    gpu001: its state, and its symbol errors as `symbols[0]` (None: neither, the node
+    gone from the answers)."""
+    port = {"node": "gpu001", "device": "mlx5_0", "port": "1"}
+
+    async def query(request: web.Request) -> web.Response:
+        result = []
+        if symbols[0] is not None and "tuimon_read" in request.query["query"]:
+            result = [{"metric": {**port, "__name__": "tuimon_ib_port_symbol_errors_total"},
+                       "value": [1.0, symbols[0]]},
+                      {"metric": {**port, "__name__": "tuimon_ib_port_state_id",
+                                  "tuimon_read": "1"}, "value": [1.0, "4"]}]
+        return _vector(result)
+    return query
+
+
 async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_gap() -> None:
     """Our agent leaves out a counter stuck at its maximum (link_downed is 8 bits): the
     port's other errors still count. A node missing from the answers for a while (its
@@ -425,19 +443,8 @@ async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_g
     from tuimon.sources.prometheus import PromOptions, PromSource
 
     symbols: list[str | None] = ["10"]
-    port = {"node": "gpu001", "device": "mlx5_0", "port": "1"}
-
-    async def query(request: web.Request) -> web.Response:
-        promql = request.query["query"]
-        result = []
-        if symbols[0] is not None and "tuimon_read" in promql:
-            result = [{"metric": {**port, "__name__": "tuimon_ib_port_symbol_errors_total"},
-                       "value": [1.0, symbols[0]]},
-                      {"metric": {**port, "__name__": "tuimon_ib_port_state_id",
-                                  "tuimon_read": "1"}, "value": [1.0, "4"]}]
-        return _vector(result)
-
-    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+    async with _prometheus_answering(_symbol_errors(symbols)) as url, \
+            aiohttp.ClientSession() as session:
         cluster = ClusterState()
         source = PromSource(url, cluster, session, PromOptions(errors_every=0))
 
@@ -464,18 +471,9 @@ async def test_port_errors_are_read_every_15_s_and_counted_whole_or_every_refres
     from tuimon.sources.prometheus import PromOptions, PromSource
     from tuimon_core.heat_levels import FABRIC_METRICS
 
-    symbols = ["10"]
-    port = {"node": "gpu001", "device": "mlx5_0", "port": "1"}
-
-    async def query(request: web.Request) -> web.Response:
-        result = [{"metric": {**port, "__name__": "tuimon_ib_port_symbol_errors_total"},
-                   "value": [1.0, symbols[0]]},
-                  {"metric": {**port, "__name__": "tuimon_ib_port_state_id",
-                              "tuimon_read": "1"}, "value": [1.0, "4"]}] \
-            if "tuimon_read" in request.query["query"] else []
-        return _vector(result)
-
-    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+    symbols: list[str | None] = ["10"]
+    async with _prometheus_answering(_symbol_errors(symbols)) as url, \
+            aiohttp.ClientSession() as session:
         cluster = ClusterState()
         source = PromSource(url, cluster, session, PromOptions(every=5.0))
 
