@@ -556,3 +556,41 @@ async def test_once_does_not_ask_the_port_error_counters_it_could_not_count() ->
     counters = [name for name, (_, ours) in q.PORT_ERROR_SERIES.items() if not ours]
     assert any("port_transmit_wait" in a for a in asked)
     assert not any(name in a for a in asked for name in counters)
+
+
+async def test_the_inventory_runs_beside_the_refreshes_and_is_taken_up_when_it_comes(
+        ) -> None:
+    """At a large site the inventory's queries take seconds of the server's time: the
+    live refreshes go on while they run, and what they bring (a swapped GPU's UUID) is
+    shown by the first refresh after it comes."""
+    from tests.test_relay import until
+    from tuimon.sources.prometheus import PromOptions, prom_watching
+
+    uuid, slow = ["GPU-aaaa"], [0.0]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        labels = {"gpu": "0", "Hostname": "gpu001"}
+        result = []
+        if _names_gpus(promql):
+            await asyncio.sleep(slow[0])
+            result = [{"metric": {**labels, "UUID": uuid[0]}, "value": [1.0, "1"]}]
+        elif promql.startswith("max by (__name__, gpu") and "DCGM_FI_DEV_GPU_TEMP" in promql:
+            result = [{"metric": {**labels, "__name__": "DCGM_FI_DEV_GPU_TEMP"},
+                       "value": [1.0, "61"]}]
+        return _vector(result)
+
+    def shown() -> str | None:
+        node = cluster.nodes.get("gpu001")
+        return node.hello.gpus[0].uuid if node and node.hello else None
+
+    cluster = ClusterState()
+    async with _prometheus_answering(query) as url, \
+            prom_watching(url, cluster, PromOptions(every=0.2, timeout=10)) as source:
+        await until(lambda: shown() == "GPU-aaaa" and source.refreshes >= 2)
+        uuid[0], slow[0] = "GPU-bbbb", 3.0
+        source._last_inventory -= 120  # the inventory is due
+        seen = source.refreshes
+        await until(lambda: source.refreshes >= seen + 3, timeout=2.5)  # 0.5 s apart
+        assert shown() == "GPU-aaaa"  # its query still running
+        await until(lambda: shown() == "GPU-bbbb", timeout=6)

@@ -195,6 +195,12 @@ class PromSource:
         self._detailed: frozenset[str] = frozenset()  # the nodes it asks every value of
         self._refreshed_at: float | None = None  # monotonic: the last refresh's start
         self._gap = self.options.every  # seconds since the refresh before
+        # While run() runs, after its first refresh: the inventory's and the budget's
+        # queries in a task of their own, and what it brought, taken up by the next
+        # refresh: (when it started, name -> answer or None where it failed).
+        self._beside = False
+        self._budget_names = frozenset(q.budget_queries(self.options.slo_hours))
+        self._later: asyncio.Task[tuple[float, dict[str, Series | None]]] | None = None
 
     async def run(self) -> None:
         """Refresh every `every` seconds, and at once when the view wants other fields or
@@ -209,6 +215,10 @@ class PromSource:
             await self._run(wake)
         finally:
             self.cluster.remove_wants_listener(wants)
+            if self._later is not None:
+                self._later.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await self._later
 
     def _asks_other(self) -> bool:
         """Would a refresh now ask other fields or other nodes' detail than the last?"""
@@ -227,6 +237,7 @@ class PromSource:
             wake.clear()
             try:
                 await self.refresh()
+                self._beside = True
             except PromError as exc:
                 log.warning("%s", exc)
                 for target in list(self.cluster.nodes):
@@ -379,6 +390,10 @@ class PromSource:
             self.options.every, max(0.0, now - self._refreshed_at))
         self._refreshed_at = now
         queries, with_budget, with_inventory = self._planned(now)
+        taken = self._take_later(now, queries)
+        # Those gone to the task beside: taken up when it brings them, not now.
+        with_budget = with_budget and bool(queries.keys() & self._budget_names)
+        with_inventory = with_inventory and bool(queries.keys() & q.INVENTORY_QUERIES.keys())
         live = [n for n in queries if n in q.LIVE_QUERIES]
         rest = [n for n in queries if n not in q.LIVE_QUERIES]
         results = await asyncio.gather(*(self.query(queries[n]) for n in live),
@@ -389,6 +404,15 @@ class PromSource:
         if self.options.recorded:
             self._from_records(answers)
         failed = set()
+        # What the task beside the refreshes brought, as if this refresh had asked it.
+        inventory_at = now
+        if taken is not None:
+            inventory_at, brought = taken
+            queries.update(dict.fromkeys(brought, ""))
+            rest += list(brought)
+            results += list(brought.values())
+            with_budget = with_budget or bool(brought.keys() & self._budget_names)
+            with_inventory = with_inventory or bool(brought.keys() & q.INVENTORY_QUERIES.keys())
         for name, result in zip(rest, results[len(live):]):
             if result is None:
                 failed.add(name)
@@ -400,11 +424,10 @@ class PromSource:
             self._kept_hosts = None  # read again below
         self._inventory_failed = (self._inventory_failed - set(asked)) | (failed & set(asked))
         if with_inventory:
-            self._last_inventory = now
+            self._last_inventory = inventory_at
         if "gpu_info" in asked and "gpu_info" not in failed:
             self._matchers = {}  # learnt again from this inventory
-        with_budget = with_budget and not failed & q.budget_queries(
-            self.options.slo_hours).keys()
+        with_budget = with_budget and not failed & self._budget_names
         self.refreshes += 1
         resolver = NodeNames(self.options.node_labels, self.options.node_aliases)
         resolver.learn_uname(answers.get("uname", []))
@@ -456,8 +479,33 @@ class PromSource:
             if target not in nodes and state.status == "up":
                 self.cluster.mark_stale(target, "no series for this node in Prometheus")
         if with_budget:
-            self._last_budget = now
+            self._last_budget = inventory_at
             self.cluster.apply_budget(_budget(answers, self.options.slo_hours), self.url)
+
+    def _take_later(self, now: float, queries: dict[str, str]
+                    ) -> tuple[float, dict[str, Series | None]] | None:
+        """After run()'s first refresh: the inventory's and the budget's queries this
+        refresh planned go to a task beside it (they read much at a large site, and are
+        not what the maps show: the live refresh never waits on them), unless one runs
+        already; what a finished one brought is returned, for this refresh to take up."""
+        brought = None
+        task = self._later
+        if task is not None and task.done():
+            self._later = None
+            if not task.cancelled() and task.exception() is None:
+                brought = task.result()
+        later = {n: queries.pop(n) for n in list(queries)
+                 if n in q.INVENTORY_QUERIES or n in self._budget_names} if self._beside else {}
+        if later and self._later is None:
+            self._later = asyncio.create_task(self._ask_later(now, later),
+                                              name="tuimon-prometheus-inventory")
+        return brought
+
+    async def _ask_later(self, started: float, queries: dict[str, str]
+                         ) -> tuple[float, dict[str, Series | None]]:
+        # One at a time: the live refresh keeps the other places of the semaphore.
+        return started, {name: await self._optional(name, promql)
+                         for name, promql in queries.items()}
 
     def _count_port_errors(self, nodes: dict[str, _Node]) -> None:
         """Each port's error counts since the last refresh, by kind (the wire's
