@@ -297,6 +297,7 @@ async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_los
         source = PromSource(url, cluster, session, PromOptions())
         if later:
             await source.refresh()
+            source._beside = True  # as run() after its first: the inventory asked beside
         cluster.set_drawn(frozenset({"temp"}))
         await source.refresh()
         node = cluster.nodes["gpu001"]
@@ -594,3 +595,85 @@ async def test_the_inventory_runs_beside_the_refreshes_and_is_taken_up_when_it_c
         await until(lambda: source.refreshes >= seen + 3, timeout=2.5)  # 0.5 s apart
         assert shown() == "GPU-aaaa"  # its query still running
         await until(lambda: shown() == "GPU-bbbb", timeout=6)
+
+
+async def test_the_inventory_beside_runs_every_60_s_though_one_query_always_fails() -> None:
+    """The inventory's queries asked beside the refreshes keep their cadence: one that
+    fails every time is asked again alone, and that does not put off the rest; the
+    whole inventory is not asked twice in a row when a run of it is taken up."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    asked: list[str] = []
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        asked.append(promql)
+        if _names_gpus(promql):
+            return web.json_response({"status": "error", "error": "too big"}, status=422)
+        result = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
+                              "Hostname": "gpu001"}, "value": [1.0, "61"]}] \
+            if promql.startswith("max by (__name__, gpu") and "GPU_TEMP" in promql else []
+        return _vector(result)
+
+    def limits() -> int:  # the slow GPU values: asked with every whole inventory
+        return sum("DCGM_FI_DEV_POWER_MGMT_LIMIT" in p for p in asked)
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        source = PromSource(url, ClusterState(), session, PromOptions())
+        await source.refresh()  # the first, inline
+        first = source._last_inventory
+        source._beside = True  # as run() does after it
+
+        async def refresh_and_take() -> None:
+            await source.refresh()  # asks beside, if anything is due
+            if source._later is not None:
+                await source._later
+            await source.refresh()  # takes it up
+
+        for _ in range(3):
+            await refresh_and_take()
+        assert sum(map(_names_gpus, asked)) >= 3  # the failing one, again and again
+        assert limits() == 1 and source._last_inventory == first
+        source._last_inventory -= 60  # a minute on
+        await refresh_and_take()
+        assert limits() == 2
+        await refresh_and_take()
+        assert limits() == 2  # not again at once
+        if source._later is not None:  # the failing one's next try: as run() ends
+            source._later.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await source._later
+
+
+async def test_a_port_known_by_its_state_stays_between_two_reads_of_its_counters() -> None:
+    """Between two reads of the error counters (every 15 s), a port with no other series
+    asked (no xmit_wait, its traffic not drawn) is still one of the node's ports, and its
+    hello is not sent again; gone from the next read, it is gone."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    symbols: list[str | None] = ["0"]
+    errors = _symbol_errors(symbols)
+
+    async def query(request: web.Request) -> web.Response:
+        if request.query["query"].startswith("max by (__name__, gpu") and \
+                "tuimon_gpu_temperature_celsius" in request.query["query"]:
+            return _vector([{"metric": {"__name__": "tuimon_gpu_temperature_celsius",
+                                        "gpu": "0", "node": "gpu001"}, "value": [1.0, "61"]}])
+        return await errors(request)
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        cluster.set_drawn(frozenset({"sm_active", "gr_active", "util"}))
+        source = PromSource(url, cluster, session, PromOptions())
+
+        def ports() -> list[str]:
+            return [p["id"] for p in cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]]
+
+        await source.refresh()
+        hello = cluster.nodes["gpu001"].hello
+        await source.refresh()
+        assert ports() == ["mlx5_0:1"] and cluster.nodes["gpu001"].hello is hello
+        symbols[0] = None  # the port is gone
+        source._last_errors -= 15
+        await source.refresh()
+        assert "fabric" not in cluster.nodes["gpu001"].sample.extra

@@ -638,6 +638,8 @@ def _status(args: argparse.Namespace) -> int:
             raise TargetError("status: give agents, relays or --prometheus, not both")
         args.url, args.every = args.prometheus, 1.0
         prom_options = _prom_options(args)
+        if not args.watch:  # a snapshot: the ports' error counters read once count nothing
+            prom_options = dataclasses.replace(prom_options, errors_every=None)
         targets: list[str] = []
         relays: list[str] = []
         options = StreamOptions()

@@ -154,6 +154,17 @@ class _Kept(_Node):
     matchers: set[str] = field(default_factory=set)  # its screen's detail query
 
 
+@dataclass
+class _Later:
+    """The inventory's and the budget's queries asked beside the refreshes: when, whether
+    the whole inventory or the budget was due then, and their answers (None: failed)."""
+
+    started: float
+    with_budget: bool
+    with_inventory: bool
+    answers: dict[str, Series | None] = field(default_factory=dict)
+
+
 class PromSource:
     def __init__(self, url: str, cluster: ClusterState, session: aiohttp.ClientSession,
                  options: PromOptions | None = None) -> None:
@@ -168,6 +179,7 @@ class PromSource:
         self._inventory: dict[str, tuple[Any, ...]] = {}
         self._last_budget = -math.inf
         self._last_errors = -math.inf
+        self._ports_read: dict[str, set[str]] = {}  # node -> ports, at the last read
         self._last_inventory = -math.inf
         self._inventory_failed: set[str] = set()  # asked again at the next refresh
         # A GPU without its total (new since the inventory): the inventory runs soon.
@@ -200,7 +212,7 @@ class PromSource:
         # refresh: (when it started, name -> answer or None where it failed).
         self._beside = False
         self._budget_names = frozenset(q.budget_queries(self.options.slo_hours))
-        self._later: asyncio.Task[tuple[float, dict[str, Series | None]]] | None = None
+        self._later: asyncio.Task[_Later] | None = None
 
     async def run(self) -> None:
         """Refresh every `every` seconds, and at once when the view wants other fields or
@@ -390,10 +402,10 @@ class PromSource:
             self.options.every, max(0.0, now - self._refreshed_at))
         self._refreshed_at = now
         queries, with_budget, with_inventory = self._planned(now)
-        taken = self._take_later(now, queries)
+        taken, moved = self._take_later(now, queries, with_budget, with_inventory)
         # Those gone to the task beside: taken up when it brings them, not now.
-        with_budget = with_budget and bool(queries.keys() & self._budget_names)
-        with_inventory = with_inventory and bool(queries.keys() & q.INVENTORY_QUERIES.keys())
+        with_budget = with_budget and not moved & self._budget_names
+        with_inventory = with_inventory and not moved & q.INVENTORY_QUERIES.keys()
         live = [n for n in queries if n in q.LIVE_QUERIES]
         rest = [n for n in queries if n not in q.LIVE_QUERIES]
         results = await asyncio.gather(*(self.query(queries[n]) for n in live),
@@ -407,12 +419,12 @@ class PromSource:
         # What the task beside the refreshes brought, as if this refresh had asked it.
         inventory_at = now
         if taken is not None:
-            inventory_at, brought = taken
-            queries.update(dict.fromkeys(brought, ""))
-            rest += list(brought)
-            results += list(brought.values())
-            with_budget = with_budget or bool(brought.keys() & self._budget_names)
-            with_inventory = with_inventory or bool(brought.keys() & q.INVENTORY_QUERIES.keys())
+            inventory_at = taken.started
+            queries.update(dict.fromkeys(taken.answers, ""))
+            rest += list(taken.answers)
+            results += list(taken.answers.values())
+            with_budget = with_budget or taken.with_budget
+            with_inventory = with_inventory or taken.with_inventory
         for name, result in zip(rest, results[len(live):]):
             if result is None:
                 failed.add(name)
@@ -482,30 +494,60 @@ class PromSource:
             self._last_budget = inventory_at
             self.cluster.apply_budget(_budget(answers, self.options.slo_hours), self.url)
 
-    def _take_later(self, now: float, queries: dict[str, str]
-                    ) -> tuple[float, dict[str, Series | None]] | None:
+    def _take_later(self, now: float, queries: dict[str, str], with_budget: bool,
+                    with_inventory: bool) -> tuple[_Later | None, set[str]]:
         """After run()'s first refresh: the inventory's and the budget's queries this
         refresh planned go to a task beside it (they read much at a large site, and are
         not what the maps show: the live refresh never waits on them), unless one runs
-        already; what a finished one brought is returned, for this refresh to take up."""
+        already (they are planned again when due). Returns what a finished one brought,
+        for this refresh to take up, and the names taken out of `queries`."""
         brought = None
         task = self._later
         if task is not None and task.done():
             self._later = None
-            if not task.cancelled() and task.exception() is None:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("prometheus %s: the inventory's queries failed", self.url,
+                          exc_info=task.exception())
+            elif not task.cancelled():
                 brought = task.result()
+        if not self._beside:
+            return brought, set()
         later = {n: queries.pop(n) for n in list(queries)
-                 if n in q.INVENTORY_QUERIES or n in self._budget_names} if self._beside else {}
+                 if (n in q.INVENTORY_QUERIES or n in self._budget_names)
+                 # the GPUs known only by a drawn field, when the map first narrows: now
+                 and (n != "gpu_drawn" or n in self._inventory_answers)}
         if later and self._later is None:
-            self._later = asyncio.create_task(self._ask_later(now, later),
-                                              name="tuimon-prometheus-inventory")
-        return brought
+            budget = with_budget and bool(later.keys() & self._budget_names)
+            inventory = with_inventory and bool(later.keys() & q.INVENTORY_QUERIES.keys())
+            # Not planned again while it runs, nor when it is taken up.
+            if budget:
+                self._last_budget = now
+            if inventory:
+                self._last_inventory = now
+            self._later = asyncio.create_task(
+                self._ask_later(_Later(now, budget, inventory), later),
+                name="tuimon-prometheus-inventory")
+        return brought, set(later)
 
-    async def _ask_later(self, started: float, queries: dict[str, str]
-                         ) -> tuple[float, dict[str, Series | None]]:
+    async def _ask_later(self, later: _Later, queries: dict[str, str]) -> _Later:
         # One at a time: the live refresh keeps the other places of the semaphore.
-        return started, {name: await self._optional(name, promql)
-                         for name, promql in queries.items()}
+        for name, promql in queries.items():
+            later.answers[name] = await self._optional(name, promql)
+        return later
+
+    def _keep_ports_read(self, nodes: dict[str, _Node], read: bool) -> None:
+        """The ports whose state answered at the last read of the error counters stand
+        for the node's ports until the next (every 15 s): between two reads, a port with
+        no other series asked (no xmit_wait, its traffic not drawn) is still there."""
+        if read:
+            self._ports_read = {
+                name: {pid for pid, p in n.ports.items()
+                       if _READ in p.get(_ERRORS_OURS, ()) or _READ in p.get(_ERRORS_NODE, ())}
+                for name, n in nodes.items()}
+            return
+        for name, n in nodes.items():
+            for pid in self._ports_read.get(name, ()):
+                n.ports.setdefault(pid, {"id": pid})
 
     def _count_port_errors(self, nodes: dict[str, _Node]) -> None:
         """Each port's error counts since the last refresh, by kind (the wire's
@@ -627,6 +669,7 @@ class PromSource:
             if n is not None:
                 n.host.setdefault("cpu_util", min(1.0, max(0.0, value)))
         self._ports(a, node)
+        self._keep_ports_read(nodes, "ib_errors" in a)
         for name, n in nodes.items():
             kept = self._kept.get(name)
             if kept is not None:
