@@ -42,3 +42,27 @@ async def test_the_util_column_reads_how_busy_a_gpu_is_whatever_measured_it() ->
     row = next(line for line in render(cluster).splitlines()
                if line.startswith(node.name + " "))
     assert " 50%" in row, row
+
+
+async def test_a_nodes_row_reads_only_the_fields_it_declares() -> None:
+    """`tuimon prom --once` asks only ROW_READS of every node: each row of a faulty
+    seeded cluster reads the same from only those fields as from its whole sample."""
+    from tuimon.readout import ROW_READS, node_row
+
+    cluster, _ = await seeded_cluster(nodes=16, gpus=8)
+
+    def only(values: dict) -> dict:
+        return {k: v for k, v in values.items() if k in ROW_READS or k == "id"}
+
+    rows = 0
+    for node in cluster.nodes.values():
+        full = node_row(node, cluster.clock())
+        sample = node.detail
+        fabric = sample.extra.get("fabric") or {}
+        node.detail = dataclasses.replace(
+            sample, gpus=[only(g) for g in sample.gpus or ()], host=only(sample.host or {}),
+            extra={**sample.extra, "fabric": {**fabric, "ports": [
+                only(p) for p in fabric.get("ports") or ()]}})
+        assert node_row(node, cluster.clock()) == full
+        rows += "%" in full
+    assert rows == 16

@@ -534,7 +534,8 @@ def test_every_field_asked_only_while_drawn_is_drawn_by_some_map() -> None:
 
 async def test_once_does_not_ask_the_port_error_counters_it_could_not_count() -> None:
     """`tuimon prom --once` reads each counter once: what a port counted before is not
-    news, so the costliest query at a large site is not sent; its ports still show."""
+    news, so the costliest query at a large site is not sent; its ports still show. Of
+    every GPU it asks what the readout shows."""
     from tests.conftest import run_tuimon
     from tuimon.sources import prom_queries as q
 
@@ -557,6 +558,10 @@ async def test_once_does_not_ask_the_port_error_counters_it_could_not_count() ->
     counters = [name for name, (_, ours) in q.PORT_ERROR_SERIES.items() if not ours]
     assert any("port_transmit_wait" in a for a in asked)
     assert not any(name in a for a in asked for name in counters)
+    # Every GPU's values as the readout shows them: power, not the clock.
+    dense = [a for a in asked if a.startswith("max by (__name__, gpu")]
+    assert any("DCGM_FI_DEV_POWER_USAGE" in a for a in dense)
+    assert not any("DCGM_FI_DEV_SM_CLOCK" in a for a in dense)
 
 
 async def test_the_inventory_runs_beside_the_refreshes_and_is_taken_up_when_it_comes(

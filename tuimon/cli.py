@@ -25,7 +25,7 @@ from tuimon.config import ClusterConfig, cluster_defaults, set_cluster_defaults
 from tuimon.manual import SECTIONS as MANUAL_SECTIONS
 from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import Slo
-from tuimon.readout import render
+from tuimon.readout import ROW_READS, render
 from tuimon.relay.command import add_relay_options, run_relay
 from tuimon.snapshot_waits import WAITS
 from tuimon.sources.agent_stream import StreamOptions, watching
@@ -487,6 +487,7 @@ async def _print_loop(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
                       recorder: Recorder | None) -> int:
     from tuimon.status import first_samples, settle
 
+    cluster.set_drawn(ROW_READS)  # what the readout shows of every node
     async with feed(cluster, recorder):
         if once:
             # What a one-shot status waits for, so it says what the app says.
@@ -696,6 +697,7 @@ async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
         options = dataclasses.replace(options, recorder=writer.write)
         cluster.recorder = writer.call
     judge = _judgement(args, cluster)
+    cluster.set_drawn(ROW_READS)  # what the readout shows of every node
     try:
         async with aiohttp.ClientSession() as session:
             await PromSource(args.url, cluster, session, options).refresh()

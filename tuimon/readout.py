@@ -11,7 +11,7 @@ import time
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.judgement import Judgement
 from tuimon.status import format_text, level, report
-from tuimon_core.heat_levels import gpu_busy
+from tuimon_core.heat_levels import BUSY_FIELDS, gpu_busy
 from tuimon_core.protocol.fields import PORT_ACTIVE
 from tuimon_core.protocol.text import clean_lines
 
@@ -37,6 +37,12 @@ def shown_name(name: str, width: int) -> str:
 
 def name_width(names: list[str]) -> int:
     return max(NAME_MIN, min(NAME_MAX, max((len(n) for n in names), default=0)))
+
+
+# The sample fields a node's row reads: a source that asks only for what is drawn
+# (tuimon prom, ClusterState.set_drawn) asks no more for a readout.
+ROW_READS = frozenset({*(key for key, _ in BUSY_FIELDS), "temp", "power", "clock_events",
+                       "failed", "cpu_util", "tx_util", "state", "errors_inc"})
 
 
 def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
