@@ -286,10 +286,14 @@ async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_los
         host = {"Hostname": "gpu001"}
         result = []
         if promql.startswith("group by (gpu, GPU_I_ID") and "DCGM_FI_DEV_SM_CLOCK" in promql:
-            result = [{"metric": {**host, "gpu": g}, "value": [1.0, "1"]} for g in "012"]
+            result = [{"metric": {**host, "gpu": g}, "value": [1.0, "1"]}
+                      for g in [*temps, "2"]]  # a GPU fallen off the bus has no clock
         elif promql.startswith("max by (__name__, gpu") and "DCGM_FI_DEV_GPU_TEMP" in promql:
             result = [{"metric": {**host, "gpu": g, "__name__": "DCGM_FI_DEV_GPU_TEMP"},
                        "value": [1.0, str(t)]} for g, t in temps.items()]
+            if "DCGM_FI_DEV_SM_CLOCK" in promql:  # the clock map
+                result.append({"metric": {**host, "gpu": "2", "__name__":
+                                          "DCGM_FI_DEV_SM_CLOCK"}, "value": [1.0, "1410"]})
         return _vector(result)
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
@@ -306,6 +310,17 @@ async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_los
         await source.refresh()
         assert [g.get("temp") for g in node.sample.gpus] == [61, None]
         assert [i.index for i in node.hello.gpus] == [0, 2]
+        # The clock map, then back: asked again which GPUs are known only by the fields
+        # not asked now; GPU 2 stays throughout.
+        for drawn in ({"sm_clock"}, {"temp"}):
+            cluster.set_drawn(frozenset(drawn))
+            if drawn == {"sm_clock"}:
+                source._last_inventory -= 60  # a new inventory under the clock map
+            await source.refresh()
+            if source._later is not None:  # asked beside: taken up by the next refresh
+                await source._later
+                await source.refresh()
+            assert [i.index for i in node.hello.gpus] == [0, 2], drawn
 
 
 async def test_the_inventory_is_kept_between_its_runs_and_a_new_one_replaces_it() -> None:

@@ -314,16 +314,22 @@ INVENTORY_QUERIES: dict[str, str] = {
         for keys in (["mem_used", "_up"], BUSY)),
     "port_rate": ('max by (__name__, ' + PORT_BY + ') ({{__name__=~"'
                   + _names(n for n, key in PORT_GAUGES.items() if key == "rate") + '"{m}}})'),
-    # The GPUs (and MIG instances) with a series of the fields asked only while drawn:
-    # while a map draws none of them, a GPU that has no other series (a real A800 node
-    # whose MIG GPUs export only their clock) is still there, not gone.
-    "gpu_drawn": 'group by (' + _FB_BY + ') ({{__name__=~"'
-                 + _names(gpu_names(DRAWN_ONLY_GPU)) + '"{m}}})',
+    # The GPUs with a series of the fields asked only while drawn, of those not asked
+    # (gpu_drawn_query): while a map draws none of them, a GPU that has no other series
+    # (a real A800 node's MIG GPUs export only their clock) is still there, not gone.
+    "gpu_drawn": "",  # made per refresh
     # Which health counters each node's exporters export at all: those the sparse answer
     # leaves out are 0 there (a rule counting their increase needs where they start).
     "gpu_exported": 'group by (__name__, {ids}) ({{__name__=~"' + _names(gpu_names(SPARSE_GPU))
                     + '"{m}}})',
 }
+
+
+def gpu_drawn_query(unasked: Iterable[str]) -> str:
+    """The template of the inventory's `gpu_drawn`: the GPUs with a series of these
+    fields (those asked only while drawn, and not asked now)."""
+    return ('group by (' + _FB_BY + ') ({{__name__=~"' + _names(gpu_names(unasked))
+            + '"{m}}})')
 
 
 def detail_query(matchers: Iterable[str], match: str) -> str | None:

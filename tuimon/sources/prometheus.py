@@ -349,6 +349,7 @@ class PromSource:
         and the inventory's."""
         match = self.options.match
         queries = {n: q.render(t, match, self._ids) for n, t in q.LIVE_QUERIES.items()}
+        dense_before = self._dense
         self._dense, self._skipped = self._asks_now()
         keys = self._dense
         if keys != q.DENSE_GPU:
@@ -374,11 +375,14 @@ class PromSource:
             n: t for n, t in q.INVENTORY_QUERIES.items() if n in self._inventory_failed}
         # The GPUs known only by a field asked while drawn matter only while one is not
         # (never to --once or a recording); asked at once when the map first narrows.
+        # Asked of the fields not asked now; when those change, at once.
         narrowed = self._dense != q.DENSE_GPU
-        if not narrowed:
-            asked = {n: t for n, t in asked.items() if n != "gpu_drawn"}
-        elif "gpu_drawn" not in self._inventory_answers:
-            asked = {**asked, "gpu_drawn": q.INVENTORY_QUERIES["gpu_drawn"]}
+        if self._dense != dense_before:
+            self._inventory_answers.pop("gpu_drawn", None)
+        asked = {n: t for n, t in asked.items() if n != "gpu_drawn"}
+        if narrowed and ("gpu_drawn" in self._inventory_failed or with_inventory
+                         or "gpu_drawn" not in self._inventory_answers):
+            asked["gpu_drawn"] = q.gpu_drawn_query(q.DRAWN_ONLY_GPU - self._dense)
         queries.update({n: q.render(t, match, self._ids) for n, t in asked.items()})
         # Every value of the nodes whose screen is open, and only of those.
         self._detailed = self.cluster.detail_targets
