@@ -173,6 +173,14 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
                         cluster.set_detail({here})
                         await source.refresh()
                         views[recorded, "screen"] = _view(cluster)
+                        # The error counters read beside the refreshes (as run() does
+                        # after its first), records or not: each port's state read.
+                        source._beside, source._last_errors = True, float("-inf")
+                        await source.refresh()
+                        assert source._later is not None
+                        await source._later
+                        await source.refresh()
+                        assert source._ports_read[here], recorded
     finally:
         stop.set()
     assert {"gpu-k8s-07", "msxf-hpc-64-35-ai", "127.0.0.9", here} <= set(views[True, None])

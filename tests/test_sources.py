@@ -507,6 +507,18 @@ async def test_port_errors_are_read_every_15_s_and_counted_whole_or_every_refres
         cluster.set_drawn(next(m for m in FABRIC_METRICS if m.key == "errors").reads)
         symbols[0] = "55"
         assert await errors() == {"symbol_errors": 5}
+        # As run() after its first refresh: read beside the refreshes, counted by the
+        # refresh that takes the answer up.
+        source._beside = True
+        symbols[0] = "62"
+        assert await errors() != {"symbol_errors": 7}  # asked beside, not yet read
+        assert source._later is not None
+        await source._later
+        assert await errors() == {"symbol_errors": 7}
+        if source._later is not None:  # the next read, asked beside: as run() ends
+            source._later.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await source._later
 
 
 async def test_a_refresh_asked_early_sums_the_jobs_rates_over_the_time_since_the_last() -> None:

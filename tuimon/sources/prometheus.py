@@ -424,6 +424,10 @@ class PromSource:
         inventory_at = now
         if taken is not None:
             inventory_at = taken.started
+            if self.options.recorded and taken.answers.get("ib_errors"):
+                live_rules.restore_names(taken.answers["ib_errors"] or [])
+            if "ib_errors" in taken.answers and taken.answers["ib_errors"] is None:
+                self._last_errors = -math.inf  # failed: asked again at the next refresh
             queries.update(dict.fromkeys(taken.answers, ""))
             rest += list(taken.answers)
             results += list(taken.answers.values())
@@ -517,7 +521,8 @@ class PromSource:
         if not self._beside:
             return brought, set()
         later = {n: queries.pop(n) for n in list(queries)
-                 if (n in q.INVENTORY_QUERIES or n in self._budget_names)
+                 if (n in q.INVENTORY_QUERIES or n in self._budget_names
+                     or n == "ib_errors")
                  # the GPUs known only by a drawn field, when the map first narrows: now
                  and (n != "gpu_drawn" or n in self._inventory_answers)}
         if later and self._later is None:
@@ -528,6 +533,8 @@ class PromSource:
                 self._last_budget = now
             if inventory:
                 self._last_inventory = now
+            if "ib_errors" in later:
+                self._last_errors = now
             self._later = asyncio.create_task(
                 self._ask_later(_Later(now, budget, inventory), later),
                 name="tuimon-prometheus-inventory")
