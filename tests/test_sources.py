@@ -321,6 +321,19 @@ async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_los
                 await source._later
                 await source.refresh()
             assert [i.index for i in node.hello.gpus] == [0, 2], drawn
+        # An inventory asked beside under the clock map and taken up after the switch
+        # back: its GPUs are of other fields than those not asked now, and not taken.
+        source._beside = True
+        cluster.set_drawn(frozenset({"sm_clock"}))
+        await source.refresh()
+        source._last_inventory -= 60
+        await source.refresh()  # asks it beside
+        cluster.set_drawn(frozenset({"temp"}))
+        await source.refresh()
+        if source._later is not None:
+            await source._later
+        await source.refresh()
+        assert [i.index for i in node.hello.gpus] == [0, 2]
 
 
 async def test_the_inventory_is_kept_between_its_runs_and_a_new_one_replaces_it() -> None:
@@ -479,13 +492,11 @@ async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_g
         assert await errors() == {"symbol_errors": 20}
 
 
-async def test_port_errors_are_read_every_15_s_and_counted_whole_or_every_refresh_if_drawn(
-        ) -> None:
+async def test_port_errors_are_read_every_15_s_and_counted_whole() -> None:
     """The error counters are the costliest query at a large site, and a scrape every
     15 s has nothing newer: read every 15 s, what grew between two reads is counted at
-    the second, none lost. While the fabric map draws link errors, every refresh."""
+    the second, none lost, also when read beside the refreshes."""
     from tuimon.sources.prometheus import PromOptions, PromSource
-    from tuimon_core.heat_levels import FABRIC_METRICS
 
     symbols: list[str | None] = ["10"]
     async with _prometheus_answering(_symbol_errors(symbols)) as url, \
@@ -504,12 +515,13 @@ async def test_port_errors_are_read_every_15_s_and_counted_whole_or_every_refres
         symbols[0] = "50"
         source._last_errors -= 15  # 15 s on
         assert await errors() == {"symbol_errors": 40}
-        cluster.set_drawn(next(m for m in FABRIC_METRICS if m.key == "errors").reads)
         symbols[0] = "55"
+        source._last_errors -= 15
         assert await errors() == {"symbol_errors": 5}
         # As run() after its first refresh: read beside the refreshes, counted by the
         # refresh that takes the answer up.
         source._beside = True
+        source._last_errors -= 15
         symbols[0] = "62"
         assert await errors() != {"symbol_errors": 7}  # asked beside, not yet read
         assert source._later is not None

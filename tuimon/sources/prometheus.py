@@ -119,9 +119,8 @@ class PromOptions:
     recorded: bool = False
     # Seconds between two reads of the ports' error counters, which count what grew
     # between reads (at thousands of nodes the costliest query of a refresh; a scrape
-    # every 15 s or more has nothing newer to give); every refresh while the fabric map
-    # draws link errors. None: never (one refresh, as --once: its one reading would
-    # count nothing).
+    # every 15 s or more has nothing newer to give). None: never (one refresh, as
+    # --once: its one reading would count nothing).
     errors_every: float | None = 15.0
 
 
@@ -162,6 +161,7 @@ class _Later:
     started: float
     with_budget: bool
     with_inventory: bool
+    dense: frozenset[str]  # the GPU fields asked then (gpu_drawn asks of the others)
     answers: dict[str, Series | None] = field(default_factory=dict)
 
 
@@ -360,9 +360,7 @@ class PromSource:
         for name in self._skipped:
             del queries[name]
         errors_every = self.options.errors_every
-        if errors_every is None or not (
-                "errors_inc" in (self.cluster.drawn or ())
-                or now - self._last_errors >= errors_every - self.options.every / 2):
+        if errors_every is None or now - self._last_errors < errors_every - self.options.every / 2:
             del queries["ib_errors"]
         with_budget = now - self._last_budget >= self.options.budget_every
         if with_budget:
@@ -424,7 +422,10 @@ class PromSource:
         inventory_at = now
         if taken is not None:
             inventory_at = taken.started
+            if taken.dense != self._dense:  # of other fields than those not asked now
+                taken.answers.pop("gpu_drawn", None)
             if self.options.recorded and taken.answers.get("ib_errors"):
+                self._warn_old_rules(taken.answers["ib_errors"] or [])
                 live_rules.restore_names(taken.answers["ib_errors"] or [])
             if "ib_errors" in taken.answers and taken.answers["ib_errors"] is None:
                 self._last_errors = -math.inf  # failed: asked again at the next refresh
@@ -536,7 +537,7 @@ class PromSource:
             if "ib_errors" in later:
                 self._last_errors = now
             self._later = asyncio.create_task(
-                self._ask_later(_Later(now, budget, inventory), later),
+                self._ask_later(_Later(now, budget, inventory, self._dense), later),
                 name="tuimon-prometheus-inventory")
         return brought, set(later)
 
@@ -624,14 +625,18 @@ class PromSource:
                             f"{live_rules.record_name('gpu')} or the other records "
                             "--recorded reads: load the rules `tuimon rules --live` writes "
                             "(with this --match and --node-label), or leave out --recorded")
-        errors = answers.get("ib_errors", [])
+        self._warn_old_rules(answers.get("ib_errors", []))
+        for series in recorded:
+            live_rules.restore_names(series)
+
+    def _warn_old_rules(self, errors: Series) -> None:
+        """A record of the error counters without their names (rules of an older tuimon):
+        said once, as it holds until the rules are written again."""
         if errors and live_rules.NAME_LABEL not in errors[0][0] and not self._said_old_rules:
-            self._said_old_rules = True  # once: it holds until the rules are written again
+            self._said_old_rules = True
             log.warning("prometheus %s: %s holds no counter names: rules of an older tuimon;"
                         " port errors go uncounted until `tuimon rules --live` is loaded "
                         "again", self.url, live_rules.record_name("ib_errors"))
-        for series in recorded:
-            live_rules.restore_names(series)
 
     async def _failures(self, up: Series,
                         resolver: NodeNames) -> dict[str, tuple[str, str]]:
