@@ -465,6 +465,13 @@ def _symbol_errors(symbols: list[str | None]
     return query
 
 
+async def _errors_after_refresh(source: Any, cluster: ClusterState) -> object:
+    """A refresh, then the errors counted on gpu001's one port (its `errors_inc`)."""
+    await source.refresh()
+    (p,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
+    return p.get("errors_inc")
+
+
 async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_gap() -> None:
     """Our agent leaves out a counter stuck at its maximum (link_downed is 8 bits): the
     port's other errors still count. A node missing from the answers for a while (its
@@ -478,9 +485,7 @@ async def test_port_errors_of_our_agent_count_with_a_counter_stuck_and_after_a_g
         source = PromSource(url, cluster, session, PromOptions(errors_every=0))
 
         async def errors() -> object:
-            await source.refresh()
-            (p,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
-            return p.get("errors_inc")
+            return await _errors_after_refresh(source, cluster)
 
         assert await errors() is None  # ten from before: not news
         symbols[0] = "500"
@@ -505,9 +510,7 @@ async def test_port_errors_are_read_every_15_s_and_counted_whole() -> None:
         source = PromSource(url, cluster, session, PromOptions(every=5.0))
 
         async def errors() -> object:
-            await source.refresh()
-            (p,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
-            return p.get("errors_inc")
+            return await _errors_after_refresh(source, cluster)
 
         assert await errors() is None  # read: ten from before, not news
         symbols[0] = "30"

@@ -155,8 +155,9 @@ class _Kept(_Node):
 
 @dataclass
 class _Later:
-    """The inventory's and the budget's queries asked beside the refreshes: when, whether
-    the whole inventory or the budget was due then, and their answers (None: failed)."""
+    """The queries asked beside the refreshes (inventory, budget, error counters): when,
+    whether the whole inventory or the budget was due then, and their answers (None:
+    failed)."""
 
     started: float
     with_budget: bool
@@ -207,9 +208,9 @@ class PromSource:
         self._detailed: frozenset[str] = frozenset()  # the nodes it asks every value of
         self._refreshed_at: float | None = None  # monotonic: the last refresh's start
         self._gap = self.options.every  # seconds since the refresh before
-        # While run() runs, after its first refresh: the inventory's and the budget's
-        # queries in a task of their own, and what it brought, taken up by the next
-        # refresh: (when it started, name -> answer or None where it failed).
+        # While run() runs, after its first refresh: the inventory's, the budget's and the
+        # error counters' queries in a task of their own (_take_later), whose _Later the
+        # next refresh takes up.
         self._beside = False
         self._budget_names = frozenset(q.budget_queries(self.options.slo_hours))
         self._later: asyncio.Task[_Later] | None = None
@@ -352,11 +353,12 @@ class PromSource:
         dense_before = self._dense
         self._dense, self._skipped = self._asks_now()
         keys = self._dense
-        if keys != q.DENSE_GPU:
+        narrowed = keys != q.DENSE_GPU
+        if narrowed:
             queries["gpu"] = q.render(q.gpus_query(keys), match, self._ids)
         if self.options.recorded:
             queries.update(live_rules.recorded_queries(
-                match, self._ids, {"gpu": q.gpu_names(keys)} if keys != q.DENSE_GPU else {}))
+                match, self._ids, {"gpu": q.gpu_names(keys)} if narrowed else {}))
         for name in self._skipped:
             del queries[name]
         errors_every = self.options.errors_every
@@ -371,15 +373,15 @@ class PromSource:
         # The whole inventory when due; else only what failed last time.
         asked = q.INVENTORY_QUERIES if with_inventory else {
             n: t for n, t in q.INVENTORY_QUERIES.items() if n in self._inventory_failed}
-        # The GPUs known only by a field asked while drawn matter only while one is not
-        # (never to --once or a recording); asked at once when the map first narrows.
-        # Asked of the fields not asked now; when those change, at once.
-        narrowed = self._dense != q.DENSE_GPU
+        # The GPUs known only by a field asked while drawn: asked of the fields not asked
+        # now, only while some are not (never by a recording), and at once when those
+        # change.
         if self._dense != dense_before:
             self._inventory_answers.pop("gpu_drawn", None)
         asked = {n: t for n, t in asked.items() if n != "gpu_drawn"}
-        if narrowed and ("gpu_drawn" in self._inventory_failed or with_inventory
-                         or "gpu_drawn" not in self._inventory_answers):
+        if narrowed and (
+                "gpu_drawn" in self._inventory_failed or with_inventory
+                or "gpu_drawn" not in self._inventory_answers):
             asked["gpu_drawn"] = q.gpu_drawn_query(q.DRAWN_ONLY_GPU - self._dense)
         queries.update({n: q.render(t, match, self._ids) for n, t in asked.items()})
         # Every value of the nodes whose screen is open, and only of those.
@@ -429,7 +431,6 @@ class PromSource:
                 live_rules.restore_names(taken.answers["ib_errors"] or [])
             if "ib_errors" in taken.answers and taken.answers["ib_errors"] is None:
                 self._last_errors = -math.inf  # failed: asked again at the next refresh
-            queries.update(dict.fromkeys(taken.answers, ""))
             rest += list(taken.answers)
             results += list(taken.answers.values())
             with_budget = with_budget or taken.with_budget
@@ -439,7 +440,7 @@ class PromSource:
                 failed.add(name)
             else:
                 answers[name] = result
-        asked = [n for n in q.INVENTORY_QUERIES if n in queries]
+        asked = [n for n in q.INVENTORY_QUERIES if n in rest]
         self._inventory_answers.update({n: answers[n] for n in asked if n not in failed})
         if set(asked) - failed:
             self._kept_hosts = None  # read again below
@@ -505,9 +506,9 @@ class PromSource:
 
     def _take_later(self, now: float, queries: dict[str, str], with_budget: bool,
                     with_inventory: bool) -> tuple[_Later | None, set[str]]:
-        """After run()'s first refresh: the inventory's and the budget's queries this
-        refresh planned go to a task beside it (they read much at a large site, and are
-        not what the maps show: the live refresh never waits on them), unless one runs
+        """After run()'s first refresh: the inventory's, the budget's and the error
+        counters' queries this refresh planned go to a task beside it (they read much at a
+        large site, and the live refresh should not wait on them), unless one runs
         already (they are planned again when due). Returns what a finished one brought,
         for this refresh to take up, and the names taken out of `queries`."""
         brought = None
