@@ -724,3 +724,44 @@ async def test_a_port_known_by_its_state_stays_between_two_reads_of_its_counters
         source._last_errors -= 15
         await source.refresh()
         assert "fabric" not in cluster.nodes["gpu001"].sample.extra
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["built", "bytes"])
+async def test_a_hostile_label_is_cleaned_or_refuses_only_its_node(recorded: bool) -> None:
+    """A port named with terminal escapes is drawn without them, and a port name past
+    any bound refuses that node's frame with a reason, while the other nodes go on:
+    the same whether the frame is checked as built or as the bytes `tuimon record`
+    keeps."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    devices = {"gpu001": "mlx5_\x1b[2J\x1b]0;owned\x07", "gpu002": "m" * 5000,
+               "gpu003": "mlx5_0"}
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        result = []
+        if "node_infiniband_state_id" in promql and "!=" not in promql:
+            result = [{"metric": {"__name__": "node_infiniband_state_id", "device": device,
+                                  "port": "1", "instance": f"{host}:9100"},
+                       "value": [1.0, "4"]} for host, device in devices.items()]
+        return _vector(result)
+
+    kept: list[str] = []
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions(
+            recorder=(lambda target, data: kept.append(target)) if recorded else None))
+        await source.refresh()
+    nodes = cluster.nodes
+    assert nodes["gpu003"].status == "up"
+    assert [p["id"] for p in nodes["gpu003"].sample.extra["fabric"]["ports"]] == ["mlx5_0:1"]
+    hostile = nodes["gpu001"]
+    assert hostile.status == "up"
+    (port,) = hostile.sample.extra["fabric"]["ports"]
+    assert "\x1b" not in port["id"] and "\x07" not in port["id"]
+    assert port["id"].startswith("mlx5_") and port["id"].endswith(":1")
+    assert all("\x1b" not in p for p in hostile.port_ids)
+    refused = nodes["gpu002"]
+    assert refused.status != "up" and refused.sample is None
+    assert "bad frame" in (refused.reason or "") and "ports" in (refused.reason or "")
+    assert cluster.protocol_errors >= 1

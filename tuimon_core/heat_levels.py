@@ -9,7 +9,7 @@ for agents that predate overviews, and folds a node to one cell). A level is an 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from tuimon_core.protocol.fields import PORT_ACTIVE, THROTTLE_REASONS
 LEVELS = 9  # heat-0 .. heat-8 in the themes
 FAILED = -1  # the GPU or port failed: drawn as a red cross whatever the metric
 NO_DATA = -2
+_TOP = LEVELS - 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,14 +33,25 @@ class HeatMetric:
     reads: frozenset[str] = frozenset()
 
     def level(self, values: dict[str, Any], info: Any = None) -> int:
-        if values.get("failed"):
-            return FAILED
-        v = self.value(values, info)
-        if v is None or v != v:  # NaN: nothing known
-            return NO_DATA
-        # Clamped before the int: a ratio of valid values can be inf (a power limit of
-        # 1e-309), and the level of anything past the top is the top.
-        return int(max(0.0, min(LEVELS - 1.0, v * (LEVELS - 1) + 0.5)))
+        return self.levels(((values, info),))[0]
+
+    def levels(self, cells: Iterable[tuple[dict[str, Any], Any]]) -> list[int]:
+        """The levels of many cells, each (its values, its static facts): one loop, as
+        an overview takes a node's GPUs or ports at once."""
+        value = self.value
+        out = []
+        for values, info in cells:
+            if values.get("failed"):
+                out.append(FAILED)
+                continue
+            v = value(values, info)
+            if v is None or v != v:  # NaN: nothing known
+                out.append(NO_DATA)
+            else:
+                # Clamped before the int: a ratio of valid values can be inf (a power
+                # limit of 1e-309), and the level of anything past the top is the top.
+                out.append(int(max(0.0, min(_TOP, v * _TOP + 0.5))))
+        return out
 
 
 # Where DCGM profiling gives it, SM activity says how busy a GPU is better than NVML's

@@ -32,7 +32,7 @@ from tuimon_core.protocol.overview_layout import (
     WHO,
     busy_byte,
     level_blob,
-    level_byte,
+    level_bytes,
 )
 
 # The families a viewer of the whole cluster takes from every node; a node it looks at
@@ -66,8 +66,7 @@ def build_overview(hello: Any, sample: Any) -> dict[str, Any]:
     if gpus is not None:
         infos = hello.gpus if hello is not None else []
         pairs = [(g, infos[i] if i < len(infos) else None) for i, g in enumerate(gpus)]
-        out[GPU_LEVELS] = level_blob(
-            [bytes([level_byte(m.level(g, info)) for g, info in pairs]) for m in GPU_METRICS])
+        out[GPU_LEVELS] = level_blob([level_bytes(m.levels(pairs)) for m in GPU_METRICS])
         out[BUSY] = bytes(busy_byte(gpu_busy(g)[0]) for g in gpus)
     extra = sample.extra
     fabric = extra.get("fabric")
@@ -78,9 +77,7 @@ def build_overview(hello: Any, sample: Any) -> dict[str, Any]:
         ids = [p["id"] for p in ports]
         if ids != hello_port_ids(hello):  # usually they are: the hello's, in its order
             out[PORTS] = ids
-        out[FABRIC_LEVELS] = level_blob(
-            [bytes([level_byte(m.level(p, info)) for p, info in pairs])
-             for m in FABRIC_METRICS])
+        out[FABRIC_LEVELS] = level_blob([level_bytes(m.levels(pairs)) for m in FABRIC_METRICS])
         out[WAIT] = [_whole(p.get("xmit_wait_s")) for p in ports]
     storage = extra.get("storage")
     if storage is not None:

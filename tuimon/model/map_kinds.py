@@ -37,8 +37,8 @@ def node_level(metric: HeatMetric, gpus: list[dict[str, Any]], infos: list[Any])
     """A node's GPUs folded to one cell."""
     if not gpus:
         return NO_DATA
-    return fold(metric, [metric.level(g, infos[i] if i < len(infos) else None)
-                         for i, g in enumerate(gpus)])
+    return fold(metric, metric.levels((g, infos[i] if i < len(infos) else None)
+                                      for i, g in enumerate(gpus)))
 
 
 @dataclass(frozen=True, slots=True)

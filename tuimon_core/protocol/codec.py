@@ -124,9 +124,11 @@ def unpack(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]
     return obj
 
 
-def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES,
+def decode(data: bytes | dict[str, Any], *, max_bytes: int = MAX_MESSAGE_BYTES,
            deep: bool = True) -> Message | None:
-    """Decode and validate one message.
+    """Decode and validate one message: its bytes, or the map unpacking them would give
+    (a source that builds frames from another system's data, as `tuimon prom` does,
+    skips packing what it would unpack at once; the checks are the same).
 
     Returns None for a message type this version does not know (newer agents may send
     types older viewers skip). Raises ProtocolError, with a reason, for anything else
@@ -139,7 +141,7 @@ def decode(data: bytes, *, max_bytes: int = MAX_MESSAGE_BYTES,
     its envelope and `steps` only. Other types are decoded whole.
     """
     try:
-        return _decode(data, max_bytes, deep)
+        return decode_map(data) if isinstance(data, dict) else _decode(data, max_bytes, deep)
     except (AttributeError, TypeError) as exc:
         # A map key or value of a type no check expected (a binary where a string must
         # be, as a key): refused like any malformed message, never a crash of the

@@ -82,6 +82,11 @@ def level_byte(level: int) -> int:
     return level + LEVEL_OFFSET
 
 
+def level_bytes(levels: list[int]) -> bytes:
+    """A run of levels as their bytes (level_byte of each)."""
+    return bytes([lv + LEVEL_OFFSET for lv in levels])
+
+
 def level_blob(runs: list[bytes]) -> bytes:
     """A section's blob from its runs (one per metric, in the section's order)."""
     return bytes([len(runs)]) + b"".join(runs)
