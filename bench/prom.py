@@ -56,12 +56,21 @@ def _app(url: str, every: float, seconds: float, warmup: float, out: Path,
     t_start = time.time()
     original = PromSource.refresh
 
+    read_bytes: dict[str, float] = {}  # the source's bytes (beside the refreshes too)
+
     async def refresh(self: PromSource) -> None:
         started, before = time.time(), self.bytes_read
         await original(self)
         if started >= t_start + warmup:
-            refreshes.append({"s": time.time() - started, "bytes": self.bytes_read - before})
-            pending.append(started)
+            read_bytes.setdefault("from", before)
+            read_bytes.setdefault("since", started)
+            read_bytes["to"], read_bytes["until"] = self.bytes_read, time.time()
+            # A refresh that found the records as they were (--recorded) brings nothing
+            # to show: counted apart, with the bytes of its one small query.
+            refreshes.append({"s": time.time() - started, "bytes": self.bytes_read - before,
+                              "read": self.last_refresh_read})
+            if self.last_refresh_read:
+                pending.append(started)
 
     PromSource.refresh = refresh  # type: ignore[method-assign]
 
@@ -103,6 +112,9 @@ def _app(url: str, every: float, seconds: float, warmup: float, out: Path,
     else:
         app.run()
     out.write_text(json.dumps({"refreshes": refreshes, "on_screen": on_screen,
+                               "bytes_per_s": (read_bytes["to"] - read_bytes["from"]) / max(
+                                   1e-9, read_bytes["until"] - read_bytes["since"])
+                               if read_bytes else None,
                                "nodes_up": app.cluster.counts()}))
 
 
@@ -206,7 +218,7 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
     window = m["t_end"] - m["t0"]
     share = {name: (m["end"][name] - m["start"][name]) / window for name in m["end"]}
     shown = sorted(result["on_screen"])
-    refreshes = result["refreshes"]
+    read = [r for r in result["refreshes"] if r["read"]]
     return {
         "nodes": nodes, "server": server, "recorded": recorded, "series": series,
         "every": every,
@@ -217,12 +229,13 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
         "app_rss_mib": m["rss"],
         "server_cpu_share": share["server"],
         "fleet_cpu_share": share["fleet"],
-        "refreshes": len(refreshes),
-        "refresh_s_p50": statistics.median(r["s"] for r in refreshes) if refreshes else None,
+        "refreshes": len(result["refreshes"]),
+        "refreshes_read": len(read),
+        "refresh_s_p50": statistics.median(r["s"] for r in read) if read else None,
         "on_screen_p50": shown[len(shown) // 2] if shown else None,
         "on_screen_p95": shown[int(len(shown) * 0.95)] if shown else None,
-        "bytes_per_refresh": statistics.median(r["bytes"] for r in refreshes)
-        if refreshes else None,
+        "bytes_per_refresh": statistics.median(r["bytes"] for r in read) if read else None,
+        "bytes_per_s": result["bytes_per_s"],
         "nodes_up": result["nodes_up"]["up"],
     }
 
@@ -254,6 +267,10 @@ def main() -> None:
         r = _measure(n, args.seconds, args.warmup, args.every, args.scrape, args.server,
                      args.recorded)
         rows.append(r)
+        if not r["refreshes_read"]:
+            print(f"{n} nodes: no refresh read values in {args.seconds:g} s (records never "
+                  "evaluated again?): run longer", flush=True)
+            continue
         print(f"{n} nodes ({r['series']:,.0f} series, {args.server}"
               f"{' with the live rules' if args.recorded else ''} scraping every "
               f"{r['scrape']:g} s): --once {r['once_wall_s']:.1f} s wall, "
@@ -261,7 +278,9 @@ def main() -> None:
               f"at a {args.every:g} s refresh ({r['app_rss_mib']:.0f} MiB), refresh "
               f"{r['refresh_s_p50']:.2f} s, on screen p50 {r['on_screen_p50']:.2f} s p95 "
               f"{r['on_screen_p95']:.2f} s, {r['bytes_per_refresh'] / 1e6:.1f} MB read per "
-              f"refresh; {r['nodes_up']} nodes up; server "
+              f"refresh ({r['refreshes_read']} of {r['refreshes']} refreshes read values, "
+              f"so p95 is of few; {r['bytes_per_s'] / 1e6:.2f} MB/s in all); "
+              f"{r['nodes_up']} nodes up; server "
               f"{100 * r['server_cpu_share']:.0f} %, fleet {100 * r['fleet_cpu_share']:.0f} %",
               flush=True)
     if args.json:

@@ -735,3 +735,19 @@ async def test_the_fleet_screen_groups_the_nodes_by_what_they_are_made_of() -> N
         # The same difference is in the diagnosis, naming the node.
         assert [f.nodes for f in app.diagnosis.findings if f.kind == "fleet_skew"] == [
             (odd.name,)]
+
+
+async def test_the_legend_says_the_map_waits_for_values_not_yet_asked() -> None:
+    """A source that asks only what the map draws (tuimon prom) has not asked the new
+    map's values right after a switch: the legend says so until they come."""
+    app = await make_app(8)
+    async with app.run_test(size=(160, 40)) as pilot:
+        app.cluster.set_unasked(frozenset({"mem_used", "power"}))  # as its last read left
+        await pilot.press("3")  # temperature: always asked
+        assert "asking" not in str(app.query_one("#legend").render())
+        await pilot.press("2")  # memory used: not asked at the last read
+        assert "asking the server" in str(app.query_one("#legend").render())
+        app.cluster.set_unasked(frozenset({"power"}))  # the next read asked it
+        app.tick()  # the legend follows at the next tick (this app's is an hour away)
+        await pilot.pause()
+        assert "asking" not in str(app.query_one("#legend").render())

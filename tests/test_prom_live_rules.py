@@ -4,6 +4,7 @@ exporter scrapes, read by the app as it reads the queries' own answers."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import json
@@ -15,8 +16,9 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 
-from tests.peers import require_promtool
+from tests.peers import free_port, require_promtool
 from tests.test_real_data import (
     _gpu_node_tree,
     _until,
@@ -273,3 +275,71 @@ def test_a_refresh_leaves_the_collector_as_it_found_it() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@need_peers
+async def test_recorded_reads_the_records_once_per_evaluation(tmp_path: Path) -> None:
+    """Refreshes between two evaluations of the records find them as they were and ask
+    nothing but when they were evaluated; a value that changed is read after the next
+    evaluation; an open node screen is read at every refresh."""
+    line = next(row for row in A800.splitlines() if row.startswith("DCGM_FI_DEV_GPU_TEMP{"))
+    temp = ["33"]
+
+    async def metrics(_: web.Request) -> web.Response:
+        text = A800.replace(line, line.rsplit(" ", 1)[0] + " " + temp[0])
+        return web.Response(body=text.encode(), content_type="text/plain", charset="utf-8")
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    port = free_port("127.0.0.3")
+    await web.TCPSite(runner, "127.0.0.3", port).start()
+    try:
+        with prometheus_scraping(tmp_path, [("dcgm", f"127.0.0.3:{port}", {})],
+                                 rules=live_rules_yaml(every=3)) as url:
+            await _until(url, record_name("gpu_busy"), 1)
+            async with aiohttp.ClientSession() as session:
+                cluster = ClusterState()
+                cluster.set_drawn(GPU_METRICS[0].reads)  # the busy map, the app's first
+                source = PromSource(url, cluster, session,
+                                    PromOptions(every=0.5, recorded=True))
+                await source.refresh()  # the first: everything, inline
+                source._beside = True  # as run() after its first refresh
+                node = cluster.nodes["msxf-hpc-64-35-ai"]
+
+                def temp_read() -> float:
+                    return node.detail.gpus[0]["temp"] if node.detail else -1.0
+
+                assert temp_read() == 33
+                temp[0] = "71"
+                reads, standing, asked_standing = 0, 0, []
+                while temp_read() != 71:
+                    before = source.queries_run
+                    await source.refresh()
+                    if source.last_refresh_read:
+                        reads += 1
+                    else:
+                        standing += 1
+                        asked_standing.append(source.queries_run - before)
+                    assert reads + standing < 40, "the new temperature never came"
+                    await asyncio.sleep(0.5)
+                # Read once per evaluation (every 3 s), beside the evaluation check.
+                assert standing >= 2 and set(asked_standing) == {1}
+                assert reads <= standing
+                assert node.status == "up"
+                # Another map drawn (other fields): read at once.
+                assert "mem_used" not in node.detail.gpus[0]
+                cluster.set_drawn(GPU_METRICS[1].reads)
+                await source.refresh()
+                assert source.last_refresh_read and "mem_used" in node.detail.gpus[0]
+                cluster.set_drawn(None)  # a view that has not said: every field
+                await source.refresh()
+                assert source.last_refresh_read and "sm_clock" in node.detail.gpus[0]
+                # A node's screen opened: read at once, and at every refresh after.
+                cluster.set_detail({node.target})
+                for _ in range(3):
+                    await source.refresh()
+                    assert source.last_refresh_read
+    finally:
+        await runner.cleanup()

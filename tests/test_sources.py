@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -765,3 +766,185 @@ async def test_a_hostile_label_is_cleaned_or_refuses_only_its_node(recorded: boo
     assert refused.status != "up" and refused.sample is None
     assert "bad frame" in (refused.reason or "") and "ports" in (refused.reason or "")
     assert cluster.protocol_errors >= 1
+
+
+def _records_answer(promql: str, evaluated: str) -> web.Response | None:
+    """A stand-in's answer to the records' evaluation time (`evaluated`) and to the
+    busy record (gpu001's one GPU at 40 %); None for any other query."""
+    from tuimon.sources.prom_live_rules import record_name
+
+    if promql.startswith("label_replace(max(timestamp("):
+        return _vector([{"metric": {"tuimon_record": name}, "value": [2.0, evaluated]}
+                        for name in re.findall(r'"tuimon:live_(\w+)"', promql)])
+    if record_name("gpu_busy") in promql:
+        return _vector([{"metric": {"node": "gpu001", "gpu": "0",
+                                    "tuimon_series": "DCGM_FI_DEV_GPU_UTIL"},
+                         "value": [2.0, "40"]}])
+    return None
+
+
+async def _standing_source(url: str, session: aiohttp.ClientSession) -> tuple[ClusterState, Any]:
+    """A --recorded source as run() has it after its first refresh: a read done, and a
+    refresh since that stood on it (the records as they were)."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    cluster = ClusterState()
+    source = PromSource(url, cluster, session, PromOptions(recorded=True))
+    await source.refresh()
+    source._beside = True  # as run() after its first refresh
+    await source.refresh()
+    await source.refresh()
+    assert not source.last_refresh_read
+    return cluster, source
+
+
+async def test_recorded_refreshes_of_a_node_with_jobs_read_every_time() -> None:
+    """The records as they were spare a refresh only where no node has jobs: a job's
+    steps are counted per refresh, so those refreshes read the server every time."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    with_jobs = [False]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        answer = _records_answer(promql, "1000")  # never evaluated again
+        if answer is not None:
+            return answer
+        if with_jobs[0] and "tuimon_job_" in promql and "increase" not in promql:
+            return _vector([{"metric": {"node": "gpu001", "exported_job": "train",
+                                        "rank": "0"},
+                             "value": [2.0, "1"]}])
+        return _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        for jobs in (False, True):
+            with_jobs[0] = jobs
+            cluster = ClusterState()
+            source = PromSource(url, cluster, session, PromOptions(recorded=True))
+            await source.refresh()
+            source._beside = True  # as run() after its first refresh
+            read = []
+            for _ in range(3):
+                await source.refresh()
+                read.append(source.last_refresh_read)
+            assert read == ([True] * 3 if jobs else [True, False, False]), jobs
+            assert cluster.nodes["gpu001"].status == "up"
+
+
+async def test_recorded_refreshes_that_stand_leave_the_error_counters_to_the_next_read(
+        ) -> None:
+    """What the task beside brought (here the error counters) while the records were as
+    they were waits for the next refresh that reads them, and is counted whole there;
+    no other read of the counters is started meanwhile."""
+    from tuimon.sources.prom_live_rules import record_name
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    evaluated = ["1000"]
+    errors_asked = [0]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        port = {"node": "gpu001", "device": "mlx5_0", "port": "1"}
+        answer = _records_answer(promql, evaluated[0])
+        if answer is not None:
+            return answer
+        if record_name("ib_errors") in promql:
+            errors_asked[0] += 1
+            return _vector([
+                {"metric": {**port, "tuimon_series": "tuimon_ib_port_symbol_errors_total"},
+                 "value": [2.0, str(10 * errors_asked[0])]},
+                {"metric": {**port, "tuimon_series": "tuimon_ib_port_state_id"},
+                 "value": [2.0, "4"]}])
+        return _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions(recorded=True, errors_every=0))
+        await source.refresh()  # the first, inline: the counters at 10
+        source._beside = True  # as run() after its first refresh
+        await source.refresh()
+        assert source.last_refresh_read and source._later is not None
+        await source._later  # the counters at 20, not yet taken up
+        for _ in range(2):
+            await source.refresh()
+            assert not source.last_refresh_read
+        assert errors_asked[0] == 2
+        evaluated[0] = "1015"  # the records evaluated again
+        await source.refresh()
+        assert source.last_refresh_read
+        (p,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
+        assert p.get("errors_inc") == {"symbol_errors": 10}
+
+
+async def test_the_fields_a_refresh_did_not_ask_are_known_until_the_next_asks_them() -> None:
+    """Right after a switch to the memory map the model knows its values were not asked
+    (the legend says "asking"), and no longer once the refresh the switch woke has read
+    them."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+    from tuimon_core.heat_levels import GPU_METRICS
+
+    busy, memory = GPU_METRICS[0].reads, GPU_METRICS[1].reads
+
+    async def query(request: web.Request) -> web.Response:
+        return _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        cluster.set_drawn(busy)
+        source = PromSource(url, cluster, session, PromOptions())
+        assert not cluster.asking(memory)  # nothing read yet: nothing said
+        await source.refresh()
+        assert not cluster.asking(busy) and cluster.asking(memory)
+        cluster.set_drawn(memory)
+        assert cluster.asking(memory)
+        await source.refresh()
+        assert not cluster.asking(memory)
+
+
+async def test_a_recorded_read_that_failed_is_not_stood_on() -> None:
+    """The server away for a moment: the refresh fails and marks the nodes stale; the
+    next one, with the records as they were, reads again and brings them back."""
+    from tuimon.sources.prometheus import PromError
+
+    down = [False]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        if down[0]:
+            return web.Response(status=503, text="unavailable")
+        return _records_answer(promql, "1000") or _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster, source = await _standing_source(url, session)
+        down[0] = True  # the evaluation time unknown too: this refresh reads, and fails
+        with pytest.raises(PromError):
+            await source.refresh()
+        cluster.mark_stale("gpu001", "prometheus unreachable")  # as run() does
+        down[0] = False
+        await source.refresh()
+        assert source.last_refresh_read and cluster.nodes["gpu001"].status == "up"
+
+
+async def test_recorded_refreshes_read_when_the_series_that_told_the_time_is_gone() -> None:
+    """The evaluation time is asked of one series of each record, as the last read
+    found it: where that series is gone (its node left), the refresh reads, and asks
+    the time again after."""
+    gone = [False]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        if gone[0] and promql.startswith("label_replace(max(timestamp("):
+            return _vector([])
+        return _records_answer(promql, "1000") or _vector([])
+
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        _, source = await _standing_source(url, session)
+        gone[0] = True
+        await source.refresh()
+        assert source.last_refresh_read
+        gone[0] = False
+        await source.refresh()  # the time known again: this read's to stand on
+        assert source.last_refresh_read
+        await source.refresh()
+        assert not source.last_refresh_read

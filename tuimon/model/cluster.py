@@ -148,6 +148,8 @@ class ClusterState:
         # A source that pays for each field it asks (tuimon prom) asks the others only of
         # the nodes whose screen is open.
         self.drawn: frozenset[str] | None = None
+        # The fields such a source did not ask at its last read (set_unasked).
+        self.unasked: frozenset[str] = frozenset()
         # Told when the detail targets or the drawn fields change (a source that polls
         # asks again at once, not at its next refresh).
         self._wants_listeners: list[Callable[[], None]] = []
@@ -277,6 +279,16 @@ class ClusterState:
         if fields != self.drawn:
             self.drawn = fields
             self._tell_wants()
+
+    def set_unasked(self, fields: frozenset[str]) -> None:
+        """The fields a source that asks only what is drawn (tuimon prom) did not ask at
+        its last read."""
+        self.unasked = fields
+
+    def asking(self, reads: frozenset[str]) -> bool:
+        """Does a map that reads these fields wait for its source to ask them (it was
+        switched to since the source last read)?"""
+        return not self.unasked.isdisjoint(reads)
 
     def add_wants_listener(self, listener: Callable[[], None]) -> None:
         self._wants_listeners.append(listener)

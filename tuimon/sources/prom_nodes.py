@@ -40,7 +40,7 @@ def identity_labels(first: Iterable[str] = ()) -> tuple[str, ...]:
                                 "pod")))
 
 
-def _quoted(value: str) -> str:
+def quoted(value: str) -> str:
     """A PromQL string: JSON's escapes are Go's (a newline in a label value included)."""
     return json.dumps(value, ensure_ascii=False)
 
@@ -96,7 +96,7 @@ class NodeNames:
         """A PromQL label matcher selecting the series of the machine these labels name,
         by the label that named it (`Hostname="gpu001"`)."""
         key = self._named(labels)[1]
-        return None if key is None else f"{key}={_quoted(labels[key])}"
+        return None if key is None else f"{key}={quoted(labels[key])}"
 
     def _named(self, labels: dict[str, str]) -> tuple[str | None, str | None]:
         key = tuple(map(labels.get, self._ids))

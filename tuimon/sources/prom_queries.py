@@ -144,6 +144,14 @@ def skipped(drawn: frozenset[str] | None, screen_open: bool) -> frozenset[str]:
     if drawn is None or screen_open:
         return frozenset()
     return frozenset(n for n, key in DRAWN_ONLY_PORT.items() if key not in drawn)
+
+
+def unasked(dense: frozenset[str], skipped: frozenset[str]) -> frozenset[str]:
+    """The sample fields a refresh that asked `dense` of every GPU and left out the
+    live queries `skipped` did not ask: a map that draws one waits for the next."""
+    return frozenset((DRAWN_ONLY_GPU - dense)
+                     | {key for name, key in DRAWN_ONLY_PORT.items() if name in skipped})
+
 # How busy a GPU is: the first of these it has (heat_levels.BUSY_FIELDS' order, as the
 # maps and the busy proxy read it), one series a GPU.
 BUSY = tuple(key for key, _ in BUSY_FIELDS)

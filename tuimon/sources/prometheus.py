@@ -175,6 +175,10 @@ class PromSource:
         self.options = options or PromOptions()
         self.queries_run = 0
         self.refreshes = 0
+        # With --recorded: refreshes that found the records as the last one read them,
+        # and so asked nothing more (_stands).
+        self.refreshes_standing = 0
+        self.last_refresh_read = False  # did the last refresh read the server's values?
         self.bytes_read = 0  # answers' bytes as parsed (after decompression)
         self._seq = 0
         self._inventory: dict[str, tuple[Any, ...]] = {}
@@ -214,6 +218,11 @@ class PromSource:
         self._beside = False
         self._budget_names = frozenset(q.budget_queries(self.options.slo_hours))
         self._later: asyncio.Task[_Later] | None = None
+        # With --recorded, after a refresh that read the records: when the server last
+        # evaluated them, what the refresh asked (the fields, the queries left out, the
+        # nodes asked whole) and when it began. None where the next refresh must read.
+        self._records_read: tuple[float, Any, float] | None = None
+        self._probes: dict[str, dict[str, str]] = {}  # prom_live_rules.evaluated_query
 
     async def run(self) -> None:
         """Refresh every `every` seconds, and at once when the view wants other fields or
@@ -406,7 +415,22 @@ class PromSource:
             self.options.every, max(0.0, now - self._refreshed_at))
         self._refreshed_at = now
         queries, with_budget, with_inventory = self._planned(now)
-        taken, moved = self._take_later(now, queries, with_budget, with_inventory)
+        self.last_refresh_read = False
+        evaluated = None
+        stands = False
+        if self.options.recorded and self._beside:
+            evaluated = await self._records_evaluated()
+            stands = self._stands(evaluated, queries, now)
+        # A refresh that stands leaves what the task beside brought to the next that reads.
+        taken, moved = self._take_later(now, queries, with_budget, with_inventory,
+                                        take=not stands)
+        if stands:
+            self.refreshes_standing += 1
+            self.cluster.mark_current(list(self._sent))
+            return
+        # Set again when this read ends well: one that fails (the server away a moment)
+        # must not leave the next to stand on the nodes it marked stale.
+        self._records_read = None
         # Those gone to the task beside: taken up when it brings them, not now.
         with_budget = with_budget and not moved & self._budget_names
         with_inventory = with_inventory and not moved & q.INVENTORY_QUERIES.keys()
@@ -503,17 +527,65 @@ class PromSource:
         if with_budget:
             self._last_budget = inventory_at
             self.cluster.apply_budget(_budget(answers, self.options.slo_hours), self.url)
+        self.last_refresh_read = True
+        self.cluster.set_unasked(q.unasked(self._dense, self._skipped))
+        # A node with jobs is sent every refresh (its steps are counted per refresh).
+        if evaluated is not None and not any(n.jobs for n in nodes.values()):
+            self._records_read = (evaluated, self._asked(), now)
+
+    def _asked(self) -> tuple[Any, ...]:
+        return self._dense, self._skipped, self._detailed
+
+    async def _records_evaluated(self) -> float | None:
+        """When the server last evaluated the records the last read read: the oldest of
+        their times (a read between the first and the last of them finds that). None:
+        unknown, or a series that told it is gone (its node: the next read finds others)."""
+        promql = live_rules.evaluated_query(self.options.match, self._probes)
+        if not promql:
+            return None
+        try:
+            answer = await self.query(promql)
+        except PromError as exc:
+            log.debug("%s (the records' evaluation time)", exc)
+            return None
+        times = {labels.get(live_rules.RECORD_LABEL): value for labels, value in answer}
+        return min(times.values()) if times.keys() == self._probes.keys() else None
+
+    def _stands(self, evaluated: float | None, queries: dict[str, str], now: float) -> bool:
+        """With --recorded: does this refresh find the records as the last one read them,
+        with nothing else to read now? Then the values are as they were, and reading and
+        assembling every node's series again (a third of a core at 4096 nodes) would
+        say nothing new: the records change once per evaluation interval (`tuimon rules
+        --live --every`), whatever the refresh's. Not so where the view asks other
+        fields or nodes, an open screen's detail is read, or a node has jobs; and never
+        longer than STAND_MAX_S (records that stopped: a ruler down or failing). What runs
+        beside (the inventory, the budget, the error counters) is taken up by the next
+        refresh that reads."""
+        read = self._records_read
+        return (evaluated is not None and read is not None and read[0] == evaluated
+                and read[1] == self._asked() and now - read[2] < STAND_MAX_S
+                and all((n in q.LIVE_QUERIES and n != "ib_errors") or self._goes_beside(n)
+                        for n in queries))
+
+    def _goes_beside(self, name: str) -> bool:
+        """Is this query asked in the task beside the refreshes (after run()'s first)?"""
+        return self._beside and (
+            name in q.INVENTORY_QUERIES or name in self._budget_names or name == "ib_errors"
+        ) and (
+            # the GPUs known only by a drawn field, when the map first narrows: now
+            name != "gpu_drawn" or name in self._inventory_answers)
 
     def _take_later(self, now: float, queries: dict[str, str], with_budget: bool,
-                    with_inventory: bool) -> tuple[_Later | None, set[str]]:
+                    with_inventory: bool, take: bool = True) -> tuple[_Later | None, set[str]]:
         """After run()'s first refresh: the inventory's, the budget's and the error
         counters' queries this refresh planned go to a task beside it (they read much at a
         large site, and the live refresh should not wait on them), unless one runs
-        already (they are planned again when due). Returns what a finished one brought,
-        for this refresh to take up, and the names taken out of `queries`."""
+        already or waits to be taken up (they are planned again when due). Returns what a
+        finished one brought, for this refresh to take up (where `take`), and the names
+        taken out of `queries`."""
         brought = None
         task = self._later
-        if task is not None and task.done():
+        if take and task is not None and task.done():
             self._later = None
             if not task.cancelled() and task.exception() is not None:
                 log.error("prometheus %s: the inventory's queries failed", self.url,
@@ -522,11 +594,7 @@ class PromSource:
                 brought = task.result()
         if not self._beside:
             return brought, set()
-        later = {n: queries.pop(n) for n in list(queries)
-                 if (n in q.INVENTORY_QUERIES or n in self._budget_names
-                     or n == "ib_errors")
-                 # the GPUs known only by a drawn field, when the map first narrows: now
-                 and (n != "gpu_drawn" or n in self._inventory_answers)}
+        later = {n: queries.pop(n) for n in list(queries) if self._goes_beside(n)}
         if later and self._later is None:
             budget = with_budget and bool(later.keys() & self._budget_names)
             inventory = with_inventory and bool(later.keys() & q.INVENTORY_QUERIES.keys())
@@ -627,6 +695,10 @@ class PromSource:
                             "--recorded reads: load the rules `tuimon rules --live` writes "
                             "(with this --match and --node-label), or leave out --recorded")
         self._warn_old_rules(answers.get("ib_errors", []))
+        # A series of each record read every refresh, as it answered (its own labels):
+        # what the next refresh asks the evaluation time of.
+        self._probes = {name: dict(answers[name][0][0]) for name in live_rules.RECORDED
+                        if answers.get(name) and name != "ib_errors"}
         for series in recorded:
             live_rules.restore_names(series)
 
@@ -855,7 +927,10 @@ class PromSource:
             if n is None:
                 return None
             pid = f"{labels['device']}:{labels['port']}"
-            return n.ports.setdefault(pid, {"id": pid})
+            p = n.ports.get(pid)
+            if p is None:
+                p = n.ports[pid] = {"id": pid}
+            return p
 
         for labels, value in [*a.get("port_state", []), *a.get("port_phys_state", [])]:
             key = q.PORT_GAUGES.get(labels.get("__name__", ""))
@@ -1076,6 +1151,10 @@ def _namer(resolver: NodeNames, into: dict[str, _N],
 _ERRORS_OURS = "_errors_tuimon"
 _ERRORS_NODE = "_errors_node_exporter"
 _READ = "_read"  # among a port's counters: they were read (its state answered)
+# The longest a --recorded refresh finds the records as they were before it reads them
+# anyway (the rules' longest interval, live_rules.EVERY_S): records that stopped being
+# evaluated hold the failed scrapes, the file systems and the jobs no longer than this.
+STAND_MAX_S = 60.0
 # How long a node absent from the answers keeps its ports' error counters as last read.
 PORT_ERRORS_KEPT_S = 600.0
 

@@ -425,6 +425,8 @@ class TuimonApp(App[None]):
         order = self.view.order_text(heat.metric.key)
         if order:
             extra.append(order)
+        if self.cluster.asking(heat.metric.reads):
+            extra.append("[$warning]asking the server for these values[/]")
         self.query_one(Legend).update_from(title, heat.metric, heat.metrics, cursor,
                                            self.size.width, ", ".join(extra))
 
