@@ -800,13 +800,16 @@ async def _standing_source(url: str, session: aiohttp.ClientSession) -> tuple[Cl
 
 async def test_recorded_refreshes_of_a_node_with_jobs_read_every_time() -> None:
     """The records as they were spare a refresh only where no node has jobs: a job's
-    steps are counted per refresh, so those refreshes read the server every time."""
+    steps are counted per refresh, so those refreshes read the server every time, and
+    do not ask when the records were evaluated."""
     from tuimon.sources.prometheus import PromOptions, PromSource
 
     with_jobs = [False]
+    asked_time = [0]
 
     async def query(request: web.Request) -> web.Response:
         promql = request.query["query"]
+        asked_time[0] += promql.startswith("label_replace(max(timestamp(")
         answer = _records_answer(promql, "1000")  # never evaluated again
         if answer is not None:
             return answer
@@ -819,6 +822,7 @@ async def test_recorded_refreshes_of_a_node_with_jobs_read_every_time() -> None:
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
         for jobs in (False, True):
             with_jobs[0] = jobs
+            asked_time[0] = 0
             cluster = ClusterState()
             source = PromSource(url, cluster, session, PromOptions(recorded=True))
             await source.refresh()
@@ -828,6 +832,7 @@ async def test_recorded_refreshes_of_a_node_with_jobs_read_every_time() -> None:
                 await source.refresh()
                 read.append(source.last_refresh_read)
             assert read == ([True] * 3 if jobs else [True, False, False]), jobs
+            assert asked_time[0] == (0 if jobs else 3)
             assert cluster.nodes["gpu001"].status == "up"
 
 
@@ -945,6 +950,59 @@ async def test_recorded_refreshes_read_when_the_series_that_told_the_time_is_gon
         assert source.last_refresh_read
         gone[0] = False
         await source.refresh()  # the time known again: this read's to stand on
+        assert source.last_refresh_read
+        await source.refresh()
+        assert not source.last_refresh_read
+
+
+async def test_a_node_with_a_hostile_mount_point_is_not_sent_again_unchanged() -> None:
+    """A mount point with terminal escapes is drawn cleaned, and the node, as the server
+    gave it, is still compared as it was: not sent again while nothing moved."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    async def query(request: web.Request) -> web.Response:
+        if request.query["query"].startswith("node_filesystem_size_bytes"):
+            return _vector([{"metric": {"__name__": "node_filesystem_size_bytes",
+                                        "instance": "gpu001:9100", "fstype": "nfs",
+                                        "device": "srv:/home", "mountpoint": "/mnt/\x1b[2Jx"},
+                             "value": [1.0, "1e12"]}])
+        return _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        node = cluster.nodes["gpu001"]
+        (fs,) = node.sample.extra["storage"]["filesystems"]
+        assert "\x1b" not in fs["id"] and fs["id"].startswith("/mnt/")
+        sent = node.sample
+        await source.refresh()
+        assert node.sample is sent  # as it was: not sent again
+        assert node.status == "up"
+
+
+async def test_recorded_refreshes_read_when_any_record_was_evaluated_again() -> None:
+    """Each record's evaluation time is compared with its own at the last read: one
+    whose rule fails (its time stuck) does not hold back the others' new values."""
+    from tuimon.sources.prom_live_rules import record_name
+
+    times = {"gpu_busy": "1000", "ib_wait": "1000"}
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        if promql.startswith("label_replace(max(timestamp("):
+            return _vector([{"metric": {"tuimon_record": name}, "value": [2.0, times[name]]}
+                            for name in re.findall(r'"tuimon:live_(\w+)"', promql)])
+        if record_name("ib_wait") in promql:
+            return _vector([{"metric": {"node": "gpu001", "device": "mlx5_0", "port": "1"},
+                             "value": [2.0, "5"]}])
+        return _records_answer(promql, "1000") or _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        _, source = await _standing_source(url, session)
+        assert set(source._probes) == {"gpu_busy", "ib_wait"}
+        times["gpu_busy"] = "1015"  # evaluated again; the port record's rule fails
+        await source.refresh()
         assert source.last_refresh_read
         await source.refresh()
         assert not source.last_refresh_read

@@ -110,13 +110,14 @@ def recorded_queries(match: str, ids: Iterable[str],
 
 
 def evaluated_query(match: str, probes: dict[str, dict[str, str]]) -> str:
-    """When the server last evaluated each of these records, told by one series of each
-    (`probes`: a record's name -> the labels of a series it answered at the last read),
-    each time labelled RECORD_LABEL with the record's name; "" where there is none. One
-    series, not the whole record: the newest sample of every series of the GPU record
-    took the server 2 s at 4096 nodes, one series' takes nothing. A rule's series are
-    stored at once, so one stands for its record; but a group's records are stored one
-    after another (a ruler, vmalert in batches), so each is asked."""
+    """When the server last evaluated each of these records, told by the series of one
+    node or port of each (`probes`: a record's name -> the labels of a series it
+    answered at the last read), each time labelled RECORD_LABEL with the record's name;
+    "" where there is none. A few series, not the whole record: the newest sample of
+    every series of the GPU record took the server 2 s at 4096 nodes, a few series'
+    takes nothing. A rule's series are stored at once, so a few stand for the record;
+    but a group's records are stored one after another (a ruler, vmalert in batches),
+    so each is asked."""
     parts = []
     for name, labels in probes.items():
         matchers = [f'__name__="{record_name(name)}"',

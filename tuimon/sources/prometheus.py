@@ -221,7 +221,8 @@ class PromSource:
         # With --recorded, after a refresh that read the records: when the server last
         # evaluated them, what the refresh asked (the fields, the queries left out, the
         # nodes asked whole) and when it began. None where the next refresh must read.
-        self._records_read: tuple[float, Any, float] | None = None
+        self._records_read: tuple[dict[str, float], Any, float] | None = None
+        self._jobs_read = False  # did the last read find a node with jobs?
         self._probes: dict[str, dict[str, str]] = {}  # prom_live_rules.evaluated_query
 
     async def run(self) -> None:
@@ -418,7 +419,10 @@ class PromSource:
         self.last_refresh_read = False
         evaluated = None
         stands = False
-        if self.options.recorded and self._beside:
+        # Not asked where this refresh reads whatever it says (a node with jobs at the
+        # last read, an open screen's detail due): a query a refresh at such sites.
+        if (self.options.recorded and self._beside and not self._jobs_read
+                and "gpu_detail" not in queries):
             evaluated = await self._records_evaluated()
             stands = self._stands(evaluated, queries, now)
         # A refresh that stands leaves what the task beside brought to the next that reads.
@@ -530,16 +534,18 @@ class PromSource:
         self.last_refresh_read = True
         self.cluster.set_unasked(q.unasked(self._dense, self._skipped))
         # A node with jobs is sent every refresh (its steps are counted per refresh).
-        if evaluated is not None and not any(n.jobs for n in nodes.values()):
+        self._jobs_read = any(n.jobs for n in nodes.values())
+        if evaluated is not None and not self._jobs_read:
             self._records_read = (evaluated, self._asked(), now)
 
     def _asked(self) -> tuple[Any, ...]:
         return self._dense, self._skipped, self._detailed
 
-    async def _records_evaluated(self) -> float | None:
-        """When the server last evaluated the records the last read read: the oldest of
-        their times (a read between the first and the last of them finds that). None:
-        unknown, or a series that told it is gone (its node: the next read finds others)."""
+    async def _records_evaluated(self) -> dict[str, float] | None:
+        """When the server last evaluated each record the last read read (by record: a
+        read between the first and the last of a group's finds some old, and one whose
+        rule fails keeps its old time while the others move on). None: unknown, or a
+        series that told it is gone (its node: the next read finds others)."""
         promql = live_rules.evaluated_query(self.options.match, self._probes)
         if not promql:
             return None
@@ -548,11 +554,13 @@ class PromSource:
         except PromError as exc:
             log.debug("%s (the records' evaluation time)", exc)
             return None
-        times = {labels.get(live_rules.RECORD_LABEL): value for labels, value in answer}
-        return min(times.values()) if times.keys() == self._probes.keys() else None
+        label = live_rules.RECORD_LABEL
+        times = {labels[label]: value for labels, value in answer if label in labels}
+        return times if times.keys() == self._probes.keys() else None
 
-    def _stands(self, evaluated: float | None, queries: dict[str, str], now: float) -> bool:
-        """With --recorded: does this refresh find the records as the last one read them,
+    def _stands(self, evaluated: dict[str, float] | None, queries: dict[str, str],
+                now: float) -> bool:
+        """With --recorded: does this refresh find every record as the last one read it,
         with nothing else to read now? Then the values are as they were, and reading and
         assembling every node's series again (a third of a core at 4096 nodes) would
         say nothing new: the records change once per evaluation interval (`tuimon rules
@@ -1084,8 +1092,10 @@ class PromSource:
         if ports:
             extra["fabric"] = {"ports": ports, "nics": []}
         if n.filesystems or n.disks:
-            extra["storage"] = {"filesystems": list(n.filesystems.values()),
-                                "disks": list(n.disks.values())}
+            # Copies: the check cleans a hostile name in place, and the node is kept as
+            # the server gave it, to compare with the next (_unchanged).
+            extra["storage"] = {"filesystems": [dict(f) for f in n.filesystems.values()],
+                                "disks": [dict(d) for d in n.disks.values()]}
         if n.jobs:
             dt = self._gap  # rates over the time since the last refresh, as sums
             extra["steps"] = {"jobs": [
@@ -1105,7 +1115,8 @@ class PromSource:
             self._deliver(target, encode(sample))
         else:
             # The same check as the bytes get, without packing and unpacking them (a
-            # twentieth of a refresh): the wire map is what unpacking would give back.
+            # twentieth of a refresh): the wire map is what unpacking would give back. (The
+            # byte bound of a frame is not read; the schema's bounds on every list are.)
             self._deliver(target, sample.to_wire())
 
     def _deliver(self, target: str, data: bytes | dict[str, Any]) -> None:
