@@ -209,9 +209,10 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
     if nodex:
         ports = {p["id"]: p for p in cluster.nodes["127.0.0.1"].sample.extra["fabric"]["ports"]}
         up, down = ports["mlx5_0:1"], ports["mlx5_1:1"]
-        # Only a port that is not ACTIVE and LinkUp is asked its state (none reads as up),
-        # and named as the agent names it.
-        assert "state" not in up and up["tx_bytes_s"] == 0
+        # Only a port that is not ACTIVE and LinkUp is asked its state live; one whose
+        # state series the read of its counters saw, and that query did not name, is
+        # ACTIVE. Named as the agent names them.
+        assert up["state_name"] == "ACTIVE" and up["tx_bytes_s"] == 0
         assert (down["state"], down["state_name"], down["phys_state_name"]) == (
             1, "DOWN", "Disabled")
         assert any(f.kind == "link_down" and f.where == "127.0.0.1 mlx5_1:1"

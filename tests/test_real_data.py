@@ -294,7 +294,7 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
     assert g.get("gr_active") is not None and g.get("pcie_tx") is not None
     ports = node.sample.extra["fabric"]["ports"]
     assert [p["id"] for p in ports] == ["mlx5_0:1"]
-    assert "state" not in ports[0]  # ACTIVE: only the others are asked
+    assert ports[0]["state_name"] == "ACTIVE"  # only the others are asked: it is ACTIVE
     fs = {f["id"]: f for f in node.sample.extra["storage"]["filesystems"]}
     assert fs["/A"]["fstype"] == "nfs" and fs["/B"]["fstype"] == "nfs4"
     assert 2e9 < fs["/A"]["read_bytes_s"] < 8e9  # O_DIRECT reads counted, by mount point

@@ -1006,3 +1006,38 @@ async def test_recorded_refreshes_read_when_any_record_was_evaluated_again() -> 
         assert source.last_refresh_read
         await source.refresh()
         assert not source.last_refresh_read
+
+
+async def test_a_port_whose_state_was_read_is_active_unless_the_live_query_says_not() -> None:
+    """The live query asks only the ports not ACTIVE: a port whose state series the
+    last read of its counters saw, and that query does not name, is ACTIVE on its
+    node's screen, not unknown; one it names is as it says."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    symbols: list[str | None] = ["0"]
+    errors = _symbol_errors(symbols)
+    down = [False]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        if down[0] and "!= 4" in promql:
+            return _vector([{"metric": {"__name__": "tuimon_ib_port_state_id",
+                                        "node": "gpu001", "device": "mlx5_0", "port": "1"},
+                             "value": [1.0, "1"]}])
+        return await errors(request)
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions())
+
+        def state() -> object:
+            (port,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
+            return port.get("state_name")
+
+        await source.refresh()
+        assert state() == "ACTIVE"
+        await source.refresh()  # between two reads of the counters
+        assert state() == "ACTIVE"
+        down[0] = True
+        await source.refresh()
+        assert state() == "DOWN"

@@ -94,6 +94,9 @@ PORT_READ_SERIES: dict[str, bool] = {name: name == ours for key, ours, theirs, _
                                      in PORT_GAUGE_METRICS if key == "state"
                                      for name in (ours, theirs)}
 
+# A port's states when healthy: the live queries ask only the ports in others.
+PORT_HEALTHY = {"state": PORT_ACTIVE, "phys_state": PORT_LINK_UP}
+
 # dcgm-exporter's clock-event (throttle) bit mask, as NVML names the bits.
 THROTTLE_BITS = dict(CLOCK_EVENT_REASONS)
 
@@ -250,7 +253,7 @@ LIVE_QUERIES: dict[str, str] = {
     **{f"port_{key}": ("max by (__name__, " + PORT_BY + ') ({{__name__=~"'
                        + _names(n for n, k in PORT_GAUGES.items() if k == key) + '"{m}}}) != '
                        + str(healthy))
-       for key, healthy in (("state", PORT_ACTIVE), ("phys_state", PORT_LINK_UP))},
+       for key, healthy in PORT_HEALTHY.items()},
     "ib_tx": _ports(_counter(_COUNTER["tx_bytes"])),
     "ib_rx": _ports(_counter(_COUNTER["rx_bytes"])),
     "ib_wait": _ports(_counter(_COUNTER["xmit_wait"])),

@@ -633,10 +633,16 @@ class PromSource:
                 name: {pid for pid, p in n.ports.items()
                        if _READ in p.get(_ERRORS_OURS, ()) or _READ in p.get(_ERRORS_NODE, ())}
                 for name, n in nodes.items()}
-            return
+        active = float(q.PORT_HEALTHY["state"])
         for name, n in nodes.items():
             for pid in self._ports_read.get(name, ()):
-                n.ports.setdefault(pid, {"id": pid})
+                port = n.ports.get(pid)
+                if port is None:
+                    port = n.ports[pid] = {"id": pid}
+                # Its state series answered at that read, and the live query of the
+                # states other than ACTIVE does not name it now: it is ACTIVE (the node
+                # screen says so, not "-").
+                port.setdefault("state", active)
 
     def _count_port_errors(self, nodes: dict[str, _Node]) -> None:
         """Each port's error counts since the last refresh, by kind (the wire's
