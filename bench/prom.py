@@ -278,8 +278,9 @@ def main() -> None:
               f"at a {args.every:g} s refresh ({r['app_rss_mib']:.0f} MiB), refresh "
               f"{r['refresh_s_p50']:.2f} s, on screen p50 {r['on_screen_p50']:.2f} s p95 "
               f"{r['on_screen_p95']:.2f} s, {r['bytes_per_refresh'] / 1e6:.1f} MB read per "
-              f"refresh ({r['refreshes_read']} of {r['refreshes']} refreshes read values, "
-              f"so p95 is of few; {r['bytes_per_s'] / 1e6:.2f} MB/s in all); "
+              f"refresh ({r['refreshes_read']} of {r['refreshes']} refreshes read values"
+              f"{', so p95 is of few' if r['refreshes_read'] < 20 else ''}; "
+              f"{r['bytes_per_s'] / 1e6:.2f} MB/s in all); "
               f"{r['nodes_up']} nodes up; server "
               f"{100 * r['server_cpu_share']:.0f} %, fleet {100 * r['fleet_cpu_share']:.0f} %",
               flush=True)
