@@ -1024,6 +1024,10 @@ async def test_a_port_whose_state_was_read_is_active_unless_the_live_query_says_
             return _vector([{"metric": {"__name__": "tuimon_ib_port_state_id",
                                         "node": "gpu001", "device": "mlx5_0", "port": "1"},
                              "value": [1.0, "1"]}])
+        if promql.startswith("max by (__name__, gpu") and \
+                "tuimon_gpu_temperature_celsius" in promql:  # the node, every refresh
+            return _vector([{"metric": {"__name__": "tuimon_gpu_temperature_celsius",
+                                        "gpu": "0", "node": "gpu001"}, "value": [1.0, "61"]}])
         return await errors(request)
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
@@ -1031,13 +1035,40 @@ async def test_a_port_whose_state_was_read_is_active_unless_the_live_query_says_
         source = PromSource(url, cluster, session, PromOptions())
 
         def state() -> object:
-            (port,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
+            node = cluster.nodes["gpu001"]
+            assert node.status == "up"
+            (port,) = node.sample.extra["fabric"]["ports"]
             return port.get("state_name")
 
         await source.refresh()
         assert state() == "ACTIVE"
         await source.refresh()  # between two reads of the counters
         assert state() == "ACTIVE"
+        source._ports_read_at -= 31  # the counters' read failing since: two intervals
+        await source.refresh()
+        assert state() is None  # unknown, not ACTIVE on an old word
         down[0] = True
         await source.refresh()
         assert state() == "DOWN"
+
+
+async def test_a_port_read_down_is_not_made_active_by_a_live_query_with_no_answer() -> None:
+    """The live query of the states other than ACTIVE may have no answer of its own (a
+    record whose rule fails): a port the counters' read found DOWN is then unknown, not
+    ACTIVE."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    port = {"node": "gpu001", "device": "mlx5_0", "port": "1"}
+
+    async def query(request: web.Request) -> web.Response:
+        if "tuimon_read" in request.query["query"]:  # the counters' read
+            return _vector([{"metric": {**port, "__name__": "tuimon_ib_port_state_id",
+                                        "tuimon_read": "1"}, "value": [1.0, "1"]}])
+        return _vector([])  # the live query of the states: nothing
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        (p,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
+        assert p.get("state") is None

@@ -184,7 +184,9 @@ class PromSource:
         self._inventory: dict[str, tuple[Any, ...]] = {}
         self._last_budget = -math.inf
         self._last_errors = -math.inf
-        self._ports_read: dict[str, set[str]] = {}  # node -> ports, at the last read
+        # node -> port -> its state, at the last read of the error counters, and when
+        self._ports_read: dict[str, dict[str, float]] = {}
+        self._ports_read_at = -math.inf
         self._last_inventory = -math.inf
         self._inventory_failed: set[str] = set()  # asked again at the next refresh
         # A GPU without its total (new since the inventory): the inventory runs soon.
@@ -629,20 +631,25 @@ class PromSource:
         for the node's ports until the next (every 15 s): between two reads, a port with
         no other series asked (no xmit_wait, its traffic not drawn) is still there."""
         if read:
-            self._ports_read = {
-                name: {pid for pid, p in n.ports.items()
-                       if _READ in p.get(_ERRORS_OURS, ()) or _READ in p.get(_ERRORS_NODE, ())}
-                for name, n in nodes.items()}
+            self._ports_read_at = time.monotonic()
+            self._ports_read = {name: {pid: state for pid, p in n.ports.items()
+                                       if (state := _state_read(p)) is not None}
+                                for name, n in nodes.items()}
         active = float(q.PORT_HEALTHY["state"])
+        every = self.options.errors_every
+        # Not from a read older than two of its intervals (the counters' query failing).
+        recent = every is not None and time.monotonic() - self._ports_read_at <= 2 * every
         for name, n in nodes.items():
-            for pid in self._ports_read.get(name, ()):
+            for pid, state in self._ports_read.get(name, {}).items():
                 port = n.ports.get(pid)
                 if port is None:
                     port = n.ports[pid] = {"id": pid}
-                # Its state series answered at that read, and the live query of the
-                # states other than ACTIVE does not name it now: it is ACTIVE (the node
-                # screen says so, not "-").
-                port.setdefault("state", active)
+                # ACTIVE at that read, and the live query of the states other than ACTIVE
+                # does not name it now: it is ACTIVE (the node screen says so, not "-").
+                # One read otherwise stays unknown: the live query may have no answer
+                # of its own (a record whose rule fails).
+                if recent and state == active:
+                    port.setdefault("state", active)
 
     def _count_port_errors(self, nodes: dict[str, _Node]) -> None:
         """Each port's error counts since the last refresh, by kind (the wire's
@@ -968,7 +975,7 @@ class PromSource:
             ours = entry[1] if entry is not None else bool(read)
             counters = p.setdefault(_ERRORS_OURS if ours else _ERRORS_NODE, {})
             if entry is None:
-                counters[_READ] = 1.0  # the port's state: its counters were read
+                counters[_READ] = value  # the port's state: its counters were read
             else:  # two series of one counter (two jobs scrape it): the higher
                 counters[entry[0]] = max(value, counters.get(entry[0], value))
 
@@ -1167,7 +1174,17 @@ def _namer(resolver: NodeNames, into: dict[str, _N],
 # A port's error counters while its node is assembled, by exporter (prometheus._ports).
 _ERRORS_OURS = "_errors_tuimon"
 _ERRORS_NODE = "_errors_node_exporter"
-_READ = "_read"  # among a port's counters: they were read (its state answered)
+_READ = "_read"  # among a port's counters: they were read (its state answered), its state
+
+
+def _state_read(port: dict[str, Any]) -> float | None:
+    """A port's state as the last read of its counters found it (our agent's first, as
+    everywhere: both exporters on one node); None where they were not read."""
+    for key in (_ERRORS_OURS, _ERRORS_NODE):
+        state = port.get(key, {}).get(_READ)
+        if state is not None:
+            return state
+    return None
 # The longest a --recorded refresh finds the records as they were before it reads them
 # anyway (the rules' longest interval, live_rules.EVERY_S): records that stopped being
 # evaluated hold the failed scrapes, the file systems and the jobs no longer than this.
