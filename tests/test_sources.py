@@ -1072,3 +1072,46 @@ async def test_a_port_read_down_is_not_made_active_by_a_live_query_with_no_answe
         await source.refresh()
         (p,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
         assert p.get("state") is None
+
+
+async def test_a_machine_named_twice_keeps_each_names_port_values() -> None:
+    """Our agent names the machine `gpu001`, node_exporter `gpu001.cluster.local`: one
+    node. Its port is DOWN by node_exporter's live state, though our agent's read of the
+    counters found it ACTIVE a moment ago: DOWN, not ACTIVE."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    ours = {"node": "gpu001", "device": "mlx5_0", "port": "1"}
+    theirs = {"instance": "gpu001.cluster.local:9100", "device": "mlx5_0", "port": "1"}
+    down = [False]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        if "tuimon_read" in promql:  # the counters' read: ours says ACTIVE
+            return _vector([{"metric": {**ours, "__name__": "tuimon_ib_port_state_id",
+                                        "tuimon_read": "1"}, "value": [1.0, "4"]}])
+        if down[0] and "!= 4" in promql:  # node_exporter's live state
+            return _vector([{"metric": {**theirs, "__name__": "node_infiniband_state_id"},
+                             "value": [1.0, "1"]}])
+        if "transmit_wait" in promql:
+            return _vector([{"metric": theirs, "value": [1.0, "5"]}])
+        if promql.startswith("max by (__name__, gpu") and \
+                "tuimon_gpu_temperature_celsius" in promql:  # our agent, every refresh
+            return _vector([{"metric": {"__name__": "tuimon_gpu_temperature_celsius",
+                                        "gpu": "0", "node": "gpu001"}, "value": [1.0, "61"]}])
+        return _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        assert set(cluster.nodes) == {"gpu001"}
+
+        def port() -> dict[str, Any]:
+            (p,) = cluster.nodes["gpu001"].sample.extra["fabric"]["ports"]
+            return p
+
+        assert port()["state_name"] == "ACTIVE" and port()["xmit_wait_s"] == 5
+        down[0] = True
+        await source.refresh()
+        assert port()["state_name"] == "DOWN" and port()["xmit_wait_s"] == 5
+        assert set(cluster.nodes) == {"gpu001"} and cluster.nodes["gpu001"].status == "up"

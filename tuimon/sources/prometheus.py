@@ -635,20 +635,27 @@ class PromSource:
             self._ports_read = {name: {pid: state for pid, p in n.ports.items()
                                        if (state := _state_read(p)) is not None}
                                 for name, n in nodes.items()}
-        active = float(q.PORT_HEALTHY["state"])
+        for name, n in nodes.items():
+            for pid in self._ports_read.get(name, {}):
+                if pid not in n.ports:
+                    n.ports[pid] = {"id": pid}
+
+    def _fill_active(self, nodes: dict[str, _Node]) -> None:
+        """A port the last read of the counters found ACTIVE, that the live query of the
+        states other than ACTIVE does not name now, is ACTIVE (the node screen says so,
+        not "-"). One that read found otherwise stays unknown (the live query may have
+        no answer of its own: a record whose rule fails), and so does every port where
+        that read is older than two of its intervals (the counters' query failing).
+        After the machines named twice are merged, so that one name's live state is not
+        lost to the other's ACTIVE."""
         every = self.options.errors_every
-        # Not from a read older than two of its intervals (the counters' query failing).
-        recent = every is not None and time.monotonic() - self._ports_read_at <= 2 * every
+        if every is None or time.monotonic() - self._ports_read_at > 2 * every:
+            return
+        active = float(q.PORT_HEALTHY["state"])
         for name, n in nodes.items():
             for pid, state in self._ports_read.get(name, {}).items():
                 port = n.ports.get(pid)
-                if port is None:
-                    port = n.ports[pid] = {"id": pid}
-                # ACTIVE at that read, and the live query of the states other than ACTIVE
-                # does not name it now: it is ACTIVE (the node screen says so, not "-").
-                # One read otherwise stays unknown: the live query may have no answer
-                # of its own (a record whose rule fails).
-                if recent and state == active:
+                if port is not None and state == active:
                     port.setdefault("state", active)
 
     def _count_port_errors(self, nodes: dict[str, _Node]) -> None:
@@ -808,6 +815,7 @@ class PromSource:
         for long, short in NodeNames.short_forms(nodes).items():
             _merge(nodes[short], nodes.pop(long))
             self._matchers.setdefault(short, set()).update(self._matchers.pop(long, set()))
+        self._fill_active(nodes)
         return nodes
 
     def _gpus(self, series: Series, node: Callable[[dict[str, str]], _Node | None],
@@ -1262,7 +1270,10 @@ def _merge(into: _Node, other: _Node) -> None:
         into.gpu_info.setdefault(index, info)
     for index, instances in other.mig.items():
         into.mig.setdefault(index, {}).update(instances)
-    for attr in ("host", "ports", "filesystems", "disks", "jobs"):
+    # A port both name: its values from each (one exporter's state, the other's counters).
+    for pid, port in other.ports.items():
+        into.ports[pid] = {**port, **into.ports.get(pid, {})}
+    for attr in ("host", "filesystems", "disks", "jobs"):
         getattr(into, attr).update({k: v for k, v in getattr(other, attr).items()
                                     if k not in getattr(into, attr)})
 
