@@ -574,8 +574,7 @@ class PromSource:
         read = self._records_read
         return (evaluated is not None and read is not None and read[0] == evaluated
                 and read[1] == self._asked() and now - read[2] < STAND_MAX_S
-                and all((n in q.LIVE_QUERIES and n != "ib_errors") or self._goes_beside(n)
-                        for n in queries))
+                and all(n in q.LIVE_QUERIES or self._goes_beside(n) for n in queries))
 
     def _goes_beside(self, name: str) -> bool:
         """Is this query asked in the task beside the refreshes (after run()'s first)?"""
@@ -1193,10 +1192,12 @@ def _state_read(port: dict[str, Any]) -> float | None:
         if state is not None:
             return state
     return None
+
+
 # The longest a --recorded refresh finds the records as they were before it reads them
-# anyway (the rules' longest interval, live_rules.EVERY_S): records that stopped being
-# evaluated hold the failed scrapes, the file systems and the jobs no longer than this.
-STAND_MAX_S = 60.0
+# anyway (the rules' longest interval): records that stopped being evaluated hold the
+# failed scrapes, the file systems and the jobs no longer than this.
+STAND_MAX_S = live_rules.EVERY_S[1]
 # How long a node absent from the answers keeps its ports' error counters as last read.
 PORT_ERRORS_KEPT_S = 600.0
 
