@@ -32,9 +32,13 @@ from tests.test_real_data import (
 )
 from tuimon.model.cluster import ClusterState
 from tuimon.sources.prom_live_rules import (
+    INVENTORY_GROUP,
+    INVENTORY_RECORDED,
     RECORDED,
+    inventory_name,
     live_rules_yaml,
     record_name,
+    recorded_inventory,
     recorded_queries,
 )
 from tuimon.sources.prom_nodes import identity_labels
@@ -61,7 +65,7 @@ def test_promtool_checks_the_live_rules(tmp_path: Path, match: str, labels: list
                                         every: float) -> None:
     (tmp_path / "live.yml").write_text(live_rules_yaml(match, labels, every=every))
     done = promtool_run(tmp_path, "check", "rules", "live.yml")
-    assert f"SUCCESS: {len(RECORDED)} rules found" in done.stdout
+    assert f"SUCCESS: {len(RECORDED) + len(INVENTORY_RECORDED)} rules found" in done.stdout
 
 
 def test_a_record_keeps_the_series_name_and_the_clusters_label(tmp_path: Path) -> None:
@@ -87,6 +91,46 @@ def test_a_record_keeps_the_series_name_and_the_clusters_label(tmp_path: Path) -
                 "labels": 'tuimon:live_ib_tx{device="mlx5_0",port="1",'
                           'instance="10.0.0.1:9100",cluster="a"}',
                 "value": 1000}]},
+        ]}]}
+    (tmp_path / "test.yml").write_text(json.dumps(unit))
+    promtool_run(tmp_path, "test", "rules", "test.yml")
+
+
+def test_the_inventory_records_keep_what_the_inventory_reads(tmp_path: Path) -> None:
+    """What a GPU is (model, UUID, bus id), its memory's total made of used and free,
+    and a port's rate: recorded with the labels the inventory reads, the cluster's, and
+    the name of the series each came from; and read back by what --recorded asks."""
+    (tmp_path / "live.yml").write_text(live_rules_yaml('cluster="a"', every=1,
+                                                       inventory_every=1))
+    gpu = ('{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",job="dcgm",cluster="a",'
+           'modelName="NVIDIA A800",UUID="GPU-1",pci_bus_id="00000000:1A:00.0",'
+           'DCGM_FI_DRIVER_VERSION="535.54.03"}')
+    rate = ('node_infiniband_rate_bytes_per_second{device="mlx5_0",port="1",'
+            'instance="10.0.0.1:9100",job="node",cluster="a"}')
+    ids = ("Hostname", "instance", "cluster")
+    asked = recorded_inventory('cluster="a"', ids)
+    unit = {"rule_files": ["live.yml"], "evaluation_interval": "1s", "tests": [{
+        "interval": "1s",
+        "input_series": [{"series": "DCGM_FI_DEV_FB_USED" + gpu, "values": "1000x30"},
+                         {"series": "DCGM_FI_DEV_FB_FREE" + gpu, "values": "80000x30"},
+                         {"series": "DCGM_FI_DEV_FB_USED" + gpu.replace('"a"', '"b"'),
+                          "values": "5x30"},
+                         {"series": rate, "values": "25000000000x30"}],
+        "promql_expr_test": [
+            {"expr": asked["gpu_info"], "eval_time": "20s", "exp_samples": [{
+                "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
+                          'modelName="NVIDIA A800",UUID="GPU-1",'
+                          'pci_bus_id="00000000:1A:00.0"}', "value": 1}]},
+            {"expr": asked["gpu_total"], "eval_time": "20s", "exp_samples": [{
+                "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
+                          'tuimon_series="tuimon:dcgm_fb_total"}', "value": 81000}]},
+            {"expr": asked["port_rate"], "eval_time": "20s", "exp_samples": [{
+                "labels": '{device="mlx5_0",port="1",instance="10.0.0.1:9100",cluster="a",'
+                          'tuimon_series="node_infiniband_rate_bytes_per_second"}',
+                "value": 25e9}]},
+            {"expr": asked["gpu_drawn"], "eval_time": "20s", "exp_samples": [{
+                "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",'
+                          'cluster="a"}', "value": 1}]},
         ]}]}
     (tmp_path / "test.yml").write_text(json.dumps(unit))
     promtool_run(tmp_path, "test", "rules", "test.yml")
@@ -155,10 +199,12 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
                 ("gone", "127.0.0.10:1", {}),
             ]
             url = stack.enter_context(prometheus_scraping(
-                tmp_path, jobs, rules=live_rules_yaml(every=1)))
+                tmp_path, jobs, rules=live_rules_yaml(every=1, inventory_every=1)))
             await _until(url, "up == 1", 5)
             await _until(url, record_name("ib_tx"), 1)
             await _until(url, record_name("gpu_busy"), 4)
+            await _until(url, inventory_name("gpu_info"), 4)
+            await _until(url, inventory_name("port_rate"), 1)
             views = {}
             # Every field, and only what the busy map draws (the app's first map).
             busy_map = GPU_METRICS[0].reads
@@ -170,6 +216,9 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
                                         PromOptions(every=1.0, recorded=recorded))
                     await source.refresh()
                     views[recorded, drawn] = _view(cluster)
+                    # The inventory read from its records: none lacked what its
+                    # query finds.
+                    assert not source._said_unrecorded
                     failures = cluster.scrape_failures
                     assert any("127.0.0.10:1" in reason for _, reason in failures.values())
                     if drawn is not None:  # a node's screen opened: its ports' rates
@@ -225,6 +274,35 @@ async def test_recorded_without_the_rules_says_what_to_load(tmp_path: Path) -> N
                                     PromOptions(every=1.0, recorded=True))
                 with pytest.raises(PromError, match="tuimon rules --live"):
                     await source.refresh()
+
+
+@need_peers
+async def test_rules_without_the_inventory_read_it_from_the_series(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Rules of an older tuimon (no inventory group): --recorded reads the inventory
+    from the series, as without --recorded, and says once per record what to load."""
+    rules = live_rules_yaml(every=1)
+    older = rules[:rules.index(f"  - name: {json.dumps(INVENTORY_GROUP)}")]
+    assert inventory_name("gpu_info") not in older
+    async with static_exporter("127.0.0.3", A800) as target:
+        with prometheus_scraping(tmp_path, [("dcgm", target, {})], rules=older) as url:
+            await _until(url, record_name("gpu_busy"), 1)
+            views = []
+            async with aiohttp.ClientSession() as session:
+                for recorded in (False, True):
+                    cluster = ClusterState()
+                    source = PromSource(url, cluster, session,
+                                        PromOptions(every=1.0, recorded=recorded))
+                    for _ in range(2):  # the inventory read twice
+                        source._last_inventory = float("-inf")
+                        await source.refresh()
+                    views.append(_view(cluster))
+    assert views[0] == views[1]
+    gpus = views[1]["msxf-hpc-64-35-ai"]["samples"]
+    assert any(g.get("mem_total") for g in gpus or ())  # from the inventory
+    said = [r.getMessage() for r in caplog.records
+            if inventory_name("gpu_info") in r.getMessage()]
+    assert len(said) == 1 and "tuimon rules --live" in said[0]
 
 
 @pytest.mark.parametrize(("args", "said"), [

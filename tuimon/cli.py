@@ -261,7 +261,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "on the records and alerts, so one file per cluster)")
     rules.add_argument("--live", action="store_true",
                        help="write instead the recording rules of `tuimon prom --recorded`: "
-                            "the live queries, evaluated once per interval on the server")
+                            "the live queries, evaluated once per interval on the server, "
+                            "and the inventory's, once a minute")
     rules.add_argument("--every", type=positive_float(60.0, least=1.0), default=5.0,
                        metavar="S",
                        help="with --live: the rules' evaluation interval in seconds, 1 to "

@@ -1,11 +1,17 @@
 """Recording rules for `tuimon prom`'s live queries, for sites where the server should
 evaluate them once per interval rather than once per refresh of every viewer.
 
-`tuimon rules --live` writes one group, `tuimon-live`, evaluated every `--every`
-seconds: one record per query of RECORDED, named `tuimon:live_<query>` (record_name),
-whose expression is the query itself as `tuimon prom` would send it (the same
-`--match` and `--node-label`), wrapped so that the name of the series each value came
-from survives as the label `tuimon_series` (a record replaces `__name__`). `tuimon prom
+`tuimon rules --live` writes two groups:
+  - `tuimon-live`, evaluated every `--every` seconds: one record per query of RECORDED,
+    named `tuimon:live_<query>` (record_name);
+  - `tuimon-inventory`, evaluated as often as the viewer reads the inventory
+    (prom_queries.INVENTORY_EVERY_S): one record per query of INVENTORY_RECORDED, named
+    `tuimon:inventory_<query>` (inventory_name). Those read every series of a GPU family
+    to return one per GPU: at 4096 nodes, seconds of the server's time at each viewer's
+    first look (`--once`).
+Each expression is the query itself as `tuimon prom` would send it (the same `--match`
+and `--node-label`), wrapped so that the name of the series each value came from
+survives as the label `tuimon_series` (a record replaces `__name__`). `tuimon prom
 --recorded` then selects these records instead of evaluating the queries, and reads the
 answers as it reads the queries' own (restore_names).
 
@@ -23,6 +29,7 @@ from tuimon.sources import prom_queries as q
 from tuimon.sources.prom_nodes import identity_labels, quoted
 
 GROUP = "tuimon-live"
+INVENTORY_GROUP = "tuimon-inventory"
 # Where a record keeps the name of the series a value came from.
 NAME_LABEL = "tuimon_series"
 # The live queries worth recording, with the labels their answers keep: each reads a
@@ -37,6 +44,13 @@ RECORDED: dict[str, str] = {
     "port_state": _PORT, "port_phys_state": _PORT,
     "ib_tx": q.PORT_BY, "ib_rx": q.PORT_BY, "ib_wait": q.PORT_BY, "ib_errors": _PORT,
 }
+# The inventory's queries likewise. `gpu_drawn` records the GPUs with a series of any
+# field asked only while drawn: the viewer's own query names those it does not ask now,
+# but a GPU it asks them of is known by their answer anyway.
+INVENTORY_RECORDED: dict[str, str] = {
+    "gpu_slow": _GPU, "gpu_total": _GPU, "gpu_info": q.INFO_BY, "port_rate": _PORT,
+    "gpu_drawn": q.FB_BY, "gpu_exported": NAME_LABEL + ", {ids}",
+}
 # Seconds between two evaluations: at least 1, and at most a minute (a record older
 # than Prometheus' 5 min look-back would vanish from the answers).
 EVERY_S = (1.0, 60.0)
@@ -44,6 +58,15 @@ EVERY_S = (1.0, 60.0)
 
 def record_name(query: str) -> str:
     return f"tuimon:live_{query}"
+
+
+def inventory_name(query: str) -> str:
+    return f"tuimon:inventory_{query}"
+
+
+def _inventory_query(name: str) -> str:
+    """The template of an inventory query as recorded (gpu_drawn's of every field)."""
+    return q.INVENTORY_QUERIES[name] or q.gpu_drawn_query(q.DRAWN_ONLY_GPU)
 
 
 def selector(match: str) -> str:
@@ -59,18 +82,25 @@ def rule_ids(node_labels: Iterable[str], match: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*identity_labels(node_labels), *named)))
 
 
+def _record(name: str, query: str) -> list[str]:
+    expr = f'label_replace(\n  {query},\n  "{NAME_LABEL}", "$1", "__name__", "(.+)")'
+    return [f"      - record: {quote_yaml(name)}", *yaml_block("expr", expr, 8)]
+
+
 def live_rules_yaml(match: str = "", node_labels: Iterable[str] = (),
-                    every: float = 5.0) -> str:
+                    every: float = 5.0,
+                    inventory_every: float = q.INVENTORY_EVERY_S) -> str:
     """The rule file, as YAML text. ValueError for a selector that is not matchers, or
     an interval out of EVERY_S."""
     labels = list(node_labels)
-    if not EVERY_S[0] <= every <= EVERY_S[1]:
-        raise ValueError(f"--every {every:g}: the rules' interval must be "
-                         f"{EVERY_S[0]:g} to {EVERY_S[1]:g} s")
+    for flag, value in (("--every", every), ("the inventory's interval", inventory_every)):
+        if not EVERY_S[0] <= value <= EVERY_S[1]:
+            raise ValueError(f"{flag} {value:g}: the rules' interval must be "
+                             f"{EVERY_S[0]:g} to {EVERY_S[1]:g} s")
     match = selector(match)
     ids = rule_ids(labels, match)
     # One group per cluster: Mimir's ruler keeps one group of a name per namespace.
-    group = f"{GROUP} {{{match}}}" if match else GROUP
+    suffix = f" {{{match}}}" if match else ""
     lines = [
         "# Recording rules for `tuimon prom --recorded`, written by `tuimon rules --live`.",
         f"# Selector: {match or '(none)'}; node labels: "
@@ -79,15 +109,17 @@ def live_rules_yaml(match: str = "", node_labels: Iterable[str] = (),
         "# vmalert), then run tuimon prom with --recorded and the same --match and",
         "# --node-label.",
         "groups:",
-        f"  - name: {quote_yaml(group)}",
+        f"  - name: {quote_yaml(GROUP + suffix)}",
         f"    interval: {round(every * 1000)}ms",
         "    rules:",
     ]
     for name in RECORDED:
-        query = q.render(q.LIVE_QUERIES[name], match, ids)
-        expr = f'label_replace(\n  {query},\n  "{NAME_LABEL}", "$1", "__name__", "(.+)")'
-        lines += [f"      - record: {quote_yaml(record_name(name))}",
-                  *yaml_block("expr", expr, 8)]
+        lines += _record(record_name(name), q.render(q.LIVE_QUERIES[name], match, ids))
+    lines += [f"  - name: {quote_yaml(INVENTORY_GROUP + suffix)}",
+              f"    interval: {round(inventory_every * 1000)}ms",
+              "    rules:"]
+    for name in INVENTORY_RECORDED:
+        lines += _record(inventory_name(name), q.render(_inventory_query(name), match, ids))
     return "\n".join(lines) + "\n"
 
 
@@ -102,11 +134,20 @@ def recorded_queries(match: str, ids: Iterable[str],
     out = {}
     for name, by in RECORDED.items():
         names = (only or {}).get(name)
-        matchers = ",".join(filter(None, (match, None if names is None else
-                                          f'{NAME_LABEL}=~"{"|".join(names)}"')))
-        out[name] = (f"max by ({by.format(ids=', '.join(ids) or 'instance')}) "
-                     f"({record_name(name)}{{{matchers}}})")
+        out[name] = _folded(record_name(name), by, ids, match, None if names is None else
+                            f'{NAME_LABEL}=~"{"|".join(names)}"')
     return out
+
+
+def recorded_inventory(match: str, ids: Iterable[str]) -> dict[str, str]:
+    """The queries `--recorded` sends instead of the inventory's, folded likewise."""
+    return {name: _folded(inventory_name(name), by, ids, match)
+            for name, by in INVENTORY_RECORDED.items()}
+
+
+def _folded(record: str, by: str, ids: Iterable[str], *matchers: str | None) -> str:
+    return (f"max by ({by.format(ids=', '.join(ids) or 'instance')}) "
+            f"({record}{{{','.join(filter(None, matchers))}}})")
 
 
 def evaluated_query(match: str, probes: dict[str, dict[str, str]]) -> str:

@@ -195,11 +195,11 @@ def _busy() -> str:
     return " or ignoring(__name__) ".join(f"({gpus_query([key])})" for key in BUSY)
 
 
-_FB_BY = "gpu, GPU_I_ID, GPU_I_PROFILE, {ids}"
+FB_BY = "gpu, GPU_I_ID, GPU_I_PROFILE, {ids}"
 
 
 def _fb(name: str) -> str:
-    return f"max by ({_FB_BY}) ({name}{{{{{{mm}}}}}})"
+    return f"max by ({FB_BY}) ({name}{{{{{{mm}}}}}})"
 
 
 FB_TOTAL_QUERY = ("label_replace(" + _fb("DCGM_FI_DEV_FB_USED") + " + "
@@ -339,7 +339,7 @@ INVENTORY_QUERIES: dict[str, str] = {
 def gpu_drawn_query(unasked: Iterable[str]) -> str:
     """The template of the inventory's `gpu_drawn`: the GPUs with a series of these
     fields (those asked only while drawn, and not asked now)."""
-    return ('group by (' + _FB_BY + ') ({{__name__=~"' + _names(gpu_names(unasked))
+    return ('group by (' + FB_BY + ') ({{__name__=~"' + _names(gpu_names(unasked))
             + '"{m}}})')
 
 

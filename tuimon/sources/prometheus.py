@@ -200,6 +200,10 @@ class PromSource:
         self._kept: dict[str, _Kept] = {}
         self._kept_hosts: dict[str, str] | None = None
         self._said_old_rules = False
+        # With --recorded: an inventory query -> the PromQL its record stands for, asked
+        # where the record has no series (_unrecorded_answer); the records said missing.
+        self._unrecorded: dict[str, str] = {}
+        self._said_unrecorded: set[str] = set()
         # Each node as last sent (prometheus._unchanged).
         self._sent: dict[str, _Node] = {}
         # node -> (when, port -> its error counters as last read: (from our agent,
@@ -327,11 +331,32 @@ class PromSource:
         """A query the refresh can do without (the inventory, the budget, the detail of
         the open node screens): its failure is logged, None."""
         try:
-            return await self.query(promql)
+            answer = await self.query(promql)
+            unrecorded = self._unrecorded.get(name)
+            if unrecorded is None or unrecorded == promql:
+                return answer
+            if not answer:
+                return await self._unrecorded_answer(name, unrecorded)
+            live_rules.restore_names(answer)
+            return answer
         except PromError as exc:
             log.warning("%s (%s: kept from before, asked again at the next refresh)", exc,
                         name)
             return None
+
+    async def _unrecorded_answer(self, name: str, promql: str) -> Series:
+        """An inventory record with no series: the query it records asked instead (rules
+        of an older tuimon, without the inventory's group; or a group loaded and not
+        evaluated yet, up to a minute). Said once, where the query finds what the record
+        lacks (an answer both leave empty is no news: no node has such a series)."""
+        answer = await self.query(promql)
+        if answer and name not in self._said_unrecorded:
+            self._said_unrecorded.add(name)
+            log.warning("prometheus %s: no series %s, though the series it records answer: "
+                        "the inventory's group of `tuimon rules --live` is not loaded (rules "
+                        "of an older tuimon) or not evaluated yet; read from the series "
+                        "meanwhile", self.url, live_rules.inventory_name(name))
+        return answer
 
     async def scrape_errors(self) -> dict[tuple[str, str], str]:
         """(job, instance) -> why the last scrape failed, from the targets API; empty
@@ -396,6 +421,10 @@ class PromSource:
                 or "gpu_drawn" not in self._inventory_answers):
             asked["gpu_drawn"] = q.gpu_drawn_query(q.DRAWN_ONLY_GPU - self._dense)
         queries.update({n: q.render(t, match, self._ids) for n, t in asked.items()})
+        if self.options.recorded:  # the records, and the queries where they are not
+            records = live_rules.recorded_inventory(match, self._ids)
+            self._unrecorded.update({n: queries[n] for n in asked})
+            queries.update({n: records[n] for n in asked})
         # Every value of the nodes whose screen is open, and only of those.
         self._detailed = self.cluster.detail_targets
         detail = q.detail_query((m for name in self.cluster.detail_targets
