@@ -144,7 +144,7 @@ def _once(url: str, env: dict[str, str], recorded: bool) -> dict[str, float]:
 def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: float,
              server: str, recorded: bool) -> dict[str, Any]:
     from tests.peers import free_port, running_prometheus, running_victoria_metrics
-    from tuimon.sources.prom_live_rules import live_rules_yaml
+    from tuimon.sources.prom_live_rules import inventory_name, live_rules_yaml, record_name
 
     tmp = Path(tempfile.mkdtemp(prefix="tuimon-prom-bench-"))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -181,8 +181,9 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
                  else "victoria-metrics -httpListenAddr"],
                 capture_output=True, text=True).stdout.split()[0])
             if recorded:  # the records of every node evaluated at least once
-                while _query(url, "count(tuimon:live_gpu)") < nodes * 8:
-                    time.sleep(scrape)
+                for record in (record_name("gpu"), inventory_name("gpu_info")):
+                    while _query(url, f"count({record})") < nodes * 8:
+                        time.sleep(scrape)
             once = [_once(url, env, recorded) for _ in range(3)]
             out = tmp / "app.json"
             pid, fd = pty.fork()

@@ -115,7 +115,9 @@ def test_the_inventory_records_keep_what_the_inventory_reads(tmp_path: Path) -> 
                          {"series": "DCGM_FI_DEV_FB_FREE" + gpu, "values": "80000x30"},
                          {"series": "DCGM_FI_DEV_FB_USED" + gpu.replace('"a"', '"b"'),
                           "values": "5x30"},
-                         {"series": rate, "values": "25000000000x30"}],
+                         {"series": rate, "values": "25000000000x30"},
+                         {"series": "DCGM_FI_DEV_MEM_CLOCK" + gpu, "values": "1593x30"},
+                         {"series": "DCGM_FI_DEV_XID_ERRORS" + gpu, "values": "0x30"}],
         "promql_expr_test": [
             {"expr": asked["gpu_info"], "eval_time": "20s", "exp_samples": [{
                 "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
@@ -128,6 +130,12 @@ def test_the_inventory_records_keep_what_the_inventory_reads(tmp_path: Path) -> 
                 "labels": '{device="mlx5_0",port="1",instance="10.0.0.1:9100",cluster="a",'
                           'tuimon_series="node_infiniband_rate_bytes_per_second"}',
                 "value": 25e9}]},
+            {"expr": asked["gpu_slow"], "eval_time": "20s", "exp_samples": [{
+                "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
+                          'tuimon_series="DCGM_FI_DEV_MEM_CLOCK"}', "value": 1593}]},
+            {"expr": asked["gpu_exported"], "eval_time": "20s", "exp_samples": [{
+                "labels": '{Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
+                          'tuimon_series="DCGM_FI_DEV_XID_ERRORS"}', "value": 1}]},
             {"expr": asked["gpu_drawn"], "eval_time": "20s", "exp_samples": [{
                 "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",'
                           'cluster="a"}', "value": 1}]},
@@ -203,7 +211,8 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
             await _until(url, "up == 1", 5)
             await _until(url, record_name("ib_tx"), 1)
             await _until(url, record_name("gpu_busy"), 4)
-            await _until(url, inventory_name("gpu_info"), 4)
+            # (the group's last record: its evaluation has stored them all)
+            await _until(url, inventory_name(list(INVENTORY_RECORDED)[-1]), 4)
             await _until(url, inventory_name("port_rate"), 1)
             views = {}
             # Every field, and only what the busy map draws (the app's first map).

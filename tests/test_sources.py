@@ -270,6 +270,51 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
         assert ("mem_used" in cluster.nodes["gpu002"].sample.gpus[0]) == (drawn is None)
 
 
+async def test_a_new_gpu_reads_the_recorded_inventory_again_until_the_record_has_it() -> None:
+    """With --recorded the inventory's records are up to a minute older than their read:
+    a GPU new since, without its total, brings the inventory forward again while the
+    record lacks it (not once, as the query's own answer, which would leave it lacking
+    for a minute more), and its total comes with the read after the record has it."""
+    from tuimon.sources.prom_live_rules import inventory_name, record_name
+    from tuimon.sources.prometheus import INVENTORY_SOONEST_S, PromOptions, PromSource
+
+    hosts, recorded_hosts = ["gpu001"], ["gpu001"]
+    reads = [0]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        if record_name("gpu_busy") in promql:
+            return _vector([{"metric": {"node": h, "gpu": "0",
+                                        "tuimon_series": "DCGM_FI_DEV_GPU_UTIL"},
+                             "value": [2.0, "40"]} for h in hosts])
+        if inventory_name("gpu_total") in promql:
+            reads[0] += 1
+            return _vector([{"metric": {"node": h, "gpu": "0",
+                                        "tuimon_series": "tuimon:dcgm_fb_total"},
+                             "value": [2.0, "81920"]} for h in recorded_hosts])  # MiB
+        return _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions(recorded=True))
+        await source.refresh()
+        assert reads[0] == 1 and cluster.nodes["gpu001"].sample.gpus[0]["mem_total"]
+        hosts.append("gpu002")  # a new node, not yet in the inventory's record
+        await source.refresh()
+        for expected in (2, 3):  # brought forward, and again: the record still lacks it
+            source._last_inventory -= INVENTORY_SOONEST_S + 1  # time passes
+            await source.refresh()
+            assert reads[0] == expected
+            assert "mem_total" not in cluster.nodes["gpu002"].sample.gpus[0]
+        recorded_hosts.append("gpu002")  # the records evaluated again
+        source._last_inventory -= INVENTORY_SOONEST_S + 1
+        await source.refresh()
+        assert cluster.nodes["gpu002"].sample.gpus[0]["mem_total"] == 80 << 30
+        source._last_inventory -= INVENTORY_SOONEST_S + 1
+        await source.refresh()
+        assert reads[0] == 4  # nothing lacks its total now: not brought forward
+
+
 @pytest.mark.parametrize("later", [False, True], ids=["from the start", "after a refresh"])
 async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_lost_one_goes(
         later: bool) -> None:

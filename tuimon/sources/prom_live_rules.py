@@ -64,7 +64,7 @@ def inventory_name(query: str) -> str:
     return f"tuimon:inventory_{query}"
 
 
-def _inventory_query(name: str) -> str:
+def inventory_query(name: str) -> str:
     """The template of an inventory query as recorded (gpu_drawn's of every field)."""
     return q.INVENTORY_QUERIES[name] or q.gpu_drawn_query(q.DRAWN_ONLY_GPU)
 
@@ -119,7 +119,7 @@ def live_rules_yaml(match: str = "", node_labels: Iterable[str] = (),
               f"    interval: {round(inventory_every * 1000)}ms",
               "    rules:"]
     for name in INVENTORY_RECORDED:
-        lines += _record(inventory_name(name), q.render(_inventory_query(name), match, ids))
+        lines += _record(inventory_name(name), q.render(inventory_query(name), match, ids))
     return "\n".join(lines) + "\n"
 
 

@@ -192,6 +192,7 @@ class PromSource:
         # A GPU without its total (new since the inventory): the inventory runs soon.
         self._inventory_due = False
         self._lacking_after_inventory: set[tuple[str, int, int | None]] = set()
+        self._lacking_since: dict[tuple[str, int, int | None], float] = {}  # monotonic
         # The inventory's answers (prom_queries.INVENTORY_QUERIES), kept between its runs,
         # and what they say of each node, read once per inventory (not at every refresh:
         # a quarter of the series a refresh would read again), with the host names they
@@ -200,10 +201,6 @@ class PromSource:
         self._kept: dict[str, _Kept] = {}
         self._kept_hosts: dict[str, str] | None = None
         self._said_old_rules = False
-        # With --recorded: an inventory query -> the PromQL its record stands for, asked
-        # where the record has no series (_unrecorded_answer); the records said missing.
-        self._unrecorded: dict[str, str] = {}
-        self._said_unrecorded: set[str] = set()
         # Each node as last sent (prometheus._unchanged).
         self._sent: dict[str, _Node] = {}
         # node -> (when, port -> its error counters as last read: (from our agent,
@@ -212,6 +209,15 @@ class PromSource:
         # node -> label matchers that select its series (for its screen's detail query)
         self._matchers: dict[str, set[str]] = {}
         self._ids = identity_labels(self.options.node_labels)
+        # With --recorded: an inventory query -> its record's query, and the PromQL the
+        # record stands for, asked where the record has no series (_unrecorded_answer;
+        # gpu_drawn's of every field, as recorded: whatever fields the map draws when it
+        # answers); the records said missing.
+        match = self.options.match
+        self._records = live_rules.recorded_inventory(match, self._ids)
+        self._unrecorded = ({n: q.render(live_rules.inventory_query(n), match, self._ids)
+                             for n in self._records} if self.options.recorded else {})
+        self._said_unrecorded: set[str] = set()
         self._sem = asyncio.Semaphore(self.options.concurrency)
         self._dense = q.DENSE_GPU  # the GPU fields the refresh asks of every GPU
         self._skipped: frozenset[str] = frozenset()  # the live queries it leaves out
@@ -333,7 +339,7 @@ class PromSource:
         try:
             answer = await self.query(promql)
             unrecorded = self._unrecorded.get(name)
-            if unrecorded is None or unrecorded == promql:
+            if unrecorded is None:
                 return answer
             if not answer:
                 return await self._unrecorded_answer(name, unrecorded)
@@ -421,10 +427,8 @@ class PromSource:
                 or "gpu_drawn" not in self._inventory_answers):
             asked["gpu_drawn"] = q.gpu_drawn_query(q.DRAWN_ONLY_GPU - self._dense)
         queries.update({n: q.render(t, match, self._ids) for n, t in asked.items()})
-        if self.options.recorded:  # the records, and the queries where they are not
-            records = live_rules.recorded_inventory(match, self._ids)
-            self._unrecorded.update({n: queries[n] for n in asked})
-            queries.update({n: records[n] for n in asked})
+        if self.options.recorded:
+            queries.update({n: self._records[n] for n in asked})
         # Every value of the nodes whose screen is open, and only of those.
         self._detailed = self.cluster.detail_targets
         detail = q.detail_query((m for name in self.cluster.detail_targets
@@ -526,8 +530,14 @@ class PromSource:
                                     *((i, gi, v) for i, m in n.mig.items()
                                       for gi, v in m.items())]
                    if "mem_total" not in g}
+        self._lacking_since = {k: self._lacking_since.get(k, now) for k in lacking}
         if with_inventory:
-            self._lacking_after_inventory = lacking
+            # Left so by this inventory: lacking since before it was asked, and with
+            # --recorded, before its records' last evaluation (up to their interval
+            # before: a GPU newer than that is not in them yet).
+            age = q.INVENTORY_EVERY_S if self.options.recorded else 0.0
+            self._lacking_after_inventory = {
+                k for k, since in self._lacking_since.items() if since <= inventory_at - age}
         self._inventory_due = bool(lacking - self._lacking_after_inventory)
         failures = await self._failures(answers.get("up", []), resolver)
         ts = time.time()
