@@ -213,6 +213,7 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
                 raise RuntimeError("the app ended early; its terminal said: "
                                    + tail.decode(errors="replace")[-2000:])
             result = json.loads(out.read_text())
+            groups = _rule_groups(url) if recorded and server == "prometheus" else {}
     finally:
         fleet.send_signal(signal.SIGTERM)
         fleet.wait(15)
@@ -238,7 +239,22 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
         "bytes_per_refresh": statistics.median(r["bytes"] for r in read) if read else None,
         "bytes_per_s": result["bytes_per_s"],
         "nodes_up": result["nodes_up"]["up"],
+        "rule_groups_s": groups,
     }
+
+
+def _rule_groups(url: str) -> dict[str, float]:
+    """Each rule group's last evaluation, in seconds of the server's time: what the
+    records cost it, once per interval whoever looks (from its own /metrics)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("prometheus_rule_group_last_duration_seconds{"):
+            labels, value = line.rsplit(" ", 1)
+            group = labels.split('rule_group="', 1)[1].split('"', 1)[0].rsplit(";", 1)[-1]
+            out[group] = float(value)
+    return out
 
 
 def main() -> None:
@@ -283,7 +299,9 @@ def main() -> None:
               f"{', so p95 is of few' if r['refreshes_read'] < 20 else ''}; "
               f"{r['bytes_per_s'] / 1e6:.2f} MB/s in all); "
               f"{r['nodes_up']} nodes up; server "
-              f"{100 * r['server_cpu_share']:.0f} %, fleet {100 * r['fleet_cpu_share']:.0f} %",
+              f"{100 * r['server_cpu_share']:.0f} %, fleet {100 * r['fleet_cpu_share']:.0f} %"
+              + "".join(f"; rule group {group}: {s:.2f} s an evaluation"
+                        for group, s in r["rule_groups_s"].items()),
               flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

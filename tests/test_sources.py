@@ -1027,8 +1027,10 @@ async def test_a_node_with_a_hostile_mount_point_is_not_sent_again_unchanged() -
 
 
 async def test_recorded_refreshes_read_when_any_record_was_evaluated_again() -> None:
-    """Each record's evaluation time is compared with its own at the last read: one
-    whose rule fails (its time stuck) does not hold back the others' new values."""
+    """Each record's evaluation time is compared with its own at the last read. One
+    evaluated before the other (a group's records are stored one after another) is read
+    with the other, at the next refresh, not twice; one whose rule fails (its time
+    stuck) holds back the others' new values by one refresh only."""
     from tuimon.sources.prom_live_rules import record_name
 
     times = {"gpu_busy": "1000", "ib_wait": "1000"}
@@ -1046,11 +1048,22 @@ async def test_recorded_refreshes_read_when_any_record_was_evaluated_again() -> 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
         _, source = await _standing_source(url, session)
         assert set(source._probes) == {"gpu_busy", "ib_wait"}
-        times["gpu_busy"] = "1015"  # evaluated again; the port record's rule fails
-        await source.refresh()
-        assert source.last_refresh_read
-        await source.refresh()
-        assert not source.last_refresh_read
+
+        async def reads(count: int) -> list[bool]:
+            out = []
+            for _ in range(count):
+                await source.refresh()
+                out.append(source.last_refresh_read)
+            return out
+
+        times["gpu_busy"] = "1015"  # the group evaluated, its first record stored
+        assert await reads(1) == [False]  # waits for the rest
+        times["ib_wait"] = "1015"
+        assert await reads(3) == [True, False, False]  # read once, whole
+        times["gpu_busy"] = "1030"  # evaluated again; the port record's rule fails
+        assert await reads(3) == [False, True, False]
+        times["gpu_busy"] = "1045"
+        assert await reads(3) == [False, True, False]
 
 
 async def test_a_port_whose_state_was_read_is_active_unless_the_live_query_says_not() -> None:
