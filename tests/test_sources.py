@@ -313,6 +313,18 @@ async def test_a_new_gpu_reads_the_recorded_inventory_again_until_the_record_has
         source._last_inventory -= INVENTORY_SOONEST_S + 1
         await source.refresh()
         assert reads[0] == 4  # nothing lacks its total now: not brought forward
+        # A GPU whose exporter gives no total at all: brought forward while the records
+        # may not have it yet, a minute, then no more.
+        hosts.append("gpu003")
+        await source.refresh()
+        source._last_inventory -= INVENTORY_SOONEST_S + 1
+        await source.refresh()
+        assert reads[0] == 5
+        source._lacking_since = {k: t - 61 for k, t in source._lacking_since.items()}
+        for _ in range(3):
+            source._last_inventory -= INVENTORY_SOONEST_S + 1
+            await source.refresh()
+        assert reads[0] == 6
 
 
 @pytest.mark.parametrize("later", [False, True], ids=["from the start", "after a refresh"])
@@ -1062,8 +1074,11 @@ async def test_recorded_refreshes_read_when_any_record_was_evaluated_again() -> 
         assert await reads(3) == [True, False, False]  # read once, whole
         times["gpu_busy"] = "1030"  # evaluated again; the port record's rule fails
         assert await reads(3) == [False, True, False]
-        times["gpu_busy"] = "1045"
-        assert await reads(3) == [False, True, False]
+        # Behind since then: stuck, not waited for, even where the others move at
+        # every refresh (rules evaluated as often as the refreshes).
+        for at in range(1045, 1120, 15):
+            times["gpu_busy"] = str(at)
+            assert await reads(1) == [True]
 
 
 async def test_a_port_whose_state_was_read_is_active_unless_the_live_query_says_not() -> None:

@@ -78,6 +78,8 @@ class PromError(Exception):
 
 # The soonest the inventory runs again when a GPU lacks what it gives (a node new since).
 INVENTORY_SOONEST_S = 15.0
+# The inventory's queries that give a GPU its memory's total.
+TOTALS = frozenset({"gpu_total", "gpu_slow"})
 # The largest answer read from the server (after decompression); past it the refresh
 # fails with a reason, in bounded memory.
 MAX_ANSWER_BYTES = 128 << 20
@@ -218,6 +220,9 @@ class PromSource:
         self._unrecorded = ({n: q.render(live_rules.inventory_query(n), match, self._ids)
                              for n in self._records} if self.options.recorded else {})
         self._said_unrecorded: set[str] = set()
+        # Did each inventory query's last answer come from its record (up to its
+        # interval old), not from the series?
+        self._answered_by_record: dict[str, bool] = {}
         self._sem = asyncio.Semaphore(self.options.concurrency)
         self._dense = q.DENSE_GPU  # the GPU fields the refresh asks of every GPU
         self._skipped: frozenset[str] = frozenset()  # the live queries it leaves out
@@ -344,6 +349,7 @@ class PromSource:
             unrecorded = self._unrecorded.get(name)
             if unrecorded is None:
                 return answer
+            self._answered_by_record[name] = bool(answer)
             if not answer:
                 return await self._unrecorded_answer(name, unrecorded)
             live_rules.restore_names(answer)
@@ -535,10 +541,11 @@ class PromSource:
                    if "mem_total" not in g}
         self._lacking_since = {k: self._lacking_since.get(k, now) for k in lacking}
         if with_inventory:
-            # Left so by this inventory: lacking since before it was asked, and with
-            # --recorded, before its records' last evaluation (up to their interval
-            # before: a GPU newer than that is not in them yet).
-            age = q.INVENTORY_EVERY_S if self.options.recorded else 0.0
+            # Left so by this inventory: lacking since before it was asked, and where
+            # the totals came from their records, before the records' last evaluation
+            # (up to their interval before: a GPU newer than that is not in them yet).
+            recorded = any(self._answered_by_record.get(n) for n in TOTALS)
+            age = q.INVENTORY_EVERY_S if recorded else 0.0
             self._lacking_after_inventory = {
                 k for k, since in self._lacking_since.items() if since <= inventory_at - age}
         self._inventory_due = bool(lacking - self._lacking_after_inventory)
@@ -618,7 +625,8 @@ class PromSource:
         refresh stands too, once: a group's records are stored one after another,
         seconds apart at thousands of nodes, so a read now would read the group twice
         (at 4096 nodes, every evaluation was read so, half of it before). The next
-        refresh reads, the rest come or not (a rule that fails keeps its old time)."""
+        refresh reads, the rest come or not (a rule that fails keeps its old time; one
+        already behind at the last read is not waited for)."""
         read = self._records_read
         waited, self._waited = self._waited, None
         if not (evaluated is not None and read is not None
@@ -627,7 +635,11 @@ class PromSource:
             return False
         if read[0] == evaluated:
             return True
-        behind = frozenset(n for n, t in evaluated.items() if read[0].get(n) == t)
+        # Only those level with the newest at that read: one behind then is stuck (its
+        # rule failing), and waiting on it would halve the reads while it lasts.
+        newest = max(read[0].values(), default=None)
+        behind = frozenset(n for n, t in evaluated.items()
+                           if read[0].get(n) == t and t == newest)
         if behind and behind != evaluated.keys() and behind != waited:
             self._waited = behind
             return True
