@@ -171,6 +171,22 @@ async def test_once_json_shows_the_overview_as_numbers_with_named_ports() -> Non
     json.dumps(shown)  # what --json prints
 
 
+def test_a_whole_sample_from_before_the_overviews_is_not_kept_as_current() -> None:
+    """An agent may send its first sample whole, before it hears that the viewer wants
+    overviews: the overview after it leaves the node without a whole sample (its
+    screen would show it as current), but an open node's screen keeps its own."""
+    whole = Sample(1, 0.0, 1.0, gpus=[{"util": 0.5}])
+    viewer = ClusterState("viewer")
+    for target in ("a:1", "b:1"):
+        viewer.apply_sample(target, whole)
+        assert viewer.nodes[target].detail is whole
+    viewer.detail_targets = frozenset({"b:1"})  # b's screen is open
+    overview = Sample(2, 1.0, 1.0, extra={"overview": build_overview(None, whole)})
+    for target in ("a:1", "b:1"):
+        viewer.apply_sample(target, overview)
+    assert viewer.nodes["a:1"].detail is None and viewer.nodes["b:1"].detail is whole
+
+
 async def test_a_viewer_takes_overviews_and_only_the_open_node_whole(
         unused_tcp_port_factory) -> None:
     sim = SimCluster(nodes=3, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,

@@ -369,6 +369,10 @@ class ClusterState:
         full = sample.gpus is not None
         if full:
             node.detail = sample
+        elif node.detail is not None and target not in self.detail_targets:
+            # A whole sample sent before the agent heard that this viewer wants overviews
+            # (its first, at connect): stale from here on, as after a screen closes.
+            node.detail = None
         overview = extra.get("overview")
         if overview is None and (full or "fabric" in extra or "storage" in extra):
             overview = build_overview(node.hello, sample)  # an agent without overviews
