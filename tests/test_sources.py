@@ -270,43 +270,6 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
         assert ("mem_used" in cluster.nodes["gpu002"].sample.gpus[0]) == (drawn is None)
 
 
-async def test_the_queries_beside_the_refreshes_wait_for_the_refresh_to_end() -> None:
-    """The inventory's queries (seconds of a large server's time each) run between two
-    refreshes, not while one reads: asked together, the server made the refresh wait."""
-    from tuimon.sources.prometheus import PromOptions, PromSource
-
-    gate = asyncio.Event()
-    gate.set()
-    seen: list[str] = []
-
-    async def query(request: web.Request) -> web.Response:
-        promql = request.query["query"]
-        if _names_gpus(promql):
-            seen.append("inventory")
-        elif promql.startswith("max by (__name__, gpu") and "DCGM_FI_DEV_GPU_TEMP" in promql:
-            seen.append("live")
-            await gate.wait()
-            seen.append("live answered")
-        return _vector([])
-
-    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
-        source = PromSource(url, ClusterState(), session, PromOptions())
-        await source.refresh()  # the first: the inventory with it
-        source._beside = True  # as run() after its first refresh
-        source._last_inventory = float("-inf")  # due again
-        seen.clear()
-        gate.clear()
-        refresh = asyncio.create_task(source.refresh())
-        while "live" not in seen:
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(0.3)
-        assert seen == ["live"] and source._later is not None  # planned, not asked
-        gate.set()
-        await refresh
-        await source._later
-        assert seen == ["live", "live answered", "inventory"]
-
-
 async def test_a_new_gpu_reads_the_recorded_inventory_again_until_the_record_has_it() -> None:
     """With --recorded the inventory's records are up to a minute older than their read:
     a GPU new since, without its total, brings the inventory forward again while the
@@ -767,10 +730,10 @@ async def test_the_inventory_beside_runs_every_60_s_though_one_query_always_fail
         source._beside = True  # as run() does after it
 
         async def refresh_and_take() -> None:
-            for _ in range(2):  # asks beside, if anything is due; then takes it up
-                await source.refresh()
-                if source._later is not None:  # asked between this refresh and the next
-                    await source._later
+            await source.refresh()  # asks beside, if anything is due
+            if source._later is not None:
+                await source._later
+            await source.refresh()  # takes it up
 
         for _ in range(3):
             await refresh_and_take()

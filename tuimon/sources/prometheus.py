@@ -235,8 +235,6 @@ class PromSource:
         self._beside = False
         self._budget_names = frozenset(q.budget_queries(self.options.slo_hours))
         self._later: asyncio.Task[_Later] | None = None
-        self._between = asyncio.Event()  # set while no refresh runs (_ask_later)
-        self._between.set()
         # With --recorded, after a refresh that read the records: when the server last
         # evaluated them, what the refresh asked (the fields, the queries left out, the
         # nodes asked whole) and when it began. None where the next refresh must read.
@@ -452,12 +450,8 @@ class PromSource:
         """One refresh. Only the live queries must answer: an inventory, budget or
         detail query that fails is logged, what it gave before is kept, and it is asked
         again at the next refresh."""
-        self._between.clear()
-        try:
-            with heap.paused():  # the answers are many small objects, gone at the end
-                await self._refresh()
-        finally:
-            self._between.set()
+        with heap.paused():  # the answers are many small objects, gone at the end
+            await self._refresh()
 
     async def _refresh(self) -> None:
         now = time.monotonic()
@@ -695,11 +689,8 @@ class PromSource:
         return brought, set(later)
 
     async def _ask_later(self, later: _Later, queries: dict[str, str]) -> _Later:
-        # One at a time, and each between two refreshes: at thousands of nodes one of
-        # these takes the server seconds, and asked while a refresh reads, it held that
-        # refresh's answers back as long (the server is what both wait on).
+        # One at a time: the live refresh keeps the other places of the semaphore.
         for name, promql in queries.items():
-            await self._between.wait()
             later.answers[name] = await self._optional(name, promql)
         return later
 
