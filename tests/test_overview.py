@@ -185,6 +185,10 @@ def test_a_whole_sample_from_before_the_overviews_is_not_kept_as_current() -> No
     for target in ("a:1", "b:1"):
         viewer.apply_sample(target, overview)
     assert viewer.nodes["a:1"].detail is None and viewer.nodes["b:1"].detail is whole
+    # Whole samples wanted (a readout), the GPU collector failing: no GPUs, no overview.
+    viewer.apply_sample("c:1", whole)
+    viewer.apply_sample("c:1", Sample(2, 1.0, 1.0, host={"cpu_util": 0.5}))
+    assert viewer.nodes["c:1"].detail is whole
 
 
 async def test_a_viewer_takes_overviews_and_only_the_open_node_whole(

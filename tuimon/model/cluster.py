@@ -369,9 +369,12 @@ class ClusterState:
         full = sample.gpus is not None
         if full:
             node.detail = sample
-        elif node.detail is not None and target not in self.detail_targets:
+        elif ("overview" in extra and node.detail is not None
+              and target not in self.detail_targets):
             # A whole sample sent before the agent heard that this viewer wants overviews
-            # (its first, at connect): stale from here on, as after a screen closes.
+            # (its first, at connect): stale from here on, as after a screen closes. (A
+            # sample without GPUs and without an overview, a GPU collector failing, keeps
+            # it: a readout reads the host and the ports there.)
             node.detail = None
         overview = extra.get("overview")
         if overview is None and (full or "fabric" in extra or "storage" in extra):
