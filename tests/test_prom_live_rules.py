@@ -31,6 +31,7 @@ from tests.test_real_data import (
     static_exporter,
 )
 from tuimon.model.cluster import ClusterState
+from tuimon.model.prom_rules import quote_yaml
 from tuimon.sources.prom_live_rules import (
     INVENTORY_GROUP,
     INVENTORY_RECORDED,
@@ -94,6 +95,14 @@ def test_a_record_keeps_the_series_name_and_the_clusters_label(tmp_path: Path) -
         ]}]}
     (tmp_path / "test.yml").write_text(json.dumps(unit))
     promtool_run(tmp_path, "test", "rules", "test.yml")
+
+
+def test_every_inventory_query_has_its_record() -> None:
+    """--recorded asks a record for each inventory query: one without would be a
+    KeyError at the first refresh."""
+    from tuimon.sources.prom_queries import INVENTORY_QUERIES
+
+    assert INVENTORY_RECORDED.keys() == INVENTORY_QUERIES.keys()
 
 
 def test_the_inventory_records_keep_what_the_inventory_reads(tmp_path: Path) -> None:
@@ -228,6 +237,7 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
                     # The inventory read from its records: none lacked what its
                     # query finds.
                     assert not source._said_unrecorded
+                    assert not recorded or all(source._answered_by_record.values())
                     failures = cluster.scrape_failures
                     assert any("127.0.0.10:1" in reason for _, reason in failures.values())
                     if drawn is not None:  # a node's screen opened: its ports' rates
@@ -291,7 +301,7 @@ async def test_rules_without_the_inventory_read_it_from_the_series(
     """Rules of an older tuimon (no inventory group): --recorded reads the inventory
     from the series, as without --recorded, and says once per record what to load."""
     rules = live_rules_yaml(every=1)
-    older = rules[:rules.index(f"  - name: {json.dumps(INVENTORY_GROUP)}")]
+    older = rules[:rules.index(f"  - name: {quote_yaml(INVENTORY_GROUP)}")]
     assert inventory_name("gpu_info") not in older
     async with static_exporter("127.0.0.3", A800) as target:
         with prometheus_scraping(tmp_path, [("dcgm", target, {})], rules=older) as url:

@@ -1038,11 +1038,12 @@ async def test_a_node_with_a_hostile_mount_point_is_not_sent_again_unchanged() -
         assert node.status == "up"
 
 
-async def test_recorded_refreshes_read_when_any_record_was_evaluated_again() -> None:
+async def test_recorded_refreshes_read_each_evaluation_once_it_is_stored_whole() -> None:
     """Each record's evaluation time is compared with its own at the last read. One
-    evaluated before the other (a group's records are stored one after another) is read
-    with the other, at the next refresh, not twice; one whose rule fails (its time
-    stuck) holds back the others' new values by one refresh only."""
+    evaluated before the other (a group's records are stored one after another, for
+    longer than a refresh at thousands of nodes) is read with the other once it comes,
+    not before; one whose rule fails (its time stuck) holds back the others' new values
+    until the next evaluation is due, once, and not after."""
     from tuimon.sources.prom_live_rules import record_name
 
     times = {"gpu_busy": "1000", "ib_wait": "1000"}
@@ -1068,15 +1069,20 @@ async def test_recorded_refreshes_read_when_any_record_was_evaluated_again() -> 
                 out.append(source.last_refresh_read)
             return out
 
+        # Evaluated every 15 s, a refresh every 5 s: waits two refreshes at most.
         times["gpu_busy"] = "1015"  # the group evaluated, its first record stored
-        assert await reads(1) == [False]  # waits for the rest
+        assert await reads(2) == [False, False]  # waits for the rest
         times["ib_wait"] = "1015"
         assert await reads(3) == [True, False, False]  # read once, whole
-        times["gpu_busy"] = "1030"  # evaluated again; the port record's rule fails
-        assert await reads(3) == [False, True, False]
+        times["gpu_busy"] = "1030"
+        assert await reads(1) == [False]
+        times["ib_wait"] = "1030"
+        assert await reads(2) == [True, False]
+        times["gpu_busy"] = "1045"  # evaluated again; the port record's rule fails
+        assert await reads(4) == [False, False, True, False]
         # Behind since then: stuck, not waited for, even where the others move at
         # every refresh (rules evaluated as often as the refreshes).
-        for at in range(1045, 1120, 15):
+        for at in range(1060, 1135, 15):
             times["gpu_busy"] = str(at)
             assert await reads(1) == [True]
 

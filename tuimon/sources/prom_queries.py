@@ -336,6 +336,11 @@ INVENTORY_QUERIES: dict[str, str] = {
 }
 
 
+# The inventory's queries that give a GPU its memory's total, in the order they are
+# read: the total made from used + free first, so that an exporter's own total wins.
+TOTALS = ("gpu_total", "gpu_slow")
+
+
 def gpu_drawn_query(unasked: Iterable[str]) -> str:
     """The template of the inventory's `gpu_drawn`: the GPUs with a series of these
     fields (those asked only while drawn, and not asked now)."""

@@ -78,8 +78,6 @@ class PromError(Exception):
 
 # The soonest the inventory runs again when a GPU lacks what it gives (a node new since).
 INVENTORY_SOONEST_S = 15.0
-# The inventory's queries that give a GPU its memory's total.
-TOTALS = frozenset({"gpu_total", "gpu_slow"})
 # The largest answer read from the server (after decompression); past it the refresh
 # fails with a reason, in bounded memory.
 MAX_ANSWER_BYTES = 128 << 20
@@ -216,9 +214,9 @@ class PromSource:
         # gpu_drawn's of every field, as recorded: whatever fields the map draws when it
         # answers); the records said missing.
         match = self.options.match
-        self._records = live_rules.recorded_inventory(match, self._ids)
+        self._inventory_records = live_rules.recorded_inventory(match, self._ids)
         self._unrecorded = ({n: q.render(live_rules.inventory_query(n), match, self._ids)
-                             for n in self._records} if self.options.recorded else {})
+                             for n in self._inventory_records} if self.options.recorded else {})
         self._said_unrecorded: set[str] = set()
         # Did each inventory query's last answer come from its record (up to its
         # interval old), not from the series?
@@ -239,9 +237,9 @@ class PromSource:
         # evaluated them, what the refresh asked (the fields, the queries left out, the
         # nodes asked whole) and when it began. None where the next refresh must read.
         self._records_read: tuple[dict[str, float], Any, float] | None = None
-        # The records found not evaluated since that read, beside others that were, by
-        # the refresh before, which stood to wait for them (_stands).
-        self._waited: frozenset[str] | None = None
+        # The refreshes since that read that stood to wait for records of the newest
+        # evaluation not stored yet (_stands).
+        self._waited = 0
         self._jobs_read = False  # did the last read find a node with jobs?
         self._probes: dict[str, dict[str, str]] = {}  # prom_live_rules.evaluated_query
 
@@ -437,7 +435,7 @@ class PromSource:
             asked["gpu_drawn"] = q.gpu_drawn_query(q.DRAWN_ONLY_GPU - self._dense)
         queries.update({n: q.render(t, match, self._ids) for n, t in asked.items()})
         if self.options.recorded:
-            queries.update({n: self._records[n] for n in asked})
+            queries.update({n: self._inventory_records[n] for n in asked})
         # Every value of the nodes whose screen is open, and only of those.
         self._detailed = self.cluster.detail_targets
         detail = q.detail_query((m for name in self.cluster.detail_targets
@@ -544,7 +542,7 @@ class PromSource:
             # Left so by this inventory: lacking since before it was asked, and where
             # the totals came from their records, before the records' last evaluation
             # (up to their interval before: a GPU newer than that is not in them yet).
-            recorded = any(self._answered_by_record.get(n) for n in TOTALS)
+            recorded = any(self._answered_by_record.get(n) for n in q.TOTALS)
             age = q.INVENTORY_EVERY_S if recorded else 0.0
             self._lacking_after_inventory = {
                 k for k, since in self._lacking_since.items() if since <= inventory_at - age}
@@ -622,26 +620,27 @@ class PromSource:
         refresh that reads.
 
         Where some records were evaluated since the last read and others not yet, the
-        refresh stands too, once: a group's records are stored one after another,
-        seconds apart at thousands of nodes, so a read now would read the group twice
-        (at 4096 nodes, every evaluation was read so, half of it before). The next
-        refresh reads, the rest come or not (a rule that fails keeps its old time; one
-        already behind at the last read is not waited for)."""
+        refresh stands too (and counts it in `_waited`): a group's records are stored one
+        after another, seconds apart at thousands of nodes (5-7 s at 4096), so a read now
+        would read the evaluation twice, half of it old. It waits for the records of the
+        newest evaluation that were level with the newest at the last read, at most until
+        the next evaluation is due (the interval between the two reads' newest times, in
+        refreshes); one behind at the last read is stuck (its rule failing) and waited
+        for no more."""
         read = self._records_read
-        waited, self._waited = self._waited, None
+        waited, self._waited = self._waited, 0
         if not (evaluated is not None and read is not None
                 and read[1] == self._asked() and now - read[2] < STAND_MAX_S
                 and all(n in q.LIVE_QUERIES or self._goes_beside(n) for n in queries)):
             return False
-        if read[0] == evaluated:
+        last = read[0]
+        if last == evaluated:
             return True
-        # Only those level with the newest at that read: one behind then is stuck (its
-        # rule failing), and waiting on it would halve the reads while it lasts.
-        newest = max(read[0].values(), default=None)
-        behind = frozenset(n for n, t in evaluated.items()
-                           if read[0].get(n) == t and t == newest)
-        if behind and behind != evaluated.keys() and behind != waited:
-            self._waited = behind
+        newest, last_newest = max(evaluated.values()), max(last.values())
+        pending = [n for n, t in evaluated.items() if t < newest and last.get(n) == last_newest]
+        most = max(1, math.ceil((newest - last_newest) / self.options.every) - 1)
+        if pending and waited < most:
+            self._waited = waited + 1
             return True
         return False
 
@@ -946,7 +945,7 @@ class PromSource:
         node = _namer(resolver, kept, _Kept)
         a = self._inventory_answers
         # The total made from used + free first: an exporter's own total, after, wins.
-        for answer in ("gpu_total", "gpu_slow"):
+        for answer in q.TOTALS:
             self._gpus(a.get(answer, []), node)
         # What each GPU is: its UUID, model and bus id; and the label matchers that
         # select the node's series.
