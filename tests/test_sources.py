@@ -1080,11 +1080,23 @@ async def test_recorded_refreshes_read_each_evaluation_once_it_is_stored_whole()
         assert await reads(2) == [True, False]
         times["gpu_busy"] = "1045"  # evaluated again; the port record's rule fails
         assert await reads(4) == [False, False, True, False]
-        # Behind since then: stuck, not waited for, even where the others move at
-        # every refresh (rules evaluated as often as the refreshes).
+        # Behind since then: stuck, not waited for, however often the others move.
         for at in range(1060, 1135, 15):
             times["gpu_busy"] = str(at)
             assert await reads(1) == [True]
+        # A wait that a newer evaluation overtakes (the ruler skipped one, the port
+        # record failing once) reads it at once: it does not chase the next.
+        times["ib_wait"] = times["gpu_busy"] = "1150"
+        assert await reads(1) == [True]
+        for at, read in ((1165, False), (1180, True), (1195, True)):
+            times["gpu_busy"] = str(at)
+            assert await reads(1) == [read], at
+        # Rules evaluated as often as the refreshes (every 5 s): no refresh fits before
+        # the next evaluation, none waits.
+        times["ib_wait"] = times["gpu_busy"] = "1200"
+        assert await reads(1) == [True]
+        times["gpu_busy"] = "1205"
+        assert await reads(1) == [True]
 
 
 async def test_a_port_whose_state_was_read_is_active_unless_the_live_query_says_not() -> None:

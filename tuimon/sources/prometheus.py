@@ -237,9 +237,9 @@ class PromSource:
         # evaluated them, what the refresh asked (the fields, the queries left out, the
         # nodes asked whole) and when it began. None where the next refresh must read.
         self._records_read: tuple[dict[str, float], Any, float] | None = None
-        # The refreshes since that read that stood to wait for records of the newest
-        # evaluation not stored yet (_stands).
-        self._waited = 0
+        # While refreshes stand to wait for the rest of an evaluation (_stands): how many
+        # have, how many may, and the newest evaluation time when the wait began.
+        self._waited: tuple[int, int, float] | None = None
         self._jobs_read = False  # did the last read find a node with jobs?
         self._probes: dict[str, dict[str, str]] = {}  # prom_live_rules.evaluated_query
 
@@ -620,15 +620,17 @@ class PromSource:
         refresh that reads.
 
         Where some records were evaluated since the last read and others not yet, the
-        refresh stands too (and counts it in `_waited`): a group's records are stored one
-        after another, seconds apart at thousands of nodes (5-7 s at 4096), so a read now
-        would read the evaluation twice, half of it old. It waits for the records of the
-        newest evaluation that were level with the newest at the last read, at most until
-        the next evaluation is due (the interval between the two reads' newest times, in
-        refreshes); one behind at the last read is stuck (its rule failing) and waited
-        for no more."""
+        refresh stands too (`_waited`): a group's records are stored one after another,
+        seconds apart at thousands of nodes (5-7 s at 4096), so a read now would read the
+        evaluation twice, half of it old. It waits for the records of the newest
+        evaluation that were level with the newest at the last read, for as many
+        refreshes as fit before the next evaluation (the interval between the two reads'
+        newest times, in whole refreshes, less one: none where the rules run as often as
+        the refreshes, or less often), set when the wait begins, and not once a newer
+        evaluation shows (waiting on would chase it). One behind at the last read is
+        stuck (its rule failing) and waited for no more."""
         read = self._records_read
-        waited, self._waited = self._waited, 0
+        waited, self._waited = self._waited, None
         if not (evaluated is not None and read is not None
                 and read[1] == self._asked() and now - read[2] < STAND_MAX_S
                 and all(n in q.LIVE_QUERIES or self._goes_beside(n) for n in queries)):
@@ -637,12 +639,16 @@ class PromSource:
         if last == evaluated:
             return True
         newest, last_newest = max(evaluated.values()), max(last.values())
-        pending = [n for n, t in evaluated.items() if t < newest and last.get(n) == last_newest]
-        most = max(1, math.ceil((newest - last_newest) / self.options.every) - 1)
-        if pending and waited < most:
-            self._waited = waited + 1
-            return True
-        return False
+        if not any(t < newest and last.get(n) == last_newest for n, t in evaluated.items()):
+            return False
+        if waited is None:
+            most = math.floor((newest - last_newest) / self.options.every) - 1
+            waited = (0, most, newest)
+        stood, most, began = waited
+        if newest != began or stood >= most:
+            return False
+        self._waited = (stood + 1, most, began)
+        return True
 
     def _goes_beside(self, name: str) -> bool:
         """Is this query asked in the task beside the refreshes (after run()'s first)?"""
