@@ -118,6 +118,12 @@ def test_the_inventory_records_keep_what_the_inventory_reads(tmp_path: Path) -> 
             'instance="10.0.0.1:9100",job="node",cluster="a"}')
     ids = ("Hostname", "instance", "cluster")
     asked = recorded_inventory('cluster="a"', ids)
+    of_gpu = 'gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",cluster="a"'
+
+    def expect(record: str, labels: str, value: float) -> dict[str, Any]:
+        return {"expr": asked[record], "eval_time": "20s",
+                "exp_samples": [{"labels": labels, "value": value}]}
+
     unit = {"rule_files": ["live.yml"], "evaluation_interval": "1s", "tests": [{
         "interval": "1s",
         "input_series": [{"series": "DCGM_FI_DEV_FB_USED" + gpu, "values": "1000x30"},
@@ -128,26 +134,16 @@ def test_the_inventory_records_keep_what_the_inventory_reads(tmp_path: Path) -> 
                          {"series": "DCGM_FI_DEV_MEM_CLOCK" + gpu, "values": "1593x30"},
                          {"series": "DCGM_FI_DEV_XID_ERRORS" + gpu, "values": "0x30"}],
         "promql_expr_test": [
-            {"expr": asked["gpu_info"], "eval_time": "20s", "exp_samples": [{
-                "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
-                          'modelName="NVIDIA A800",UUID="GPU-1",'
-                          'pci_bus_id="00000000:1A:00.0"}', "value": 1}]},
-            {"expr": asked["gpu_total"], "eval_time": "20s", "exp_samples": [{
-                "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
-                          'tuimon_series="tuimon:dcgm_fb_total"}', "value": 81000}]},
-            {"expr": asked["port_rate"], "eval_time": "20s", "exp_samples": [{
-                "labels": '{device="mlx5_0",port="1",instance="10.0.0.1:9100",cluster="a",'
-                          'tuimon_series="node_infiniband_rate_bytes_per_second"}',
-                "value": 25e9}]},
-            {"expr": asked["gpu_slow"], "eval_time": "20s", "exp_samples": [{
-                "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
-                          'tuimon_series="DCGM_FI_DEV_MEM_CLOCK"}', "value": 1593}]},
-            {"expr": asked["gpu_exported"], "eval_time": "20s", "exp_samples": [{
-                "labels": '{Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
-                          'tuimon_series="DCGM_FI_DEV_XID_ERRORS"}', "value": 1}]},
-            {"expr": asked["gpu_drawn"], "eval_time": "20s", "exp_samples": [{
-                "labels": '{gpu="0",Hostname="gpu001",instance="10.0.0.1:9400",'
-                          'cluster="a"}', "value": 1}]},
+            expect("gpu_info", f'{{{of_gpu},modelName="NVIDIA A800",UUID="GPU-1",'
+                               'pci_bus_id="00000000:1A:00.0"}', 1),
+            expect("gpu_total", f'{{{of_gpu},tuimon_series="tuimon:dcgm_fb_total"}}', 81000),
+            expect("port_rate", '{device="mlx5_0",port="1",instance="10.0.0.1:9100",'
+                                'cluster="a",tuimon_series="node_infiniband_rate_bytes_per_second"}',
+                   25e9),
+            expect("gpu_slow", f'{{{of_gpu},tuimon_series="DCGM_FI_DEV_MEM_CLOCK"}}', 1593),
+            expect("gpu_exported", '{Hostname="gpu001",instance="10.0.0.1:9400",cluster="a",'
+                                   'tuimon_series="DCGM_FI_DEV_XID_ERRORS"}', 1),
+            expect("gpu_drawn", f"{{{of_gpu}}}", 1),
         ]}]}
     (tmp_path / "test.yml").write_text(json.dumps(unit))
     promtool_run(tmp_path, "test", "rules", "test.yml")
