@@ -6,9 +6,9 @@ evaluate them once per interval rather than once per refresh of every viewer.
     named `tuimon:live_<query>` (record_name);
   - `tuimon-inventory`, evaluated as often as the viewer reads the inventory
     (prom_queries.INVENTORY_EVERY_S): one record per query of INVENTORY_RECORDED, named
-    `tuimon:inventory_<query>` (inventory_name). Those read every series of a GPU family
-    to return one per GPU: at 4096 nodes, seconds of the server's time at each viewer's
-    first look (`--once`).
+    `tuimon:inventory_<query>` (inventory_name). Those read whole GPU families to
+    return a few series per GPU or port: at 4096 nodes, seconds of the server's time at
+    each viewer's first look (`--once`).
 Each expression is the query itself as `tuimon prom` would send it (the same `--match`
 and `--node-label`), wrapped so that the name of the series each value came from
 survives as the label `tuimon_series` (a record replaces `__name__`). `tuimon prom

@@ -214,9 +214,10 @@ class PromSource:
         # gpu_drawn's of every field, as recorded: whatever fields the map draws when it
         # answers); the records said missing.
         match = self.options.match
-        self._inventory_records = live_rules.recorded_inventory(match, self._ids)
-        self._unrecorded = ({n: q.render(live_rules.inventory_query(n), match, self._ids)
-                             for n in self._inventory_records} if self.options.recorded else {})
+        self._inventory_records = (live_rules.recorded_inventory(match, self._ids)
+                                   if self.options.recorded else {})
+        self._unrecorded = {n: q.render(live_rules.inventory_query(n), match, self._ids)
+                            for n in self._inventory_records}
         self._said_unrecorded: set[str] = set()
         # Did each inventory query's last answer come from its record (up to its
         # interval old), not from the series?
@@ -341,7 +342,9 @@ class PromSource:
 
     async def _optional(self, name: str, promql: str) -> Series | None:
         """A query the refresh can do without (the inventory, the budget, the detail of
-        the open node screens): its failure is logged, None."""
+        the open node screens): its failure is logged, None. An inventory record's answer
+        is read as the query's own (its series names restored), and one with no series
+        is replaced by the query's (_unrecorded_answer)."""
         try:
             answer = await self.query(promql)
             unrecorded = self._unrecorded.get(name)
@@ -433,9 +436,9 @@ class PromSource:
                 "gpu_drawn" in self._inventory_failed or with_inventory
                 or "gpu_drawn" not in self._inventory_answers):
             asked["gpu_drawn"] = q.gpu_drawn_query(q.DRAWN_ONLY_GPU - self._dense)
-        queries.update({n: q.render(t, match, self._ids) for n, t in asked.items()})
-        if self.options.recorded:
-            queries.update({n: self._inventory_records[n] for n in asked})
+        # With --recorded, their records (_optional asks the query where one has none).
+        queries.update({n: self._inventory_records[n] if self.options.recorded
+                        else q.render(t, match, self._ids) for n, t in asked.items()})
         # Every value of the nodes whose screen is open, and only of those.
         self._detailed = self.cluster.detail_targets
         detail = q.detail_query((m for name in self.cluster.detail_targets
