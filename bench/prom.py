@@ -84,8 +84,8 @@ def _app(url: str, every: float, seconds: float, warmup: float, out: Path,
                 on_screen.extend(now - t for t in pending)
                 pending.clear()
 
-        def draw(self) -> bool:
-            drew = super().draw()
+        def draw(self, read: bool = False) -> bool:
+            drew = super().draw(read)
             if drew:
                 self._shown()
             return drew

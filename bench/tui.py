@@ -77,8 +77,8 @@ def _app(nodes: int, base_port: int, seconds: float, warmup: float, out: Path,
             super().tick()
             self._seen()
 
-        def draw(self) -> bool:
-            drew = super().draw()
+        def draw(self, read: bool = False) -> bool:
+            drew = super().draw(read)
             if drew:  # a draw that stood down showed nothing new
                 self._seen()
             return drew

@@ -197,6 +197,54 @@ async def test_a_multi_tenant_store_gets_the_tenant_asked_for() -> None:
         await runner.cleanup()
 
 
+async def test_the_map_draws_a_prometheus_read_as_soon_as_it_is_applied(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tuimon prom` reads the whole cluster at once, every few seconds: the map draws a
+    read when it is applied, even just after a tick, not at the next draw timer (up to
+    half a second later; never, here)."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+    from tuimon.ui import app as app_module
+    from tuimon.ui.heatmap import HeatmapView
+
+    temp = {"now": "30"}
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        result = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
+                              "Hostname": "gpu001"}, "value": [1.0, temp["now"]]}] \
+            if "DCGM_FI_DEV_GPU_TEMP" in promql and promql.startswith("max by") else []
+        return _vector(result)
+
+    monkeypatch.setattr(app_module, "DRAW_EVERY_S", 3600.0)  # no timer draws the map
+    redrawn: list[int] = []
+    original = HeatmapView.refresh_changed
+
+    def refresh_changed(self: HeatmapView) -> None:
+        redrawn.append(1)
+        original(self)
+
+    monkeypatch.setattr(HeatmapView, "refresh_changed", refresh_changed)
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        source = PromSource(url, cluster, session, PromOptions())
+        app = app_module.TuimonApp(cluster, refresh=3600)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("3")  # the map of temperatures
+            await source.refresh()
+            app.tick()  # a new node is laid out by the tick
+            await pilot.pause()
+            heat = app.active_map
+            row = next(y for y in range(10) if "gpu001" in heat.render_line(y).text)
+            cold = heat.render_line(row).text
+            redrawn.clear()
+            temp["now"] = "90"
+            await source.refresh()
+            await pilot.pause()
+            assert redrawn  # told to draw the changed lines, at once
+            assert heat.render_line(row).text != cold
+            assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 90
+
+
 async def test_a_failing_inventory_query_leaves_the_refresh_and_is_asked_again() -> None:
     """Only the live queries must answer: the inventory's (here the GPUs' names, refused
     by the server) is logged, kept from before, and asked again at the next refresh."""

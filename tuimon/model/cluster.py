@@ -153,6 +153,9 @@ class ClusterState:
         # Told when the detail targets or the drawn fields change (a source that polls
         # asks again at once, not at its next refresh).
         self._wants_listeners: list[Callable[[], None]] = []
+        # Told when a source has applied a whole read of the cluster at once (tuimon
+        # prom's refresh): a view draws it then, not at its next timer.
+        self._read_listeners: list[Callable[[], None]] = []
 
     def add_target(self, target: str) -> NodeState:
         node = self.nodes.get(target)
@@ -299,6 +302,19 @@ class ClusterState:
 
     def _tell_wants(self) -> None:
         for listener in list(self._wants_listeners):
+            listener()
+
+    def add_read_listener(self, listener: Callable[[], None]) -> None:
+        self._read_listeners.append(listener)
+
+    def remove_read_listener(self, listener: Callable[[], None]) -> None:
+        if listener in self._read_listeners:
+            self._read_listeners.remove(listener)
+
+    def read_applied(self) -> None:
+        """A source has applied a whole read of its nodes (every node's sample of one
+        refresh): the views are told, to show it at once."""
+        for listener in list(self._read_listeners):
             listener()
 
     def add_detail_listener(self, listener: Callable[[frozenset[str]], None]) -> None:

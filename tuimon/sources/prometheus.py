@@ -585,6 +585,7 @@ class PromSource:
             self.cluster.apply_budget(_budget(answers, self.options.slo_hours), self.url)
         self.last_refresh_read = True
         self.cluster.set_unasked(q.unasked(self._dense, self._skipped))
+        self.cluster.read_applied()
         # A node with jobs is sent every refresh (its steps are counted per refresh).
         self._jobs_read = any(n.jobs for n in nodes.values())
         if evaluated is not None and not self._jobs_read:

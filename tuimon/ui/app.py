@@ -292,11 +292,15 @@ class TuimonApp(App[None]):
         # sample that arrives just after a tick waits a second, and one superseded before
         # the next is never drawn. Only the changed lines are redrawn.
         self.set_interval(min(self.refresh_every, DRAW_EVERY_S), self.draw)
+        # A source that reads the whole cluster at once (tuimon prom) is drawn as soon as
+        # its read is applied, not up to DRAW_EVERY_S later.
+        self.cluster.add_read_listener(self._draw_soon)
         # What exists now (widgets, styles, themes) lives as long as the app; samples
         # churn from here on (tuimon_core.heap).
         heap.settle()
 
     async def on_unmount(self) -> None:
+        self.cluster.remove_read_listener(self._draw_soon)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -308,12 +312,16 @@ class TuimonApp(App[None]):
 
     # -- refresh -------------------------------------------------------------------------
 
-    def draw(self) -> bool:
+    def _draw_soon(self) -> None:
+        self.call_later(self.draw, True)
+
+    def draw(self, read: bool = False) -> bool:
         """Between ticks: the map lines whose nodes sent something new. Whether it looked
-        (not when the tick has just drawn, nor while the layout waits for the tick)."""
+        (not when the tick has just drawn, nor while the layout waits for the tick).
+        `read`: a source has just applied a whole read, newer than any tick."""
         if not self.is_running:
             return False  # shutting down: the timers outlive the screen's widgets
-        if time.perf_counter() - self._ticked_at < DRAW_EVERY_S / 2:
+        if not read and time.perf_counter() - self._ticked_at < DRAW_EVERY_S / 2:
             return False  # the tick has just drawn what changed (the timers meet each second)
         if self.cluster.layout_version != self._layout_seen or self.view.sort == "metric":
             return False
