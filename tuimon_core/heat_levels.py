@@ -19,6 +19,7 @@ LEVELS = 9  # heat-0 .. heat-8 in the themes
 FAILED = -1  # the GPU or port failed: drawn as a red cross whatever the metric
 NO_DATA = -2
 _TOP = LEVELS - 1.0
+_TOP_LEVEL = LEVELS - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,10 +48,11 @@ class HeatMetric:
             v = value(values, info)
             if v is None or v != v:  # NaN: nothing known
                 out.append(NO_DATA)
-            else:
-                # Clamped before the int: a ratio of valid values can be inf (a power
-                # limit of 1e-309), and the level of anything past the top is the top.
-                out.append(int(max(0.0, min(_TOP, v * _TOP + 0.5))))
+                continue
+            # Clamped before the int: a ratio of valid values can be inf (a power limit
+            # of 1e-309), and the level of anything past the top is the top.
+            x = v * _TOP + 0.5
+            out.append(_TOP_LEVEL if x >= _TOP else (int(x) if x > 0.0 else 0))
         return out
 
 

@@ -236,10 +236,12 @@ class NodeRules:
         if len(waits) < 3 or max(w for _, w in waits) < CONGESTED_WAIT:
             return []
         out = []
-        for i, (pid, wait) in enumerate(waits):
+        ordered = sorted(w for _, w in waits)
+        for pid, wait in waits:
             if wait < CONGESTED_WAIT:
                 continue
-            others = sorted(w for j, (_, w) in enumerate(waits) if j != i)
+            others = ordered.copy()
+            others.remove(wait)  # the port's own (any one of equal waits: the same list)
             mid = len(others) // 2
             median = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
             if wait >= OUTLIER_FACTOR * max(median, 1.0):

@@ -50,7 +50,7 @@ from tuimon_core.protocol.fields import (
     PORT_PHYS_STATES,
     PORT_STATES,
 )
-from tuimon_core.protocol.schema import Int, WireType
+from tuimon_core.protocol.schema import Int, Num, WireType
 from tuimon_core.protocol.text import clean
 from tuimon_core.version import __version__
 from tuimon_core.wait_kinds import rank_kind, split_wait
@@ -937,11 +937,12 @@ class PromSource:
                 values[key] = values.get(key, 0.0) + value * scale
             elif key not in values:
                 values[key] = value * scale
-                ranks[(n.name, index, gi, key)] = rank
+                if rank:  # kept only where not 0, the rank of most names
+                    ranks[(n.name, index, gi, key)] = rank
             else:
                 # Of several names for one value, the table's first present wins.
                 slot = (n.name, index, gi, key)
-                if rank <= ranks.get(slot, rank):
+                if rank <= ranks.get(slot, 0):
                     values[key] = value * scale
                     ranks[slot] = rank
         return wrote
@@ -1128,6 +1129,7 @@ class PromSource:
 
     def _emit(self, name: str, n: _Node, ts: float, worlds: dict[str, int]) -> None:
         indices = sorted(n.gpus)
+        fit = _GPU_FIT
         gpus_info = []
         gpus = []
         for i in indices:
@@ -1142,7 +1144,7 @@ class PromSource:
                 raw["clock_events"] = [v for b, v in q.THROTTLE_BITS.items() if bits & b]
             if raw.get("last_xid") == 0:
                 raw["last_xid"] = None  # dcgm-exporter's 0 is "no XID"
-            gpu = {k: _as(_GPU_KIND[k], v) for k, v in raw.items() if k in _GPU_KIND}
+            gpu = {k: fit[k](v) for k, v in raw.items() if k in fit}
             if raw.get("_up") == 0:
                 gpu = {"failed": "reported down by the agent (tuimon_gpu_up = 0)"}
             gpus.append(gpu)
@@ -1206,7 +1208,7 @@ class PromSource:
                                       if k.startswith("wait:")}}
                            for r, v in sorted(ranks.items()) if v.get("wall", 0.0) > 0]}
                 for job, ranks in n.jobs.items()], "received": 0, "rejected": 0}
-        host = {k: _as(_HOST_KIND[k], v) for k, v in n.host.items() if k in _HOST_KIND}
+        host = {k: _HOST_FIT[k](v) for k, v in n.host.items() if k in _HOST_FIT}
         sample = Sample(seq=self._seq, ts=ts, interval=self.options.every, gpus=gpus,
                         host=host, extra=extra)
         if self.options.recorder is not None:
@@ -1427,6 +1429,20 @@ def _as(kind: WireType, v: Any) -> Any:
     if isinstance(kind, Int) and isinstance(v, float):
         v = _whole(v)
     return None if v is None else kind.fit(v)
+
+
+def _fitter(kind: WireType) -> Callable[[Any], Any]:
+    """`_as` for one field, made once: a float within a number field's bounds is itself,
+    without a call per value (eight GPUs' fields per node, every refresh); any other
+    value goes through `_as`."""
+    if isinstance(kind, Num) and kind.above is None:
+        lo, hi = kind.lo, kind.hi
+        return lambda v: v if type(v) is float and lo <= v <= hi else _as(kind, v)
+    return lambda v: _as(kind, v)
+
+
+_GPU_FIT = {key: _fitter(kind) for key, kind in _GPU_KIND.items()}
+_HOST_FIT = {key: _fitter(kind) for key, kind in _HOST_KIND.items()}
 
 
 def _whole(v: float | None) -> int | None:
