@@ -32,6 +32,7 @@ from tests.test_real_data import (
 )
 from tuimon.model.cluster import ClusterState
 from tuimon.model.prom_rules import quote_yaml
+from tuimon.sources import prom_queries
 from tuimon.sources.prom_live_rules import (
     INVENTORY_GROUP,
     INVENTORY_RECORDED,
@@ -258,8 +259,8 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
 
     def gpus(view: dict[str, Any]) -> list[dict[str, Any]]:
         return [g for node in view.values() for g in node["samples"] or ()]
-    # The busy map's refresh asks no GPU's power, memory used or clock...
-    drawn_only = {"power", "mem_used", "sm_clock"}
+    # The busy map's refresh asks no GPU's power, memory used, temperature or clock...
+    drawn_only = prom_queries.DRAWN_ONLY_GPU
     assert all(drawn_only.isdisjoint(g) for g in gpus(views[True, busy_map]))
     assert all(any(key in g for g in gpus(views[True, None])) for key in drawn_only)
     # ... nor any port's traffic, unless a node's screen is open.
@@ -376,11 +377,13 @@ async def test_recorded_reads_the_records_once_per_evaluation(tmp_path: Path) ->
     """Refreshes between two evaluations of the records find them as they were and ask
     nothing but when they were evaluated; a value that changed is read after the next
     evaluation; an open node screen is read at every refresh."""
-    line = next(row for row in A800.splitlines() if row.startswith("DCGM_FI_DEV_GPU_TEMP{"))
-    temp = ["33"]
+    # How busy GPU 1 is (not in MIG mode): what the busy map reads.
+    line = next(row for row in A800.splitlines()
+                if row.startswith('DCGM_FI_PROF_GR_ENGINE_ACTIVE{gpu="1"'))
+    busy = ["0.33"]
 
     async def metrics(_: web.Request) -> web.Response:
-        text = A800.replace(line, line.rsplit(" ", 1)[0] + " " + temp[0])
+        text = A800.replace(line, line.rsplit(" ", 1)[0] + " " + busy[0])
         return web.Response(body=text.encode(), content_type="text/plain", charset="utf-8")
 
     app = web.Application()
@@ -402,11 +405,11 @@ async def test_recorded_reads_the_records_once_per_evaluation(tmp_path: Path) ->
                 source._beside = True  # as run() after its first refresh
                 node = cluster.nodes["msxf-hpc-64-35-ai"]
 
-                def temp_read() -> float:
-                    return node.detail.gpus[0]["temp"] if node.detail else -1.0
+                def busy_read() -> float:
+                    return node.detail.gpus[1]["gr_active"] if node.detail else -1.0
 
-                assert temp_read() == 33
-                temp[0] = "71"
+                assert busy_read() == 0.33
+                busy[0] = "0.71"
                 reads, standing, asked_standing = 0, 0, []
                 window = time.monotonic() + 10.0  # three evaluations or more
                 while time.monotonic() < window:
@@ -419,7 +422,7 @@ async def test_recorded_reads_the_records_once_per_evaluation(tmp_path: Path) ->
                         asked_standing.append(source.queries_run - before)
                     await asyncio.sleep(0.5)
                 # The new value came (a scrape a second, an evaluation every 3 s)...
-                assert temp_read() == 71
+                assert busy_read() == 0.71
                 # ... read about once per evaluation, the refreshes between asking only
                 # when the records were evaluated.
                 assert reads >= 2 and standing >= reads and set(asked_standing) == {1}

@@ -163,7 +163,8 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
                     # The second refresh skips the budget's and the inventory's queries,
                     # and the ports' error counters (read every 15 s).
                     await source.refresh()
-                    live = len(prom_queries.LIVE_QUERIES)
+                    # (All but the presence of nodes: every GPU's temperature is asked.)
+                    live = len(prom_queries.LIVE_QUERIES) - 1
                     assert source.queries_run - per_refresh == live - 1
                     # A node's screen open: its every value, in one more query.
                     cluster.set_detail({"dgx-a"})
@@ -175,8 +176,8 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
                     await source.refresh()
                     assert source.queries_run - before == live + 1
     # A bounded number of queries, whatever the node count (every field asked: no need
-    # of the GPUs known only by a field asked while drawn).
-    assert per_refresh == len(prom_queries.LIVE_QUERIES) + len(
+    # of the GPUs known only by a field asked while drawn, nor of the nodes' presence).
+    assert per_refresh == len(prom_queries.LIVE_QUERIES) - 1 + len(
         prom_queries.budget_queries(720)) + len(prom_queries.INVENTORY_QUERIES) - 1
 
     # Our agents' metrics: every simulated node with its two GPUs and its host.
@@ -371,9 +372,9 @@ async def test_port_errors_through_a_real_prometheus_count_each_error_once(
 async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_change(
         tmp_path: Path) -> None:
     """At a large site a refresh's cost is its series: the app on `tuimon prom` asks
-    every GPU's memory, power and clock only while the map draws them. Switching the
-    map to memory asks at once, not at the next refresh (every 30 s here), and the map
-    draws it."""
+    every GPU's memory, temperature, power and clock only while the map draws them.
+    Switching the map to memory asks at once, not at the next refresh (every 30 s
+    here), and the map draws it."""
     from tuimon.ui.app import TuimonApp
     from tuimon.ui.heatmap import HeatmapView
     from tuimon_core.heat_levels import NO_DATA
@@ -409,9 +410,9 @@ async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_cha
                 app = TuimonApp(cluster, sources=sources, refresh=0.2)
                 async with app.run_test(size=(120, 30)) as pilot:
                     await until(lambda: len(levels("dgx-a", "util")) == 2)
-                    # Busy and temperature (the rules read it) of every GPU; no memory.
+                    # How busy every GPU is; no memory, no temperature.
                     assert levels("dgx-a", "util")[0] != NO_DATA
-                    assert levels("dgx-b", "temp") == [8]
+                    assert levels("dgx-b", "temp") == [NO_DATA]
                     assert levels("dgx-a", "mem") == [NO_DATA, NO_DATA]
                     assert not any(dense_used(a) for a in asked)
                     started = time.monotonic()
@@ -425,6 +426,7 @@ async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_cha
                     # same as before, so the server is not asked again for it.
                     await pilot.press("3")
                     await until(lambda: levels("dgx-a", "mem") == [NO_DATA, NO_DATA])
+                    await until(lambda: levels("dgx-b", "temp") == [8])
                     refreshes = len(asked)
                     await pilot.press("6")
                     await pilot.pause(2.0)

@@ -296,6 +296,12 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
                    "value": [1.0, "100"]} for h in hosts
                   for name in ("DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP")
                   if promql.startswith("max by (__name__, gpu") and name in promql]
+        if "DCGM_FI_DEV_GPU_TEMP" in promql:  # a node's presence, the GPUs drawn only
+            if promql.startswith("max by (node,"):
+                result = [{"metric": {"Hostname": h}, "value": [1.0, "100"]} for h in hosts]
+            elif promql.startswith("group by (gpu,"):
+                result = [{"metric": {"gpu": "0", "Hostname": h}, "value": [1.0, "1"]}
+                          for h in hosts]
         return _vector(result)
 
     def inventories() -> int:
@@ -316,6 +322,41 @@ async def test_a_gpu_that_never_has_a_total_does_not_bring_the_inventory_forward
         await source.refresh()
         assert inventories() == 2
         assert ("mem_used" in cluster.nodes["gpu002"].sample.gpus[0]) == (drawn is None)
+
+
+async def test_a_node_known_only_by_fields_the_map_does_not_draw_is_there_until_it_goes(
+        ) -> None:
+    """Under the busy map a node whose GPUs have no busy series (MIG instances without
+    profiling) answers none of the per-GPU queries: its presence, one series a node,
+    keeps it up with the GPUs the inventory knows; when its series stop, it goes stale
+    at once, not at the next inventory."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    there = [True]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        if not there[0] or "DCGM_FI_DEV_GPU_TEMP" not in promql:
+            return _vector([])
+        if promql.startswith("max by (node,"):  # the node's presence
+            return _vector([{"metric": {"Hostname": "mig001"}, "value": [1.0, "45"]}])
+        if promql.startswith("group by (gpu,"):  # the GPUs known only by drawn fields
+            return _vector([{"metric": {"gpu": g, "Hostname": "mig001"}, "value": [1.0, "1"]}
+                            for g in ("0", "1")])
+        return _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        cluster.set_drawn(frozenset({"sm_active", "gr_active", "util"}))
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        node = cluster.nodes["mig001"]
+        assert node.status == "up" and node.gpu_count == 2
+        await source.refresh()
+        assert node.status == "up"
+        there[0] = False  # its exporter gone: every series stale at the server
+        await source.refresh()
+        assert node.status != "up" and "no series" in (node.reason or "")
 
 
 async def test_a_new_gpu_reads_the_recorded_inventory_again_until_the_record_has_it() -> None:
@@ -394,9 +435,13 @@ async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_los
         if promql.startswith("group by (gpu, GPU_I_ID") and "DCGM_FI_DEV_SM_CLOCK" in promql:
             result = [{"metric": {**host, "gpu": g}, "value": [1.0, "1"]}
                       for g in [*temps, "2"]]  # a GPU fallen off the bus has no clock
-        elif promql.startswith("max by (__name__, gpu") and "DCGM_FI_DEV_GPU_TEMP" in promql:
+        elif promql.startswith("(max by (__name__, gpu") and "DCGM_FI_DEV_GPU_UTIL" in promql:
+            result = [{"metric": {**host, "gpu": g, "__name__": "DCGM_FI_DEV_GPU_UTIL"},
+                       "value": [1.0, "50"]} for g in temps]  # how busy: asked always
+        elif promql.startswith("max by (__name__, gpu"):
             result = [{"metric": {**host, "gpu": g, "__name__": "DCGM_FI_DEV_GPU_TEMP"},
-                       "value": [1.0, str(t)]} for g, t in temps.items()]
+                       "value": [1.0, str(t)]} for g, t in temps.items()
+                      if "DCGM_FI_DEV_GPU_TEMP" in promql]  # the temperature map
             if "DCGM_FI_DEV_SM_CLOCK" in promql:  # the clock map
                 result.append({"metric": {**host, "gpu": "2", "__name__":
                                           "DCGM_FI_DEV_SM_CLOCK"}, "value": [1.0, "1410"]})
@@ -808,10 +853,13 @@ async def test_a_port_known_by_its_state_stays_between_two_reads_of_its_counters
     errors = _symbol_errors(symbols)
 
     async def query(request: web.Request) -> web.Response:
-        if request.query["query"].startswith("max by (__name__, gpu") and \
-                "tuimon_gpu_temperature_celsius" in request.query["query"]:
-            return _vector([{"metric": {"__name__": "tuimon_gpu_temperature_celsius",
-                                        "gpu": "0", "node": "gpu001"}, "value": [1.0, "61"]}])
+        promql = request.query["query"]
+        if promql.startswith("max by (node,") and "tuimon_gpu_temperature_celsius" in promql:
+            return _vector([{"metric": {"node": "gpu001"}, "value": [1.0, "61"]}])  # is there
+        if promql.startswith("(max by (__name__, gpu") and \
+                "tuimon_gpu_utilization_ratio" in promql:
+            return _vector([{"metric": {"__name__": "tuimon_gpu_utilization_ratio",
+                                        "gpu": "0", "node": "gpu001"}, "value": [1.0, "0.6"]}])
         return await errors(request)
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:

@@ -139,6 +139,12 @@ def recorded_queries(match: str, ids: Iterable[str],
     return out
 
 
+def presence_query(match: str, ids: Iterable[str]) -> str:
+    """prom_queries.presence_query, of the GPU record: one series a node."""
+    names = "|".join(q.gpu_names([q.PRESENCE_GPU]))
+    return _folded(record_name("gpu"), "{ids}", ids, match, f'{NAME_LABEL}=~"{names}"')
+
+
 def recorded_inventory(match: str, ids: Iterable[str]) -> dict[str, str]:
     """The queries `--recorded` sends instead of the inventory's, folded likewise."""
     return {name: _folded(inventory_name(name), by, ids, match)

@@ -118,17 +118,21 @@ def _names(table: Iterable[str]) -> str:
     return "|".join(table)
 
 
-# What every refresh asks of every GPU: what the node rules and the health cells read
-# (the temperature a throttling finding names, the agent's own up mark, the PCIe link
-# now: it drops while idle, and the replay rule's limit follows it), how busy it is
-# (BUSY, below: the efficiency strip reads it), and the maps' other cells (memory,
-# power, clock)...
+# What every refresh asks of every GPU: what the node rules read (the agent's own up
+# mark, the PCIe link now: it drops while idle, and the replay rule's limit follows
+# it), how busy it is (BUSY, below: the efficiency strip reads it), and the maps' other
+# cells (memory, temperature, power, clock)...
 DENSE_GPU = frozenset({"mem_used", "temp", "power", "sm_clock", "_up", "pcie_gen",
                        "pcie_width"})
 # ...of which these only while a map draws them (ClusterState.drawn, the metric on
-# screen), or of a node whose screen is open (detail_query): at 1024 nodes, three series
-# in five of a refresh's GPU values.
-DRAWN_ONLY_GPU = frozenset({"mem_used", "power", "sm_clock"})
+# screen), or of a node whose screen is open (detail_query): under the busy map, a
+# refresh asks one series of every GPU (how busy) where it asked five.
+DRAWN_ONLY_GPU = frozenset({"mem_used", "power", "sm_clock", "temp"})
+# A node whose GPUs answer none of what is asked now (MIG instances with no busy series,
+# an exporter without utilization) is still there: told by one series a node of the GPU
+# field every exporter read here has (dcgm-exporter's default counters, our agent),
+# asked while that field is not asked of every GPU. (Its GPUs are the inventory's.)
+PRESENCE_GPU = "temp"
 
 
 def dense_gpu(drawn: frozenset[str] | None) -> frozenset[str]:
@@ -235,12 +239,18 @@ def _nfs(kind: str) -> str:
 
 
 # name -> PromQL template. Every refresh runs all of them, concurrently (a few at once).
+def presence_query() -> str:
+    """The template of `gpu_nodes`: one series a node with a PRESENCE_GPU series."""
+    return 'max by ({ids}) ({{__name__=~"' + _names(gpu_names([PRESENCE_GPU])) + '"{m}}})'
+
+
 LIVE_QUERIES: dict[str, str] = {
     # (Separate queries: `or` matches series by their labels without the name, so two
     # of one GPU under different names would keep only the first.)
     "gpu": gpus_query(DENSE_GPU),
     "gpu_busy": _busy(),
     "gpu_sparse": gpus_query(SPARSE_GPU, " > 0"),
+    "gpu_nodes": presence_query(),  # only while PRESENCE_GPU is not asked of every GPU
     "clock_events": "tuimon_gpu_clock_event_active{{{mm}}} == 1",
     "host": 'max by (__name__, {ids}) ({{__name__=~"' + _names(HOST) + '"{m}}})',
     "host_cpu": ('1 - avg by ({ids}) (rate(node_cpu_seconds_total{{mode="idle"{m}}}'

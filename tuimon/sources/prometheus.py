@@ -136,6 +136,9 @@ class _Node:
     filesystems: dict[str, dict[str, Any]] = field(default_factory=dict)
     disks: dict[str, dict[str, Any]] = field(default_factory=dict)
     jobs: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
+    # Told by the presence answer (gpu_nodes): it has GPUs, whose series asked now may
+    # be none (those the inventory knows are laid on it).
+    present: bool = False
 
 
 @dataclass
@@ -412,6 +415,10 @@ class PromSource:
         if self.options.recorded:
             queries.update(live_rules.recorded_queries(
                 match, self._ids, {"gpu": q.gpu_names(keys)} if narrowed else {}))
+        if q.PRESENCE_GPU in keys:
+            del queries["gpu_nodes"]
+        elif self.options.recorded:
+            queries["gpu_nodes"] = live_rules.presence_query(match, self._ids)
         for name in self._skipped:
             del queries[name]
         errors_every = self.options.errors_every
@@ -540,6 +547,8 @@ class PromSource:
                                     *((i, gi, v) for i, m in n.mig.items()
                                       for gi, v in m.items())]
                    if "mem_total" not in g}
+        # A node with GPUs, none of them known to the inventory yet: it tells them.
+        lacking |= {(n.name, -1, None) for n in nodes.values() if n.present and not n.gpus}
         self._lacking_since = {k: self._lacking_since.get(k, now) for k in lacking}
         if with_inventory:
             # Left so by this inventory: lacking since before it was asked, and where
@@ -862,6 +871,10 @@ class PromSource:
             n = node(labels)
             if n is not None:
                 n.host.setdefault("cpu_util", min(1.0, max(0.0, value)))
+        for labels, _ in a.get("gpu_nodes", []):
+            n = node(labels)
+            if n is not None:
+                n.present = True
         self._ports(a, node)
         self._keep_ports_read(nodes, "ib_errors" in a)
         for name, n in nodes.items():
@@ -1357,6 +1370,7 @@ def _merge(into: _Node, other: _Node) -> None:
     for attr in ("host", "filesystems", "disks", "jobs"):
         getattr(into, attr).update({k: v for k, v in getattr(other, attr).items()
                                     if k not in getattr(into, attr)})
+    into.present = into.present or other.present
 
 
 def _budget(a: dict[str, Series], window_hours: float) -> dict[str, dict[str, Any]]:
