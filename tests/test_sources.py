@@ -432,12 +432,11 @@ async def test_a_gpu_known_only_by_a_field_the_map_does_not_draw_stays_and_a_los
         promql = request.query["query"]
         host = {"Hostname": "gpu001"}
         result = []
-        if promql.startswith("group by (gpu, GPU_I_ID") and "DCGM_FI_DEV_SM_CLOCK" in promql:
+        if promql.startswith("group by (gpu, GPU_I_ID"):  # GPUs known by fields not asked
             result = [{"metric": {**host, "gpu": g}, "value": [1.0, "1"]}
-                      for g in [*temps, "2"]]  # a GPU fallen off the bus has no clock
-        elif promql.startswith("(max by (__name__, gpu") and "DCGM_FI_DEV_GPU_UTIL" in promql:
-            result = [{"metric": {**host, "gpu": g, "__name__": "DCGM_FI_DEV_GPU_UTIL"},
-                       "value": [1.0, "50"]} for g in temps]  # how busy: asked always
+                      for g in sorted({*([*temps, "2"] if "DCGM_FI_DEV_SM_CLOCK" in promql
+                                         else []),  # a GPU fallen off the bus has no clock
+                                       *(temps if "DCGM_FI_DEV_GPU_TEMP" in promql else [])})]
         elif promql.startswith("max by (__name__, gpu"):
             result = [{"metric": {**host, "gpu": g, "__name__": "DCGM_FI_DEV_GPU_TEMP"},
                        "value": [1.0, str(t)]} for g, t in temps.items()

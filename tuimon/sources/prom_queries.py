@@ -238,12 +238,14 @@ def _nfs(kind: str) -> str:
     return f"({plain} + {direct}) or {plain}"
 
 
-# name -> PromQL template. Every refresh runs all of them, concurrently (a few at once).
 def presence_query() -> str:
     """The template of `gpu_nodes`: one series a node with a PRESENCE_GPU series."""
     return 'max by ({ids}) ({{__name__=~"' + _names(gpu_names([PRESENCE_GPU])) + '"{m}}})'
 
 
+# name -> PromQL template. A refresh runs them concurrently (a few at once), less those
+# the map on screen does not need (skipped, the presence while every GPU's temperature
+# is asked) and the error counters between their reads.
 LIVE_QUERIES: dict[str, str] = {
     # (Separate queries: `or` matches series by their labels without the name, so two
     # of one GPU under different names would keep only the first.)

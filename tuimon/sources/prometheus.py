@@ -1000,10 +1000,11 @@ class PromSource:
         return kept
 
     def _apply_kept(self, n: _Node, kept: _Kept, detailed: bool) -> None:
-        if kept.fresh:  # a GPU with other series is gone when they are
+        if kept.fresh:  # a GPU with series asked now is gone when they are
             kept.fresh = False
+            unasked = q.DRAWN_ONLY_GPU - self._dense
             kept.drawn -= {i for i, g in n.gpus.items()
-                           if i in n.mig or not q.DRAWN_ONLY_GPU.issuperset(g)}
+                           if i in n.mig or not unasked.issuperset(g)}
         if not detailed and self._dense != q.DENSE_GPU:
             for index in kept.drawn:  # there, though no series this refresh asked says so
                 n.gpus.setdefault(index, {})
