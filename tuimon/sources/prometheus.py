@@ -953,7 +953,8 @@ class PromSource:
                 if rank:  # kept only where not 0, the rank of most names
                     ranks[(n.name, index, gi, key)] = rank
             else:
-                # Of several names for one value, the table's first present wins.
+                # Of several names for one value, the table's first present wins (one
+                # written with no rank kept, of rank 0 or by an earlier answer, as 0).
                 slot = (n.name, index, gi, key)
                 if rank <= ranks.get(slot, 0):
                     values[key] = value * scale
