@@ -118,6 +118,28 @@ def test_an_efficiency_drop_stays_while_the_sli_stays_down() -> None:
                    diag.update(ClusterState(), eff, StorageView()))
 
 
+def test_a_port_is_congested_exactly_when_far_above_its_nodes_other_ports() -> None:
+    """The congestion rule names the ports at or above CONGESTED_WAIT and OUTLIER_FACTOR
+    times the median of the node's other ports, whatever the waits (ties, zeros, a busy
+    fabric with every port alike, which it passes over without judging each port)."""
+    import random
+    import statistics
+
+    from tuimon_core.node_rules import CONGESTED_WAIT, OUTLIER_FACTOR, NodeRules
+
+    rng = random.Random(7)
+    scales = [0.0, 1.0, 300.0, CONGESTED_WAIT, 2e5, 2e7]
+    for _ in range(3000):
+        waits = [rng.choice(scales) * rng.choice([1, 1, 1, rng.uniform(0.5, 30)])
+                 for _ in range(rng.randint(3, 9))]
+        ports = [{"id": f"mlx5_{i}:1", "xmit_wait_s": w} for i, w in enumerate(waits)]
+        named = {f.port for f in NodeRules("n")._congestion(ports)}
+        expected = {p["id"] for i, p in enumerate(ports)
+                    if waits[i] >= CONGESTED_WAIT and waits[i] >= OUTLIER_FACTOR * max(
+                        statistics.median(waits[:i] + waits[i + 1:]), 1.0)}
+        assert named == expected, waits
+
+
 def test_two_ports_far_above_their_node_are_named_at_once_by_a_new_viewer() -> None:
     """Two of a node's eight HCA ports at 20 M xmit_wait/s, the others quiet: the node
     judges it alone and sends how long it has held, so a viewer that connects now (a

@@ -618,3 +618,21 @@ def test_who_runs_on_a_node_is_in_its_overview_bounded_and_cleaned() -> None:
     evil = Sample(1, 0.0, 1.0, extra={"overview": {"who": ["ev\x1b]0;pwned\x07il"]}})
     (name,) = decode(encode(evil)).extra["overview"]["who"]
     assert name.isprintable() and "\x1b" not in name
+
+
+def test_a_metric_that_needs_a_field_has_no_value_without_it() -> None:
+    """A metric's `needs` is true of its value: a cell with everything else the metric
+    reads, but not that field, is unknown (the level does not call the value there)."""
+    from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS, NO_DATA
+
+    class Info:
+        max_sm_clock = 1980.0
+
+    for metric in (*GPU_METRICS, *FABRIC_METRICS):
+        if metric.needs is None:
+            continue
+        assert metric.needs in metric.reads
+        cell = {key: 50.0 for key in metric.reads if key != metric.needs}
+        assert metric.value(cell, Info()) is None, metric.key
+        assert metric.level(cell, Info()) == NO_DATA
+        assert metric.level({**cell, metric.needs: 50.0}, Info()) != NO_DATA, metric.key

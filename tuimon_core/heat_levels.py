@@ -32,6 +32,9 @@ class HeatMetric:
     # a source that asks only for what the maps draw must ask to draw this metric
     # (tuimon prom, ClusterState.drawn).
     reads: frozenset[str] = frozenset()
+    # A field without which the value is unknown: a cell without it is NO_DATA, `value`
+    # not called (a source that asks only what is drawn leaves most maps' fields out).
+    needs: str | None = None
 
     def level(self, values: dict[str, Any], info: Any = None) -> int:
         return self.levels(((values, info),))[0]
@@ -39,11 +42,14 @@ class HeatMetric:
     def levels(self, cells: Iterable[tuple[dict[str, Any], Any]]) -> list[int]:
         """The levels of many cells, each (its values, its static facts): one loop, as
         an overview takes a node's GPUs or ports at once."""
-        value = self.value
+        value, needs = self.value, self.needs
         out = []
         for values, info in cells:
             if values.get("failed"):
                 out.append(FAILED)
+                continue
+            if needs is not None and needs not in values:
+                out.append(NO_DATA)
                 continue
             v = value(values, info)
             if v is None or v != v:  # NaN: nothing known
@@ -100,16 +106,17 @@ GPU_METRICS: tuple[HeatMetric, ...] = (
                frozenset(key for key, _ in BUSY_FIELDS)),
     HeatMetric("mem", "memory used", ("0 %", "100 %"),
                lambda v, i: _ratio(v.get("mem_used"), v.get("mem_total")),
-               frozenset({"mem_used", "mem_total"})),
+               frozenset({"mem_used", "mem_total"}), needs="mem_used"),
     HeatMetric("temp", "temperature", ("30 °C", "90 °C"),
                lambda v, i: None if v.get("temp") is None
-               else min(1.0, max(0.0, (v["temp"] - 30) / 60)), frozenset({"temp"})),
+               else min(1.0, max(0.0, (v["temp"] - 30) / 60)), frozenset({"temp"}),
+               needs="temp"),
     HeatMetric("power", "power vs limit", ("0 %", "100 %"),
                lambda v, i: _ratio(v.get("power"), v.get("power_limit")),
-               frozenset({"power", "power_limit"})),
+               frozenset({"power", "power_limit"}), needs="power"),
     HeatMetric("clock", "SM clock vs max", ("0 %", "100 %"),
                lambda v, i: _ratio(v.get("sm_clock"), getattr(i, "max_sm_clock", None)),
-               frozenset({"sm_clock"})),
+               frozenset({"sm_clock"}), needs="sm_clock"),
     HeatMetric("health", "health", ("ok", "XID / ECC / failed"), gpu_health, _HEALTH_READS),
 )
 

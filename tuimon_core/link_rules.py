@@ -105,22 +105,24 @@ class LinkRules:
                    now: float) -> list[Finding]:
         node = self.name
         out = []
+        totals = self._totals
         for i, g in enumerate(gpus):
             if g.get("failed"):
                 continue
-            where = f"{node} GPU {i}"
             info = infos[i] if i < len(infos) else None
             gen, width = g.get("pcie_gen"), g.get("pcie_width")
             gmax = getattr(info, "pcie_gen_max", None)
             wmax = getattr(info, "pcie_width_max", None)
-            busy, _ = gpu_busy(g)
-            if busy is not None and busy >= BUSY_FOR_LINK and (
-                    (gen and gmax and gen < gmax) or (width and wmax and width < wmax)):
+            if ((gen and gmax and gen < gmax) or (width and wmax and width < wmax)) and (
+                    (busy := gpu_busy(g)[0]) is not None and busy >= BUSY_FOR_LINK):
                 out.append(Finding(
                     "warning", "pcie_downtrained",
-                    f"{where} PCIe Gen{gen} x{width} while busy, of Gen{gmax} x{wmax}: "
+                    f"{node} GPU {i} PCIe Gen{gen} x{width} while busy, of Gen{gmax} x{wmax}: "
                     "copies to and from the GPU run slower", node=node, gpu=i, score=0.6))
-            q = self._totals.get((i, "pcie_replays"))
+            if not totals:  # no link counter read on this node: nothing grew
+                continue
+            where = f"{node} GPU {i}"
+            q = totals.get((i, "pcie_replays"))
             limit = allowed_replays(gen, width)
             if q and limit is not None:
                 grew, span = _growth(q, now, REPLAY_WINDOW_S)
@@ -135,12 +137,12 @@ class LinkRules:
                                         "recovery errors in 10 min"),
                                        ("nvlink_replay_errors", REPLAY_WINDOW_S,
                                         "replay errors in the last minute")):
-                q = self._totals.get((i, key))
+                q = totals.get((i, key))
                 if q:
                     grew, _ = _growth(q, now, span_s)
                     if grew >= 1:
                         parts.append(f"+{grew} {words}")
-            q = self._totals.get((i, "nvlink_crc_errors"))
+            q = totals.get((i, "nvlink_crc_errors"))
             if q:
                 grew, span = _growth(q, now, REPLAY_WINDOW_S)
                 if span >= MIN_SPAN_S and grew / span >= NVLINK_CRC_PER_S:

@@ -235,8 +235,14 @@ class NodeRules:
                  if isinstance(w := p.get("xmit_wait_s"), (int, float))]
         if len(waits) < 3 or max(w for _, w in waits) < CONGESTED_WAIT:
             return []
-        out = []
         ordered = sorted(w for _, w in waits)
+        # No port can stand out where the highest is not OUTLIER_FACTOR times a bound
+        # below every port's median of the others (one port less moves no other down
+        # by more than one place): the usual busy fabric, every port alike.
+        floor = ordered[max(0, (len(ordered) - 1) // 2 - 1)]
+        if ordered[-1] < OUTLIER_FACTOR * max(floor, 1.0):
+            return []
+        out = []
         for pid, wait in waits:
             if wait < CONGESTED_WAIT:
                 continue
