@@ -202,6 +202,7 @@ async def test_the_map_draws_a_prometheus_read_as_soon_as_it_is_applied(
     """`tuimon prom` reads the whole cluster at once, every few seconds: the map draws a
     read when it is applied, even just after a tick, not at the next draw timer (up to
     half a second later; never, here)."""
+    from tests.test_relay import until
     from tuimon.sources.prometheus import PromOptions, PromSource
     from tuimon.ui import app as app_module
     from tuimon.ui.heatmap import HeatmapView
@@ -210,6 +211,8 @@ async def test_the_map_draws_a_prometheus_read_as_soon_as_it_is_applied(
 
     async def query(request: web.Request) -> web.Response:
         promql = request.query["query"]
+        if temp["now"] == "gone":
+            return web.Response(status=503, text="down for maintenance")
         result = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
                               "Hostname": "gpu001"}, "value": [1.0, temp["now"]]}] \
             if "DCGM_FI_DEV_GPU_TEMP" in promql and promql.startswith("max by") else []
@@ -243,6 +246,18 @@ async def test_the_map_draws_a_prometheus_read_as_soon_as_it_is_applied(
             assert redrawn  # told to draw the changed lines, at once
             assert heat.render_line(row).text != cold
             assert cluster.nodes["gpu001"].sample.gpus[0]["temp"] == 90
+            # The server gone: every node marked stale, and drawn so at once too.
+            redrawn.clear()
+            temp["now"] = "gone"
+            task = asyncio.create_task(source.run())
+            try:
+                await until(lambda: cluster.nodes["gpu001"].status != "up")
+                await pilot.pause()
+                assert redrawn
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 async def test_a_failing_inventory_query_leaves_the_refresh_and_is_asked_again() -> None:

@@ -313,7 +313,8 @@ class ClusterState:
 
     def read_applied(self) -> None:
         """A source has applied a whole read of its nodes (every node's sample of one
-        refresh): the views are told, to show it at once."""
+        refresh, or every node marked stale when the read failed): the views are told,
+        to show it at once."""
         for listener in list(self._read_listeners):
             listener()
 

@@ -287,6 +287,7 @@ class PromSource:
                 log.warning("%s", exc)
                 for target in list(self.cluster.nodes):
                     self.cluster.mark_stale(target, str(exc))
+                self.cluster.read_applied()
             except Exception as exc:
                 # A bug, or an answer no check foresaw: said on every node and logged;
                 # the next refresh runs as usual (it used to end this task silently).
@@ -295,6 +296,7 @@ class PromSource:
                 log.exception("prometheus %s: refresh failed", self.url)
                 for target in list(self.cluster.nodes):
                     self.cluster.mark_stale(target, reason)
+                self.cluster.read_applied()
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(wake.wait(), max(
                     0.5, self.options.every - (time.monotonic() - started)))
