@@ -129,9 +129,15 @@ def test_a_port_is_congested_exactly_when_far_above_its_nodes_other_ports() -> N
 
     rng = random.Random(7)
     scales = [0.0, 1.0, 300.0, CONGESTED_WAIT, 2e5, 2e7]
-    for _ in range(3000):
-        waits = [rng.choice(scales) * rng.choice([1, 1, 1, rng.uniform(0.5, 30)])
-                 for _ in range(rng.randint(3, 9))]
+    edge = OUTLIER_FACTOR * CONGESTED_WAIT  # at the bound and either side of it
+    fixed = [[edge, CONGESTED_WAIT, CONGESTED_WAIT, CONGESTED_WAIT],
+             [edge - 1, CONGESTED_WAIT, CONGESTED_WAIT, CONGESTED_WAIT],
+             [edge, edge, CONGESTED_WAIT, CONGESTED_WAIT, CONGESTED_WAIT],
+             [edge, 0.0, CONGESTED_WAIT], [CONGESTED_WAIT, 0.0, 0.0]]
+    for case in range(3000):
+        waits = fixed[case] if case < len(fixed) else [
+            rng.choice(scales) * rng.choice([1, 1, 1, rng.uniform(0.5, 30)])
+            for _ in range(rng.randint(3, 9))]
         ports = [{"id": f"mlx5_{i}:1", "xmit_wait_s": w} for i, w in enumerate(waits)]
         named = {f.port for f in NodeRules("n")._congestion(ports)}
         expected = {p["id"] for i, p in enumerate(ports)

@@ -238,7 +238,8 @@ class NodeRules:
         ordered = sorted(w for _, w in waits)
         # No port can stand out where the highest is not OUTLIER_FACTOR times a bound
         # below every port's median of the others (one port less moves no other down
-        # by more than one place): the usual busy fabric, every port alike.
+        # by more than one place): the usual busy fabric, every port alike. (Waits are
+        # finite: the sample's check refuses NaN, with which no order would hold.)
         floor = ordered[max(0, (len(ordered) - 1) // 2 - 1)]
         if ordered[-1] < OUTLIER_FACTOR * max(floor, 1.0):
             return []
