@@ -343,14 +343,17 @@ async def test_a_node_known_only_by_fields_the_map_does_not_draw_is_there_until_
         ) -> None:
     """Under the busy map a node whose GPUs have no busy series (MIG instances without
     profiling) answers none of the per-GPU queries: its presence, one series a node,
-    keeps it up with the GPUs the inventory knows; when its series stop, it goes stale
-    at once, not at the next inventory."""
+    keeps it up with the GPUs the inventory knows, and its screen's detail query
+    selects it by the label that named it; when its series stop, it goes stale at once,
+    not at the next inventory."""
     from tuimon.sources.prometheus import PromOptions, PromSource
 
     there = [True]
+    asked: list[str] = []
 
     async def query(request: web.Request) -> web.Response:
         promql = request.query["query"]
+        asked.append(promql)
         if not there[0] or "DCGM_FI_DEV_GPU_TEMP" not in promql:
             return _vector([])
         if promql.startswith("max by (node,"):  # the node's presence
@@ -367,8 +370,11 @@ async def test_a_node_known_only_by_fields_the_map_does_not_draw_is_there_until_
         await source.refresh()
         node = cluster.nodes["mig001"]
         assert node.status == "up" and node.gpu_count == 2
+        cluster.set_detail({"mig001"})  # its screen opened
+        await source.refresh()
         await source.refresh()
         assert node.status == "up"
+        assert any('Hostname="mig001"' in promql for promql in asked)
         there[0] = False  # its exporter gone: every series stale at the server
         await source.refresh()
         assert node.status != "up" and "no series" in (node.reason or "")

@@ -873,10 +873,13 @@ class PromSource:
             n = node(labels)
             if n is not None:
                 n.host.setdefault("cpu_util", min(1.0, max(0.0, value)))
+        detail = self.cluster.detail_targets
         for labels, _ in a.get("gpu_nodes", []):
             n = node(labels)
             if n is not None:
                 n.present = True
+                if n.name in detail and n.name not in self._matchers:  # its screen's
+                    self._learn_matcher(n.name, resolver, labels)
         self._ports(a, node)
         self._keep_ports_read(nodes, "ib_errors" in a)
         for name, n in nodes.items():
