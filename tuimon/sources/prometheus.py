@@ -50,7 +50,7 @@ from tuimon_core.protocol.fields import (
     PORT_PHYS_STATES,
     PORT_STATES,
 )
-from tuimon_core.protocol.schema import Int, Num, WireType
+from tuimon_core.protocol.schema import Int, WireType
 from tuimon_core.protocol.text import clean
 from tuimon_core.version import __version__
 from tuimon_core.wait_kinds import rank_kind, split_wait
@@ -285,21 +285,22 @@ class PromSource:
                 self._beside = True
             except PromError as exc:
                 log.warning("%s", exc)
-                for target in list(self.cluster.nodes):
-                    self.cluster.mark_stale(target, str(exc))
-                self.cluster.read_applied()
+                self._all_stale(str(exc))
             except Exception as exc:
                 # A bug, or an answer no check foresaw: said on every node and logged;
                 # the next refresh runs as usual (it used to end this task silently).
-                reason = clean(f"internal error reading prometheus: "
-                               f"{type(exc).__name__}: {exc}")[:200]
                 log.exception("prometheus %s: refresh failed", self.url)
-                for target in list(self.cluster.nodes):
-                    self.cluster.mark_stale(target, reason)
-                self.cluster.read_applied()
+                self._all_stale(clean(f"internal error reading prometheus: "
+                                      f"{type(exc).__name__}: {exc}")[:200])
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(wake.wait(), max(
                     0.5, self.options.every - (time.monotonic() - started)))
+
+    def _all_stale(self, reason: str) -> None:
+        """A failed read: every node stale, for this reason, and shown so at once."""
+        for target in list(self.cluster.nodes):
+            self.cluster.mark_stale(target, reason)
+        self.cluster.read_applied()
 
     def _headers(self) -> dict[str, str]:
         headers = {"Authorization": f"Bearer {self.options.token}"} if self.options.token else {}
@@ -1149,7 +1150,6 @@ class PromSource:
 
     def _emit(self, name: str, n: _Node, ts: float, worlds: dict[str, int]) -> None:
         indices = sorted(n.gpus)
-        fit = _GPU_FIT
         gpus_info = []
         gpus = []
         for i in indices:
@@ -1164,7 +1164,7 @@ class PromSource:
                 raw["clock_events"] = [v for b, v in q.THROTTLE_BITS.items() if bits & b]
             if raw.get("last_xid") == 0:
                 raw["last_xid"] = None  # dcgm-exporter's 0 is "no XID"
-            gpu = {k: fit[k](v) for k, v in raw.items() if k in fit}
+            gpu = {k: _as(_GPU_KIND[k], v) for k, v in raw.items() if k in _GPU_KIND}
             if raw.get("_up") == 0:
                 gpu = {"failed": "reported down by the agent (tuimon_gpu_up = 0)"}
             gpus.append(gpu)
@@ -1228,7 +1228,7 @@ class PromSource:
                                       if k.startswith("wait:")}}
                            for r, v in sorted(ranks.items()) if v.get("wall", 0.0) > 0]}
                 for job, ranks in n.jobs.items()], "received": 0, "rejected": 0}
-        host = {k: _HOST_FIT[k](v) for k, v in n.host.items() if k in _HOST_FIT}
+        host = {k: _as(_HOST_KIND[k], v) for k, v in n.host.items() if k in _HOST_KIND}
         sample = Sample(seq=self._seq, ts=ts, interval=self.options.every, gpus=gpus,
                         host=host, extra=extra)
         if self.options.recorder is not None:
@@ -1450,20 +1450,6 @@ def _as(kind: WireType, v: Any) -> Any:
     if isinstance(kind, Int) and isinstance(v, float):
         v = _whole(v)
     return None if v is None else kind.fit(v)
-
-
-def _fitter(kind: WireType) -> Callable[[Any], Any]:
-    """`_as` for one field, made once: a float within a number field's bounds is itself,
-    without a call per value (eight GPUs' fields per node, every refresh); any other
-    value goes through `_as`."""
-    if isinstance(kind, Num) and kind.above is None:
-        lo, hi = kind.lo, kind.hi
-        return lambda v: v if type(v) is float and lo <= v <= hi else _as(kind, v)
-    return lambda v: _as(kind, v)
-
-
-_GPU_FIT = {key: _fitter(kind) for key, kind in _GPU_KIND.items()}
-_HOST_FIT = {key: _fitter(kind) for key, kind in _HOST_KIND.items()}
 
 
 def _whole(v: float | None) -> int | None:
