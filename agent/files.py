@@ -14,6 +14,9 @@ from pathlib import Path
 
 MAX_FILE_BYTES = 1 << 20
 MAX_CACHED_FDS = 2048
+# The reason of a file that is not there (this hardware or driver has none), unlike one
+# that is there and cannot be read.
+MISSING = "missing"
 
 
 class ReadError(OSError):
@@ -41,7 +44,7 @@ class FileTree:
         try:
             return os.open(os.path.join(self._root, rel.lstrip("/")), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            raise ReadError(rel, "missing") from None
+            raise ReadError(rel, MISSING) from None
         except PermissionError:
             raise ReadError(rel, "permission denied") from None
         except OSError as exc:
@@ -105,7 +108,7 @@ class FileTree:
         try:
             return sorted(os.listdir(self.path(rel)))
         except FileNotFoundError:
-            raise ReadError(rel, "missing") from None
+            raise ReadError(rel, MISSING) from None
         except PermissionError:
             raise ReadError(rel, "permission denied") from None
         except OSError as exc:
@@ -138,7 +141,7 @@ class GeneratedTree(FileTree):
     def read_text(self, rel: str) -> str:
         make = self.files.get(rel.lstrip("/"))
         if make is None:
-            raise ReadError(rel, "missing")
+            raise ReadError(rel, MISSING)
         return make()
 
     read_counter = read_text
@@ -149,7 +152,7 @@ class GeneratedTree(FileTree):
     def listdir(self, rel: str) -> list[str]:
         names = self._dirs.get(rel.strip("/"))
         if names is None:
-            raise ReadError(rel, "missing")
+            raise ReadError(rel, MISSING)
         return sorted(names)
 
     def exists(self, rel: str) -> bool:

@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agent.files import MISSING
 from tuimon_core.findings import Finding
 from tuimon_core.protocol.fields import (
     DISK_COUNTERS_READ,
@@ -23,6 +24,7 @@ from tuimon_core.protocol.fields import (
     NIC_COUNTERS_READ,
     PORT_COUNTERS_READ,
     PORT_GAUGE_METRICS,
+    PORT_UNREADABLE_METRIC,
 )
 from tuimon_core.serving.metrics import connection_metrics
 from tuimon_core.version import __version__
@@ -38,6 +40,8 @@ GPU_METRICS: tuple[tuple[str, str, str, str], ...] = tuple(
 HOST_METRICS: tuple[tuple[str, str, str, str], ...] = tuple(
     (f.key, f.metric, "counter" if f.counter else "gauge", f.doc)
     for f in HOST_FIELDS if f.metric is not None)
+
+_PORT_COUNTER_KEYS = frozenset(c.key for c in PORT_COUNTERS_READ)
 
 GPU_LABELS = ["node", "gpu", "uuid"]
 PORT_LABELS = ["node", "device", "port"]
@@ -198,8 +202,16 @@ def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
                                   labels=[*PORT_LABELS, "counter"])
     hw = CounterMetricFamily("tuimon_ib_port_hw_counter", "mlx5 hw_counters (RoCE congestion "
                              "and retransmission)", labels=[*PORT_LABELS, "counter"])
+    # A reader that counts what an error counter grew by must not take its absence for
+    # 0: back at its old total, it would count the whole total as new errors.
+    unreadable = GaugeMetricFamily(PORT_UNREADABLE_METRIC,
+                                   "1 for each counter that could not be read (absent from "
+                                   "its family)", labels=[*PORT_LABELS, "counter"])
     for p in ports:
         lab = labels(p)
+        for key, reason in (p.get("counter_errors") or {}).items():
+            if key in _PORT_COUNTER_KEYS and reason != MISSING:  # missing: none to read
+                unreadable.add_metric([*lab, key], 1)
         r = info.get(p["id"], {}).get("rate")
         if r is not None:
             rate.add_metric(lab, r)
@@ -212,7 +224,7 @@ def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
         for counter, value in collector.hw_totals.get(p["id"], {}).items():
             if value is not None:
                 hw.add_metric([*lab, counter], value)
-    yield from (rate, state, phys, saturated, hw)
+    yield from (rate, state, phys, saturated, hw, unreadable)
     nics = fabric.get("nics") or []
     for c in NIC_COUNTERS_READ:
         fam = CounterMetricFamily(c.metric, c.doc, labels=["node", "device"])

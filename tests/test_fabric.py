@@ -235,3 +235,40 @@ def test_saturation_and_reasons_persist_between_reads_of_error_counters(
         p = port(c.collect(float(t))[0])
         assert p["saturated"] == ["symbol_errors"], t
         assert p["counter_errors"]["link_downed"] == "missing", t
+
+
+def test_metrics_mark_the_counters_that_are_there_and_cannot_be_read(
+        tmp_path: Path) -> None:
+    """/metrics leaves out a counter that cannot be read and marks it, so a reader that
+    counts what the error counters grew by does not take its absence for 0. A counter
+    this port has no file for is not marked (nothing to read, ever), and neither is a
+    saturated one (read, stuck: its own mark)."""
+    import asyncio
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from agent.metrics import make_registry, render
+    from tests.conftest import make_agent
+    from tuimon_core.protocol.fields import PORT_UNREADABLE_METRIC
+
+    ib_port(tmp_path, "mlx5_0", counters={"symbol_error": "garbage", "port_rcv_errors": None,
+                                          "link_downed": "N/A (no PMA)",
+                                          "port_xmit_wait": 2**32 - 1})
+    agent = make_agent(tmp_path, None)
+
+    async def scrape() -> str:
+        await agent.start(sampling=False)
+        await agent.sample_once()
+        await agent.sample_once()
+        text = render(make_registry(agent)).decode()
+        await agent.stop()
+        return text
+
+    series = [(s.name, s.labels) for f in text_string_to_metric_families(asyncio.run(scrape()))
+              for s in f.samples]
+    marked = {labels["counter"] for name, labels in series if name == PORT_UNREADABLE_METRIC}
+    assert marked == {"symbol_errors", "link_downed"}
+    exported = {name for name, labels in series if labels.get("device") == "mlx5_0"}
+    assert "tuimon_ib_port_symbol_errors_total" not in exported
+    assert "tuimon_ib_port_receive_errors_total" not in exported
+    assert "tuimon_ib_port_local_link_integrity_errors_total" in exported  # the rest read

@@ -19,7 +19,7 @@ import pytest
 from aiohttp import web
 
 from agent.sim.cluster import SimCluster
-from tests.conftest import run_tuimon
+from tests.conftest import make_agent, run_tuimon, serve
 from tests.peers import PROMETHEUS, free_port, running_prometheus, running_victoria_metrics
 from tests.seeded import judged
 from tests.test_relay import until
@@ -30,6 +30,7 @@ from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import LedgerBurn, Slo
 from tuimon.model.storage import StorageView
 from tuimon.sources import prom_queries
+from tuimon.sources.prom_live_rules import NAME_LABEL, live_rules_yaml, record_name
 from tuimon.sources.prometheus import PromOptions, PromSource, prom_watching
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,13 +75,16 @@ def dcgm_text() -> str:
     return "\n".join(lines) + "\n"
 
 
-def prometheus(tmp: Path, targets: list[str],
-               server: str = "prometheus") -> contextlib.AbstractContextManager[str]:
+def prometheus(tmp: Path, targets: list[str], server: str = "prometheus",
+               rules: str = "") -> contextlib.AbstractContextManager[str]:
     """A real Prometheus (or VictoriaMetrics) on loopback scraping `targets` every
-    second."""
-    run = running_victoria_metrics if server == "victoria-metrics" else running_prometheus
-    return run(tmp, "  - job_name: tuimon\n    static_configs:\n"
-                    f"      - targets: {json.dumps(targets)}\n")
+    second; Prometheus evaluating `rules` (YAML) too, where given."""
+    scrape = ("  - job_name: tuimon\n    static_configs:\n"
+              f"      - targets: {json.dumps(targets)}\n")
+    if server == "victoria-metrics":
+        assert not rules, "the rules are tested on Prometheus"
+        return running_victoria_metrics(tmp, scrape)
+    return running_prometheus(tmp, scrape, rules=rules)
 
 
 @contextlib.contextmanager
@@ -367,6 +371,62 @@ async def test_port_errors_through_a_real_prometheus_count_each_error_once(
     said = [f.message for f in diagnosis.update(cluster, EfficiencyView(), StorageView())
             if f.kind == "symbol_errors"]
     assert said == ["127.0.0.1 mlx5_0:1 +15 symbol errors in 10 min (cable or transceiver)"]
+
+
+@pytest.mark.parametrize("server,recorded", [("prometheus", False),
+                                             ("victoria-metrics", False), ("prometheus", True)])
+async def test_a_counter_our_agent_could_not_read_is_not_news_when_it_is_back(
+        tmp_path: Path, proc_root: Path, server: str, recorded: bool) -> None:
+    """Our agent leaves a port counter it cannot read (garbage, an I/O error) out of
+    /metrics, and says so. Read through a real store, directly or through the records,
+    that absence is not 0: back at its old total, the counter is not counted as that
+    many new errors (a false "link errors" finding); what it grew by meanwhile is."""
+    symbol = ib_port(proc_root, "mlx5_0", counters={
+        "port_xmit_data": 1000, "port_rcv_data": 2000, "symbol_error": "garbage",
+        "link_downed": 0}) / "counters" / "symbol_error"
+    total = "tuimon_ib_port_symbol_errors_total"
+    agent = make_agent(proc_root, None, node_name="ib-a")
+    async with serve(agent) as agent_server:
+        target = f"127.0.0.1:{agent_server.port}"
+        rules = live_rules_yaml(every=1) if recorded else ""
+        with prometheus(tmp_path, [target], server, rules) as url:
+            async with aiohttp.ClientSession() as session:
+                source = PromSource(url, ClusterState(), session,
+                                    PromOptions(every=1.0, errors_every=0, recorded=recorded))
+
+                def seen(name: str, compare: str = "", **labels: str) -> str:
+                    """A series as the source reads it: the agent's, or its record."""
+                    if recorded:
+                        labels = {NAME_LABEL: name, **labels}
+                        name = record_name("ib_errors")
+                    inside = ",".join(f'{k}="{v}"' for k, v in labels.items())
+                    return f"{name}{{{inside}}} {compare}"
+
+                unreadable = seen("tuimon_ib_port_counter_unreadable", counter="symbol_errors")
+
+                async def errors(until: str) -> dict[str, int] | None:
+                    """The port's new errors at a refresh once `until` holds."""
+                    await _until_series(url, until, 1)
+                    await source.refresh()
+                    (p,) = source.cluster.nodes["ib-a"].sample.extra["fabric"]["ports"]
+                    return p.get("errors_inc")
+
+                # Unreadable since before the viewer started: no baseline, so when it is
+                # back its total is not news.
+                assert await errors(unreadable) is None
+                symbol.write_text("40\n")
+                assert await errors(seen(total, "== 40")) is None
+                assert await errors(seen(total, "== 40")) is None
+                # Unreadable a while, then back where it was: nothing new.
+                symbol.write_text("garbage\n")
+                assert await errors(unreadable) is None
+                symbol.write_text("40\n")
+                assert await errors(seen(total, "== 40")) is None
+                # Unreadable while it grew: what it grew by counts when it is back.
+                symbol.write_text("garbage\n")
+                assert await errors(unreadable) is None
+                symbol.write_text("43\n")
+                assert await errors(seen(total, "== 43")) == {"symbol_errors": 3}
 
 
 async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_change(

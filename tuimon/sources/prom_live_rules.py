@@ -42,7 +42,8 @@ RECORDED: dict[str, str] = {
     "gpu": _GPU, "gpu_busy": _GPU, "gpu_sparse": _GPU,
     "host": NAME_LABEL + ", {ids}", "host_cpu": "{ids}",
     "port_state": _PORT, "port_phys_state": _PORT,
-    "ib_tx": q.PORT_BY, "ib_rx": q.PORT_BY, "ib_wait": q.PORT_BY, "ib_errors": _PORT,
+    "ib_tx": q.PORT_BY, "ib_rx": q.PORT_BY, "ib_wait": q.PORT_BY,
+    "ib_errors": _PORT + ", counter",  # which counter our agent could not read
 }
 # The inventory's queries likewise. `gpu_drawn` records the GPUs with a series of any
 # field asked only while drawn: the viewer's own query names those it does not ask now,

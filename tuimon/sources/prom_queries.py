@@ -46,6 +46,7 @@ from tuimon_core.protocol.fields import (
     PORT_COUNTERS_READ,
     PORT_GAUGE_METRICS,
     PORT_LINK_UP,
+    PORT_UNREADABLE_METRIC,
     Counter,
 )
 
@@ -270,8 +271,9 @@ LIVE_QUERIES: dict[str, str] = {
     "ib_rx": _ports(_counter(_COUNTER["rx_bytes"])),
     "ib_wait": _ports(_counter(_COUNTER["xmit_wait"])),
     # The port error counters as they stand, where not 0 (on a healthy fabric, few
-    # ports), and every port's state (PORT_READ_SERIES): the viewer counts what each
-    # grew by since it last read them. One selection of the counters; the
+    # ports), every port's state (PORT_READ_SERIES), and the counters our agent could
+    # not read (PORT_UNREADABLE_METRIC, where any): the viewer counts what each grew by
+    # since it last read them. One selection of the counters; the
     # difference to a minute ago took two, and was the most expensive query of a
     # refresh (4 s of the server's time at 4096 nodes).
     # (`or` matches series on their labels without the name: the second part's carry a
@@ -279,7 +281,9 @@ LIVE_QUERIES: dict[str, str] = {
     "ib_errors": "max by (__name__, " + PORT_BY + ') ({{__name__=~"'
                  + _names(PORT_ERROR_SERIES) + '"{m}}} > 0) or label_replace(max by '
                  '(__name__, ' + PORT_BY + ') ({{__name__=~"'
-                 + _names(PORT_READ_SERIES) + '"{m}}}), "tuimon_read", "1", "", "")',
+                 + _names(PORT_READ_SERIES) + '"{m}}}), "tuimon_read", "1", "", "")'
+                 ' or max by (__name__, counter, ' + PORT_BY + ') ('
+                 + PORT_UNREADABLE_METRIC + '{{{mm}}})',
     "fs_read": f"irate({FS_COUNTERS_READ[0].metric}_total{{{{{{mm}}}}}}[1m]) or "
                + _nfs("read"),
     "fs_write": f"irate({FS_COUNTERS_READ[1].metric}_total{{{{{{mm}}}}}}[1m]) or "

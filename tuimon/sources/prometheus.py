@@ -49,6 +49,7 @@ from tuimon_core.protocol.fields import (
     HOST_FIELDS,
     PORT_PHYS_STATES,
     PORT_STATES,
+    PORT_UNREADABLE_METRIC,
 )
 from tuimon_core.protocol.schema import Int, WireType
 from tuimon_core.protocol.text import clean
@@ -751,12 +752,14 @@ class PromSource:
         """Each port's error counts since the last refresh, by kind (the wire's
         `errors_inc`), from its counters now and at the last reading. A port's counters
         are read when its exporter's last scrape is in the answer (its state answered:
-        prom_queries.PORT_READ_SERIES); then a counter absent from it is 0. Not read (a
-        failed scrape, a target being replaced), they are as last read, and what they
-        grew by meanwhile is counted when they are read again. A port first read, or
-        read from the other exporter than last time, counts from now (its counters' past
-        is not news); a counter that went down was reset (a reboot, a driver reload) and
-        counts from there."""
+        prom_queries.PORT_READ_SERIES); then a counter absent from it is 0, unless its
+        exporter says it could not read it (our agent's PORT_UNREADABLE_METRIC): that
+        one is as last read, and one not read since it could not be counts from when it
+        is. Not read (a failed scrape, a target being replaced), they are as last read,
+        and what they grew by meanwhile is counted when they are read again. A port
+        first read, or read from the other exporter than last time, counts from now (its
+        counters' past is not news); a counter that went down was reset (a reboot, a
+        driver reload) and counts from there."""
         before = self._port_errors
         clock = time.monotonic()
         # A node absent from this refresh keeps its readings a while (its scrapes failing
@@ -779,11 +782,19 @@ class PromSource:
                 kept[pid] = read
                 if was is None or was[0] != read[0]:
                     continue
-                then = was[1]
+                then, counters = was[1], read[1]
                 grew = {}
-                for kind, value in read[1].items():
-                    count = _whole(value - then.get(kind, 0.0)) if kind != _READ else None
-                    if count:  # None where it went down (a reset) or is past a count
+                for kind, value in counters.items():
+                    if kind == _READ:
+                        continue
+                    known = then.get(kind, 0.0)
+                    if value != value:  # its exporter could not read it: as last read
+                        counters[kind] = known
+                        continue
+                    # None where it went down (a reset), is past a count, or was not read
+                    # last time (NaN): it counts from now.
+                    count = _whole(value - known)
+                    if count:
                         grew[kind] = count
                 if grew:
                     p["errors_inc"] = grew
@@ -1073,6 +1084,12 @@ class PromSource:
                     p[key] = value
         for labels, value in a.get("ib_errors", []):  # a port's counters, where not 0
             name = labels.get("__name__", "")
+            if name == PORT_UNREADABLE_METRIC:  # our agent could not read this one
+                kind = labels.get("counter", "")
+                p = port(labels) if kind in _ERROR_KINDS else None
+                if p is not None:  # NaN: not known, where no other series says
+                    p.setdefault(_ERRORS_OURS, {}).setdefault(kind, math.nan)
+                continue
             entry = q.PORT_ERROR_SERIES.get(name)
             read = q.PORT_READ_SERIES.get(name)
             p = port(labels) if entry is not None or read is not None else None
@@ -1282,6 +1299,7 @@ def _namer(resolver: NodeNames, into: dict[str, _N],
 _ERRORS_OURS = "_errors_tuimon"
 _ERRORS_NODE = "_errors_node_exporter"
 _READ = "_read"  # among a port's counters: they were read (its state answered), its state
+_ERROR_KINDS = frozenset(kind for kind, _ in q.PORT_ERROR_SERIES.values())
 
 
 def _state_read(port: dict[str, Any]) -> float | None:

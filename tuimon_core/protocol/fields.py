@@ -494,6 +494,11 @@ PORT_GAUGE_METRICS: tuple[tuple[str, str, str, str], ...] = (
      "Physical state (2 polling, 3 disabled, 5 link up, ...)"),
 )
 
+# Our agent's mark of a port counter it could not read this time (garbage, an I/O error,
+# `N/A (no PMA)`): 1, with the counter's key in label `counter`. The counter itself is
+# absent then, as a saturated one is; the mark tells a reader that absent is not 0.
+PORT_UNREADABLE_METRIC = "tuimon_ib_port_counter_unreadable"
+
 PORT_INFO = Record("port info", PORT_INFO_FIELDS)
 NIC_INFO = Record("nic info", NIC_INFO_FIELDS)
 FABRIC_FIELDS: tuple[Field, ...] = (
