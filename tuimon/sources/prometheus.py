@@ -127,13 +127,16 @@ class PromOptions:
 
 @dataclass
 class _Node:
+    # The values likeliest to differ from the last refresh's first: _unchanged compares
+    # every node with the one last sent, field by field in this order, and stops at the
+    # first that differs (a port's rates, where a GPU is idle).
     name: str
+    ports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    host: dict[str, Any] = field(default_factory=dict)
     gpus: dict[int, dict[str, Any]] = field(default_factory=dict)
     gpu_info: dict[int, dict[str, Any]] = field(default_factory=dict)
     # GPU index -> GPU instance id -> values (dcgm-exporter in MIG mode)
     mig: dict[int, dict[int, dict[str, Any]]] = field(default_factory=dict)
-    host: dict[str, Any] = field(default_factory=dict)
-    ports: dict[str, dict[str, Any]] = field(default_factory=dict)
     filesystems: dict[str, dict[str, Any]] = field(default_factory=dict)
     disks: dict[str, dict[str, Any]] = field(default_factory=dict)
     jobs: dict[str, dict[int, dict[str, float]]] = field(default_factory=dict)
@@ -1167,7 +1170,7 @@ class PromSource:
 
     def _emit(self, name: str, n: _Node, ts: float, worlds: dict[str, int]) -> None:
         indices = sorted(n.gpus)
-        gpus_info = []
+        facts = []  # each GPU's index, inventory and values: its GpuInfo where it changed
         gpus = []
         for i in indices:
             # A copy: the node stays as the server gave it, to compare with the next.
@@ -1185,12 +1188,7 @@ class PromSource:
             if raw.get("_up") == 0:
                 gpu = {"failed": "reported down by the agent (tuimon_gpu_up = 0)"}
             gpus.append(gpu)
-            gpus_info.append(GpuInfo(index=i, uuid=info.get("uuid"), name=info.get("name"),
-                                     mem_total=_as(_GPU_KIND["mem_total"], raw.get("mem_total")),
-                                     power_limit=raw.get("power_limit"),
-                                     pci_bus_id=info.get("pci_bus_id"),
-                                     max_sm_clock=raw.get("_max_sm_clock"),
-                                     max_mem_clock=None))
+            facts.append((i, info, raw))
         ports = []
         for p in n.ports.values():
             rate = p.get("rate")
@@ -1204,14 +1202,20 @@ class PromSource:
                     out.setdefault(f"{k}_name", names.get(out[k], str(out[k])))
             out.pop("rate", None)
             ports.append(out)
-        inventory = (tuple((g.index, g.uuid, g.name, g.power_limit, g.max_sm_clock)
-                           for g in gpus_info),
+        inventory = (tuple((i, info.get("uuid"), info.get("name"), raw.get("power_limit"),
+                            raw.get("_max_sm_clock")) for i, info, raw in facts),
                      tuple(sorted((pid, p.get("rate")) for pid, p in n.ports.items())),
                      tuple(sorted((f["id"], f["fstype"]) for f in n.filesystems.values())),
                      tuple(sorted(n.disks)))
         target = name
         if self._inventory.get(target) != inventory:
             self._inventory[target] = inventory
+            gpus_info = [GpuInfo(index=i, uuid=info.get("uuid"), name=info.get("name"),
+                                 mem_total=_as(_GPU_KIND["mem_total"], raw.get("mem_total")),
+                                 power_limit=raw.get("power_limit"),
+                                 pci_bus_id=info.get("pci_bus_id"),
+                                 max_sm_clock=raw.get("_max_sm_clock"), max_mem_clock=None)
+                         for i, info, raw in facts]
             hello = Hello(node=name, agent_version=f"prometheus via tuimon {__version__}",
                           boot_id=None, interval=self.options.every, ts=ts, gpus=gpus_info,
                           families=["gpu", "host", "fabric", "storage", "steps"],
@@ -1223,7 +1227,7 @@ class PromSource:
                                                   "source": f.get("source")}
                                                  for f in n.filesystems.values()],
                                  "disks": [{"id": d, "kind": "disk"} for d in n.disks]})
-            self._deliver(target, encode(hello))
+            self._deliver(target, hello)
         self._seq += 1
         extra: dict[str, Any] = {}
         if ports:
@@ -1248,17 +1252,20 @@ class PromSource:
         host = {k: _as(_HOST_KIND[k], v) for k, v in n.host.items() if k in _HOST_KIND}
         sample = Sample(seq=self._seq, ts=ts, interval=self.options.every, gpus=gpus,
                         host=host, extra=extra)
-        if self.options.recorder is not None:
-            self._deliver(target, encode(sample))
-        else:
-            # The same check as the bytes get, without packing and unpacking them (a
-            # twentieth of a refresh): the wire map is what unpacking would give back. (The
-            # byte bound of a frame is not read; the schema's bounds on every list are.)
-            self._deliver(target, sample.to_wire())
+        self._deliver(target, sample)
 
-    def _deliver(self, target: str, data: bytes | dict[str, Any]) -> None:
-        if isinstance(data, bytes) and self.options.recorder is not None:
+    def _deliver(self, target: str, frame: Hello | Sample) -> None:
+        """One frame of a node, checked as an agent's is, and applied. Packed only for a
+        recording: else its wire map gets the same check without packing and unpacking
+        it (a twentieth of a refresh), the map being what unpacking would give back.
+        (The byte bound of a frame is not read then; the schema's bounds on every list
+        are.)"""
+        data: bytes | dict[str, Any]
+        if self.options.recorder is not None:
+            data = encode(frame)
             self.options.recorder(target, data)
+        else:
+            data = frame.to_wire()
         try:
             message = decode(data)
         except ProtocolError as exc:
