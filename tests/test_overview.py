@@ -58,6 +58,29 @@ async def test_the_agents_overview_draws_the_same_cells_as_its_full_sample() -> 
         assert node.overview.get("busy") == other.overview.get("busy")
 
 
+async def test_the_cells_of_an_agent_without_overviews_follow_each_new_sample() -> None:
+    """The viewer computes such a node's levels from its sample when a map draws them:
+    the next sample's cells are the next sample's, for the metric drawn before and for
+    one drawn first now."""
+    agents, _ = await seeded_cluster(nodes=4, gpus=8)
+    node = next(iter(agents.nodes.values()))
+    legacy = ClusterState("legacy")
+    legacy.apply_hello(node.target, node.hello)
+    legacy.apply_sample(node.target, _stripped(node.sample))
+    other = legacy.nodes[node.target]
+    busy, temp = GPU_MAP.metrics[0], GPU_MAP.metrics[2]
+    before = GPU_MAP.levels(other, busy)
+    hotter = copy.deepcopy(_stripped(node.sample))
+    for g in hotter.gpus or ():
+        g.update(sm_active=0.0, gr_active=0.0, util=0.0, temp=95.0)
+    legacy.apply_sample(node.target, hotter)
+    assert before != [0] * len(before)
+    assert GPU_MAP.levels(other, busy) == [0] * len(before)
+    assert GPU_MAP.levels(other, temp) == [8] * len(before)
+    packed = build_overview(node.hello, hotter)["gpu_levels"]  # as an agent would send it
+    assert GPU_MAP.levels(other, busy) == levels_of(level_run(packed, 0))
+
+
 async def test_each_metric_draws_the_same_cells_from_only_the_fields_it_reads() -> None:
     """A source that asks only what the map on screen draws (tuimon prom) asks for a
     metric's `reads`: with only those fields (and `failed`), every GPU and port of a

@@ -435,10 +435,10 @@ async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_cha
     every GPU's memory, temperature, power and clock only while the map draws them.
     Switching the map to memory asks at once, not at the next refresh (every 30 s
     here), and the map draws it."""
+    from tuimon.model.map_kinds import GPU_MAP
     from tuimon.ui.app import TuimonApp
     from tuimon.ui.heatmap import HeatmapView
     from tuimon_core.heat_levels import NO_DATA
-    from tuimon_core.protocol.overview_layout import GPU_LEVELS, metric_levels
 
     asked: list[str] = []
     original = PromSource.query
@@ -448,8 +448,12 @@ async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_cha
         return await original(self, promql)
 
     def levels(node: str, metric: str) -> list[int]:
-        overview = cluster.nodes[node].overview if node in cluster.nodes else None
-        return (metric_levels(overview, GPU_LEVELS, metric) or []) if overview else []
+        """The node's cells as the map draws them, for that metric."""
+        state = cluster.nodes.get(node)
+        if state is None or state.overview is None:
+            return []
+        (m,) = (m for m in GPU_MAP.metrics if m.key == metric)
+        return GPU_MAP.levels(state, m)
 
     def dense_used(promql: str) -> bool:  # memory used asked of every GPU
         return promql.startswith("max by (__name__, gpu") and "DCGM_FI_DEV_FB_USED" in promql

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuimon_core.filesystems import SHARED_FSTYPES
-from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS, gpu_busy
+from tuimon_core.heat_levels import FABRIC_METRICS, GPU_METRICS, HeatMetric, gpu_busy
 from tuimon_core.protocol.fields import FS_ROW_FIELDS, MAX_SHARED_FS
 from tuimon_core.protocol.overview_layout import (
     BUSY,
@@ -57,27 +57,54 @@ def _whole(value: Any) -> int | None:
     return None if value is None else int(value + 0.5)
 
 
-def build_overview(hello: Any, sample: Any) -> dict[str, Any]:
+def _gpu_cells(hello: Any, gpus: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Any]]:
+    """Each GPU's values with its static facts (the hello's, by index)."""
+    infos = hello.gpus if hello is not None else []
+    return [(g, infos[i] if i < len(infos) else None) for i, g in enumerate(gpus)]
+
+
+def _port_cells(hello: Any, ports: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Any]]:
+    """Each port's values with its static facts (the hello's, by id)."""
+    known = {p["id"]: p for p in hello.extra.get("ports") or ()} if hello is not None else {}
+    return [(p, known.get(p["id"])) for p in ports]
+
+
+def sample_levels(hello: Any, sample: Any, section: str, metric: HeatMetric) -> list[int] | None:
+    """One metric's levels of one map's cells (GPU_LEVELS or FABRIC_LEVELS) from a full
+    sample, as build_overview packs them for every metric; None where the sample lacks
+    that map's section."""
+    if section == GPU_LEVELS:
+        gpus = sample.gpus
+        return None if gpus is None else metric.levels(_gpu_cells(hello, gpus))
+    fabric = sample.extra.get("fabric")
+    return None if fabric is None else metric.levels(
+        _port_cells(hello, fabric.get("ports") or []))
+
+
+def build_overview(hello: Any, sample: Any, levels: bool = True) -> dict[str, Any]:
     """The overview of one full sample (`hello` gives the static facts the levels are
     relative to: a GPU's maximum clock, a port's rate). Sections the sample lacks (the
-    GPU collector failed, no fabric family) are absent, not empty."""
+    GPU collector failed, no fabric family) are absent, not empty. Without `levels`, no
+    metric's levels: for a reader that holds the sample and computes the levels of the
+    metric it draws as it draws them (sample_levels)."""
     out: dict[str, Any] = {}
     gpus = sample.gpus
     if gpus is not None:
-        infos = hello.gpus if hello is not None else []
-        pairs = [(g, infos[i] if i < len(infos) else None) for i, g in enumerate(gpus)]
-        out[GPU_LEVELS] = level_blob([level_bytes(m.levels(pairs)) for m in GPU_METRICS])
+        if levels:
+            pairs = _gpu_cells(hello, gpus)
+            out[GPU_LEVELS] = level_blob([level_bytes(m.levels(pairs)) for m in GPU_METRICS])
         out[BUSY] = bytes(busy_byte(gpu_busy(g)[0]) for g in gpus)
     extra = sample.extra
     fabric = extra.get("fabric")
     if fabric is not None:
         ports = fabric.get("ports") or []
-        known = {p["id"]: p for p in hello.extra.get("ports") or ()} if hello is not None else {}
-        pairs = [(p, known.get(p["id"])) for p in ports]
         ids = [p["id"] for p in ports]
         if ids != hello_port_ids(hello):  # usually they are: the hello's, in its order
             out[PORTS] = ids
-        out[FABRIC_LEVELS] = level_blob([level_bytes(m.levels(pairs)) for m in FABRIC_METRICS])
+        if levels:
+            pairs = _port_cells(hello, ports)
+            out[FABRIC_LEVELS] = level_blob([level_bytes(m.levels(pairs))
+                                             for m in FABRIC_METRICS])
         out[WAIT] = [_whole(p.get("xmit_wait_s")) for p in ports]
     storage = extra.get("storage")
     if storage is not None:

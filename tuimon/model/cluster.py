@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuimon.model.step_credit import merge_steps
-from tuimon_core.overview import build_overview, hello_port_ids
+from tuimon_core.heat_levels import HeatMetric
+from tuimon_core.overview import build_overview, hello_port_ids, sample_levels
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol import Event, Hello, Sample
-from tuimon_core.protocol.overview_layout import BUSY_UNKNOWN, busy
+from tuimon_core.protocol.overview_layout import BUSY_UNKNOWN, busy, metric_levels
 from tuimon_core.protocol.text import clean
 from tuimon_core.timing import aged_state, lost_state
 
@@ -73,6 +74,11 @@ class NodeState:
     conditions: list[dict[str, Any]] | None = None
     # The hello's fabric ports: what an overview without `ports` of its own follows.
     port_ids: list[str] = field(default_factory=list)
+    # The sample an overview built here was built from (an agent that predates
+    # overviews, tuimon prom): its levels are computed from it when a map first reads
+    # them, and kept until the next (levels). None where the agent sent its overview.
+    levels_from: Sample | None = None
+    _levels: dict[tuple[str, str], list[int] | None] = field(default_factory=dict)
 
     @property
     def lost(self) -> bool:
@@ -100,6 +106,20 @@ class NodeState:
 
     def gpu_values(self) -> list[dict[str, Any]]:
         return (self.detail.gpus or []) if self.detail is not None else []
+
+    def levels(self, section: str, metric: HeatMetric) -> list[int] | None:
+        """One metric's levels of one map's cells (GPU_LEVELS or FABRIC_LEVELS), a level
+        per cell; None where the node has none. An agent's overview holds every
+        metric's; for one built here only the metrics a map draws are computed, once a
+        sample: the map draws one of nine, and computing all at every sample was a
+        tenth of the viewer's time on tuimon prom (bench/prom.py)."""
+        if self.levels_from is None:
+            return None if self.overview is None else metric_levels(self.overview, section,
+                                                                   metric.key)
+        key = (section, metric.key)
+        if key not in self._levels:
+            self._levels[key] = sample_levels(self.hello, self.levels_from, section, metric)
+        return self._levels[key]
 
 
 def _name_of(target: str) -> str:
@@ -394,10 +414,13 @@ class ClusterState:
             # it: a readout reads the host and the ports there.)
             node.detail = None
         overview = extra.get("overview")
-        if overview is None and (full or "fabric" in extra or "storage" in extra):
-            overview = build_overview(node.hello, sample)  # an agent without overviews
+        built = overview is None and (full or "fabric" in extra or "storage" in extra)
+        if built:  # an agent without overviews: its levels as a map reads them
+            overview = build_overview(node.hello, sample, levels=False)
         if overview is not None:
             node.overview = overview
+            node.levels_from = sample if built else None
+            node._levels.clear()
             percents = busy(overview)
             if percents is not None:
                 node.busy_hist.append(percents)

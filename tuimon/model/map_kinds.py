@@ -23,7 +23,7 @@ from tuimon_core.heat_levels import (
     gpu_busy,
     gpu_health,
 )
-from tuimon_core.protocol.overview_layout import FABRIC_LEVELS, GPU_LEVELS, metric_levels
+from tuimon_core.protocol.overview_layout import FABRIC_LEVELS, GPU_LEVELS
 
 __all__ = ["BUSY_FIELDS", "FABRIC_MAP", "FABRIC_METRICS", "FAILED", "GLYPHS", "GPU_MAP",
            "GPU_METRICS", "LEVELS", "NO_DATA", "WORST_WINS", "HeatMetric", "MapKind", "fold",
@@ -45,9 +45,9 @@ def node_level(metric: HeatMetric, gpus: list[dict[str, Any]], infos: list[Any])
 class MapKind:
     """A heatmap's kind: what its cells are (a node's GPUs, or its fabric ports), the
     metrics they can show, and how a node folds to one cell. Cells are read from the
-    node's overview (tuimon_core/protocol/overview_layout.py), the same whether the agent
-    made it or the viewer did. The map widget and the sort ask the kind; neither
-    switches on which kind it is."""
+    node (NodeState.levels: its agent's overview, or computed here from its sample by
+    the same rules). The map widget and the sort ask the kind; neither switches on
+    which kind it is."""
 
     key: str  # "gpu" | "fabric"
     title: str
@@ -61,9 +61,7 @@ class MapKind:
     def levels(self, node: Any, metric: HeatMetric,
                cpu_nodes: frozenset[str] = frozenset()) -> list[int]:
         """Each cell's level, in order."""
-        overview = node.overview
-        levels = None if overview is None else metric_levels(overview, self.section,
-                                                            metric.key)
+        levels = node.levels(self.section, metric)
         return [NO_DATA] * self.cell_count(node, cpu_nodes) if levels is None else levels
 
     def node_level(self, node: Any, metric: HeatMetric,
