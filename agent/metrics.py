@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from agent.files import MISSING
 from tuimon_core.findings import Finding
 from tuimon_core.protocol.fields import (
     DISK_COUNTERS_READ,
@@ -40,8 +39,6 @@ GPU_METRICS: tuple[tuple[str, str, str, str], ...] = tuple(
 HOST_METRICS: tuple[tuple[str, str, str, str], ...] = tuple(
     (f.key, f.metric, "counter" if f.counter else "gauge", f.doc)
     for f in HOST_FIELDS if f.metric is not None)
-
-_PORT_COUNTER_KEYS = frozenset(c.key for c in PORT_COUNTERS_READ)
 
 GPU_LABELS = ["node", "gpu", "uuid"]
 PORT_LABELS = ["node", "device", "port"]
@@ -209,8 +206,11 @@ def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
                                    "its family)", labels=[*PORT_LABELS, "counter"])
     for p in ports:
         lab = labels(p)
-        for key, reason in (p.get("counter_errors") or {}).items():
-            if key in _PORT_COUNTER_KEYS and reason != MISSING:  # missing: none to read
+        # From the totals the counters are exported from, read in the same pass: a
+        # scrape while the next sample is collected sees a counter or its mark.
+        totals = collector.totals.get(p["id"], {})
+        for key, value in totals.items():
+            if value is None:  # there, and could not be read (no file: not in totals)
                 unreadable.add_metric([*lab, key], 1)
         r = info.get(p["id"], {}).get("rate")
         if r is not None:

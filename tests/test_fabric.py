@@ -244,6 +244,7 @@ def test_metrics_mark_the_counters_that_are_there_and_cannot_be_read(
     this port has no file for is not marked (nothing to read, ever), and neither is a
     saturated one (read, stuck: its own mark)."""
     import asyncio
+    import time
 
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -251,24 +252,37 @@ def test_metrics_mark_the_counters_that_are_there_and_cannot_be_read(
     from tests.conftest import make_agent
     from tuimon_core.protocol.fields import PORT_UNREADABLE_METRIC
 
-    ib_port(tmp_path, "mlx5_0", counters={"symbol_error": "garbage", "port_rcv_errors": None,
-                                          "link_downed": "N/A (no PMA)",
-                                          "port_xmit_wait": 2**32 - 1})
+    base = ib_port(tmp_path, "mlx5_0", counters={
+        "symbol_error": "garbage", "port_rcv_errors": None, "link_downed": "N/A (no PMA)",
+        "port_xmit_wait": 2**32 - 1, "local_link_integrity_errors": 3})
     agent = make_agent(tmp_path, None)
 
-    async def scrape() -> str:
+    def series() -> tuple[set[str], set[str]]:
+        """(the counters marked, the port's series exported)."""
+        text = render(make_registry(agent)).decode()
+        found = [(s.name, s.labels) for f in text_string_to_metric_families(text)
+                 for s in f.samples]
+        return ({labels["counter"] for name, labels in found if name == PORT_UNREADABLE_METRIC},
+                {name for name, labels in found if labels.get("device") == "mlx5_0"})
+
+    async def scrapes() -> list[tuple[set[str], set[str]]]:
         await agent.start(sampling=False)
         await agent.sample_once()
         await agent.sample_once()
-        text = render(make_registry(agent)).decode()
+        seen = [series()]
+        # A scrape while the next sample is collected (its fabric read, its storage not
+        # yet): the counters as read now, each exported or marked, never neither.
+        (base / "counters" / "local_link_integrity_errors").write_text("garbage\n")
+        for _ in range(agent.fabric.errors_every):  # one of them reads the error counters
+            agent.fabric.collect(time.monotonic())
+        seen.append(series())
         await agent.stop()
-        return text
+        return seen
 
-    series = [(s.name, s.labels) for f in text_string_to_metric_families(asyncio.run(scrape()))
-              for s in f.samples]
-    marked = {labels["counter"] for name, labels in series if name == PORT_UNREADABLE_METRIC}
+    (marked, exported), (marked_now, exported_now) = asyncio.run(scrapes())
     assert marked == {"symbol_errors", "link_downed"}
-    exported = {name for name, labels in series if labels.get("device") == "mlx5_0"}
     assert "tuimon_ib_port_symbol_errors_total" not in exported
     assert "tuimon_ib_port_receive_errors_total" not in exported
     assert "tuimon_ib_port_local_link_integrity_errors_total" in exported  # the rest read
+    assert marked_now == {"symbol_errors", "link_downed", "local_link_integrity_errors"}
+    assert "tuimon_ib_port_local_link_integrity_errors_total" not in exported_now

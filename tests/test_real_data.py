@@ -32,6 +32,7 @@ from tests.peers import PROMETHEUS, free_port, running_prometheus
 from tests.seeded import judged
 from tests.trees import unttar, write
 from tuimon.model.cluster import ClusterState
+from tuimon.model.map_kinds import FABRIC_MAP, GPU_MAP
 from tuimon.model.storage import StorageView
 from tuimon.sources.prometheus import PromOptions, PromSource
 from tuimon_core.protocol import Sample, decode, encode
@@ -299,11 +300,15 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
     assert fs["/A"]["fstype"] == "nfs" and fs["/B"]["fstype"] == "nfs4"
     assert 2e9 < fs["/A"]["read_bytes_s"] < 8e9  # O_DIRECT reads counted, by mount point
     assert fs["/A"]["size"] > 0
-    # The overview the viewer builds from these real scrapes (no agent made one): one
-    # level per GPU and port, busy from DCGM's engine activity, the NFS mounts shared.
+    # The overview the viewer builds from these real scrapes (no agent made one): a
+    # level per GPU and port for every metric, as a map reads them, busy from DCGM's
+    # engine activity, the NFS mounts shared.
     ov = node.overview
-    assert ov is not None and len(ov["gpu_levels"]) == 1 + 6  # the count, then one GPU
-    assert len(ov["fabric_levels"]) == 1 + 3  # and one port
+    assert ov is not None
+    for kind in (GPU_MAP, FABRIC_MAP):
+        assert [len(kind.levels(node, m)) for m in kind.metrics] == [1] * len(kind.metrics)
+    assert GPU_MAP.levels(node, GPU_MAP.metrics[0]) == [
+        GPU_MAP.metrics[0].level({"gr_active": node.sample.gpus[0]["gr_active"]})]
     assert busy_values(ov["busy"]) == bytes([round(g["gr_active"] * 100)])
     # The ports are the hello's, so the overview leaves them out and the node has them.
     assert "ports" not in ov and node.port_ids == ["mlx5_0:1"]

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from agent.collectors import pci
 from agent.collectors.ethtool_stats import EthtoolStats, pause_summary
-from agent.files import FileTree, ReadError
+from agent.files import MISSING, FileTree, ReadError
 from agent.rates import RateTracker
 from tuimon_core.protocol.fields import (
     HW_COUNTERS,
@@ -137,7 +137,8 @@ class FabricCollector:
         self._info_changed = False
         self.status: str | None = None
         # Cumulative counters by port or NIC id, for /metrics. Kept off the wire: viewers
-        # need rates, and a node's frame stays small.
+        # need rates, and a node's frame stays small. A port's counter that is there and
+        # could not be read is None (its mark on /metrics); one with no file is absent.
         self.totals: dict[str, dict[str, int | None]] = {}
         self.hw_totals: dict[str, dict[str, int | None]] = {}
         self.nic_totals: dict[str, dict[str, int | None]] = {}
@@ -304,7 +305,8 @@ class FabricCollector:
             if is_error and not read_errors:
                 if name in prev:
                     cur[name] = prev[name]
-                totals[name] = old_totals.get(name)
+                if name in old_totals:
+                    totals[name] = old_totals[name]
                 if name in p.reasons:
                     errors[name] = p.reasons[name]  # still unreadable, as last read
                 if name in p.stuck:
@@ -313,7 +315,8 @@ class FabricCollector:
             raw, reason = self._read_raw(path)
             p.reasons.pop(name, None)
             if raw is None:
-                totals[name] = None
+                if reason != MISSING:  # there and unreadable (None); no file: absent
+                    totals[name] = None
                 errors[name] = p.reasons[name] = reason or "unreadable"
                 if is_error:
                     increments[name] = None

@@ -387,6 +387,7 @@ class ClusterState:
             self.layout_version += 1
         node.hello = hello
         node.port_ids = hello_port_ids(hello)
+        node._levels.clear()  # levels are relative to the hello's facts
         self._hellos_version += 1
         node.name = hello.node
         self._seen(node)

@@ -44,6 +44,7 @@ from tuimon_core.protocol.fields import (
     MIB,
     PORT_ACTIVE,
     PORT_COUNTERS_READ,
+    PORT_ERROR_COUNTERS,
     PORT_GAUGE_METRICS,
     PORT_LINK_UP,
     PORT_UNREADABLE_METRIC,
@@ -283,7 +284,8 @@ LIVE_QUERIES: dict[str, str] = {
                  '(__name__, ' + PORT_BY + ') ({{__name__=~"'
                  + _names(PORT_READ_SERIES) + '"{m}}}), "tuimon_read", "1", "", "")'
                  ' or max by (__name__, counter, ' + PORT_BY + ') ('
-                 + PORT_UNREADABLE_METRIC + '{{{mm}}})',
+                 + PORT_UNREADABLE_METRIC + '{{counter=~"' + "|".join(PORT_ERROR_COUNTERS)
+                 + '"{m}}})',
     "fs_read": f"irate({FS_COUNTERS_READ[0].metric}_total{{{{{{mm}}}}}}[1m]) or "
                + _nfs("read"),
     "fs_write": f"irate({FS_COUNTERS_READ[1].metric}_total{{{{{{mm}}}}}}[1m]) or "

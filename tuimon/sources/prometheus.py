@@ -47,6 +47,7 @@ from tuimon_core.protocol import (
 from tuimon_core.protocol.fields import (
     GPU_FIELDS,
     HOST_FIELDS,
+    PORT_ERROR_COUNTERS,
     PORT_PHYS_STATES,
     PORT_STATES,
     PORT_UNREADABLE_METRIC,
@@ -1089,7 +1090,7 @@ class PromSource:
             name = labels.get("__name__", "")
             if name == PORT_UNREADABLE_METRIC:  # our agent could not read this one
                 kind = labels.get("counter", "")
-                p = port(labels) if kind in _ERROR_KINDS else None
+                p = port(labels) if kind in PORT_ERROR_COUNTERS else None
                 if p is not None:  # NaN: not known, where no other series says
                     p.setdefault(_ERRORS_OURS, {}).setdefault(kind, math.nan)
                 continue
@@ -1306,7 +1307,6 @@ def _namer(resolver: NodeNames, into: dict[str, _N],
 _ERRORS_OURS = "_errors_tuimon"
 _ERRORS_NODE = "_errors_node_exporter"
 _READ = "_read"  # among a port's counters: they were read (its state answered), its state
-_ERROR_KINDS = frozenset(kind for kind, _ in q.PORT_ERROR_SERIES.values())
 
 
 def _state_read(port: dict[str, Any]) -> float | None:
