@@ -34,11 +34,15 @@ class GpuInfo:
         # The first eight always (as readers of the first release expect them); the later
         # ones where known, so a GPU without them encodes as it always did.
         out: dict[str, Any] = {}
-        for i, f in enumerate(fields(self)):
-            value = getattr(self, f.name)
+        for i, name in enumerate(_GPU_INFO_NAMES):
+            value = getattr(self, name)
             if i < 8 or value is not None:
-                out[f.name] = value
+                out[name] = value
         return out
+
+
+# GpuInfo's field names, in order: asked once, not for each GPU of each hello.
+_GPU_INFO_NAMES = tuple(f.name for f in fields(GpuInfo))
 
 
 @dataclass(slots=True)
