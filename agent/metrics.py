@@ -184,10 +184,14 @@ def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
         device, _, port = p["id"].rpartition(":")
         return [node, device, port]
 
+    # Each port's totals read once: the collector replaces a port's whole dict at each
+    # read, in its own thread, and a scrape must see each counter exported or marked
+    # unreadable (below) from the same read, never neither.
+    totals = {p["id"]: collector.totals.get(p["id"], {}) for p in ports}
     for c in PORT_COUNTERS_READ:
         fam = CounterMetricFamily(c.metric, c.doc, labels=PORT_LABELS)
         for p in ports:
-            value = collector.totals.get(p["id"], {}).get(c.key)
+            value = totals[p["id"]].get(c.key)
             # A saturated legacy counter is stuck, not counting: absent, like unreadable.
             if value is not None and c.key not in (p.get("saturated") or ()):
                 fam.add_metric(labels(p), value)
@@ -206,10 +210,9 @@ def _fabric_metrics(node: str, fabric: dict[str, Any], hello: Any,
                                    "its family)", labels=[*PORT_LABELS, "counter"])
     for p in ports:
         lab = labels(p)
-        # From the totals the counters are exported from, read in the same pass: a
-        # scrape while the next sample is collected sees a counter or its mark.
-        totals = collector.totals.get(p["id"], {})
-        for key, value in totals.items():
+        # From the totals the counters are exported from (a scrape while the next sample
+        # is collected sees each counter or its mark).
+        for key, value in totals[p["id"]].items():
             if value is None:  # there, and could not be read (no file: not in totals)
                 unreadable.add_metric([*lab, key], 1)
         r = info.get(p["id"], {}).get("rate")

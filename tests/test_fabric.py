@@ -235,6 +235,18 @@ def test_saturation_and_reasons_persist_between_reads_of_error_counters(
         p = port(c.collect(float(t))[0])
         assert p["saturated"] == ["symbol_errors"], t
         assert p["counter_errors"]["link_downed"] == "missing", t
+        # A counter the port has no file of has nothing to count: not "could not be
+        # counted" (a port a readout would count as bad every few samples).
+        assert "link_downed" not in (p.get("errors_inc") or {}), t
+    # Stuck, then unreadable: not known to be stuck any more, between reads either.
+    write(tmp_path / "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error", "garbage\n")
+    t = 4
+    while "not a counter" not in p["counter_errors"].get("symbol_errors", ""):
+        p = port(c.collect(float(t))[0])  # until the error counters are read again
+        t += 1
+    for later in range(t, t + 10):
+        assert "saturated" not in p, later
+        p = port(c.collect(float(later))[0])
 
 
 def test_metrics_mark_the_counters_that_are_there_and_cannot_be_read(
@@ -286,3 +298,40 @@ def test_metrics_mark_the_counters_that_are_there_and_cannot_be_read(
     assert "tuimon_ib_port_local_link_integrity_errors_total" in exported  # the rest read
     assert marked_now == {"symbol_errors", "link_downed", "local_link_integrity_errors"}
     assert "tuimon_ib_port_local_link_integrity_errors_total" not in exported_now
+
+
+def test_a_fabric_read_during_a_scrape_leaves_each_counter_exported_or_marked(
+        tmp_path: Path) -> None:
+    """/metrics is rendered on the agent's loop while the fabric is read in a worker
+    thread: a read that lands between two of the port's families must not leave a
+    counter neither exported nor marked (a reader would take it for 0, and count its
+    whole total again when it is back)."""
+    import asyncio
+    import time
+
+    from agent.metrics import _fabric_metrics
+    from tests.conftest import make_agent
+    from tuimon_core.protocol.fields import PORT_COUNTERS_READ, PORT_UNREADABLE_METRIC
+
+    symbol = ib_port(tmp_path, "mlx5_0", counters={"symbol_error": "garbage"}) / "counters" \
+        / "symbol_error"
+    agent = make_agent(tmp_path, None)
+
+    async def scrape() -> list:
+        await agent.start(sampling=False)
+        await agent.sample_once()
+        fabric, hello = agent.latest.extra["fabric"], agent.hello
+        families = _fabric_metrics("node-a", fabric, hello, agent.fabric)
+        seen = [next(families) for _ in PORT_COUNTERS_READ]  # the counters' families
+        symbol.write_text("40\n")  # readable again, read by the worker meanwhile
+        for _ in range(agent.fabric.errors_every):
+            agent.fabric.collect(time.monotonic())
+        seen += list(families)  # the rest, the marks among them
+        await agent.stop()
+        return seen
+
+    families = asyncio.run(scrape())
+    exported = {f.name for f in families if f.samples}
+    marked = {s.labels["counter"] for f in families if f.name == PORT_UNREADABLE_METRIC
+              for s in f.samples}
+    assert ("tuimon_ib_port_symbol_errors" in exported) != ("symbol_errors" in marked)

@@ -315,13 +315,15 @@ class FabricCollector:
             raw, reason = self._read_raw(path)
             p.reasons.pop(name, None)
             if raw is None:
-                if reason != MISSING:  # there and unreadable (None); no file: absent
+                there = reason != MISSING  # no file: nothing to count, ever
+                if there:  # and unreadable: None (its mark on /metrics); no file: absent
                     totals[name] = None
                 errors[name] = p.reasons[name] = reason or "unreadable"
-                if is_error:
-                    increments[name] = None
-                else:
+                p.stuck.discard(name)  # not known to be stuck now
+                if not is_error:
                     v[f"{name}_s"] = None
+                elif there:  # could not be counted (a port with no file of it has none)
+                    increments[name] = None
                 continue
             cur[name] = raw
             totals[name] = raw * scale
