@@ -343,7 +343,8 @@ PORT_FIELDS: tuple[Field, ...] = (
     Field("rx_util", RATE, "ratio 0..1", "data rate over link rate"),
     Field("errors_inc", PORT_COUNTERS, "counter -> count", "increments since the previous "
           "read of the error counters (every 5 samples, and at once when the link leaves "
-          "ACTIVE), only for counters that moved or could not be counted (nil): "
+          "ACTIVE), only for counters that moved or could not be counted (nil; not a "
+          "counter the port has no file of): "
           "`symbol_errors`, `rcv_errors`, `remote_physical_errors`, `xmit_discards`, "
           "`link_downed`, `link_error_recovery`, `buffer_overruns`, "
           "`local_link_integrity_errors`. Absent: nothing moved"),
