@@ -40,8 +40,39 @@ FORGET_JOB_S = 24 * 3600.0
 BEST_WINDOW_S = 600.0
 # ...and only a window its reports cover this much of: a pause in it is not "sustained".
 BEST_COVERED = 0.9
+# The most a job's best may rise in one BEST_WINDOW_S: a rank that claims a thousandfold
+# throughput for ten minutes cannot make the job read a thousandth of its best for the
+# rest of the run (docs/security.md). A real job's best grows with its warm-up, far
+# slower.
+BEST_RISE = 2.0
 STRAGGLER_RATIO = 1.10
 STRAGGLER_SECONDS = 30.0
+
+
+@dataclass(slots=True)
+class Best:
+    """A job's best per-GPU throughput sustained over BEST_WINDOW_S (samples/s), and when
+    the window that set it ended: the first window's value, then at most BEST_RISE times
+    what the best was a window before. The one rule the viewer's count and the relay's
+    ledger keep a best by."""
+
+    value: float | None = None
+    at: float | None = None
+    base: float = 0.0  # the best at `base_at`: what it may rise from until a window later
+    base_at: float = -math.inf
+
+    def offer(self, value: float, at: float) -> None:
+        """A window of `value` per GPU that ended at `at` (windows offered in order)."""
+        if not math.isfinite(value) or value <= 0:
+            return
+        if self.value is None:
+            self.value, self.at, self.base, self.base_at = value, at, value, at
+            return
+        if at - self.base_at >= BEST_WINDOW_S:
+            self.base, self.base_at = self.value, at
+        value = min(value, self.base * BEST_RISE)
+        if value > self.value:
+            self.value, self.at = value, at
 
 
 @dataclass
@@ -83,6 +114,9 @@ class JobState:
     job: str
     slo: Slo
     world: int = 0
+    # The ranks its rank-seconds are divided by for run time: the world, or fewer while
+    # fewer report (tuimon.model.step_credit).
+    run_ranks: int = 0
     # (ts, wall rank-seconds, compute rank-seconds, samples) per viewer tick
     history: deque[tuple[float, float, float, int]] = field(default_factory=deque)
     # (ts, kind -> rank-seconds waited) per viewer tick that had any waiting
@@ -107,26 +141,33 @@ class JobState:
     unattributed: dict[str, float] = field(default_factory=dict)
     causes: dict[tuple[str, str], float] = field(default_factory=dict)
     # The best per-GPU throughput sustained over BEST_WINDOW_S (samples/s), and when.
-    best_per_gpu: float | None = None
-    best_at: float | None = None
+    best: Best = field(default_factory=Best)
+
+    @property
+    def best_per_gpu(self) -> float | None:
+        return self.best.value
+
+    @property
+    def best_at(self) -> float | None:
+        return self.best.at
 
     def note_best(self, now: float) -> None:
         """Keep the job's best sustained per-GPU throughput: the last BEST_WINDOW_S, once
         this viewer's count covers all of it."""
-        if not self.history or not self.world or \
+        ranks = self.run_ranks or self.world
+        if not self.history or not ranks or \
                 self.history[0][0] > now - BEST_WINDOW_S + 1.0:
             return
         wall = 0.0
-        for ts, w, _, _ in reversed(self.history):
+        samples = 0
+        for ts, w, _, s in reversed(self.history):
             if ts < now - BEST_WINDOW_S:
                 break
             wall += w
-        if wall / self.world < BEST_COVERED * BEST_WINDOW_S:
+            samples += s
+        if wall <= 0 or wall / ranks < BEST_COVERED * BEST_WINDOW_S:
             return
-        _, throughput = self.window(BEST_WINDOW_S, now)
-        if throughput is not None and (self.best_per_gpu is None
-                                       or throughput / self.world > self.best_per_gpu):
-            self.best_per_gpu, self.best_at = throughput / self.world, now
+        self.best.offer(samples / wall, now)  # per GPU: samples over their rank-seconds
 
     def window(self, seconds: float, now: float) -> tuple[float | None, float | None]:
         """(SLI, samples/s) over the last `seconds`.
@@ -142,7 +183,7 @@ class JobState:
             wall += w
             compute += c
             samples += s
-        ranks = self.world or max(1, len(self.rank_last))
+        ranks = self.run_ranks or self.world or max(1, len(self.rank_last))
         run = wall / ranks  # seconds of the run the reports cover
         if wall <= 0 or run <= 0:  # (a valid 5e-324 s over a million ranks is 0)
             return None, None
@@ -306,11 +347,13 @@ class EfficiencyView:
             sent = {j["id"]: j for j in pending.get("jobs") or ()} if pending else {}
             for job in self.credit.credit(node.target, pending, now):
                 state = self._job(job.job)
-                state.world = max(state.world, job.world)
+                # As the trust rule keeps them now (a job's world is reset when it has
+                # been gone a while, and may be claimed anew).
+                state.world, state.run_ranks = job.world, job.run_ranks
                 acc = sums.get(job.job)
                 if acc is None:
                     acc = sums[job.job] = JobCredit(job.job, job.world)
-                acc.world = max(acc.world, job.world)
+                acc.world, acc.run_ranks = job.world, job.run_ranks
                 acc.wall += job.wall
                 acc.compute += job.compute
                 acc.samples += job.samples
@@ -341,18 +384,18 @@ class EfficiencyView:
                     break
         for name, acc in sums.items():
             state = self.jobs[name]
-            if state.world:
+            ranks = acc.divisor
+            if ranks:
                 add_waits(state.unattributed, {
-                    k: v / state.world
+                    k: v / ranks
                     for k, v in split_wait(acc.waits, acc.wall - acc.compute).items()})
             state.last_update = now
             state.history.append((now, acc.wall, acc.compute, acc.samples))
             if acc.waits:
                 state.wait_history.append((now, acc.waits))
             state.note_best(now)
-            if isinstance(state.burn, BurnTracker) and state.world:
-                state.burn.add(now, acc.wall / state.world, acc.compute / state.world,
-                               {k: v / state.world for k, v in acc.waits.items()})
+            if isinstance(state.burn, BurnTracker) and ranks:
+                state.burn.add(now, acc.total_s, acc.effective_s, acc.waits_s)
         for name, summary in cluster.budgets.items():
             # The relay has counted the whole run; the viewer has seen only its session.
             self._job(name).burn = LedgerBurn(self.slo, summary)

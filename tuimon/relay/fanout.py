@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 
 from tuimon.model.attribution import concerning, stop_cause
-from tuimon.model.step_credit import StepCredit, merge_steps
+from tuimon.model.step_credit import JobCredit, JobGrant, StepCredit, merge_steps
 from tuimon_core.findings import Finding, FindingBook
 from tuimon_core.findings_family import findings_from_wire, findings_to_wire
 from tuimon_core.hostlist import expand_hostlists
@@ -380,7 +380,8 @@ class FanOut:
     def __init__(self, on_steps: Callable[..., None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time,
-                 on_totals: Callable[[str, dict[str, Any], float], None] | None = None,
+                 on_totals: Callable[[str, dict[str, Any], float, JobCredit, JobGrant],
+                                     None] | None = None,
                  on_ended: Callable[[str, float], None] | None = None) -> None:
         self.sources: dict[str, Source] = {}
         self.viewers: set[ViewerFeed] = set()
@@ -398,6 +399,8 @@ class FanOut:
         self.stats = RelayStats()
         # Each (job, rank) counted from one node only, and never more than real time.
         self.credit = StepCredit()
+        # job -> the nodes that said their ranks of it are done (StepReporter.finish)
+        self._ended_by: dict[str, set[str]] = {}
         # The nodes' findings as this relay holds them (for its /metrics).
         self.book = FindingBook()
         self.findings: list[Finding] = []
@@ -622,22 +625,30 @@ class FanOut:
         self.stats.steps_reports += 1
         # The ledger's minutes are the relay's own (receive time), never the agent's.
         wall_now = self.wall()
-        credited = self.credit.credit(source, steps, self.clock())
-        for job in credited:
+        now = self.clock()
+        credited = {job.job: job for job in self.credit.credit(source, steps, now)}
+        for job in credited.values():
             self.job_sources.setdefault(job.job, {})[source] = wall_now
             # Ledger.add: run seconds, what they waited on, and samples per rank-second.
             self.on_steps(job.job, wall_now, job.total_s, job.effective_s, job.waits_s,
                           float(job.samples), job.wall)
-        if self.on_totals is not None and credited:
-            mine = {job.job for job in credited}  # the ranks this source may speak for
-            for entry in steps.get("jobs") or ():
-                if entry["id"] in mine and entry.get("total") is not None:
-                    self.on_totals(source, entry, wall_now)
-        # After this sample's last steps: a node that ran the job says it is complete.
         for entry in steps.get("jobs") or ():
-            if entry.get("ended") and self.on_ended is not None and \
-                    source in self.job_sources.get(entry["id"], ()):
-                self.on_ended(entry["id"], wall_now)
+            mine = credited.get(entry["id"])  # only the ranks this source may speak for
+            if mine is not None and self.on_totals is not None and \
+                    entry.get("total") is not None:
+                self.on_totals(source, entry, wall_now, mine,
+                               self.credit.grant(mine.job, now))
+            # After this sample's last steps: a node that runs the job says its ranks are
+            # done; the run is complete once every node it ran on lately has said so.
+            if not entry.get("ended"):
+                if mine is not None and entry["id"] in self._ended_by:
+                    self._ended_by[entry["id"]].discard(source)  # it runs again
+            elif self.on_ended is not None and self.credit.held(source, entry["id"]):
+                ended = self._ended_by.setdefault(entry["id"], set())
+                ended.add(source)
+                if ended >= set(self._lately(entry["id"])):
+                    del self._ended_by[entry["id"]]
+                    self.on_ended(entry["id"], wall_now)
 
     def _lately(self, job: str, before: float = math.inf) -> dict[str, float]:
         """The sources that reported a job within JOB_NODES_S of its last report (before
@@ -688,6 +699,7 @@ class FanOut:
                 self.job_sources[job] = sources
             else:
                 del self.job_sources[job]
+                self._ended_by.pop(job, None)
 
     def counts(self) -> dict[str, int]:
         out = {"connecting": 0, "up": 0, "stale": 0, "down": 0}

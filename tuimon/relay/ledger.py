@@ -23,11 +23,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 
 from tuimon.model.attribution import FOLDED, share
-from tuimon.model.efficiency import BEST_COVERED, BEST_WINDOW_S
+from tuimon.model.efficiency import BEST_COVERED, BEST_WINDOW_S, Best
 from tuimon.model.slo import BURN_WINDOWS_S
+from tuimon.model.step_credit import JobCredit
 from tuimon_core.errors import UsageError
 from tuimon_core.findings import Finding
 from tuimon_core.protocol.fields import (
@@ -66,6 +67,12 @@ CREATE TABLE IF NOT EXISTS totals (
     PRIMARY KEY (source, job)
 ) WITHOUT ROWID;
 """
+# Added to `totals` in layout 4: how many ranks of the job the source held when its totals
+# were last counted, and the ranks the job's run time was divided by then. A relay back
+# after an outage credits at most the outage for each rank the source held
+# (docs/security.md), as run time of the job as it was: a row without them (an older
+# layout) is bounded by the ranks the source holds when it is read, over the job's world.
+TOTALS_COLUMNS_4 = ("ranks", "run_ranks")
 # What each minute's lost time (total - effective) was spent waiting on, by kind (since
 # schema 1): the budget's loss by its cause. Time no kind names is `other`.
 WAITS_SCHEMA = """
@@ -113,18 +120,21 @@ CREATE TABLE IF NOT EXISTS stops (
 # from the minutes themselves.
 BUCKET_COLUMNS_2 = ("samples", "rank_s")
 # The file's layout (PRAGMA user_version): 0, the first ledgers (buckets, totals); 1 adds
-# `waits`; 2 adds BUCKET_COLUMNS_2; 3 adds `causes` and `stops`. An older file is brought
+# `waits`; 2 adds BUCKET_COLUMNS_2; 3 adds `causes` and `stops`; 4 adds TOTALS_COLUMNS_4.
+# An older file is brought
 # up to it in place, every minute kept; a newer one (a later relay's) is refused rather
 # than written in a layout this relay does not know.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 # The job's best: per-GPU throughput over this many consecutive minutes, every one counted
 # (the model's window: the viewer judges its own count by the same).
 BEST_MINUTES = int(BEST_WINDOW_S // 60)
 BEST_COVERED_S = BEST_COVERED * BEST_WINDOW_S
 TOTALS_UPSERT = """
-INSERT INTO totals (source, job, since, wall, compute, at) VALUES (?, ?, ?, ?, ?, ?)
+INSERT INTO totals (source, job, since, wall, compute, at, ranks, run_ranks)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (source, job) DO UPDATE SET since = excluded.since, wall = excluded.wall,
-    compute = excluded.compute, at = excluded.at
+    compute = excluded.compute, at = excluded.at, ranks = excluded.ranks,
+    run_ranks = excluded.run_ranks
 """
 UPSERT = """
 INSERT INTO buckets (job, minute, total_s, effective_s, samples, rank_s)
@@ -155,6 +165,30 @@ SETTLE_MOST_S = 120.0
 # Causes sent per job and kind; the rest are folded into FOLDED.
 CAUSES_SENT = 8
 MAX_SPANS = 64
+
+
+class Totals(NamedTuple):
+    """An agent's cumulative sums for a job as the relay counted them."""
+
+    since: float
+    wall: float  # rank-seconds
+    compute: float
+    at: float  # when (the relay's clock)
+    ranks: int | None  # ranks of the job the source held then (None: not kept)
+    run_ranks: int | None  # the ranks the job's run time was divided by then
+    counted: float = 0.0  # rank-seconds the relay had credited it then (this process)
+
+
+class Grant(Protocol):
+    """What the trust rule lets one job's source be credited beyond its reports
+    (tuimon.model.step_credit.StepCredit, bound to the source's job)."""
+
+    def held(self, source: str) -> int: ...
+
+    def counted(self, source: str) -> float: ...
+
+    def missed(self, source: str, rank_seconds: float, away: float,
+               ranks_before: int | None, counted_before: float) -> float: ...
 
 
 @dataclass
@@ -251,17 +285,21 @@ class Ledger:
         self.written = 0
         # (job, minute) -> [total_s, effective_s, samples, rank_s] not yet written
         self._pending: dict[tuple[str, int], list[float]] = {}
-        # job -> (best per-GPU samples/s over BEST_MINUTES, the minute that window ended)
-        self._best: dict[str, tuple[float, int]] = {}
+        # job -> its best per-GPU samples/s over BEST_MINUTES, and the last minute whose
+        # window was offered to it
+        self._best: dict[str, Best] = {}
+        self._best_offered: dict[str, int] = {}
         # job -> the oldest minute written whose windows are not all judged yet
         self._due: dict[str, int] = {}
         self._pending_waits: dict[tuple[str, int, str], float] = {}
         self._lost_minutes = 0
-        # (source, job) -> (since, wall, compute, at): the agents' totals as last counted
-        # (to write), and as the file had them when this relay started (to recover from).
-        self._totals: dict[tuple[str, str], tuple[float, float, float, float]] = {}
-        self._stored: dict[tuple[str, str], tuple[float, float, float, float]] = {}
-        self._last: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+        # (source, job) -> (since, wall, compute, at, ranks held): the agents' totals as
+        # last counted (to write), as the file had them when this relay started (to
+        # recover from; ranks None where an older layout did not keep them), and as this
+        # relay last counted them.
+        self._totals: dict[tuple[str, str], Totals] = {}
+        self._stored: dict[tuple[str, str], Totals] = {}
+        self._last: dict[tuple[str, str], Totals] = {}
         # job -> run seconds credited from the agents' totals for time this relay missed
         # (since it started); and what of it is not yet in the log.
         self.recovered_s: dict[str, float] = {}
@@ -310,12 +348,18 @@ class Ledger:
                 if column not in columns:
                     self._db.execute(f"ALTER TABLE buckets ADD COLUMN {column} REAL NOT NULL "
                                      "DEFAULT 0")
+            columns = {row[1] for row in self._db.execute("PRAGMA table_info(totals)")}
+            for column in TOTALS_COLUMNS_4:
+                if column not in columns:  # NULL in the rows before: not known
+                    self._db.execute(f"ALTER TABLE totals ADD COLUMN {column} INTEGER")
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
-            self._best = self._best_stored()
-            self._stored = {(source, job): (since, wall, compute, at) for
-                            source, job, since, wall, compute, at in self._db.execute(
-                                "SELECT source, job, since, wall, compute, at FROM totals")}
+            self._best_stored()
+            self._stored = {
+                (source, job): Totals(since, wall, compute, at, ranks, run_ranks)
+                for source, job, since, wall, compute, at, ranks, run_ranks in self._db.execute(
+                    "SELECT source, job, since, wall, compute, at, ranks, run_ranks "
+                    "FROM totals")}
             self._load_stops()
         except (OSError, sqlite3.Error) as exc:
             self._unlock()
@@ -524,53 +568,64 @@ class Ledger:
             self._stops[clean(job)] = Stop(clean(cause)[:MAX_CAUSE],
                                            [*spans, [self._wall0, None]])
 
-    def add_totals(self, source: str, entry: dict[str, Any], now: float) -> None:
+    def add_totals(self, source: str, entry: dict[str, Any], now: float,
+                   credited: JobCredit, grant: Grant) -> None:
         """An agent's cumulative sums for a job (its steps family's `total`), after this
-        sample's own sums were added. Where the totals grew by more than this sample's
-        own sums since this relay last counted them (from the file, for a relay that was
-        away; in memory, for samples missed on the way), the difference is what this
-        relay missed: credited evenly over the minutes between, and never more than that
-        time allows for the node's ranks."""
+        sample's own sums were added (`credited`: what they counted for). Where the
+        totals grew by more than this sample's own sums since this relay last counted
+        them (in memory, for samples missed on the way; from the file, for a relay that
+        was away), the difference is what this relay missed: credited evenly over the
+        minutes between, as much as `grant` allows (the trust rule,
+        tuimon.model.step_credit: the time that passed for the ranks the source holds)."""
         total = entry["total"]
         key = (source, entry["id"])
         last = self._last.get(key)
         if last is None:
             last = self._stored.pop(key, None)
         if last is not None:
-            self._recover(source, entry, last, now)
-        self._last[key] = self._totals[key] = (total["since"], total["wall"],
-                                               total["compute"], now)
+            self._recover(source, entry, last, now, credited, grant)
+        self._last[key] = self._totals[key] = Totals(
+            total["since"], total["wall"], total["compute"], now, grant.held(source),
+            credited.divisor, grant.counted(source))
 
-    def _recover(self, source: str, entry: dict[str, Any],
-                 last: tuple[float, float, float, float], now: float) -> None:
-        since, wall0, compute0, at = last
+    def _recover(self, source: str, entry: dict[str, Any], last: Totals, now: float,
+                 credited: JobCredit, grant: Grant) -> None:
         total = entry["total"]
-        ranks = entry.get("ranks") or ()
         # This sample's own sums were counted as usual: the gap is what came before them.
-        wall = total["wall"] - sum(r.get("wall") or 0.0 for r in ranks)
-        compute = total["compute"] - sum(r.get("compute") or 0.0 for r in ranks)
-        if total["since"] != since:  # the agent counts anew: all it counted is in the gap
+        wall = total["wall"] - sum(r.get("wall") or 0.0 for r in entry.get("ranks") or ())
+        compute = total["compute"] - sum(r.get("compute") or 0.0
+                                         for r in entry.get("ranks") or ())
+        wall0, compute0 = last.wall, last.compute
+        if total["since"] != last.since:  # the agent counts anew: all it counted is in the gap
             wall0 = compute0 = 0.0
-        away = now - at
-        gap_wall = min(wall - wall0, away * max(1, len(ranks)))
-        if away <= 0 or gap_wall < RECOVER_AT_LEAST_S:
+        away = now - last.at
+        claimed = wall - wall0
+        if away <= 0 or claimed < RECOVER_AT_LEAST_S:
             return  # the usual case: nothing was missed (float sums differ by dust)
+        # At most the time missed for each rank the node held then, less what its
+        # reports were credited since (this sample's; a row from the file was counted by
+        # another process: all this one credited it).
+        gap_wall = grant.missed(source, claimed, away, last.ranks, last.counted)
+        if gap_wall < RECOVER_AT_LEAST_S:
+            return
         gap_compute = min(max(0.0, compute - compute0), gap_wall)
-        world = max(1, int(entry.get("world") or 1))
+        # Run time of the job as it was then (all its ranks ran while this relay heard
+        # none): a relay back after an outage hears the first node before the others.
+        ranks = last.run_ranks or credited.world
         job = entry["id"]
         # Evenly over the minutes between: the burn windows see the gap where it was.
-        for minute in range(int(at // 60), int(now // 60) + 1):
-            lo, hi = max(at, minute * 60.0), min(now, minute * 60.0 + 60.0)
+        for minute in range(int(last.at // 60), int(now // 60) + 1):
+            lo, hi = max(last.at, minute * 60.0), min(now, minute * 60.0 + 60.0)
             if hi > lo:
                 part = (hi - lo) / away
-                self._add_minute(job, lo, gap_wall * part / world, gap_compute * part / world)
-        self.recovered_s[job] = self.recovered_s.get(job, 0.0) + gap_wall / world
+                self._add_minute(job, lo, gap_wall * part / ranks, gap_compute * part / ranks)
+        self.recovered_s[job] = self.recovered_s.get(job, 0.0) + gap_wall / ranks
         stop = self._stops.get(job)
         if stop is not None:  # it ran meanwhile: that part of the silence was not stopped
-            inside = sum(max(0.0, min(hi, now) - max(lo, at)) for lo, hi in stop.seen(now))
-            stop.recovered += gap_wall / world * inside / away
+            inside = sum(max(0.0, min(hi, now) - max(lo, last.at)) for lo, hi in stop.seen(now))
+            stop.recovered += gap_wall / ranks * inside / away
         said = self._unsaid.setdefault(job, [0.0, set(), 0.0])
-        said[0] += gap_wall / world
+        said[0] += gap_wall / ranks
         if len(said[1]) < 100_000:
             said[1].add(source)
         said[2] = max(said[2], away)
@@ -592,7 +647,8 @@ class Ledger:
                 self._note_best({})  # a job's last minute becomes whole after it stopped
             return self.error is None
         rows = [(job, minute, *sums) for (job, minute), sums in self._pending.items()]
-        totals = [(source, job, *values) for (source, job), values in self._totals.items()]
+        totals = [(source, job, t.since, t.wall, t.compute, t.at, t.ranks, t.run_ranks)
+                  for (source, job), t in self._totals.items()]
         waits = [(*key, seconds) for key, seconds in self._pending_waits.items()]
         causes = [(*key, seconds) for key, seconds in self._pending_causes.items()]
         now = self.clock()
@@ -636,11 +692,12 @@ class Ledger:
     # -- the job's best ---------------------------------------------------------------
 
     @staticmethod
-    def _best_in(rows: list[tuple[int, float, float]], before: int) -> tuple[float, int] | None:
-        """The best per-GPU throughput over BEST_MINUTES consecutive minutes of `rows`
-        (minute, samples, rank-seconds; oldest first), among windows that end before the
-        minute `before` (a minute still being counted is not a whole one)."""
-        best = None
+    def _offer_windows(best: Best, rows: list[tuple[int, float, float]], before: int,
+                       after: int | None) -> int | None:
+        """Offer `best` the per-GPU throughput of each BEST_MINUTES consecutive minutes of
+        `rows` (minute, samples, rank-seconds; oldest first) whose window ends after the
+        minute `after` and before the minute `before` (a minute still being counted is
+        not a whole one), in order; returns the last minute offered (or `after`)."""
         window: list[tuple[int, float, float]] = []
         samples = rank_s = 0.0
         for row in rows:
@@ -657,26 +714,31 @@ class Ledger:
                 rank_s -= old[2]
             # At least one rank through most of the window: a few stray rank-seconds
             # (a report of a microsecond with a thousand samples) are no sustained best.
-            if len(window) == BEST_MINUTES and rank_s >= BEST_COVERED_S:
+            if len(window) == BEST_MINUTES and rank_s >= BEST_COVERED_S and \
+                    (after is None or row[0] > after):
                 value = samples / rank_s
-                if value <= MAX_NUM and (best is None or value > best[0]):
-                    best = (value, row[0])
-        return best
+                if value <= MAX_NUM:
+                    best.offer(value, row[0] * 60.0 + 60.0)
+                after = row[0]
+        return after
 
-    def _best_stored(self) -> dict[str, tuple[float, int]]:
-        """Each job's best from the file, once, at start."""
+    def _best_stored(self) -> None:
+        """Each job's best from the file, once, at start: every window in order, by the
+        same rule as while counting (efficiency.Best), so a best is what its history
+        allows whatever a minute in the file says."""
         rows: dict[str, list[tuple[int, float, float]]] = {}
         for job, minute, samples, rank_s in self._db.execute(
                 "SELECT job, minute, samples, rank_s FROM buckets WHERE rank_s > 0 "
                 "ORDER BY job, minute"):
             rows.setdefault(clean(job), []).append((minute, samples, rank_s))
         now_minute = int(self.clock() // 60)
-        out = {}
         for job, job_rows in rows.items():
-            best = self._best_in(job_rows, now_minute)
-            if best is not None:
-                out[job] = best
-        return out
+            best = Best()
+            offered = self._offer_windows(best, job_rows, now_minute, None)
+            if best.value is not None:
+                self._best[job] = best
+            if offered is not None:
+                self._best_offered[job] = offered
 
     def _note_best(self, written: dict[str, int]) -> None:
         """After a flush: the windows that end at the minutes just written (job -> the
@@ -689,9 +751,12 @@ class Ledger:
             rows = [(m, n, r) for m, n, r in self._db.execute(
                 "SELECT minute, samples, rank_s FROM buckets WHERE job = ? AND minute >= ? "
                 "AND rank_s > 0 ORDER BY minute", (job, oldest - BEST_MINUTES))]
-            best = self._best_in(rows, now_minute)
-            if best is not None and (job not in self._best or best[0] > self._best[job][0]):
+            best = self._best.get(job) or Best()
+            offered = self._offer_windows(best, rows, now_minute, self._best_offered.get(job))
+            if best.value is not None:
                 self._best[job] = best
+            if offered is not None:
+                self._best_offered[job] = offered
             newest = rows[-1][0] if rows else oldest
             if newest < now_minute:
                 del self._due[job]  # every window ending at its minutes judged
@@ -712,7 +777,7 @@ class Ledger:
                       jump / 3600)
             return 0
         first = int(self.clock() // 60) - int(self.keep_days * 1440)
-        self._last = {k: v for k, v in self._last.items() if v[3] >= first * 60.0}
+        self._last = {k: v for k, v in self._last.items() if v.at >= first * 60.0}
         try:
             old, total, newest_old = self._db.execute(
                 "SELECT SUM(minute < ?), COUNT(*), MAX(CASE WHEN minute < ? THEN minute END) "
@@ -825,9 +890,10 @@ class Ledger:
                 "observed_h": total / 3600, "error_ratio": ratios, "error": self.error}
             if self.recovered_s.get(job):
                 doc["recovered_h"] = self.recovered_s[job] / 3600
-            if job in self._best:
-                doc["best_per_gpu"] = self._best[job][0]
-                doc["best_at"] = self._best[job][1] * 60.0 + 60.0
+            best = self._best.get(job)
+            if best is not None and best.value is not None:
+                doc["best_per_gpu"] = best.value
+                doc["best_at"] = best.at
             if causes.get(job) and job in detailed:
                 doc["causes_h"] = causes[job]
             if job in history and job in detailed:
