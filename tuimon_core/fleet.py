@@ -5,8 +5,13 @@ the slow one (a job is as fast as its slowest rank).
 
 Read from the nodes' hellos (what each agent says it is made of), so the viewer, `tuimon
 status` and the relay compare the same things. A value is judged only where at least
-MIN_NODES nodes report it and more than half of them agree: the minority are named,
-with the majority's value and count.
+MIN_NODES nodes report it. The usual value is the one more nodes have than any other
+(not necessarily more than half: 2:1:1 names the two odd nodes, a third value from one
+more node does not hide the first two's difference); the others are named, with the
+usual value and its count. Where the most common values tie (2:2, 1:1:1), there is no
+usual value: the fleet is split, and every group is named. A node is one vote: nodes
+are keyed by name, and a name said by two targets counts once, from the target that
+holds it (tuimon_core.identity).
 """
 
 from __future__ import annotations
@@ -113,24 +118,33 @@ def fleet_table(hellos: Mapping[str, Any]) -> list[tuple[Aspect, str, list[Group
     return out
 
 
+def _said(aspect: Aspect, groups: list[Group]) -> str:
+    return "; ".join(f"{aspect.show(g.value)} on {collect_hostlist(g.nodes)} "
+                     f"({len(g.nodes)} node{'s' if len(g.nodes) != 1 else ''})"
+                     for g in groups)
+
+
 def fleet_findings(hellos: Mapping[str, Any]) -> list[Finding]:
-    """The minority of nodes that differ from most of the fleet, an aspect at a time."""
+    """The nodes that differ from the usual value of the fleet, an aspect at a time; or
+    every group, where no value is the usual one (a tie)."""
     out = []
     for aspect, model, groups in fleet_table(hellos):
         total = sum(len(g.nodes) for g in groups)
-        if len(groups) < 2 or total < MIN_NODES or len(groups[0].nodes) * 2 <= total:
+        if len(groups) < 2 or total < MIN_NODES:
             continue
-        usual = groups[0]
-        odd = groups[1:]
-        names = tuple(n for g in odd for n in g.nodes)
         what = f"{aspect.label}{f' ({model})' if model else ''}"
-        said = "; ".join(f"{aspect.show(g.value)} on {collect_hostlist(g.nodes)} "
-                         f"({len(g.nodes)} node{'s' if len(g.nodes) != 1 else ''})"
-                         for g in odd)
+        target = f"{aspect.key}:{model}"
+        if len(groups[0].nodes) == len(groups[1].nodes):  # no usual value: a split fleet
+            out.append(Finding("warning", "fleet_skew",
+                               f"{what}: split, no value on most nodes: "
+                               f"{_said(aspect, groups)}", target=target,
+                               nodes=tuple(n for g in groups for n in g.nodes), score=0.3))
+            continue
+        usual, odd = groups[0], groups[1:]
         out.append(Finding("warning", "fleet_skew",
-                           f"{what}: {said}; {aspect.show(usual.value)} on "
-                           f"{len(usual.nodes)}", target=f"{aspect.key}:{model}",
-                           nodes=names, score=0.3))
+                           f"{what}: {_said(aspect, odd)}; {aspect.show(usual.value)} on "
+                           f"{len(usual.nodes)}", target=target,
+                           nodes=tuple(n for g in odd for n in g.nodes), score=0.3))
     return out
 
 

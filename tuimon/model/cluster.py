@@ -14,6 +14,7 @@ from typing import Any
 
 from tuimon.model.step_credit import merge_steps
 from tuimon_core.heat_levels import HeatMetric
+from tuimon_core.identity import NameHolders
 from tuimon_core.overview import build_overview, hello_port_ids, sample_levels
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol import Event, Hello, Sample
@@ -148,6 +149,10 @@ class ClusterState:
         # job -> the relay ledger's budget summary (batch.budget), when watching a relay.
         self.budgets: dict[str, dict[str, Any]] = {}
         self._budgets_by_source: dict[str, dict[str, dict[str, Any]]] = {}
+        # Which target holds each node name; those refused for saying a held one.
+        self.names = NameHolders()
+        # source -> what it left out at a bound (note_source_limit).
+        self.source_limits: dict[str, str] = {}
         # Prometheus targets whose last scrape failed: "job instance" -> (node, reason).
         self.scrape_failures: dict[str, tuple[str, str]] = {}
         # relay -> problem -> text: what a relay did that the viewer refused (declared too
@@ -223,6 +228,18 @@ class ClusterState:
             problems["more"] = f"{len(more)} more problems with relay {relay}"
         self.version += 1
 
+    def note_source_limit(self, source: str, text: str | None) -> None:
+        """A source that left part of what it read out at a bound (tuimon prom naming
+        more nodes than it shows): said as a finding while it lasts (None: no more)."""
+        if self.source_limits.get(source) == text:
+            return
+        self._record("note_source_limit", source, text)
+        if text is None:
+            self.source_limits.pop(source, None)
+        elif source in self.source_limits or len(self.source_limits) < MAX_RELAY_PROBLEMS:
+            self.source_limits[source] = text
+        self.version += 1
+
     def _record(self, method: str, *args: Any) -> None:
         if self.recorder is not None:
             self.recorder(method, *args)
@@ -276,6 +293,7 @@ class ClusterState:
     def forget_target(self, target: str) -> None:
         """Drop a target that turned out not to be a node (a relay's own address)."""
         self._record("forget_target", target)
+        self.names.release(target)
         if self.nodes.pop(target, None) is not None:
             self.version += 1
             self.layout_version += 1
@@ -380,6 +398,10 @@ class ClusterState:
 
     def apply_hello(self, target: str, hello: Hello) -> None:
         node = self.add_target(target)
+        for changed in self.names.claim(target, hello.node):
+            self._refuse_name(changed)
+        if self.names.refused(target) is not None:
+            return  # its frames are not merged into the node whose name it says
         rebooted = node.hello is not None and hello.boot_id and node.hello.boot_id not in (
             None, hello.boot_id)
         if node.hello is None or node.name != hello.node or \
@@ -397,6 +419,8 @@ class ClusterState:
 
     def apply_sample(self, target: str, sample: Sample) -> None:
         node = self.add_target(target)
+        if self.names.refused(target) is not None:
+            return
         node.sample = sample
         extra = sample.extra
         steps = extra.get("steps")
@@ -430,6 +454,8 @@ class ClusterState:
 
     def apply_event(self, target: str, event: Event) -> None:
         node = self.add_target(target)
+        if self.names.refused(target) is not None:
+            return
         if event.kind == "xid":
             node.xids += 1
         self._event(node, ClusterEvent(node.name, event.ts, event.kind, event.severity,
@@ -473,6 +499,27 @@ class ClusterState:
         if was in ("up", UNKNOWN):  # unknown: its relay is back and says it is lost
             self._event(node, ClusterEvent(node.name, time.time(), "node_lost", "critical",
                                            f"{node.name}: lost contact: {reason}"))
+
+    def _refuse_name(self, target: str) -> None:
+        """A target that says a node name another holds (tuimon_core.identity): nothing
+        it sent is kept, it is shown under its own address with the reason, once."""
+        node = self.nodes.get(target)
+        if node is None:
+            return
+        node.hello = node.sample = node.detail = node.levels_from = None
+        node.overview = node.conditions = node.pending_steps = None
+        node.port_ids = []
+        node._levels.clear()
+        node.name = clean(_name_of(target))
+        node.reason = self.names.message(target)
+        if node.status != "stale":
+            node.status = "stale"
+            self._event(node, ClusterEvent(node.name, time.time(), "duplicate_name",
+                                           "warning", f"{node.name}: {node.reason}"))
+        node.version += 1
+        self.version += 1
+        self.layout_version += 1
+        self._hellos_version += 1
 
     def note_protocol_error(self, target: str, reason: str) -> None:
         self.protocol_errors += 1

@@ -108,6 +108,8 @@ class Diagnosis:
         out += [Finding("warning", "relay_refused", text, target=f"{relay} ({key})")
                 for relay, problems in cluster.relay_problems.items()
                 for key, text in problems.items()]
+        out += [Finding("warning", "source_limit", text, target=source)
+                for source, text in cluster.source_limits.items()]
         out += [Finding("critical", "relay_lost",
                         f"relay {relay} unreachable: {reason}; its {len(names)} nodes unknown "
                         f"since {time.strftime('%H:%M:%S', time.localtime(since))}",
@@ -128,11 +130,16 @@ class Diagnosis:
     # -- rules -------------------------------------------------------------------------
 
     def _nodes(self, cluster: ClusterState) -> list[Finding]:
+        # A target refused for saying another's name is that finding, not a lost node.
+        refused = cluster.names.duplicates
         out = [Finding("critical", "node_lost",
                        f"{n.name} {n.status}: {n.reason or 'no frames'}", node=n.name,
                        score=0.5)
-               for n in cluster.nodes.values() if n.lost and n.last_seen is not None]
-        never = [n for n in cluster.nodes.values() if n.lost and n.last_seen is None]
+               for n in cluster.nodes.values()
+               if n.lost and n.last_seen is not None and n.target not in refused]
+        out += cluster.names.findings()
+        never = [n for n in cluster.nodes.values()
+                 if n.lost and n.last_seen is None and n.target not in refused]
         if never:  # one finding: twenty thousand lines would say less
             out.append(unreached(never))
         return out

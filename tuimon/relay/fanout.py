@@ -29,6 +29,7 @@ from tuimon.model.step_credit import JobCredit, JobGrant, StepCredit, merge_step
 from tuimon_core.findings import Finding, FindingBook
 from tuimon_core.findings_family import findings_from_wire, findings_to_wire
 from tuimon_core.hostlist import expand_hostlists
+from tuimon_core.identity import NameHolders
 from tuimon_core.node_rules import NodeRules
 from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview, hello_port_ids
 from tuimon_core.protocol import (
@@ -401,6 +402,8 @@ class FanOut:
         self.credit = StepCredit()
         # job -> the nodes that said their ranks of it are done (StepReporter.finish)
         self._ended_by: dict[str, set[str]] = {}
+        # Which target holds each node name; those refused for saying a held one.
+        self.names = NameHolders()
         # The nodes' findings as this relay holds them (for its /metrics).
         self.book = FindingBook()
         self.findings: list[Finding] = []
@@ -488,6 +491,7 @@ class FanOut:
     def forget_target(self, target: str) -> None:
         # An upstream relay is not a node; viewers never heard of it as one.
         self.sources.pop(target, None)
+        self.names.release(target)
         for feed in self.viewers:
             feed.states.pop(target, None)
 
@@ -496,6 +500,11 @@ class FanOut:
         if message is None:
             return
         source = self.add_target(target)
+        if isinstance(message, Hello):
+            for changed in self.names.claim(target, message.node):
+                self._refuse_name(changed)
+        if self.names.refused(target) is not None:
+            return  # says a node name another target holds: neither kept nor sent on
         self.stats.frames_in += 1
         source.frames += 1
         source.last_seen = self.clock()
@@ -529,6 +538,17 @@ class FanOut:
                 if feed.wants_events():
                     feed.offer_event(target, frame)
 
+    def _refuse_name(self, target: str) -> None:
+        """A target that says a node name another holds (tuimon_core.identity): what it
+        sent is dropped, and its viewers told why, under its own address."""
+        source = self.sources.get(target)
+        if source is None:
+            return
+        source.hello = source.sample = None
+        source.node = source.conditions = source.rules = None
+        source.port_ids = []
+        self._set_state(source, "stale", self.names.message(target))
+
     def mark_stale(self, target: str, reason: str) -> None:
         source = self.add_target(target)
         self._set_state(source, lost_state(source.last_seen, self.clock()), reason)
@@ -556,6 +576,7 @@ class FanOut:
             if source.conditions and source.state == "up":
                 conditions += findings_from_wire(source.conditions, source.node or source.name,
                                                  target=source.name)
+        conditions += self.names.findings()
         self.findings = self.book.update(conditions, now)
 
     # -- what to ask upstream for -----------------------------------------------------
