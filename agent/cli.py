@@ -18,10 +18,12 @@ from agent.manual import SECTIONS as MANUAL_SECTIONS
 from agent.node import AgentConfig, NodeAgent
 from agent.sim.limits import MAX_GPUS, MAX_NODES
 from agent.sim.scenarios import add_scenario_options
+from tuimon_core import json_text
 from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_parser import Parser
 from tuimon_core.cli_types import positive_float, positive_int
 from tuimon_core.errors import UsageError
+from tuimon_core.logs import log_to_stderr
 from tuimon_core.overview import hello_port_ids
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol.messages import Sample
@@ -125,8 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                                              "--print-man"):
         args_list.insert(0, "run")
     args = build_parser().parse_args(args_list)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_to_stderr(args.log_level)
     try:
         if args.command == "once":
             return _once(args)
@@ -196,7 +197,7 @@ def _once(args: argparse.Namespace) -> int:
     sample, agent = asyncio.run(_take_one(config))
     report = once_report(agent, sample)
     if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
+        print(json_text.dumps(report, indent=2, sort_keys=True))
     else:
         print(format_once(report))
     return 0 if node_was_read(sample) else 1

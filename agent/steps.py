@@ -313,7 +313,7 @@ class StepAggregator:
                 return
             state = self._ranks[key] = _Rank(self.allowance_first, now, now)
             self._owners[job] = uid
-        self._count_lost(job, state, step)
+        self._count_lost(job, state, step, now)
         wall, compute = self._credit(state, step["wall"], step["compute"], now)
         samples, tokens = step["samples"], step["tokens"]
         if wall < step["wall"]:  # cut by the allowance: the counts in proportion, so the
@@ -357,14 +357,19 @@ class StepAggregator:
         state.allowance -= wall
         return wall, min(compute, wall)
 
-    def _count_lost(self, job: str, state: _Rank, step: dict[str, Any]) -> None:
+    def _count_lost(self, job: str, state: _Rank, step: dict[str, Any], now: float) -> None:
+        """Reports missing from the rank's sequence: at most as many as could have been
+        sent since its last (SENDER_RATE a second, and a burst); a larger gap, or a
+        sequence that went back, is a reporter that started again, not loss (a sender
+        alternating 2^64-1 and 0 counts nothing)."""
         seq, pid = step["seq"], step["pid"]
         if seq is None:
             return
         if state.pid == pid and state.seq is not None and seq > state.seq + 1:
-            missing = min(seq - state.seq - 1, 1 << 20)
-            self.lost += missing
-            self._lost_now[job] = self._lost_now.get(job, 0) + missing
+            missing = seq - state.seq - 1
+            if missing <= (now - state.last_seen) * SENDER_RATE + 2 * SENDER_RATE:
+                self.lost += missing
+                self._lost_now[job] = self._lost_now.get(job, 0) + missing
         state.pid, state.seq = pid, seq
 
     def _refuse(self, kind: str, message: str, now: float) -> None:

@@ -82,6 +82,10 @@ def test_the_config_file_does_not_configure_the_relay(tmp_path: Path) -> None:
      "argument --interval: must be in [0.05, 60]"),
     ("tuimon.cli", ["relay", "--no-ledger"], "the relay needs at least one target"),
     ("tuimon.cli", ["prom", "http://p:9090", "--json"], "--json goes with --once"),
+    ("tuimon.cli", ["prom", "http://p:9090", "--tenant", "a\r\nX-Evil: 1", "--once"],
+     "argument --tenant: 'a\\r\\nX-Evil: 1': expected 1 to 256 visible ASCII"),
+    ("tuimon.cli", ["status", "--prometheus", "http://p:9090", "--tenant", "t\x1b[2J"],
+     "argument --tenant:"),
 ])
 def test_usage_errors_say_what_to_type_without_a_traceback(module: str, args: list[str],
                                                           expected: str) -> None:

@@ -549,3 +549,58 @@ async def test_a_host_list_bomb_in_a_subscribe_is_refused_at_once(
                 assert "more than 100000" in (msg.extra or "")
             seq = good.nodes[sim.targets[0]].sample.seq
             await _until(lambda: good.nodes[sim.targets[0]].sample.seq > seq, "goes on")
+
+
+# -- Prometheus labels to the terminal and the log ---------------------------------------
+
+EVIL_LABEL = "evil\x1b]0;pwned\x07\x1b[2J\nFAKE: ok"
+
+
+def _evil_answer() -> bytes:
+    """Every query answered with 80 GPUs of one node named by escapes: its frames are
+    refused (64 GPUs at most), and the refusal names the node."""
+    import json
+
+    series = [{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": str(i),
+                          "Hostname": EVIL_LABEL, "instance": f"{EVIL_LABEL}:9400",
+                          "job": "dcgm"}, "value": [1.0, "50"]} for i in range(80)]
+    return json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                     "result": series}}).encode()
+
+
+async def test_a_refused_prometheus_node_reaches_no_terminal_or_log_raw(
+        tmp_path: Path) -> None:
+    """`status --prometheus` and `tuimon prom --once` say the node's frame was refused
+    and name it, escaped, on stdout and stderr; the app's log file likewise."""
+    from tests.conftest import run_tuimon
+    from tests.test_bounds import _prom_server
+    from tuimon.app_log import log_to_file
+
+    runner, url = await _prom_server([_evil_answer()])
+    try:
+        outputs = [await run_tuimon("status", "--prometheus", url, timeout=60),
+                   await run_tuimon("prom", url, "--once", timeout=60)]
+    finally:
+        await runner.cleanup()
+    for _, text in outputs:
+        assert "refused" in text and "evil" in text, text
+        assert "\x1b" not in text and "\x07" not in text, repr(text)
+        assert "\nFAKE: ok" not in text
+    log = tmp_path / "tuimon.log"
+    root = logging.getLogger()
+    before = list(root.handlers)
+    try:
+        log_to_file(str(log))
+        logging.getLogger("tuimon.sources.prometheus").warning(
+            "prometheus data for %s refused: %s", EVIL_LABEL, "reason")
+        try:
+            raise ValueError(EVIL_LABEL)
+        except ValueError:
+            logging.getLogger("t").exception("a bug on %s", EVIL_LABEL)
+    finally:
+        for handler in [h for h in root.handlers if h not in before]:
+            handler.close()
+            root.removeHandler(handler)
+    written = log.read_text()
+    assert "\x1b" not in written and "\x07" not in written, repr(written)
+    assert "\nFAKE: ok" not in written and "Traceback" in written

@@ -373,3 +373,36 @@ def test_status_exits_unknown_when_the_check_itself_breaks(
     captured = capsys.readouterr()
     assert code == 3 and "UNKNOWN: internal error in tuimon status: RuntimeError: boom" in \
         captured.out and "Traceback" in captured.err
+
+
+def test_json_output_is_json_every_number_finite() -> None:
+    """A step of 1e-300 s with many samples makes an infinite rate: `--json` says null
+    and why, never `Infinity` (which no strict JSON reader takes)."""
+    import json
+
+    from tuimon.model.diagnosis import Diagnosis
+    from tuimon.model.efficiency import EfficiencyView
+    from tuimon.model.judgement import Judgement
+    from tuimon.model.storage import StorageView
+    from tuimon.status import report
+    from tuimon_core import json_text
+    from tuimon_core.protocol import decode
+
+    cluster = ClusterState()
+    cluster.apply_message("n:9477", decode(encode_map(_hello("n"))))
+    cluster.apply_message("n:9477", decode(encode_map(_sample(1, steps={"jobs": [
+        {"id": "tiny", "world": 1, "ranks": [
+            {"rank": 0, "steps": 1, "wall": 1e-300, "compute": 1e-300,
+             "samples": 2**53}]}]}))))
+    watch = Judgement(cluster, StorageView(), EfficiencyView(), Diagnosis())
+    text = json_text.dumps(report(cluster, watch.efficiency, watch.update(), "ok"))
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in the JSON")
+
+    doc = json.loads(text, parse_constant=refuse)
+    assert doc["jobs"]["tiny"]["samples_per_s"] is None
+    # Whatever else a report holds, a non-finite number is null and said.
+    assert json.loads(json_text.dumps({"a": [1.0, float("inf")], "b": {"c": float("nan")}}),
+                      parse_constant=refuse) == {
+        "a": [1.0, None], "b": {"c": None}, "not_finite": {"a[1]": "inf", "b.c": "nan"}}

@@ -10,6 +10,7 @@ import os
 import signal
 import sqlite3
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -930,3 +931,59 @@ def test_the_ledger_counts_a_nodes_seconds_once() -> None:
         "jobs": [{"id": "job", "world": 2, "ranks": [
             {"rank": 0, "steps": 1, "wall": 86400.0, "compute": 0.0}]}]}}))
     assert credited[0][1] <= 15.0
+
+
+def test_a_damaged_ledger_is_a_clear_error_or_its_bad_rows_set_aside(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A text where a number is kept, a blob for a job or a cause, an infinite sum: the
+    relay starts, skips those rows (moved aside, said once with their count) and sums
+    the rest. A symlink loop, or a path that is a device, is a usage error, and no lock
+    file is made beside a device."""
+    path = tmp_path / "ledger.db"
+    t0 = 1_800_000_000.0
+    with Ledger(path, clock=lambda: t0) as ledger:
+        for minute in range(5):
+            ledger.add("llm", t0 - 300 + 60 * minute, 60.0, 54.0, {"comm": 6.0})
+        ledger.attribute(lambda job: [])
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE buckets SET total_s = 'lots' WHERE minute = ?",
+                   (int((t0 - 300) // 60),))
+        db.execute("INSERT INTO buckets (job, minute, total_s, effective_s, samples, rank_s) "
+                   "VALUES (?, ?, 60, 60, 0, 0)", (b"\xff\x00blob", int(t0 // 60)))
+        db.execute("INSERT INTO buckets (job, minute, total_s, effective_s, samples, rank_s) "
+                   "VALUES ('llm', ?, 9e999, 0, 0, 0)", (int(t0 // 60) - 10,))
+        db.execute("INSERT INTO causes VALUES ('llm', ?, 'comm', ?, 10.0)",
+                   (int(t0 // 3600), b"\x00cause"))
+        db.execute("INSERT INTO totals VALUES ('n1', 'llm', 'then', 1.0, 1.0, 1.0, 1, 1)")
+    with caplog.at_level("ERROR"), Ledger(path, clock=lambda: t0) as again:
+        summary = again.summary(t0)
+    assert set(summary) == {"llm"}
+    assert summary["llm"]["observed_h"] * 3600 == pytest.approx(4 * 60.0)
+    said = [r.getMessage() for r in caplog.records if "wrong kind" in r.getMessage()]
+    assert sorted(m.split(" of ")[1].split(" ")[0] for m in said) == [
+        "buckets", "causes", "totals"], said
+    assert any("3 row(s) of buckets" in m for m in said), said
+    with sqlite3.connect(path) as db:  # kept aside, not lost
+        assert db.execute("SELECT COUNT(*) FROM damaged_buckets").fetchone()[0] == 3
+    # Opened again: nothing more to set aside, nothing said.
+    caplog.clear()
+    with caplog.at_level("ERROR"), Ledger(path, clock=lambda: t0):
+        pass
+    assert not [r for r in caplog.records if "wrong kind" in r.getMessage()]
+
+    loop = tmp_path / "loop.db"
+    loop.symlink_to(tmp_path / "loop2.db")
+    (tmp_path / "loop2.db").symlink_to(loop)
+    with pytest.raises(LedgerError, match="cannot resolve"):
+        Ledger(loop)
+    device = tmp_path / "device.db"
+    device.symlink_to("/dev/null")
+    existed = os.path.exists("/dev/null.lock")
+    with pytest.raises(LedgerError, match="not a regular file"):
+        Ledger(device)
+    assert os.path.exists("/dev/null.lock") == existed
+    out = subprocess.run([sys.executable, "-m", "tuimon.cli", "relay", "gpu001", "--ledger",
+                          str(loop)], cwd=ROOT, capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2 and "cannot resolve" in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr

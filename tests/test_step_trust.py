@@ -368,3 +368,33 @@ def test_one_node_cannot_end_the_ranks_of_another(tmp_path: Path) -> None:
     tick(lambda seq: None, 300)
     assert "stopped_since" not in ledger.summary(wall.t)[JOB]
     ledger.close()
+
+
+def test_a_node_rotating_job_names_holds_a_bounded_number_in_the_viewer() -> None:
+    """One node names new jobs as fast as its rank cap lets it (a thousand ranks, freed
+    after ten silent minutes) for an hour: the viewer keeps at most MAX_JOBS_KEPT jobs,
+    the honest job among them."""
+    from tuimon.model.efficiency import MAX_JOBS_KEPT
+
+    wall = Clock(T0)
+    view = EfficiencyView(Slo(0.90, 720), wall=wall)
+    cluster = ClusterState()
+    for target in ("n0:9477", "evil:9477"):
+        cluster.apply_hello(target, Hello(node=target[:-5], agent_version="t",
+                                          boot_id=None, interval=1.0, ts=T0))
+    names = 0
+    for tick in range(720):  # an hour, a sample every 5 s
+        wall.t += 5.0
+        jobs = [{"id": f"junk-{names + i}", "world": 1, "ranks": [
+            {"rank": 0, "steps": 1, "wall": 1.0, "compute": 1.0}]} for i in range(10)]
+        names += 10
+        cluster.apply_sample("evil:9477", Sample(seq=tick, ts=wall.t, interval=5.0, gpus=None,
+                                                 host={}, extra={"steps": {"jobs": jobs}}))
+        cluster.apply_sample("n0:9477", Sample(seq=tick, ts=wall.t, interval=5.0, gpus=None,
+                                               host={}, extra={"steps": {"jobs": [
+                                                   {"id": JOB, "world": 1, "ranks": [
+                                                       {"rank": 0, "steps": 5, "wall": 5.0,
+                                                        "compute": 4.0}]}]}}))
+        view.update(cluster)
+        assert len(view.jobs) <= MAX_JOBS_KEPT + 1
+    assert JOB in view.jobs and len(view.jobs) == MAX_JOBS_KEPT

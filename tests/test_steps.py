@@ -339,3 +339,43 @@ def test_the_node_sends_its_last_minute_and_hour_and_judges_a_drop() -> None:
     for _ in range(90):
         job = second(0.9)
     assert "drop" not in job  # back within a few points of where it was
+
+
+def test_a_sequence_that_jumps_is_a_restart_not_loss() -> None:
+    """Sequence numbers alternating 2^64-1 and 0 claim nothing lost; a real gap of three
+    reports is three."""
+    clock = Clock()
+    agg = StepAggregator(interval=1.0, clock=clock)
+    for i in range(100):
+        clock.now += 0.01
+        agg.add(_step(seq=(1 << 64) - 1 if i % 2 else 0, pid=7))
+    assert agg.take()["lost"] == 0 and agg.lost == 0
+    for seq in (10, 11, 15):
+        clock.now += 0.5
+        agg.add(_step(seq=seq, pid=7))
+    assert agg.lost == 3
+
+
+def test_a_refused_datagram_is_information_a_cap_a_warning() -> None:
+    """One malformed datagram (or another user's report) costs its sender alone: the
+    node's finding is information, and `status` stays OK. Reports refused at the node's
+    caps may be a real job's: a warning."""
+    from tuimon_core.node_rules import NodeRules
+
+    clock = Clock()
+    agg = StepAggregator(interval=1.0, clock=clock)
+    rules = NodeRules("n1")
+
+    def judged() -> list[tuple[str, str]]:
+        steps = agg.take() or {}
+        rules.observe(None, Sample(seq=1, ts=clock.now, interval=1.0, gpus=None, host={},
+                                   extra={"steps": steps}), clock.now)
+        return [(f.severity, f.kind) for f in rules.conditions(clock.now)]
+
+    agg.add(_step())
+    judged()  # the counts as they start
+    agg.add(b"\x00not msgpack")
+    assert judged() == [("info", "steps_refused")]
+    for i in range(70):
+        agg.add(_step(job=f"job-{i}"))
+    assert judged() == [("warning", "steps_refused")]

@@ -15,6 +15,7 @@ from logging.handlers import RotatingFileHandler
 from pathlib import Path
 
 from tuimon_core.errors import UsageError
+from tuimon_core.logs import CleanFormatter
 
 MAX_LOG_BYTES = 5 << 20
 
@@ -37,7 +38,7 @@ def log_to_file(path: str | None) -> Path | None:
         if path:
             raise UsageError(f"--log-file {path}: {exc.strerror or exc}") from None
         return None
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(CleanFormatter())
     root = logging.getLogger()
     root.addHandler(handler)
     root.setLevel(logging.WARNING)

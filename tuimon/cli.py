@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import logging
 import re
 import sys
 import time
@@ -38,8 +37,9 @@ from tuimon.sources.targets import (
 )
 from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_parser import Parser
-from tuimon_core.cli_types import positive_float, positive_int, slo_target
+from tuimon_core.cli_types import header_value, positive_float, positive_int, slo_target
 from tuimon_core.errors import UsageError
+from tuimon_core.logs import log_to_stderr
 from tuimon_core.protocol import Subscribe
 from tuimon_core.protocol.overview_layout import OVERVIEW_FORM
 from tuimon_core.protocol.text import clean
@@ -123,7 +123,7 @@ def _prom_query_options(p: argparse.ArgumentParser) -> None:
                    help="Prometheus: seconds each query may take (default 10); a slow "
                         "answer to the live queries fails the refresh, to the others is "
                         "asked again at the next one")
-    p.add_argument("--tenant", metavar="ID",
+    p.add_argument("--tenant", metavar="ID", type=header_value,
                    help="Prometheus: the tenant to ask (sent as X-Scope-OrgID, as Grafana "
                         "Mimir and Cortex require)")
     p.add_argument("--recorded", action="store_true",
@@ -313,6 +313,8 @@ def _main(argv: list[str]) -> int:
     if args.command in ("connect", "prom", "demo", "replay") and not (
             getattr(args, "once", False) or getattr(args, "plain", False)):
         log_to_file(args.log_file)
+    else:  # the screen is the terminal's: warnings to standard error, cleaned
+        log_to_stderr()
     if args.command == "demo":
         if args.once or args.plain:
             return asyncio.run(_demo(args))
@@ -326,8 +328,7 @@ def _main(argv: list[str]) -> int:
     if args.command == "rules":
         return _rules(args)
     if args.command == "relay":
-        logging.basicConfig(level=args.log_level.upper(),
-                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        log_to_stderr(args.log_level)
         return run_relay(args)
     if args.once or args.plain:
         return asyncio.run(_connect(args))

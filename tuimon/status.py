@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
@@ -32,6 +31,7 @@ from tuimon.model.storage import StorageView
 from tuimon.snapshot_waits import FIRST_VERDICT_S, HOLD_WAIT_S, STEPS_WAIT_S
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.ui.job_text import job_text
+from tuimon_core import json_text
 from tuimon_core.protocol.text import clean_lines
 from tuimon_core.wait_kinds import said, said_hours
 
@@ -205,13 +205,13 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
                 if final:
                     r["final"] = True
                     r["seen"] = [f.to_json() for f in sorted(seen.values(), key=sort_key)]
-                print(json.dumps(r), flush=True)
+                print(json_text.dumps(r), flush=True)
                 if final:
                     return EXIT[r["status"]]
             elif final and job is not None:
                 return _print_job(eff, job, findings, r["status"], as_json)
             elif final:
-                print(json.dumps(r, indent=2) if as_json else format_text(r), flush=True)
+                print(json_text.dumps(r, indent=2) if as_json else format_text(r), flush=True)
                 return EXIT[r["status"]]
             elif not as_json:
                 print(f"[{time.strftime('%H:%M:%S')}] " + format_text(r).splitlines()[0],
@@ -227,7 +227,7 @@ def _print_job(eff: EfficiencyView, job: str, findings: list[Finding], status: s
               flush=True)
         return EXIT["unknown"]
     document = {"status": status, **job_report(eff, job, findings)}
-    print(json.dumps(document, indent=2) if as_json else
+    print(json_text.dumps(document, indent=2) if as_json else
           clean_lines(f"{status.upper()}: " + job_text(document, 120, plain=True)),
           flush=True)
     return EXIT[status]

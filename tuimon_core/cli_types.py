@@ -51,3 +51,20 @@ def slo_target(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"must be between 0 and 1 (e.g. 0.9), got {text}")
     return value
+
+
+MAX_HEADER_VALUE = 256
+
+
+def header_value(text: str) -> str:
+    """A value sent as an HTTP header (a tenant): visible ASCII only, at most
+    MAX_HEADER_VALUE characters. A CR or LF would end the header (aiohttp refuses it
+    at every request, far from the option that set it)."""
+    if not text or len(text) > MAX_HEADER_VALUE or not all("!" <= ch <= "~" for ch in text):
+        raise argparse.ArgumentTypeError(
+            f"{text[:60]!r}: expected 1 to {MAX_HEADER_VALUE} visible ASCII characters "
+            "(no spaces, line breaks or control characters)")
+    return text
+
+
+header_value.__name__ = "header value"

@@ -30,6 +30,8 @@ PAUSING_SHARE = 0.2
 ERRORS_WINDOW_S = 600.0  # port error counters and link flaps
 XID_WINDOW_S = 1800.0
 STEPS_WINDOW_S = 600.0
+# Step refusals at the node's caps (agent.steps): a real job's reports may be among them.
+STEP_CAPS = ("too_many_jobs", "too_many_ranks")
 SLOW_NFS_S = 0.05  # a READ slower than this on average, held: a finding
 FLAPS = 2  # link downs in the window that make a port flapping
 CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120})
@@ -90,16 +92,17 @@ class NodeRules:
             if before is None or (total or 0) > (before[0] or 0) or code != before[1]:
                 self._xid[i] = (total, code, now)  # first seen, or a new one: now
         steps = sample.extra.get("steps") or {}
-        for key in ("lost", "rejected"):
-            value = steps.get(key)
+        refused = steps.get("refused")
+        if isinstance(refused, dict):
+            self._steps_reasons = {k: v for k, v in refused.items() if isinstance(v, int)}
+        capped = sum(self._steps_reasons.get(k, 0) for k in STEP_CAPS)
+        for key, value in (("lost", steps.get("lost")), ("rejected", steps.get("rejected")),
+                           ("capped", capped)):
             if isinstance(value, int):
                 last = self._steps_last.get(key)
                 if last is not None and value > last:
                     self._steps.setdefault(key, deque()).append((now, value - last))
                 self._steps_last[key] = value
-        refused = steps.get("refused")
-        if isinstance(refused, dict):
-            self._steps_reasons = {k: v for k, v in refused.items() if isinstance(v, int)}
 
     def conditions(self, now: float) -> list[Finding]:
         sample = self._sample
@@ -278,7 +281,11 @@ class NodeRules:
         refused = _window(self._steps.get("rejected", deque()), now, STEPS_WINDOW_S)
         if refused:
             reasons = ", ".join(f"{k} {v}" for k, v in sorted(self._steps_reasons.items()))
-            out.append(Finding("warning", "steps_refused",
+            # Refused for what the sender sent (malformed, another user's job, a flood)
+            # costs the sender alone: information. Refused at the node's caps, a real
+            # job's ranks may be among them: a warning.
+            capped = _window(self._steps.get("capped", deque()), now, STEPS_WINDOW_S)
+            out.append(Finding("warning" if capped else "info", "steps_refused",
                                f"{self.name} refused {refused} step reports in 10 min"
                                + (f" (since start: {reasons})" if reasons else ""),
                                node=self.name))

@@ -19,6 +19,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
 from tuimon.model.step_credit import JobCredit, StepCredit
 from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, Drop
+from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
 from tuimon_core.protocol.overview_layout import busy, busy_percents
 from tuimon_core.timing import JOB_STOPPED_AFTER_S
 from tuimon_core.wait_kinds import add_waits, rank_kind, split_wait
@@ -35,6 +36,9 @@ REPORTING_S = 60.0
 # A job with no step reports for this long, and no ledger naming it, is forgotten: the
 # viewer's memory holds the jobs that run, not every name a peer ever sent.
 FORGET_JOB_S = 24 * 3600.0
+# ...and at most this many are kept (what a relay's budget carries), the longest idle
+# forgotten first: each is judged every tick.
+MAX_JOBS_KEPT = MAX_BUDGET_JOBS
 # Without a baseline (one GPU's throughput), a job is compared with its own best: the
 # highest per-GPU throughput it sustained over this long, as this viewer counted it.
 BEST_WINDOW_S = 600.0
@@ -187,7 +191,8 @@ class JobState:
         run = wall / ranks  # seconds of the run the reports cover
         if wall <= 0 or run <= 0:  # (a valid 5e-324 s over a million ranks is 0)
             return None, None
-        return compute / wall, samples / run
+        rate = samples / run  # no rate from a run of 1e-300 s: it is no throughput
+        return compute / wall, rate if math.isfinite(rate) else None
 
     def reported_window(self, seconds: float, now: float) -> Window | None:
         """The job's sums over the last `seconds` as its nodes counted them, added over the
@@ -403,6 +408,13 @@ class EfficiencyView:
         for name in [n for n, s in self.jobs.items() if n not in cluster.budgets and
                      (s.last_update or s.created) < now - FORGET_JOB_S]:
             del self.jobs[name]  # no steps for a day, no ledger naming it: the job is over
+        if len(self.jobs) > MAX_JOBS_KEPT:
+            # A peer that names a new job every sample: the longest idle go first (never
+            # one that reported now or that a ledger names).
+            idle = sorted((s.last_update or s.created, n) for n, s in self.jobs.items()
+                          if n not in sums and n not in cluster.budgets)
+            for _, name in idle[:len(self.jobs) - MAX_JOBS_KEPT]:
+                del self.jobs[name]
         for state in self.jobs.values():
             while state.history and state.history[0][0] < oldest:
                 state.history.popleft()

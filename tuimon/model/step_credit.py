@@ -47,6 +47,7 @@ MAX_RANKS_PER_SOURCE = 1024
 # forgotten: its nodes unreachable for longer than IDLE_S (their time recovered from their
 # totals later) do not make it a new job of the first node back.
 JOB_KEEP_S = 3600.0
+MAX_GONE_JOBS = 4096  # jobs kept so, at most: a peer rotating job names holds no more
 
 
 @dataclass(slots=True)
@@ -118,8 +119,8 @@ class StepCredit:
         self._world: dict[str, int] = {}
         self._peak: dict[str, int] = {}  # job -> the most ranks held at once
         self._gone: dict[str, float] = {}  # job -> when its last rank was forgotten
-        # (source, job) -> rank-seconds credited since this counter started
-        self._counted: dict[tuple[str, str], float] = {}
+        # job -> source -> rank-seconds credited since this counter started
+        self._counted: dict[str, dict[str, float]] = {}
         self.duplicates = 0  # rank reports refused: another source owns that rank
         self.invalid = 0  # rank reports refused: rank not below the world size
         self.clipped = 0  # rank reports credited less than they claimed
@@ -175,8 +176,8 @@ class StepCredit:
                 # A world is kept only once a report of it credits a rank: a claim alone
                 # (an empty rank list) changes nothing.
                 self._world[name] = world
-                key = (source, name)
-                self._counted[key] = self._counted.get(key, 0.0) + credited.wall
+                counted = self._counted.setdefault(name, {})
+                counted[source] = counted.get(source, 0.0) + credited.wall
                 credited.run_ranks = self.run_ranks(name)
                 out.append(credited)
         return out
@@ -245,7 +246,7 @@ class StepCredit:
 
     def counted(self, source: str, job: str) -> float:
         """Rank-seconds of `job` credited to `source` since this counter started."""
-        return self._counted.get((source, job), 0.0)
+        return self._counted.get(job, {}).get(source, 0.0)
 
     def missed(self, source: str, job: str, rank_seconds: float, away: float,
                ranks_before: int | None, counted_before: float, now: float) -> float:
@@ -260,7 +261,8 @@ class StepCredit:
         room = ranks * max(0.0, away) - max(0.0, self.counted(source, job) - counted_before)
         granted = max(0.0, min(rank_seconds, room))
         if granted > 0:
-            self._counted[(source, job)] = self.counted(source, job) + granted
+            counted = self._counted.setdefault(job, {})
+            counted[source] = counted.get(source, 0.0) + granted
             left = granted
             for rank in sorted(self._held.get((source, job), ())):
                 owned = self._ranks[(job, rank)]
@@ -280,12 +282,13 @@ class StepCredit:
         self._swept = now
         for key in [k for k, o in self._ranks.items() if now - o.last > self.idle_s]:
             self._release(key, self._ranks[key], now)
-        for job in [j for j, at in self._gone.items() if now - at > JOB_KEEP_S]:
+        gone = sorted(self._gone, key=self._gone.__getitem__)
+        over = gone[:max(0, len(gone) - MAX_GONE_JOBS)]  # the oldest, past the bound
+        for job in over + [j for j in gone[len(over):] if now - self._gone[j] > JOB_KEEP_S]:
             del self._gone[job]
             self._world.pop(job, None)
             self._peak.pop(job, None)
-            for gone in [k for k in self._counted if k[1] == job]:
-                del self._counted[gone]
+            self._counted.pop(job, None)
 
     def owner(self, job: str, rank: int) -> str | None:
         owned = self._ranks.get((job, rank))

@@ -144,6 +144,27 @@ ON CONFLICT (job, minute) DO UPDATE SET total_s = total_s + excluded.total_s,
                                         samples = samples + excluded.samples,
                                         rank_s = rank_s + excluded.rank_s
 """
+# What a sound row of each table holds (SQLite keeps any value in any column): names as
+# text, minutes and hours as integers, sums as finite numbers within the wire's bound.
+_NAME = "typeof({}) = 'text'"
+_WHOLE = "typeof({}) = 'integer'"
+_SUM = "(typeof({0}) IN ('real', 'integer') AND {0} BETWEEN -1e18 AND 1e18)"
+_COUNT = "(typeof({}) IN ('integer', 'null'))"
+
+
+def _sound(**columns: str) -> str:
+    return " AND ".join(kind.format(column) for column, kind in columns.items())
+
+
+SOUND_ROWS = {
+    "buckets": _sound(job=_NAME, minute=_WHOLE, total_s=_SUM, effective_s=_SUM,
+                      samples=_SUM, rank_s=_SUM),
+    "totals": _sound(source=_NAME, job=_NAME, since=_SUM, wall=_SUM, compute=_SUM, at=_SUM,
+                     ranks=_COUNT, run_ranks=_COUNT),
+    "waits": _sound(job=_NAME, minute=_WHOLE, kind=_NAME, seconds=_SUM),
+    "causes": _sound(job=_NAME, hour=_WHOLE, kind=_NAME, cause=_NAME, seconds=_SUM),
+    "stops": _sound(job=_NAME, spans=_NAME, cause=_NAME),
+}
 # Unwritten minutes kept in memory while the disk refuses them (jobs x minutes).
 MAX_PENDING = 100_000
 # The wall clock moving this far apart from the monotonic one since start is a jump: a
@@ -241,7 +262,14 @@ def _lock(path: Path) -> tuple[int, int]:
     the real file (which older relays take, and which names the holder): two relays
     adding the same steps to one file would count every second twice. Held until the
     process exits."""
-    real = path.resolve()
+    try:
+        real = path.resolve()
+    except (RuntimeError, OSError) as exc:  # a symlink loop (RuntimeError before 3.13)
+        raise LedgerError(f"ledger {path}: cannot resolve the path: {exc}") from None
+    if real.exists() and not real.is_file():
+        # A device or a directory: no lock file is made beside it, nothing is opened.
+        raise LedgerError(f"ledger {path} (the file {real}) is not a regular file; give "
+                          "--ledger the path of a file")
     lock_path = real.with_name(real.name + ".lock")
     fds: list[int] = []
     try:
@@ -354,6 +382,7 @@ class Ledger:
                     self._db.execute(f"ALTER TABLE totals ADD COLUMN {column} INTEGER")
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            self._set_aside_damaged()
             self._best_stored()
             self._stored = {
                 (source, job): Totals(since, wall, compute, at, ranks, run_ranks)
@@ -368,6 +397,32 @@ class Ledger:
             self._unlock()
             raise
         self._warn_future()
+
+    def _set_aside_damaged(self) -> None:
+        """Rows whose values are not of their column's kind (a text where a number is
+        kept, a blob for a name, an infinite sum: written by hand, or damaged) are moved
+        to a `damaged_<table>` table beside theirs, in one transaction, and said once
+        with their count: kept, never read, so no sum or name read later can fail on
+        them."""
+        moved = {}
+        with self._db:
+            self._db.execute("BEGIN")
+            for table, sound in SOUND_ROWS.items():
+                bad = f"NOT ({sound})"
+                count = self._db.execute(f"SELECT COUNT(*) FROM {table} WHERE {bad}"
+                                         ).fetchone()[0]
+                if not count:
+                    continue
+                self._db.execute(f"CREATE TABLE IF NOT EXISTS damaged_{table} AS "
+                                 f"SELECT * FROM {table} WHERE 0")
+                self._db.execute(f"INSERT INTO damaged_{table} SELECT * FROM {table} "
+                                 f"WHERE {bad}")
+                self._db.execute(f"DELETE FROM {table} WHERE {bad}")
+                moved[table] = count
+        for table, count in moved.items():
+            log.error("ledger %s: %d row(s) of %s hold values of the wrong kind (damaged, or "
+                      "written by hand); skipped: moved to damaged_%s", self.path, count,
+                      table, table)
 
     def _unlock(self) -> None:
         fds, self._lock_fd = self._lock_fd, (-1, -1)
