@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
 import time
 import tracemalloc
 from pathlib import Path
@@ -438,3 +439,90 @@ async def test_a_broken_theme_file_is_reported_and_skipped(
         for _ in range(len(app.theme_names) + 1):
             await pilot.press("t")
         assert app.is_running
+
+
+def _hosts_answer(hosts: int, per_host: int = 1, name: str = "DCGM_FI_DEV_GPU_TEMP") -> bytes:
+    """An answer of dcgm-exporter-like series naming `hosts` hosts, made as bytes."""
+    parts = [(b'{"metric":{"__name__":"%s","gpu":"%d","UUID":"GPU-%08x","modelName":"NVIDIA '
+              b'H100 80GB HBM3","Hostname":"host%06d","instance":"host%06d:9400",'
+              b'"job":"dcgm"},"value":[1,"50"]}') % (name.encode(), g, i * per_host + g, i, i)
+             for i in range(hosts) for g in range(per_host)]
+    return (b'{"status":"success","data":{"resultType":"vector","result":['
+            + b",".join(parts) + b"]}}")
+
+
+async def test_prometheus_naming_more_nodes_than_shown_is_a_finding(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer naming 300 hosts where 200 are shown: the first 200 are nodes, the rest
+    left out, and a finding says how many, whose number falls back when they go."""
+    from tuimon.model.diagnosis import Diagnosis
+    from tuimon.model.efficiency import EfficiencyView
+    from tuimon.model.storage import StorageView
+    from tuimon.sources import prometheus
+
+    monkeypatch.setattr(prometheus, "MAX_NODES", 200)
+    answers = {"many": _hosts_answer(300), "few": _hosts_answer(100)}
+    which = ["many"]
+
+    async def query(request: web.Request) -> web.Response:
+        body = answers[which[0]] if "GPU_TEMP" in request.query.get("query", "") else EMPTY
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/api/v1/query", query)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    try:
+        cluster = ClusterState()
+        async with aiohttp.ClientSession() as session:
+            source = prometheus.PromSource(url, cluster, session)
+            await source.refresh()
+            assert len(cluster.nodes) == 200 and source.nodes_over == 100
+            found = Diagnosis().update(cluster, EfficiencyView(), StorageView())
+            [limit] = [f for f in found if f.kind == "source_limit"]
+            assert "more nodes than the 200 shown (100 left out" in limit.message
+            which[0] = "few"
+            await source.refresh()
+            assert source.nodes_over == 0 and cluster.source_limits == {}
+    finally:
+        await runner.cleanup()
+
+
+async def test_prometheus_answers_of_a_hundred_thousand_hosts_in_bounded_memory(
+        tmp_path: Path) -> None:
+    """`tuimon prom` against a server whose every answer is 100 MiB, or 30 MiB naming
+    100k hosts (110k series): the first refused as too large, the second for naming too
+    many series together; the app's peak RSS stays within 512 MiB over several refreshes
+    (it took 4.8 GB in 10 s), and it says why on every refresh."""
+    import subprocess
+    import sys
+
+    big = _hosts_answer(100_000, 8)[: 100 << 20]  # its size is what is refused
+    many = _hosts_answer(110_000)
+    root = Path(__file__).resolve().parent.parent
+    for body, why in ((big, "an answer over 32 MiB"), (many, "series together")):
+        runner, url = await _prom_server([body])
+        try:
+            # The app's loop (--plain) for 15 s, in a child of its own: its peak RSS alone.
+            probe = (
+                "import resource, subprocess, sys\n"
+                "try:\n"
+                "    p = subprocess.run(sys.argv[1:], capture_output=True, text=True, "
+                "timeout=15)\n"
+                "    out = p.stdout + p.stderr\n"
+                "except subprocess.TimeoutExpired as e:\n"
+                "    out = (e.stdout or b'').decode() + (e.stderr or b'').decode()\n"
+                "print(out[-3000:])\n"
+                "print('MAXRSS', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n")
+            out = await asyncio.to_thread(
+                subprocess.run, [sys.executable, "-c", probe, sys.executable, "-m",
+                                 "tuimon.cli", "prom", url, "--plain"], capture_output=True,
+                text=True, timeout=120, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
+        finally:
+            await runner.cleanup()
+        assert why in out.stdout, out.stdout[-2000:]
+        rss_mib = int(out.stdout.rsplit("MAXRSS", 1)[1]) / 1024
+        assert rss_mib < 512, (why, rss_mib)

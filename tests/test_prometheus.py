@@ -443,9 +443,10 @@ async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_cha
     asked: list[str] = []
     original = PromSource.query
 
-    async def query(self: PromSource, promql: str):  # type: ignore[no-untyped-def]
+    async def query(self: PromSource, promql: str,  # type: ignore[no-untyped-def]
+                    name: str | None = None):
         asked.append(promql)
-        return await original(self, promql)
+        return await original(self, promql, name)
 
     def levels(node: str, metric: str) -> list[int]:
         """The node's cells as the map draws them, for that metric."""

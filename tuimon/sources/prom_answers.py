@@ -47,7 +47,7 @@ class NotJson(ValueError):
     answer's depth)."""
 
 
-def read_answer(body: bytes) -> tuple[Any, Series | None]:
+def read_answer(body: bytes | bytearray) -> tuple[Any, Series | None]:
     """(the parsed answer when it is not a successful instant vector, else None; the
     vector's samples, or None when there is no vector). Raises NotJson."""
     try:
@@ -60,7 +60,7 @@ def read_answer(body: bytes) -> tuple[Any, Series | None]:
     return None, [(s.metric, s.value[1]) for s in answer.data.result if isfinite(s.value[1])]
 
 
-def _tolerant(body: bytes) -> tuple[Any, Series | None]:
+def _tolerant(body: bytes | bytearray) -> tuple[Any, Series | None]:
     try:
         parsed = json.loads(body)
     except (ValueError, RecursionError):

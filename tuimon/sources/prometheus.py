@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import logging
 import math
 import re
 import ssl
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -80,23 +81,44 @@ class PromError(Exception):
 
 # The soonest the inventory runs again when a GPU lacks what it gives (a node new since).
 INVENTORY_SOONEST_S = 15.0
-# The largest answer read from the server (after decompression); past it the refresh
-# fails with a reason, in bounded memory.
-MAX_ANSWER_BYTES = 128 << 20
+# Memory is bounded by what a refresh holds, whatever the server answers
+# (docs/security.md): each answer at most MAX_ANSWER_BYTES read (after decompression),
+# at most MAX_HELD_SERIES series decoded in one refresh (about a kilobyte each once
+# read: counted in the bytes before they are decoded), at most MAX_NODES nodes. Past
+# the first two the refresh fails with the reason, every node stale; past the last, the
+# nodes known first are kept and a finding says how many were left out. Enough for
+# about 10,000 nodes of 8 GPUs; past that, --match (a shard each) or --recorded.
+MAX_ANSWER_BYTES = 32 << 20
+MAX_HELD_SERIES = 200_000
+MAX_NODES = 16_384
 
 
-async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytes | None:
-    """The body, or None when it is longer than `limit` bytes (read no further)."""
+async def _read_bounded(resp: aiohttp.ClientResponse, limit: int) -> bytearray | None:
+    """The body, or None when it is longer than `limit` bytes (read no further). One
+    buffer, grown in place: the chunks and their join would hold it twice."""
     if resp.content_length is not None and resp.content_length > limit:
         return None
-    chunks = []
-    size = 0
+    body = bytearray()
     async for chunk in resp.content.iter_chunked(1 << 20):
-        size += len(chunk)
-        if size > limit:
+        if len(body) + len(chunk) > limit:
             return None
-        chunks.append(chunk)
-    return b"".join(chunks)
+        body += chunk
+    return body
+
+
+async def _all_or_none(calls: list[Awaitable[Any]]) -> list[Any]:
+    """Every call's result; where one fails, the others are cancelled (their answers,
+    read or half read, are let go at once, not held while they finish for nothing) and
+    its error raised."""
+    tasks = [asyncio.ensure_future(c) for c in calls]
+    try:
+        return await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        tasks.clear()  # the tasks hold their answers; the error's traceback holds this frame
+        raise
 
 
 @dataclass
@@ -188,6 +210,12 @@ class PromSource:
         self.refreshes_standing = 0
         self.last_refresh_read = False  # did the last refresh read the server's values?
         self.bytes_read = 0  # answers' bytes as parsed (after decompression)
+        # Series of the answers held, by query name (at most one answer a name is kept):
+        # what bounds the memory answers take (_hold).
+        self._held: dict[str, int] = {}
+        self._held_total = 0
+        # Nodes the last refresh's answers named past MAX_NODES (left out).
+        self.nodes_over = 0
         self._seq = 0
         self._inventory: dict[str, tuple[Any, ...]] = {}
         self._last_budget = -math.inf
@@ -291,6 +319,12 @@ class PromSource:
             except PromError as exc:
                 log.warning("%s", exc)
                 self._all_stale(str(exc))
+                del exc
+                # Its answers, read and refused, hang on the failure's traceback, a cycle
+                # the collector, paused on a large heap (tuimon_core.heap), would leave
+                # for a while: refreshes failing on answers of hundreds of megabytes
+                # would pile them up. Rare, and at once.
+                gc.collect()
             except Exception as exc:
                 # A bug, or an answer no check foresaw: said on every node and logged;
                 # the next refresh runs as usual (it used to end this task silently).
@@ -313,7 +347,7 @@ class PromSource:
             headers["X-Scope-OrgID"] = self.options.tenant
         return headers
 
-    async def _get(self, path: str, params: dict[str, str]) -> tuple[int, bytes]:
+    async def _get(self, path: str, params: dict[str, str]) -> tuple[int, bytes | bytearray]:
         try:
             async with self.session.get(
                     f"{self.url}{path}", params=params, headers=self._headers(),
@@ -336,11 +370,26 @@ class PromSource:
     def _not_json(self, status: int, path: str) -> PromError:
         return PromError(f"prometheus {self.url}: HTTP {status}, not a JSON answer ({path})")
 
-    async def query(self, promql: str) -> Series:
-        """One instant query at the server's now, as stored (LIVE)."""
+    def _hold(self, key: str, count: int) -> None:
+        """Room for an answer of `count` series about to be decoded, in place of the
+        last answer to `key` (what its query name holds): at most MAX_HELD_SERIES over
+        every answer kept, counted in the bytes before any is decoded."""
+        others = self._held_total - self._held.get(key, 0)
+        if others + count > MAX_HELD_SERIES:
+            raise PromError(f"prometheus {self.url}: its answers name more than "
+                            f"{MAX_HELD_SERIES} series together ({count} in {key[:60]}): "
+                            "refused; narrow the selection (--match) or read records "
+                            "(--recorded)")
+        self._held[key] = count
+        self._held_total = others + count
+
+    async def query(self, promql: str, name: str | None = None) -> Series:
+        """One instant query at the server's now, as stored (LIVE); `name`: the query's
+        name, under which its answer is held (the query itself where none is given)."""
         async with self._sem:
             self.queries_run += 1
             status, body = await self._get("/api/v1/query", {"query": promql, **LIVE})
+            self._hold(name or promql, body.count(b'"metric"'))
         try:
             parsed, samples = read_answer(body)
         except NotJson:
@@ -357,7 +406,7 @@ class PromSource:
         is read as the query's own (its series names restored), and one with no series
         is replaced by the query's (_unrecorded_answer)."""
         try:
-            answer = await self.query(promql)
+            answer = await self.query(promql, name)
             unrecorded = self._unrecorded.get(name)
             if unrecorded is None:
                 return answer
@@ -376,7 +425,7 @@ class PromSource:
         of an older tuimon, without the inventory's group; or a group loaded and not
         evaluated yet, up to a minute). Said once, where the query finds what the record
         lacks (an answer both leave empty is no news: no node has such a series)."""
-        answer = await self.query(promql)
+        answer = await self.query(promql, name)
         if answer and name not in self._said_unrecorded:
             self._said_unrecorded.add(name)
             log.warning("prometheus %s: no series %s, though the series it records answer: "
@@ -391,6 +440,7 @@ class PromSource:
         try:
             async with self._sem:
                 status, raw = await self._get("/api/v1/targets", {"state": "active"})
+                self._hold("targets", raw.count(b'"scrapeUrl"'))  # one a target
             body = json.loads(raw)
         except (PromError, ValueError, RecursionError):
             return {}
@@ -500,8 +550,8 @@ class PromSource:
         with_inventory = with_inventory and not moved & q.INVENTORY_QUERIES.keys()
         live = [n for n in queries if n in q.LIVE_QUERIES]
         rest = [n for n in queries if n not in q.LIVE_QUERIES]
-        results = await asyncio.gather(*(self.query(queries[n]) for n in live),
-                                       *(self._optional(n, queries[n]) for n in rest))
+        results = await _all_or_none([*(self.query(queries[n], n) for n in live),
+                                      *(self._optional(n, queries[n]) for n in rest)])
         answers: dict[str, Series] = {n: r or [] for n, r in zip(live, results[:len(live)])}
         if "ib_errors" in queries:
             self._last_errors = now
@@ -620,7 +670,7 @@ class PromSource:
         if not promql:
             return None
         try:
-            answer = await self.query(promql)
+            answer = await self.query(promql, "evaluated")
         except PromError as exc:
             log.debug("%s (the records' evaluation time)", exc)
             return None
@@ -863,8 +913,9 @@ class PromSource:
     def _assemble(self, a: dict[str, Series], resolver: NodeNames) -> dict[str, _Node]:
         nodes: dict[str, _Node] = {}
         # Made only when a series carries something (a series with no GPU, port or host
-        # value makes no phantom node).
-        node = _namer(resolver, nodes, _Node)
+        # value makes no phantom node); at most MAX_NODES, those known before first.
+        over: set[str] = set()
+        node = _namer(resolver, nodes, _Node, MAX_NODES, self.cluster.nodes, over)
 
         # A node whose screen is open has every series in the detail answer: the others
         # would count its summed fields twice.
@@ -927,6 +978,12 @@ class PromSource:
             _merge(nodes[short], nodes.pop(long))
             self._matchers.setdefault(short, set()).update(self._matchers.pop(long, set()))
         self._fill_active(nodes)
+        if len(over) != self.nodes_over:
+            self.nodes_over = len(over)
+            self.cluster.note_source_limit(self.url, None if not over else (
+                f"prometheus {self.url} names more nodes than the {MAX_NODES} shown "
+                f"({len(over)}{'+' if len(over) >= MAX_NODES else ''} left out, e.g. "
+                f"{clean(sorted(over)[0])[:80]}); narrow the selection (--match)"))
         return nodes
 
     def _gpus(self, series: Series, node: Callable[[dict[str, str]], _Node | None],
@@ -1280,13 +1337,17 @@ class PromSource:
 _N = TypeVar("_N", bound=_Node)
 
 
-def _namer(resolver: NodeNames, into: dict[str, _N],
-           make: Callable[[str], _N]) -> Callable[[dict[str, str]], _N | None]:
+def _namer(resolver: NodeNames, into: dict[str, _N], make: Callable[[str], _N],
+           most: int | None = None, known: Collection[str] = (),
+           over: set[str] | None = None) -> Callable[[dict[str, str]], _N | None]:
     """A series' node in `into`, made when a series first names it. Asked once per
     series (a quarter of a million a refresh at 4096 nodes): by the identity labels'
-    values, the node found for them before."""
+    values, the node found for them before. With `most`: a name not `known` before is
+    made only while the known and the new together are fewer; the others go to
+    `over` (at most `most` of them are remembered)."""
     ids = resolver.identity
     found: dict[tuple[str | None, ...], _N | None] = {}
+    new = [0]
 
     def node(labels: dict[str, str]) -> _N | None:
         key = tuple(map(labels.get, ids))
@@ -1297,6 +1358,13 @@ def _namer(resolver: NodeNames, into: dict[str, _N],
         name = resolver.of(labels)
         n = None if name is None else into.get(name)
         if name is not None and n is None:
+            if most is not None and name not in known:
+                if len(known) + new[0] >= most:
+                    if over is not None and len(over) < most:
+                        over.add(name)
+                    found[key] = None
+                    return None
+                new[0] += 1
             n = into[name] = make(name)
         found[key] = n
         return n

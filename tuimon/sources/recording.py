@@ -180,6 +180,7 @@ SINK_CALLS: dict[str, tuple[Any, ...]] = {
     "forget_relay_problems": (_TEXT,),
     "forget_target": (_TEXT,),
     "note_relay_problem": (_TEXT, _TEXT, None),
+    "note_source_limit": (_TEXT, None),
     "apply_budget": (BUDGET, _TEXT),
     "set_scrape_failures": (MapOf(ListOf(_TEXT, 2), 100_000),),
 }
