@@ -68,6 +68,12 @@ async def run_scenario(name: str, *, nodes: int = 32, gpus: int = 8, fault_at: f
             t += step
             mono.now += step
             wall.now += step
+            if t - step < fault_at <= t:  # the agents the scenario restarts at its onset
+                for index in sim.plan.restart:
+                    await sim.members[index].agent.stop()
+                    agent = sim.renew_agent(index)
+                    agent.config.watch_xid = False
+                    await agent.start(sampling=False)
             sim.report_steps(step)
             for m in sim.members:
                 sample = await m.agent.sample_once()

@@ -50,8 +50,9 @@ async def test_the_agent_exports_its_findings_with_the_apps_hold_and_hysteresis(
         await agent.sample_once()
         assert findings_on_metrics(agent) == {}
         nvml.gpus[0].ecc_uncorrected = 2
-        nvml.gpus[1].clock_events = 0x40  # hardware thermal slowdown
-        nvml.gpus[1].temp = 93
+        nvml.gpus[1].clock_events = 0x40  # hardware thermal slowdown, with its effect:
+        nvml.gpus[1].temp = 93  # the clock held down while the GPU has work
+        nvml.gpus[1].util_gpu, nvml.gpus[1].sm_mhz = 95, 1400
         await agent.sample_once()
         # An uncorrected ECC error shows at once; throttling must hold a few seconds.
         assert findings_on_metrics(agent) == {("ecc", "node-a GPU 0"): "critical"}

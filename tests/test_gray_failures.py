@@ -16,7 +16,9 @@ from agent.files import FileTree
 from agent.findings import NodeFindings
 from agent.sim.fake_nvml import FakeGpu, FakeNvml
 from tests.conftest import make_agent
+from tests.nvidia_smi import fake_gpus, read_xml
 from tests.trees import write
+from tuimon_core.findings import Finding
 from tuimon_core.fleet import fleet_findings, fleet_table
 from tuimon_core.link_rules import allowed_replays
 from tuimon_core.protocol import Sample
@@ -83,7 +85,13 @@ def test_a_real_hgx_h100_bus_has_eight_gpus_and_its_links_are_whole(tmp_path: Pa
 def _node(nvml: FakeNvml, root: Path, seconds: int = 40,
           tick: Callable[[int], None] | None = None) -> list[str]:
     """A real agent over a fake NVML holding a real server's values: the findings its
-    rules hold after `seconds` of samples."""
+    rules hold after `seconds` of samples, as `kind: message`."""
+    return [f"{f.kind}: {f.message}" for f in _findings(nvml, root, seconds, tick)]
+
+
+def _findings(nvml: FakeNvml, root: Path, seconds: int = 40,
+              tick: Callable[[int], None] | None = None) -> list[Finding]:
+    """The findings a real agent's rules hold after `seconds` of samples over `nvml`."""
     import asyncio
 
     clock = [1000.0]
@@ -91,7 +99,7 @@ def _node(nvml: FakeNvml, root: Path, seconds: int = 40,
     agent._monotonic = lambda: clock[0]  # type: ignore[method-assign]
     agent.findings = NodeFindings("node-a", lambda: clock[0])
 
-    async def run() -> list[str]:
+    async def run() -> list[Finding]:
         await agent.start(sampling=False)
         try:
             for second in range(seconds):
@@ -99,7 +107,7 @@ def _node(nvml: FakeNvml, root: Path, seconds: int = 40,
                 if tick is not None:
                     tick(second)
                 await agent.sample_once()
-            return [f"{f.kind}: {f.message}" for f in agent.findings.active]
+            return list(agent.findings.active)
         finally:
             await agent.stop()
     return asyncio.run(run())
@@ -295,3 +303,127 @@ def test_a_roce_port_that_pauses_its_peer_is_named(tmp_path: Path) -> None:
     assert ports["mlx5_1:1"]["tx_bytes_s"] is not None
     assert [f.message for f in book if f.kind == "pfc_pausing"] == [
         "roce01 mlx5_0:1 holds its peer off 30% of the time (PFC)"]
+
+
+# -- throttling, judged by its effect (tests/fixtures/real/nvidia_smi/) --------------------
+
+SMI = REAL / "nvidia_smi"
+
+
+@pytest.mark.parametrize("capture", [
+    # One H100 idle at 39 °C, 118 of 700 W, SM 1980 of 1980 MHz, with SW Power Cap, HW
+    # Power Brake and SW Thermal Slowdown set: the bits without their effect. It was
+    # "thermal throttling at 39 °C".
+    "h100x8_reasons_at_max_clock_535.183.01.txt",
+    # Two A40s with SW Power Cap set while idle at a tenth of their 300 W, SM 0 MHz.
+    "a40x10_idle_power_cap_550.127.05.txt",
+])
+def test_throttle_reasons_without_their_effect_raise_nothing(tmp_path: Path,
+                                                             capture: str) -> None:
+    assert _node(FakeNvml(fake_gpus(SMI / capture)), tmp_path) == [], capture
+
+
+def test_a_gpu_at_its_power_limit_is_information_not_a_fault(tmp_path: Path) -> None:
+    """Two RTX 4090s at 97 and 100 % drawing 445 and 446 of their 450 W, held at 2640 and
+    2520 of 3105 MHz by SW Power Cap: a power cap, said once for the node."""
+    found = _findings(FakeNvml(fake_gpus(SMI / "rtx4090x8_power_cap_535.154.05.txt")),
+                      tmp_path)
+    assert [(f.severity, f.kind, f.message) for f in found] == [
+        ("info", "power", "node-a GPU 1,4 power-capped (sw_power_cap)")]
+
+
+def test_a_hardware_power_brake_that_collapsed_the_clocks_is_a_fault(tmp_path: Path) -> None:
+    """Eight real H100s with HW Slowdown and HW Power Brake set and the SM clock at 86 of
+    1980 MHz, idle (below the 345 MHz healthy H100s idle at): a warning naming the eight.
+    The same GPUs given work (real-derived: utilization 95 %): critical."""
+    gpus = fake_gpus(SMI / "h100x8_hw_power_brake_535.161.08.txt")
+    found = _findings(FakeNvml(gpus), tmp_path / "idle")
+    assert [(f.severity, f.kind, f.message) for f in found] == [
+        ("warning", "hw_slowdown", "node-a GPU 0,1,2,3,4,5,6,7 hardware slowdown while idle: "
+         "SM 86 of 1980 MHz (hw_power_brake_slowdown, hw_slowdown)")]
+    for g in gpus:
+        g.util_gpu = 95
+    found = _findings(FakeNvml(gpus), tmp_path / "busy")
+    assert [(f.severity, f.kind) for f in found] == [("critical", "hw_slowdown")], found
+
+
+def test_a_mig_gpus_link_is_judged_busy_by_its_power(tmp_path: Path) -> None:
+    """A real A100-SXM4-80GB in MIG mode (telegraf's `nvidia-smi -q -x`): utilization N/A
+    (NVML answers NOT_SUPPORTED in MIG mode), four instances, 67 of 500 W, Gen4 x16 of
+    Gen4: idle by its power, nothing to say. Real-derived: the same GPU drawing 450 W
+    with its link at Gen1 is a link downtrained while busy, and says how busy was known."""
+    from agent.sim.fake_nvml import FakeMig
+
+    [real] = read_xml(SMI / "a100_sxm4_mig_535.54.03.xml")
+    assert real["mig"] == "Enabled" and real["util"] == "N/A" and real["instances"] == 4
+
+    def gpu(power_w: float, gen: int) -> FakeGpu:
+        return FakeGpu(0, name=real["name"], power_mw=int(power_w * 1000),
+                       power_limit_mw=int(real["power_limit"] * 1000),
+                       sm_mhz=int(real["sm"]), max_sm_mhz=int(real["max_sm"]),
+                       pcie_gen=gen, pcie_gen_max=4, nvlinks=[1] * 12,
+                       mig=[FakeMig(gi) for gi in (3, 4, 5, 6)])
+    assert _node(FakeNvml([gpu(real["power"], 4)]), tmp_path / "real") == []
+    assert _node(FakeNvml([gpu(real["power"], 1)]), tmp_path / "idle-gen1") == []
+    found = _node(FakeNvml([gpu(450.0, 1)]), tmp_path / "busy")
+    assert found == ["pcie_downtrained: node-a GPU 0 PCIe Gen1 x16 while busy (power drawn), "
+                     "of Gen4 x16: copies to and from the GPU run slower"], found
+
+
+def test_a_bridged_pair_that_loses_one_more_nvlink_is_named(tmp_path: Path) -> None:
+    """Two H100 PCIe with an NVLink bridge, 12 of 18 links up on each (HPE's `nvidia-smi
+    nvlink -s`, links 4, 5, 10, 11, 16 and 17 inactive: normal, and silent). Real-derived:
+    GPU 1 loses link 3 while the agent runs (11 of 18). Of two GPUs neither is a
+    majority: the GPU is compared with what it had."""
+    bridged = [1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1, 0, 0]
+    gpus = real_gpus("NVIDIA H100 PCIe", 2)
+    for g in gpus:
+        g.nvlinks = list(bridged)
+
+    def tick(second: int) -> None:
+        if second == 10:
+            gpus[1].nvlinks[3] = 0
+    found = _node(FakeNvml(gpus), tmp_path, tick=tick)
+    assert found == ["nvlink_down: node-a GPU 1: 11 of 18 NVLinks active; it had 12"], found
+
+
+def test_gpus_on_the_bus_with_nvml_unable_to_load_are_critical(tmp_path: Path) -> None:
+    """A real HGX H100's bus (eight 3D controllers) on a node whose NVML cannot load:
+    the node is critical, naming the count and NVML's reason; the viewer's own rule for
+    a node without GPUs does not say it again. A CPU node without GPUs on its bus whose
+    NVML is absent says nothing."""
+    from tuimon.model.cluster import ClusterState
+    from tuimon.model.diagnosis import Diagnosis
+    from tuimon.model.efficiency import EfficiencyView
+    from tuimon.model.storage import StorageView
+    from tuimon_core.protocol import decode, encode
+
+    pci_tree(tmp_path / "gpu", "pci_hgx_h100_lspci.txt")
+
+    def missing() -> FakeNvml:  # nvmlInit raises as without libnvidia-ml.so.1
+        return FakeNvml(0, driver=False)
+
+    found = _findings(missing(), tmp_path / "gpu")
+    assert [(f.severity, f.kind) for f in found] == [("critical", "gpu_missing")], found
+    assert found[0].message.startswith("node-a: 8 GPUs on the PCI bus, none usable: "), found
+    assert "Library Not Found" in found[0].message
+    write(tmp_path / "cpu/proc/modules", "")
+    assert _findings(missing(), tmp_path / "cpu") == []
+    # The viewer of that node (its agent's frames) names it once.
+    agent = make_agent(tmp_path / "gpu", missing(), interval=1.0, watch_xid=False)
+    import asyncio
+
+    async def frames() -> list[object]:
+        await agent.start(sampling=False)
+        try:
+            await agent.sample_once()
+            assert agent.hello is not None and agent.latest is not None
+            return [decode(encode(agent.hello)), decode(encode(agent.latest))]
+        finally:
+            await agent.stop()
+    hello, sample = asyncio.run(frames())
+    cluster = ClusterState()
+    cluster.apply_message("node-a:9477", hello)
+    cluster.apply_message("node-a:9477", sample)
+    kinds = [f.kind for f in Diagnosis().update(cluster, EfficiencyView(), StorageView())]
+    assert "gpu_init_failed" not in kinds

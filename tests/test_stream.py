@@ -335,3 +335,29 @@ async def test_cadence_holds_when_reads_are_slow(proc_root: Path, interval: floa
         await agent.stop()
     # Monotonic deadlines: about 1 s / interval samples, no drift from the read time.
     assert 12 <= agent.stats.samples <= 22, agent.stats.samples
+
+
+@pytest.mark.parametrize("code,severity", [(79, "critical"), (140, "critical"),
+                                           (121, "warning"), (13, "warning")])
+async def test_an_xid_event_and_the_nodes_finding_say_the_same_severity(
+        proc_root: Path, fake_nvml: FakeNvml, code: int, severity: str) -> None:
+    """One list of critical XIDs: the event the agent sends and the finding its rules
+    hold name the same XID alike (121 and 140 differed: a critical event, a warning
+    finding)."""
+    from tuimon_core.findings_family import findings_from_wire
+
+    agent = make_agent(proc_root, fake_nvml, interval=0.2)
+    async with serve(agent) as server, aiohttp.ClientSession() as s, \
+            s.ws_connect(server.make_url("/v1/stream")) as ws:
+        assert isinstance(await receive(ws), Hello)
+        fake_nvml.inject_xid(1, code)
+        event, finding = None, None
+        while event is None or finding is None:
+            msg = await receive(ws, timeout=5.0)
+            if isinstance(msg, Event) and msg.kind == "xid":
+                event = msg
+            elif isinstance(msg, Sample) and msg.extra.get("findings"):
+                found = [f for f in findings_from_wire(msg.extra["findings"], "n")
+                         if f.kind == "xid"]
+                finding = found[0] if found else None
+    assert event.severity == finding.severity == severity, (event, finding)

@@ -13,7 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from tuimon_core.protocol.fields import PORT_ACTIVE, THROTTLE_REASONS
+from tuimon_core.gpu_state import BUSY_FIELDS, gpu_busy, throttle
+from tuimon_core.protocol.fields import PORT_ACTIVE
 
 LEVELS = 9  # heat-0 .. heat-8 in the themes
 FAILED = -1  # the GPU or port failed: drawn as a red cross whatever the metric
@@ -62,21 +63,6 @@ class HeatMetric:
         return out
 
 
-# Where DCGM profiling gives it, SM activity says how busy a GPU is better than NVML's
-# utilization (which counts a single running kernel as 100 %); in MIG mode it is all
-# there is. The first present wins; views say which one they show.
-BUSY_FIELDS = (("sm_active", "SM active"), ("gr_active", "engine active"), ("util", "util"))
-
-
-def gpu_busy(v: dict[str, Any]) -> tuple[float | None, str | None]:
-    """How busy a GPU is (0..1) and what measured it."""
-    for key, label in BUSY_FIELDS:
-        value = v.get(key)
-        if value is not None:
-            return value, label
-    return None, None
-
-
 def _ratio(a: Any, b: Any) -> float | None:
     if a is None or not b:
         return None
@@ -92,8 +78,10 @@ def gpu_health(v: dict[str, Any], info: Any = None) -> float | None:
     """0 healthy, 0.5 degraded (throttling, corrected ECC growth, pending remap), 1 bad."""
     if v.get("remap_failed") or (v.get("ecc_uncorrected") or 0) > 0 or v.get("last_xid"):
         return 1.0
-    events = set(v.get("clock_events") or ()) & THROTTLE_REASONS
-    if events or v.get("remap_pending") or v.get("retired_pending"):
+    found = throttle(v, info) if v.get("clock_events") else None
+    if found is not None and found.severity == "critical":
+        return 1.0
+    if found is not None or v.get("remap_pending") or v.get("retired_pending"):
         return 0.5
     if gpu_busy(v)[0] is None and v.get("temp") is None:
         return None

@@ -15,9 +15,14 @@ Thresholds and where they come from:
 - NVLink errors: any recovery (a link retrained) or replay in the window, or CRC errors
   at 100 a second or more (DCGM's DCGM_LIMIT_MAX_NVLINK_ERROR = 1 and
   DCGM_LIMIT_MAX_NVLINK_CRC_ERROR = 100/s).
-- Fewer NVLinks active than the node's other GPUs of the same model: a model whose
-  bridges simply have fewer links (H100 PCIe with a bridge: 12 of 18 on every GPU) has
-  them on every GPU, and is not a finding.
+- Fewer NVLinks active than the GPU itself had while judged here (a link lost on a
+  bridged pair of H100 PCIe: 11 of 18 where it had 12), or than the node's other GPUs
+  of the same model: a model whose bridges simply have fewer links (H100 PCIe with a
+  bridge: 12 of 18 on every GPU) has them on every GPU, and is not a finding. The fleet
+  comparison (tuimon_core.fleet) names a node whose GPUs have fewer than the fleet's
+  same model, for an agent started after the loss.
+- GPUs on the PCI bus that NVML does not list (the driver dropped one), or none usable
+  at all (NVML cannot load: "NVML Shared Library Not Found", no driver): critical.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuimon_core.findings import Finding
-from tuimon_core.heat_levels import gpu_busy
+from tuimon_core.gpu_state import gpu_work
 
 BUSY_FOR_LINK = 0.5  # a GPU this busy keeps its link at full speed
 # DCGM's allowed PCIe replays a minute per lane, by generation (index: generation - 1).
@@ -74,6 +79,8 @@ class LinkRules:
 
     name: str
     _totals: dict[tuple[int, str], deque[tuple[float, int]]] = field(default_factory=dict)
+    # GPU (uuid, else index) -> the most NVLinks it has had active while judged here
+    _nvlinks_most: dict[str, int] = field(default_factory=dict)
 
     def observe(self, sample: Any, now: float) -> None:
         for i, g in enumerate(sample.gpus or ()):
@@ -113,12 +120,16 @@ class LinkRules:
             gen, width = g.get("pcie_gen"), g.get("pcie_width")
             gmax = getattr(info, "pcie_gen_max", None)
             wmax = getattr(info, "pcie_width_max", None)
-            if ((gen and gmax and gen < gmax) or (width and wmax and width < wmax)) and (
-                    (busy := gpu_busy(g)[0]) is not None and busy >= BUSY_FOR_LINK):
-                out.append(Finding(
-                    "warning", "pcie_downtrained",
-                    f"{node} GPU {i} PCIe Gen{gen} x{width} while busy, of Gen{gmax} x{wmax}: "
-                    "copies to and from the GPU run slower", node=node, gpu=i, score=0.6))
+            if (gen and gmax and gen < gmax) or (width and wmax and width < wmax):
+                busy, by = gpu_work(g, info)
+                if busy is not None and busy >= BUSY_FOR_LINK:
+                    # Busy as utilization says, unless it cannot (MIG): then say how known.
+                    how = f" ({by})" if by not in (None, "util", "SM active") else ""
+                    out.append(Finding(
+                        "warning", "pcie_downtrained",
+                        f"{node} GPU {i} PCIe Gen{gen} x{width} while busy{how}, of "
+                        f"Gen{gmax} x{wmax}: copies to and from the GPU run slower",
+                        node=node, gpu=i, score=0.6))
             if not totals:  # no link counter read on this node: nothing grew
                 continue
             where = f"{node} GPU {i}"
@@ -154,12 +165,25 @@ class LinkRules:
         return out
 
     def _nvlinks_present(self, infos: list[Any]) -> list[Finding]:
-        """A GPU with fewer NVLinks up than most of the node's GPUs of its model."""
+        """A GPU with fewer NVLinks up than it had itself (the most it has had while
+        judged here: a pair bridged by one NVLink bridge has no majority to lose to), or
+        than most of the node's GPUs of its model."""
         by_model: dict[str, list[Any]] = {}
-        for info in infos:
-            if getattr(info, "nvlinks", None) is not None and info.name:
-                by_model.setdefault(info.name, []).append(info)
         out = []
+        for info in infos:
+            links = getattr(info, "nvlinks", None)
+            if links is None or not info.name:
+                continue
+            by_model.setdefault(info.name, []).append(info)
+            key = info.uuid or str(info.index)
+            most = self._nvlinks_most.get(key, links)
+            self._nvlinks_most[key] = max(most, links)
+            if links < most:
+                out.append(Finding(
+                    "warning", "nvlink_down",
+                    f"{self.name} GPU {info.index}: {links} of {info.nvlinks_total} NVLinks "
+                    f"active; it had {most}", node=self.name, gpu=info.index, score=0.6))
+        lost = {f.gpu for f in out}
         for model, same in by_model.items():
             if len(same) < 2:
                 continue
@@ -167,7 +191,7 @@ class LinkRules:
             if count * 2 <= len(same):
                 continue  # no majority to compare with
             for g in same:
-                if g.nvlinks < usual:
+                if g.nvlinks < usual and g.index not in lost:
                     out.append(Finding(
                         "warning", "nvlink_down",
                         f"{self.name} GPU {g.index}: {g.nvlinks} of {g.nvlinks_total} NVLinks "
@@ -196,8 +220,14 @@ class LinkRules:
     def _gpus_on_bus(self, hello: Any) -> list[Finding]:
         on_bus = [a for a in (bus_address(x) for x in hello.extra.get("pci_gpus") or ())
                   if a is not None]
-        if not on_bus or not hello.gpus:
+        if not on_bus:
             return []
+        if not hello.gpus:  # NVML cannot start (no library, no driver): none usable
+            why = hello.gpu_status or "NVML lists none"
+            return [Finding("critical", "gpu_missing",
+                            f"{self.name}: {len(on_bus)} GPU{'s' if len(on_bus) != 1 else ''} "
+                            f"on the PCI bus, none usable: {why}", node=self.name,
+                            score=0.6)]
         seen = {bus_address(g.pci_bus_id or "") for g in hello.gpus}
         missing = [a for a in on_bus if a not in seen]
         if not missing:

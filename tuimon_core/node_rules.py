@@ -15,7 +15,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from tuimon_core import xids
 from tuimon_core.findings import Finding
+from tuimon_core.gpu_state import Throttle, throttle
 from tuimon_core.link_rules import LinkRules
 from tuimon_core.protocol.fields import PORT_ACTIVE, PORT_ERROR_COUNTERS, PORT_LINK_UP
 
@@ -34,9 +36,6 @@ STEPS_WINDOW_S = 600.0
 STEP_CAPS = ("too_many_jobs", "too_many_ranks")
 SLOW_NFS_S = 0.05  # a READ slower than this on average, held: a finding
 FLAPS = 2  # link downs in the window that make a port flapping
-CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120})
-THERMAL = frozenset({"hw_thermal_slowdown", "sw_thermal_slowdown"})
-POWER = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "hw_slowdown"})
 ERROR_COUNTERS = frozenset(PORT_ERROR_COUNTERS)
 PORT_ERRORS = ("rcv_errors", "link_error_recovery", "remote_physical_errors",
                "xmit_discards", "buffer_overruns", "local_link_integrity_errors")
@@ -122,26 +121,34 @@ class NodeRules:
     def _gpus(self, sample: Any, now: float) -> list[Finding]:
         node = self.name
         out = []
-        capped: list[tuple[int, str]] = []
+        capped: list[tuple[int, Throttle]] = []
+        infos = list(self._hello.gpus) if self._hello is not None else []
+        slowed: dict[tuple[str, ...], list[tuple[int, Throttle]]] = {}
         for i, g in enumerate(sample.gpus or ()):
             where = f"{node} GPU {i}"
             if g.get("failed"):
                 out.append(Finding("critical", "gpu_failed", f"{where} failed: {g['failed']}",
                                    node=node, gpu=i, score=0.6))
                 continue
-            events = set(g.get("clock_events") or ())
-            if events & THERMAL:
+            found = throttle(g, infos[i] if i < len(infos) else None) \
+                if g.get("clock_events") else None
+            if found is None:
+                pass
+            elif found.kind == "thermal":
                 temp = g.get("temp")
                 at = f" at {temp:.0f} °C" if temp is not None else ""
-                out.append(Finding("warning", "thermal", f"{where} thermal throttling{at}",
+                clocks = f" ({found.clocks()})" if found.clocks() else ""
+                out.append(Finding("warning", "thermal",
+                                   f"{where} thermal throttling{at}{clocks}",
                                    node=node, gpu=i, score=0.4))
-            elif events & POWER:
-                capped.append((i, ", ".join(sorted(events & POWER))))
-            xid = self._xid.get(i)
-            if xid is not None and xid[1] and now - xid[2] <= XID_WINDOW_S:
-                total, code, _ = xid
-                sev = "critical" if code in CRITICAL_XIDS else "warning"
-                out.append(Finding(sev, "xid", f"{where} XID {code} ({total or 1} seen)",
+            elif found.kind == "hw_slowdown":
+                slowed.setdefault((found.severity, *found.reasons), []).append((i, found))
+            else:
+                capped.append((i, found))
+            total, code, seen = self._xid.get(i, (None, None, 0.0))
+            if code and now - seen <= XID_WINDOW_S:
+                out.append(Finding(xids.severity(code), "xid",
+                                   f"{where} XID {code} ({total or 1} seen)",
                                    node=node, gpu=i, score=0.3))
             if (g.get("ecc_uncorrected") or 0) > 0:
                 out.append(Finding("critical", "ecc", f"{where} {g['ecc_uncorrected']} "
@@ -155,7 +162,18 @@ class NodeRules:
         if capped:  # one finding per node: a power cap is usually the node's, not a GPU's
             gpus = ",".join(str(i) for i, _ in capped)
             out.append(Finding("info", "power", f"{node} GPU {gpus} power-capped "
-                               f"({capped[0][1]})", node=node, score=0.2))
+                               f"({', '.join(capped[0][1].reasons)})", node=node, score=0.2))
+        # A hardware slowdown that collapsed the clocks: a fault of the node's power or
+        # cooling more often than of one GPU, so one finding for the GPUs it holds alike.
+        for (severity, *reasons), held in slowed.items():
+            gpus = ",".join(str(i) for i, _ in held)
+            first = held[0][1]
+            busy = "while busy" if severity == "critical" else "while idle"
+            out.append(Finding(severity, "hw_slowdown",
+                               f"{node} GPU {gpus} hardware slowdown {busy}: "
+                               f"{first.clocks()} ({', '.join(reasons)})",
+                               node=node, gpu=held[0][0] if len(held) == 1 else None,
+                               score=0.6))
         return out
 
     def _ports(self, sample: Any, now: float) -> list[Finding]:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent.collectors.gpu import GpuCollector, _text
+from tuimon_core import xids
 from tuimon_core.protocol.messages import Event
 
 log = logging.getLogger(__name__)
@@ -26,32 +27,6 @@ TIMEOUT_CODE = 10  # NVML_ERROR_TIMEOUT
 # How long one wait blocks. Events return at once; the timeout only bounds how long
 # stop() takes. Each timeout wakes a thread, which costs CPU on a node: keep it long.
 DEFAULT_WAIT_S = 2.0
-
-# XIDs that mean the GPU or its job is in real trouble (NVIDIA's XID catalogue).
-CRITICAL_XIDS = frozenset({48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120, 121, 140})
-
-
-def describe_xid(code: int) -> str:
-    known = {
-        13: "graphics engine exception",
-        31: "GPU memory page fault",
-        43: "GPU stopped processing",
-        45: "preemptive cleanup after a previous error",
-        48: "double-bit ECC error",
-        61: "internal micro-controller breakpoint/warning",
-        62: "internal micro-controller halt",
-        63: "ECC page retirement or row remapping event",
-        64: "ECC page retirement or row remapper recording failure",
-        74: "NVLink error",
-        79: "GPU has fallen off the bus",
-        92: "high single-bit ECC error rate",
-        94: "contained ECC error",
-        95: "uncontained ECC error",
-        119: "GSP RPC timeout",
-        120: "GSP error",
-    }
-    return known.get(code, "see NVIDIA's XID catalogue")
-
 
 class XidWatcher:
     """Owns the NVML event set and the thread that waits on it."""
@@ -137,8 +112,8 @@ class XidWatcher:
             if index is not None:
                 self.collector.note_xid(index, code)
             where = f"GPU {index}" if index is not None else "a GPU"
-            severity = "critical" if code in CRITICAL_XIDS else "warning"
-            return Event(now, "xid", severity, f"XID {code} on {where}: {describe_xid(code)}",
+            return Event(now, "xid", xids.severity(code),
+                         f"XID {code} on {where}: {xids.describe(code)}",
                          gpu=index, code=code, source="gpu")
         if kind & EV_DOUBLE_BIT_ECC:
             return Event(now, "ecc", "critical", f"double-bit ECC error on GPU {index}",

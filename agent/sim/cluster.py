@@ -23,6 +23,7 @@ from agent.files import GeneratedTree
 from agent.node import AgentConfig, NodeAgent
 from agent.server import build_app
 from agent.sim import scenarios
+from agent.sim.fake_nvml import FakeNvml
 from agent.sim.limits import MAX_GPUS, MAX_NODES, MAX_SPEED
 from agent.sim.steps_model import FabricState, RankPlan, SimJob
 from agent.sim.workload import NodeTrouble, SimNodeModel
@@ -50,8 +51,9 @@ class SimNode:
 
 
 def _nvml_of(model: SimNodeModel) -> Callable[[], object]:
-    """The node agent's NVML loader: the simulated node's NVML."""
-    return lambda: model.nvml
+    """The node agent's NVML loader: the simulated node's NVML, or one whose library
+    cannot be loaded where the scenario took it away (its GPUs stay on the PCI bus)."""
+    return lambda: FakeNvml(0, driver=False) if model.active().nvml_missing else model.nvml
 
 
 def _slowdown_of(member: SimNode, gpu: int) -> Callable[[], float]:
@@ -116,18 +118,8 @@ class SimCluster:
             model = SimNodeModel(name, self.gpus, seed=self.seed * 100003 + i,
                                  trouble=troubles.get(i) or NodeTrouble(), clock=self.clock,
                                  roce=self.plan.roce)
-            agent = NodeAgent(
-                AgentConfig(node_name=name, interval=self.interval, xid_wait=0.5,
-                            storage=StorageConfig(mmpmon=None, statvfs=model.io.statvfs,
-                                                  statvfs_inline=True)),
-                files=GeneratedTree(model.files()),
-                nvml_loader=_nvml_of(model),
-                executor=self._executor,
-                monotonic=self.clock,
-                wall=self.wall,
-                ethtool=model.io.ethtool(),
-            )
-            self.members.append(SimNode(i, name, self.base_port + i, model, agent))
+            self.members.append(SimNode(i, name, self.base_port + i, model,
+                                        self._agent(name, model)))
         plans = [RankPlan(m.index, g, m.index * self.gpus + g, _slowdown_of(m, g))
                  for m in self.members for g in range(self.gpus)]
         faulty = lambda: self.clock() >= onset  # noqa: E731
@@ -137,6 +129,7 @@ class SimCluster:
         self.job = SimJob("llm-pretrain", plans, fabric, self.seed)
         self.onset = onset
         self._job_task: asyncio.Task[None] | None = None
+        self._restart_task: asyncio.Task[None] | None = None
 
     def leaf_of(self, index: int) -> str:
         return f"leaf{index // self.nodes_per_leaf:02d}"
@@ -160,11 +153,37 @@ class SimCluster:
     def write_targets(self, path: str | Path) -> None:
         Path(path).write_text("".join(f"{t}\n" for t in self.targets))
 
+    def _agent(self, name: str, model: SimNodeModel) -> NodeAgent:
+        """A node's agent over its simulated machine (again after a restart: from
+        scratch, as a real one starts)."""
+        return NodeAgent(
+            AgentConfig(node_name=name, interval=self.interval, xid_wait=0.5,
+                        storage=StorageConfig(mmpmon=None, statvfs=model.io.statvfs,
+                                              statvfs_inline=True)),
+            files=GeneratedTree(model.files()),
+            nvml_loader=_nvml_of(model),
+            executor=self._executor,
+            monotonic=self.clock,
+            wall=self.wall,
+            ethtool=model.io.ethtool(),
+        )
+
     async def start(self) -> None:
         for m in self.members:
             await self.start_node(m.index)
         if self.gpus:
             self._job_task = asyncio.create_task(self._report_steps())
+        if self.plan.restart:
+            self._restart_task = asyncio.create_task(self._restart_at_onset())
+
+    async def _restart_at_onset(self) -> None:
+        """The scenario's nodes whose agents restart at its onset (what a driver upgrade
+        does to them shows when their agent starts again)."""
+        while self.clock() < self.onset:
+            await asyncio.sleep(0.2)
+        for index in self.plan.restart:
+            await self.stop_node(index)
+            await self.start_node(index)
 
     async def _report_steps(self) -> None:
         last = self.clock()
@@ -212,17 +231,22 @@ class SimCluster:
         if m.runner is not None:
             await m.runner.cleanup()
             m.runner = None
-            # A restarted agent starts from scratch, as a real one would.
-            m.agent = NodeAgent(m.agent.config, files=m.agent.files,  # same simulated machine
-                                nvml_loader=_nvml_of(m.model),
-                                executor=self._executor)
+            self.renew_agent(index)
+
+    def renew_agent(self, index: int) -> NodeAgent:
+        """A new agent for a node whose agent stopped: it starts from scratch, as a
+        real one would, on the same simulated machine."""
+        m = self.members[index]
+        m.agent = self._agent(m.name, m.model)
+        return m.agent
 
     async def stop(self) -> None:
-        if self._job_task is not None:
-            self._job_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._job_task
-            self._job_task = None
+        for task in (self._job_task, self._restart_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._job_task = self._restart_task = None
         await asyncio.gather(*(self.stop_node(m.index) for m in self.members))
         self._executor.shutdown(wait=False)
 

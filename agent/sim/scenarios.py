@@ -19,10 +19,13 @@ from tuimon_core.cli_types import positive_float
 
 SCENARIOS = ("mixed", "healthy", "spine-imbalance", "thermal-straggler", "checkpoint-storm",
              "xid-79", "link-flap", "bad-cable", "hot-node", "pcie-downtrain",
-             "nvlink-degraded", "driver-skew", "gpu-missing", "pfc-storm")
+             "nvlink-degraded", "driver-skew", "gpu-missing", "pfc-storm", "power-brake",
+             "nvlink-lost", "nvml-missing")
 # A rank whose GPU's link is slow computes this much longer: copies in and out of the
 # GPU wait on the link (a Gen3 x8 link has a quarter of Gen5 x16's bandwidth).
 GRAY_SLOWDOWN = 1.15
+# A GPU held at a twentieth of its clock computes many times longer; the job waits on it.
+BRAKED_SLOWDOWN = 3.0
 OTHER_DRIVER = "535.129.03"
 # The seed incident: a badly cabled spine took the job from 92 % to 68 % efficiency.
 SPINE_ALLREDUCE_FACTOR = 5.5
@@ -37,6 +40,7 @@ class Scenario:
     components: list[str] = field(default_factory=list)  # what a diagnosis must name
     kinds: list[str] = field(default_factory=list)  # which findings name them
     roce: bool = False  # the cluster's fabric is RoCE (Ethernet ports, PFC)
+    restart: list[int] = field(default_factory=list)  # nodes whose agent restarts at onset
 
 
 def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
@@ -89,6 +93,18 @@ def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
     if name == "gpu-missing":  # a GPU leaves NVML and stays on the PCI bus
         return Scenario(name, {victim: NodeTrouble(missing_gpu=gpu)},
                         components=[node_name(victim)], kinds=["gpu_missing"])
+    if name == "power-brake":  # the node's power brake asserted: every clock collapses
+        return Scenario(name, {victim: NodeTrouble(power_brake=True, slow=BRAKED_SLOWDOWN)},
+                        components=[node_name(victim)], kinds=["hw_slowdown", "straggler"])
+    if name == "nvlink-lost":  # one more link of a GPU goes down: judged against its past
+        return Scenario(name, {victim: NodeTrouble(nvlink_lost_gpu=gpu, slow_gpu=gpu,
+                                                   slow=GRAY_SLOWDOWN)},
+                        components=[f"{node_name(victim)} GPU {gpu}"],
+                        kinds=["nvlink_down", "straggler"])
+    if name == "nvml-missing":  # after a driver upgrade the agent restarts without NVML
+        return Scenario(name, {victim: NodeTrouble(nvml_missing=True)},
+                        components=[node_name(victim)], kinds=["gpu_missing"],
+                        restart=[victim])
     port = rng.randrange(max(1, gpus))
     if name == "pfc-storm":  # RoCE: one port's receiver cannot keep up and pauses its peer
         return Scenario(name, {victim: NodeTrouble(io=IoTrouble(pfc_port=port))},

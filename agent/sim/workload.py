@@ -45,6 +45,12 @@ class NodeTrouble:
     nvlink_gpu: int | None = None
     missing_gpu: int | None = None
     driver: str | None = None
+    # The node's power brake asserted: every GPU's clock collapses (hardware slowdown);
+    # this GPU loses one NVLink (of its bridge, on a node of few GPUs); NVML cannot be
+    # loaded when the agent starts again (a driver upgrade that left no libnvidia-ml).
+    power_brake: bool = False
+    nvlink_lost_gpu: int | None = None
+    nvml_missing: bool = False
     since: float = float("-inf")  # simulated monotonic time the trouble starts
 
 
@@ -153,6 +159,9 @@ class SimNodeModel:
         if tr.power_capped and g.power_mw >= limit * 0.98:
             reasons |= 0x4
             sm = min(sm, int(g.max_sm_mhz * 0.86))
+        if tr.power_brake:  # HW Slowdown and HW Power Brake: 86 of 1980 MHz, as seen
+            reasons |= 0x8 | 0x80
+            sm = min(sm, int(g.max_sm_mhz * 0.045) + 15)
         if util < 0.05:
             reasons |= 0x1
         g.clock_events = reasons
@@ -169,6 +178,8 @@ class SimNodeModel:
         if tr.nvlink_gpu == g.index and g.nvlinks is not None:
             g.nvlinks = [1] * 12 + [0] * 6
             g.nvlink_recovery += 1 if self.rng.random() < dt / 20 else 0
+        if tr.nvlink_lost_gpu == g.index and g.nvlinks:
+            g.nvlinks[3] = 0
         g.pcie_tx_kbs = int(1_500_000 * util + self.rng.random() * 200_000)
         g.pcie_rx_kbs = int(9_000_000 * (1 - wave) * util + self.rng.random() * 500_000)
         # NVLink all-reduce traffic, ~300 GB/s per direction at full tilt.

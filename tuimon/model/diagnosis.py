@@ -25,10 +25,10 @@ from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
 from tuimon_core.findings_family import findings_from_wire
 from tuimon_core.fleet import fleet_findings, hellos_of
 from tuimon_core.hostlist import collect_hostlist
-from tuimon_core.node_rules import CONGESTED_WAIT, CRITICAL_XIDS, OUTLIER_FACTOR, NodeRules
+from tuimon_core.node_rules import CONGESTED_WAIT, OUTLIER_FACTOR, NodeRules
 from tuimon_core.protocol.overview_layout import port_waits
 
-__all__ = ["CRITICAL_XIDS", "SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
+__all__ = ["SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
 
 
 
@@ -46,7 +46,7 @@ REJUDGE_S = 15.0
 
 # What can make one rank slower than its peers, found on its node at the same time.
 STRAGGLER_CAUSES = frozenset({
-    "thermal", "power", "pcie_downtrained", "pcie_replays", "nvlink_down",
+    "thermal", "power", "hw_slowdown", "pcie_downtrained", "pcie_replays", "nvlink_down",
     "nvlink_errors", "link_down", "flapping", "symbol_errors", "port_errors",
     "congestion", "pfc_pausing", "pfc_storm", "xid", "ecc", "remap_pending",
     "storage_latency", "fleet_skew"})
@@ -153,8 +153,8 @@ class Diagnosis:
         for n in cluster.nodes.values():
             h = n.hello
             if (n.status != "up" or h is None or h.gpus or not h.gpu_status
-                    or n.name in self.cpu_nodes):
-                continue
+                    or n.name in self.cpu_nodes or h.extra.get("pci_gpus")):
+                continue  # (GPUs on its bus and none usable: the node's own gpu_missing)
             if "Library Not Found" in h.gpu_status and not gpus_elsewhere:
                 continue  # most likely a CPU-only cluster or node: nothing says otherwise
             out.append(Finding("critical", "gpu_init_failed",

@@ -719,12 +719,6 @@ CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
     (0x100, "display_clock_setting"),
 )
 
-# Reasons that mean the GPU runs slower than it could for a reason worth a look.
-THROTTLE_REASONS = frozenset(
-    {"sw_power_cap", "hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown",
-     "hw_power_brake_slowdown"}
-)
-
 FAMILIES: tuple[str, ...] = ("gpu", "host", "fabric", "storage", "steps", "events", "overview",
                              "findings")
 
