@@ -229,3 +229,27 @@ def test_the_hello_gpu_message_holds_every_field_of_its_table() -> None:
     from tuimon_core.protocol.fields import GPU_INFO_FIELDS
 
     assert [f.name for f in dataclasses.fields(GpuInfo)] == [f.key for f in GPU_INFO_FIELDS]
+
+
+def test_a_relays_judgement_reads_as_findings_and_a_bad_one_is_refused_alone() -> None:
+    """The batch_judgement vector's findings, with their components by field, the host
+    list expanded and the true onsets; a judgement that does not check is refused with
+    the reason while the batch's frames and states apply."""
+    from tuimon_core.findings_family import findings_from_judgement, judgement_to_wire
+    from tuimon_core.protocol import Batch
+
+    batch = decode((VECTORS / "batch_judgement.msgpack").read_bytes())
+    assert isinstance(batch, Batch) and batch.judgement is not None
+    leaf, straggler = findings_from_judgement(batch.judgement)
+    assert (leaf.kind, leaf.leaf, len(leaf.nodes), leaf.first_seen) == (
+        "congestion", "leaf01", 16, 1796000180.0)
+    assert (straggler.node, straggler.gpu, straggler.job) == ("gpu042", 3, "llm-pretrain")
+    # Back to the wire as the relay sends it: the same rows.
+    again = judgement_to_wire([leaf, straggler], 1796003000.0)
+    assert again == batch.judgement
+    bad = msgpack.unpackb((VECTORS / "batch_judgement.msgpack").read_bytes(), raw=False)
+    del bad["judgement"]["findings"][1]["since"]
+    refused = decode(msgpack.packb(bad, use_bin_type=True))
+    assert isinstance(refused, Batch) and refused.judgement is None
+    assert "batch.judgement.findings[1].since" in (refused.judgement_error or "")
+    assert refused.sources == [("gpu042:9477", "up", None)]

@@ -247,7 +247,10 @@ async def test_relay_of_relays_and_a_lost_node(unused_tcp_port_factory) -> None:
             assert [e.kind for e in new] == ["relay_lost"], [e.message for e in new]
             assert relay in new[0].message and "3 nodes unknown" in new[0].message
             findings = Diagnosis().update(viewer2, EfficiencyView(), StorageView())
-            assert [f.kind for f in findings] == ["relay_lost"], findings
+            # (and what the relay judged before it went: kept, here that it has no
+            # topology, information)
+            assert [f.kind for f in findings if f.severity != "info"] == ["relay_lost"], \
+                findings
             assert findings[0].target == relay
             r1 = Relay(relay_config(sim.targets, name="r1", listen=f"127.0.0.1:{port}"))
             await r1.start()

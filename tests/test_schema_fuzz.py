@@ -97,6 +97,10 @@ PLACES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "subscribe": lambda v: {"v": 1, "t": "subscribe", **v},
     "batch.budget.<job>": lambda v: {"v": 1, "t": "batch", "ts": 1.0, "frames": [],
                                      "budget": {"job": v}},
+    "batch.judgement": lambda v: {"v": 1, "t": "batch", "ts": 1.0, "frames": [],
+                                  "judgement": v},
+    "judgement.findings[]": lambda v: {"v": 1, "t": "batch", "ts": 1.0, "frames": [],
+                                       "judgement": {"at": 1.0, "findings": [v]}},
 }
 
 
@@ -123,6 +127,12 @@ def test_every_field_refuses_what_its_type_does_not_allow() -> None:
                 batch = decode(data)
                 assert isinstance(batch, Batch) and batch.budget is None
                 assert named.search(batch.budget_error or ""), (path, batch.budget_error)
+            elif name.startswith(("batch.judgement", "judgement.")):
+                # So is its judgement: the viewer then judges the nodes itself.
+                batch = decode(data)
+                assert isinstance(batch, Batch) and batch.judgement is None
+                assert named.search(batch.judgement_error or ""), (path,
+                                                                   batch.judgement_error)
             else:
                 with pytest.raises(ProtocolError) as err:
                     decode(data)

@@ -8,7 +8,6 @@ import dataclasses
 import json
 import re
 import sys
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -22,7 +21,14 @@ from agent.sim.scenarios import add_scenario_options
 from tuimon.app_log import log_to_file
 from tuimon.config import ClusterConfig, cluster_defaults, set_cluster_defaults
 from tuimon.manual import SECTIONS as MANUAL_SECTIONS
+from tuimon.model import judge_config
 from tuimon.model.cluster import ClusterState
+from tuimon.model.judge_config import (
+    JudgeConfig,
+    add_judge_options,
+    add_slo_options,
+    slo_of,
+)
 from tuimon.model.slo import Slo
 from tuimon.readout import ROW_READS, render
 from tuimon.relay.command import add_relay_options, run_relay
@@ -30,7 +36,6 @@ from tuimon.snapshot_waits import WAITS
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.sources.targets import (
     TargetError,
-    expand_hostlist,
     expand_hostlists,
     parse_targets,
     read_targets_file,
@@ -79,13 +84,7 @@ def _target_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--full-frames", action="store_true",
                    help="the app: take every value of every node, not each node's overview "
                         "(the open node always comes whole); costs ~20x the bytes and CPU")
-    p.add_argument("--topology", metavar="F",
-                   help="Slurm topology.conf: group the fabric map by leaf switch")
-    p.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=RATE",
-                   help="provisioned throughput of a shared file system, e.g. "
-                        "/lustre/scratch=400GB/s")
-    p.add_argument("--cpu-nodes", metavar="HOSTLIST", default="",
-                   help="nodes known to have no GPU (login nodes): no GPU there is no fault")
+    add_judge_options(p)
 
 
 def _view_options(p: argparse.ArgumentParser) -> None:
@@ -138,36 +137,6 @@ def _log_option(p: argparse.ArgumentParser) -> None:
                         "tracebacks (default $XDG_STATE_HOME/tuimon/tuimon.log)")
 
 
-def _slo_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--slo-target", type=slo_target, default=0.90,
-                   help="SLO target for the effective training time ratio (default 0.90)")
-    p.add_argument("--slo-hours", type=positive_float(1e6), default=720.0,
-                   help="SLO window: the run's planned hours or rolling days x 24 (720)")
-    p.add_argument("--baseline", action="append", default=[], metavar="JOB=SAMPLES/S",
-                   help="single-GPU throughput of a job, for scaling efficiency")
-    p.add_argument("--flops-per-sample", action="append", default=[], metavar="JOB=FLOPS",
-                   help="model FLOPs per sample of a job, for MFU against the GPUs' peak")
-
-
-def _job_values(items: list[str], option: str, unit: str) -> dict[str, float]:
-    out = {}
-    for item in items:
-        job, sep, value = item.rpartition("=")
-        try:
-            out[job] = float(value)
-        except ValueError:
-            raise TargetError(f"{option} {item!r}: expected JOB={unit}") from None
-        if not sep or not job or out[job] <= 0:
-            raise TargetError(f"{option} {item!r}: expected JOB={unit}")
-    return out
-
-
-def _slo(args: argparse.Namespace) -> tuple[Slo, dict[str, float], dict[str, float]]:
-    return (Slo(args.slo_target, args.slo_hours),
-            _job_values(args.baseline, "--baseline", "SAMPLES/S"),
-            _job_values(args.flops_per_sample, "--flops-per-sample", "FLOPS"))
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="tuimon", description="Live monitor for GPU "
                                      "training clusters.")
@@ -184,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                                              "gpu[001-128]:PORT, login1:9478")
     _target_options(connect)
     _view_options(connect)
-    _slo_options(connect)
+    add_slo_options(connect)
     prom = sub.add_parser("prom", help="watch the cluster through Prometheus (or Thanos, "
                                        "Mimir, VictoriaMetrics): agent, dcgm-exporter and "
                                        "node_exporter metrics")
@@ -200,16 +169,12 @@ def build_parser() -> argparse.ArgumentParser:
                       metavar="S",
                       help="seconds between refreshes (default 5)")
     prom.add_argument("--name", default="cluster", help="cluster name shown in the header")
-    prom.add_argument("--topology", metavar="F",
-                      help="Slurm topology.conf: group nodes by leaf switch")
-    prom.add_argument("--provisioned", action="append", default=[], metavar="MOUNT=RATE")
-    prom.add_argument("--cpu-nodes", metavar="HOSTLIST", default="",
-                      help="nodes known to have no GPU: no GPU there is no fault")
+    add_judge_options(prom)
     prom.add_argument("--json", action="store_true",
                       help="with --once: print the document `tuimon status --json` prints "
                            "(and exit with its codes: 0 ok, 1 warning, 2 critical, 3 unknown)")
     _view_options(prom)
-    _slo_options(prom)
+    add_slo_options(prom)
     rep = sub.add_parser("replay", help="play a recording back in the app: space pauses, "
                                         ". steps, [ ] seek a minute, + - speed")
     rep.add_argument("file")
@@ -234,14 +199,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help="check the cluster through this Prometheus server (as `tuimon "
                              "prom` watches it) instead of its agents")
     _prom_query_options(status)
-    _slo_options(status)
+    add_slo_options(status)
     demo = sub.add_parser("demo", help="simulate a cluster on loopback and watch it")
     demo.add_argument("--nodes", type=positive_int(MAX_NODES), default=32)
     demo.add_argument("--gpus", type=positive_int(MAX_GPUS, least=0), default=8)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--base-port", type=int, default=19400)
     _view_options(demo)
-    _slo_options(demo)
+    add_slo_options(demo)
     add_scenario_options(demo)
     rules = sub.add_parser("rules", help="write Prometheus recording and burn-rate alerting "
                                          "rules for the training SLO (the app's windows and "
@@ -369,7 +334,8 @@ def _replay(args: argparse.Namespace) -> int:
                            clock=lambda: control.position)
     ReplayApp(cluster, control, rec.duration,
               sources=lambda state: [replay(rec, state, control)], theme=args.theme,
-              topology=_topology(args.topology), damage=rec.damage, ascii_only=args.ascii,
+              topology=judge_config.topology(args.topology), damage=rec.damage,
+              ascii_only=args.ascii,
               wall=lambda: rec.started + control.position).run()
     if rec.damage:
         print(f"tuimon: {args.file}: {rec.damage}", file=sys.stderr)
@@ -428,46 +394,6 @@ def _run_app(cluster: ClusterState, feed: Feed,
             writer.close()
             print(f"tuimon: recorded {writer.frames} frames to {writer.path}")
     return 0
-
-
-_RATE_UNITS = {"": 1e9, "g": 1e9, "gb": 1e9, "gb/s": 1e9, "t": 1e12, "tb": 1e12,
-               "tb/s": 1e12, "m": 1e6, "mb": 1e6, "mb/s": 1e6, "gib/s": 2**30,
-               "tib/s": 2**40}
-
-
-def _provisioned(items: list[str]) -> dict[str, float]:
-    """`MOUNT=400`, `MOUNT=400GB/s`, `MOUNT=3.2 TB/s`, `MOUNT=500MB/s` (default GB/s)."""
-    out = {}
-    for item in items:
-        mount, sep, value = item.rpartition("=")
-        m = re.fullmatch(r"\s*([0-9.]+)\s*([A-Za-z/]*)\s*", value)
-        scale = _RATE_UNITS.get(m.group(2).lower()) if m else None
-        if not sep or not mount or m is None or scale is None:
-            raise TargetError(f"--provisioned {item!r}: expected MOUNT=RATE, e.g. "
-                              "/lustre/scratch=400GB/s (GB/s, TB/s or MB/s; GB/s if none)")
-        try:
-            out[mount] = float(m.group(1)) * scale
-        except ValueError:
-            raise TargetError(f"--provisioned {item!r}: {m.group(1)!r} is not a number") from None
-    return out
-
-
-def _judgement(args: argparse.Namespace, cluster: ClusterState,
-               wall: Callable[[], float] | None = None) -> Any:
-    """What a text readout judges with: the app's storage, efficiency and diagnosis
-    over the options given (topology, provisioned throughput, SLO, CPU nodes)."""
-    from tuimon.model.diagnosis import Diagnosis
-    from tuimon.model.efficiency import EfficiencyView
-    from tuimon.model.judgement import Judgement
-    from tuimon.model.storage import StorageView
-
-    slo, baselines, flops = _slo(args)
-    clock = wall or time.time
-    return Judgement(cluster, StorageView(_provisioned(getattr(args, "provisioned", []))),
-                     EfficiencyView(slo, baselines, wall=clock, flops_per_sample=flops),
-                     Diagnosis(_topology(getattr(args, "topology", None),
-                                         getattr(args, "leaves", None)),
-                               wall=clock, cpu_nodes=_cpu_nodes(args)))
 
 
 async def _watch(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
@@ -548,11 +474,6 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], St
                                           subscribe=subscribe)
 
 
-def _cpu_nodes(args: argparse.Namespace) -> frozenset[str]:
-    text = getattr(args, "cpu_nodes", "") or ""
-    return frozenset(expand_hostlists([text])) if text else frozenset()
-
-
 def _strip_scheme(item: str) -> str:
     for scheme in ("https://", "http://", "wss://", "ws://"):
         if item.startswith(scheme):
@@ -609,23 +530,7 @@ def _fill_targets(args: argparse.Namespace, c: ClusterConfig) -> None:
             args.prometheus = c.prometheus  # a cluster watched through Prometheus
 
 
-def _topology(path: str | None, leaves: dict[str, str] | None = None) -> dict[str, str]:
-    from tuimon.model.view_state import parse_topology_conf
 
-    inline = {}
-    leaves = leaves or {}
-    expand_hostlists(str(h) for h in leaves.values())  # counted together, before expanding
-    for leaf, hosts in leaves.items():
-        for name in expand_hostlist(str(hosts)):
-            inline[name] = leaf
-    if not path:
-        return inline
-    try:
-        return {**parse_topology_conf(Path(path).read_text()), **inline}
-    except OSError as exc:
-        raise TargetError(f"--topology {path}: {exc.strerror or exc}") from None
-    except TargetError as exc:
-        raise TargetError(f"--topology {path}: {exc}") from None
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -651,14 +556,15 @@ def _status(args: argparse.Namespace) -> int:
             return prom_watching(args.prometheus, state, prom_options)
     else:
         targets, relays, options = _connect_options(args)
-    slo, baselines, _ = _slo(args)
-    topology = _topology(args.topology, getattr(args, "leaves", None))
+    slo, baselines, _ = slo_of(args)
+    topology = judge_config.topology(args.topology, getattr(args, "leaves", None))
     try:
         return asyncio.run(run_status(targets, options, relays=relays, watch=args.watch,
                                       topology=topology,
-                                      provisioned=_provisioned(args.provisioned), slo=slo,
+                                      provisioned=judge_config.provisioned(args.provisioned),
+                                      slo=slo,
                                       baselines=baselines, as_json=args.json, name=args.name,
-                                      cpu_nodes=_cpu_nodes(args), feed=feed,
+                                      cpu_nodes=judge_config.cpu_nodes(args), feed=feed,
                                       job=getattr(args, "job", None)))
     except Exception as exc:
         # A bug in the check is no verdict on the cluster: UNKNOWN, as a monitoring
@@ -677,13 +583,13 @@ def _connect_app(args: argparse.Namespace) -> int:
     # readout print every node's values; --families asks for exactly what it says).
     if not args.families and not args.full_frames:
         options = dataclasses.replace(options, overview=True)
-    topology = _topology(args.topology, getattr(args, "leaves", None))
+    topology = judge_config.topology(args.topology, getattr(args, "leaves", None))
     cluster = ClusterState(args.name)
     for t in [*targets, *relays]:
         cluster.add_target(t)
     return _run_app(cluster, _agent_feed(targets, options, relays), args.theme, topology,
-                    _provisioned(args.provisioned), _slo(args), record=args.record,
-                    cpu_nodes=_cpu_nodes(args), ascii_only=args.ascii,
+                    judge_config.provisioned(args.provisioned), slo_of(args), record=args.record,
+                    cpu_nodes=judge_config.cpu_nodes(args), ascii_only=args.ascii,
                     notes=getattr(args, "notes", None))
 
 
@@ -698,7 +604,7 @@ async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
     if writer is not None:
         options = dataclasses.replace(options, recorder=writer.write)
         cluster.recorder = writer.call
-    judge = _judgement(args, cluster)
+    judge = JudgeConfig.from_args(args).judgement(cluster)
     cluster.set_drawn(ROW_READS)  # what the readout shows of every node
     try:
         async with aiohttp.ClientSession() as session:
@@ -780,12 +686,12 @@ def _prom(args: argparse.Namespace) -> int:
     if args.once:
         return asyncio.run(_prom_once(args, cluster))
     if args.plain:
-        return asyncio.run(_watch(cluster, feed, args.once, _judgement(args, cluster),
-                                  args.record))
-    topology = _topology(args.topology, getattr(args, "leaves", None))
+        judge = JudgeConfig.from_args(args).judgement(cluster)
+        return asyncio.run(_watch(cluster, feed, args.once, judge, args.record))
+    topology = judge_config.topology(args.topology, getattr(args, "leaves", None))
     return _run_app(cluster, feed, args.theme, topology,
-                    _provisioned(args.provisioned), _slo(args), record=args.record,
-                    cpu_nodes=_cpu_nodes(args), ascii_only=args.ascii)
+                    judge_config.provisioned(args.provisioned), slo_of(args), record=args.record,
+                    cpu_nodes=judge_config.cpu_nodes(args), ascii_only=args.ascii)
 
 
 def _demo_ports(args: argparse.Namespace) -> None:
@@ -809,7 +715,7 @@ def _demo_app(args: argparse.Namespace) -> int:
     if args.truth:
         write_file(args.truth, json.dumps(sim.truth(), indent=2) + "\n", "--truth")
     topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
-    slo = _slo(args)
+    slo = slo_of(args)
     cluster = ClusterState(f"demo: {args.nodes} simulated nodes")
     for t in sim.targets:
         cluster.add_target(t)
@@ -824,7 +730,7 @@ async def _connect(args: argparse.Namespace) -> int:
     targets, relays, options = _connect_options(args)
     cluster = ClusterState(args.name)
     return await _watch(cluster, _agent_feed(targets, options, relays), args.once,
-                        _judgement(args, cluster), args.record)
+                        JudgeConfig.from_args(args).judgement(cluster), args.record)
 
 
 async def _demo(args: argparse.Namespace) -> int:
@@ -837,7 +743,7 @@ async def _demo(args: argparse.Namespace) -> int:
     async with cluster:
         state = ClusterState(f"demo ({args.nodes} simulated nodes)")
         args.leaves = {}
-        judge = _judgement(args, state, wall=cluster.wall)
+        judge = JudgeConfig.from_args(args).judgement(state, wall=cluster.wall)
         judge.diagnosis.topology = {m.name: cluster.leaf_of(m.index) for m in cluster.members}
         return await _watch(state, _agent_feed(cluster.targets, StreamOptions()), args.once,
                             judge)

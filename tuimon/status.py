@@ -28,7 +28,12 @@ from tuimon.model.job_report import job_report
 from tuimon.model.judgement import Judgement
 from tuimon.model.slo import Slo
 from tuimon.model.storage import StorageView
-from tuimon.snapshot_waits import FIRST_VERDICT_S, HOLD_WAIT_S, STEPS_WAIT_S
+from tuimon.snapshot_waits import (
+    FIRST_VERDICT_S,
+    HOLD_WAIT_S,
+    RELAY_JUDGEMENT_S,
+    STEPS_WAIT_S,
+)
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.ui.job_text import job_text
 from tuimon_core import json_text
@@ -106,8 +111,18 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         "jobs": jobs,
         "alerts": [f.to_json() for f in findings],
         # The same findings grouped for a person, as the app's diagnosis pane shows them.
-        "summary": [{"severity": g.severity, "text": g.text} for g in group(findings)],
+        "summary": [{"severity": g.severity, "text": g.text, "since": g.since}
+                    for g in group(findings)],
     }
+
+
+def onset_text(since: float, now: float) -> str:
+    """`02:13 (47 min)`: when a finding began, local time, and how long ago."""
+    ago = max(0.0, now - since)
+    held = (f"{ago:.0f} s" if ago < 120 else f"{ago / 60:.0f} min" if ago < 7200
+            else f"{ago / 3600:.1f} h")
+    day = "%H:%M" if ago < 20 * 3600 else "%a %H:%M"
+    return f"{time.strftime(day, time.localtime(since))} ({held})"
 
 
 def plural(n: int, word: str) -> str:
@@ -152,8 +167,11 @@ def format_text(r: dict[str, Any]) -> str:
         proxy = r["proxy_efficiency"]
         lines.append("no step telemetry" + (f"; GPU busy proxy {proxy:.2f}"
                                             if proxy is not None else ""))
+    now = time.time()
     for g in r["summary"]:
-        lines.append(f"{g['severity']:<8} {g['text']}")
+        since = g.get("since")
+        lines.append(f"{g['severity']:<8} {g['text']}"
+                     + (f"; since {onset_text(since, now)}" if since else ""))
     # Names and messages came from the network: nothing raw reaches the terminal.
     return clean_lines("\n".join(lines))
 
@@ -179,8 +197,10 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
     async with source:
         deadline = time.monotonic() + max(FIRST_VERDICT_S, watch)
         await first_samples(cluster, eff)
-        if not watch:
-            await settle(judge)
+        if relays and not targets:
+            await relay_judgement(cluster)
+        if not watch and cluster.relayed_findings() is None:
+            await settle(judge)  # (a relay's findings come held from their onsets)
         while True:
             findings = judge.update()
             final = not watch or time.monotonic() >= deadline
@@ -254,6 +274,16 @@ async def first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
         if reporting and all(counted.get(n.target, 0) >= 2 for n in reporting):
             return
         await asyncio.sleep(0.25)
+
+
+async def relay_judgement(cluster: ClusterState) -> None:
+    """Wait, within the first verdict's bound, for the relays' judgement of their nodes
+    (sent with the first batch by a relay that judges; an older one never sends it, and
+    the viewer then judges itself)."""
+    start = time.monotonic()
+    while cluster.relayed_findings() is None and \
+            time.monotonic() - start < RELAY_JUDGEMENT_S:
+        await asyncio.sleep(0.1)
 
 
 async def settle(judge: Judgement) -> None:

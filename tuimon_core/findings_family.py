@@ -1,4 +1,6 @@
-"""The `findings` family of a sample, both ways: a node's rule conditions on the wire.
+"""Findings on the wire, both ways: the `findings` family of a sample (a node's rule
+conditions), and a relay's judgement (a batch's `judgement`: what it holds, with the
+true onsets).
 
 A node judges itself (tuimon_core/node_rules.py) and sends what holds now; the reader's
 own FindingBook adds the hold and the hysteresis, exactly as for conditions it judged
@@ -11,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from tuimon_core.findings import MAX_HELD_S, Finding
-from tuimon_core.protocol.fields import FAMILY_TYPES
+from tuimon_core.hostlist import collect_hostlist, expand_hostlist
+from tuimon_core.protocol.fields import FAMILY_TYPES, JUDGEMENT, MAX_JUDGED
 
 _FINDINGS = FAMILY_TYPES["findings"]
 
@@ -46,3 +49,46 @@ def findings_from_wire(rows: list[dict[str, Any]], node: str,
                     score=float(r.get("score") or 0.0), target=target,
                     held_s=float(r.get("held") or 0.0))
             for r in rows]
+
+
+# -- a relay's judgement (a batch's `judgement`) ----------------------------------------
+
+_JUDGEMENT = JUDGEMENT
+
+
+def judgement_to_wire(findings: list[Finding], at: float) -> dict[str, Any]:
+    """The findings a relay's judgement holds as the batch's `judgement`: each with its
+    component by field and its true onset, the gravest first, fitted to the type (at
+    most MAX_JUDGED; how many were left out said)."""
+    rows = []
+    for f in findings[:MAX_JUDGED]:
+        row: dict[str, Any] = {"severity": f.severity, "kind": f.kind, "message": f.message,
+                               "since": f.first_seen if f.first_seen is not None else at}
+        for key in ("node", "gpu", "port", "fs", "leaf", "job", "target"):
+            value = getattr(f, key)
+            if value is not None:
+                row[key] = value
+        if f.nodes:
+            row["nodes"] = collect_hostlist(f.nodes)
+        if f.score:
+            row["score"] = f.score
+        row["held"] = max(0.0, at - row["since"])
+        rows.append(row)
+    out: dict[str, Any] = {"at": at, "findings": rows}
+    if len(findings) > MAX_JUDGED:
+        out["left_out"] = len(findings) - MAX_JUDGED
+    return _JUDGEMENT.fit(out)
+
+
+def findings_from_judgement(doc: dict[str, Any]) -> list[Finding]:
+    """A relay's judgement (checked by the decoder) as findings, each with its onset
+    (`first_seen`) as the relay saw it: shown as held, not held again."""
+    out = []
+    for r in doc["findings"]:
+        nodes = tuple(expand_hostlist(r["nodes"])) if r.get("nodes") else ()
+        out.append(Finding(r["severity"], r["kind"], r.get("message") or "",
+                           node=r.get("node"), gpu=r.get("gpu"), port=r.get("port"),
+                           leaf=r.get("leaf"), fs=r.get("fs"), job=r.get("job"),
+                           target=r.get("target"), score=float(r.get("score") or 0.0),
+                           nodes=nodes, first_seen=r["since"], last_seen=doc["at"]))
+    return out

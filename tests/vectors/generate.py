@@ -202,6 +202,29 @@ VALID = {
             "received": 7200, "rejected": 0, "lost": 0, "clipped": 0,
         },
     },
+    # A relay's batch with its judgement (since 2026-12): a leaf's congestion, with the
+    # nodes it names as a host list, and a straggler with its cause, each with the true
+    # onset and how long it had held when the relay judged.
+    "batch_judgement": {
+        "v": 1, "t": "batch", "ts": 1796003000.5, "relay": "login1",
+        "frames": [], "sources": [["gpu042:9477", "up", None]],
+        "judgement": {
+            "at": 1796003000.0,
+            "findings": [
+                {"severity": "warning", "kind": "congestion",
+                 "message": "congestion concentrated under leaf01: xmit_wait 3,981,200/s vs "
+                            "1,150/s elsewhere (16 nodes)",
+                 "score": 1.0, "leaf": "leaf01", "nodes": "gpu[001-016]",
+                 "since": 1796000180.0, "held": 2820.0},
+                {"severity": "warning", "kind": "straggler",
+                 "message": "gpu042 GPU 3 (rank 331 of llm-pretrain) computes x1.15 the "
+                            "median of its peers; likely: thermal (GPU 3 thermal throttling "
+                            "at 93 °C)",
+                 "gpu": 3, "score": 0.7, "node": "gpu042", "job": "llm-pretrain",
+                 "since": 1796002100.0, "held": 900.0},
+            ],
+        },
+    },
     "future_type_ignored": {"v": 1, "t": "relay_batch_v9", "payload": [1, 2, 3]},
     "future_fields_ignored": {
         "v": 1, "t": "sample", "seq": 1, "ts": 1796000000.0, "interval": 1.0,

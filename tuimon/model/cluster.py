@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tuimon.model.step_credit import merge_steps
+from tuimon_core.findings_family import findings_from_judgement
 from tuimon_core.heat_levels import HeatMetric
 from tuimon_core.identity import NameHolders
 from tuimon_core.overview import build_overview, hello_port_ids, sample_levels
@@ -151,6 +152,8 @@ class ClusterState:
         self._budgets_by_source: dict[str, dict[str, dict[str, Any]]] = {}
         # Which target holds each node name; those refused for saying a held one.
         self.names = NameHolders()
+        # relay -> its latest judgement's findings (apply_judgement).
+        self.relay_judgements: dict[str, list[Any]] = {}
         # source -> what it left out at a bound (note_source_limit).
         self.source_limits: dict[str, str] = {}
         # Prometheus targets whose last scrape failed: "job instance" -> (node, reason).
@@ -382,6 +385,23 @@ class ClusterState:
             self.mark_stale(source, reason or state)
         else:
             self.add_target(source)
+
+    def apply_judgement(self, judgement: dict[str, Any], relay: str) -> None:
+        """A relay's judgement of the nodes it carries (a batch's `judgement`, checked):
+        what it holds, with the true onsets. Where every node is carried by relays that
+        judge, the viewer shows theirs instead of judging itself (Diagnosis)."""
+        self._record("apply_judgement", judgement, relay)
+        self.relay_judgements[relay] = findings_from_judgement(judgement)
+        self.version += 1
+
+    def relayed_findings(self) -> list[Any] | None:
+        """The relays' findings, where every node is carried by a relay that judges
+        (None: the viewer judges, as it does without relays or with older ones)."""
+        judging = self.relay_judgements
+        if not judging or not self.nodes or any(
+                n.owner not in judging for n in self.nodes.values()):
+            return None
+        return [f for findings in judging.values() for f in findings]
 
     def apply_budget(self, budget: dict[str, dict[str, Any]], source: str = "") -> None:
         """A ledger's summary per job, from `source` (a relay, Prometheus): it replaces

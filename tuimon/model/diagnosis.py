@@ -102,7 +102,7 @@ class Diagnosis:
         now = self.wall()
         out: list[Finding] = []
         run = self.guard.run  # each rule alone: a bug in one loses no other finding
-        out += run("the lost-node rule", lambda: self._nodes(cluster), [])
+        # The viewer's own: what it sees of its sources (a scrape, a relay).
         out += [Finding("critical", "scrape_failed", reason, node=node, target=target)
                 for target, (node, reason) in cluster.scrape_failures.items()]
         out += [Finding("warning", "relay_refused", text, target=f"{relay} ({key})")
@@ -115,6 +115,14 @@ class Diagnosis:
                         f"since {time.strftime('%H:%M:%S', time.localtime(since))}",
                         target=relay, nodes=names, score=0.5)
                 for relay, (reason, since, names) in cluster.lost_relays.items()]
+        relayed = cluster.relayed_findings()
+        if relayed is not None:
+            # Every node is carried by a relay that judges it around the clock: its
+            # findings, held from their true onsets, are the cluster's; this viewer does
+            # not judge again from the moment it connected.
+            self.findings = sorted(self.book.update(out, now) + relayed, key=sort_key)
+            return self.findings
+        out += run("the lost-node rule", lambda: self._nodes(cluster), [])
         out += self._node_local(cluster, now)
         out += run("the GPU-init rule", lambda: self._gpu_init(cluster), [])
         local = [f for f in out if f.kind == "congestion" and f.node is not None]

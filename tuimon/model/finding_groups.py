@@ -36,6 +36,12 @@ class FindingGroup:
         return out
 
     @property
+    def since(self) -> float | None:
+        """When the earliest of its findings began (Unix time), where known."""
+        return min((f.first_seen for f in self.findings if f.first_seen is not None),
+                   default=None)
+
+    @property
     def leaf(self) -> str | None:
         return next((f.leaf for f in self.findings if f.leaf and f.leaf != "spine"), None)
 

@@ -16,13 +16,17 @@ upstream connection, writes the ledger's last buckets and awaits every task.
 
 from __future__ import annotations
 
+import dataclasses
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
 
+from tuimon.model.judge_config import JudgeConfig
+from tuimon.model.slo import Slo
 from tuimon.relay.fanout import FanOut
+from tuimon.relay.judging import RelayJudge
 from tuimon.relay.ledger import Ledger, LedgerError
 from tuimon.relay.server import RelayState, build_relay_app
 from tuimon.sources.agent_stream import StreamOptions
@@ -69,6 +73,9 @@ class RelayConfig:
     # Send the upstream token over plain HTTP to non-loopback targets anyway.
     upstream_insecure: bool = False
     upstream_backoff: tuple[float, float] = field(default=(0.5, 30.0))
+    # What the relay judges its nodes with (topology, provisioned throughput, the SLO's
+    # target and the jobs' baselines): as a viewer given the same options would.
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
 
 
 def build_relay(config: RelayConfig) -> tuple[web.Application, RelayState]:
@@ -88,12 +95,16 @@ def build_relay(config: RelayConfig) -> tuple[web.Application, RelayState]:
         ledger = Ledger(config.ledger, keep_days=config.ledger_keep_days,
                         window_hours=config.slo_hours, max_bytes=config.ledger_max_bytes,
                         stopped_most_h=config.stopped_most_h)
+    judge_config = dataclasses.replace(config.judge, slo=Slo(config.judge.slo.target,
+                                                             config.slo_hours))
     fanout = FanOut(on_steps=ledger.add if ledger is not None else None,
                     on_totals=ledger.add_totals if ledger is not None else None,
-                    on_ended=ledger.ended if ledger is not None else None)
+                    on_ended=ledger.ended if ledger is not None else None,
+                    judge=RelayJudge(judge_config))
+    # Every frame checked whole, as a viewer checks it: the relay's judgement reads them.
     upstream = StreamOptions(token=config.upstream_token, ssl_context=config.upstream_ssl,
                              min_backoff=config.upstream_backoff[0],
-                             max_backoff=config.upstream_backoff[1], deep_checks=False,
+                             max_backoff=config.upstream_backoff[1], deep_checks=True,
                              overview=True)
     state = RelayState(name=config.name, targets=targets, relays=relays, upstream=upstream,
                        fanout=fanout,

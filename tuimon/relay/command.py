@@ -10,6 +10,7 @@ import os
 import socket
 from pathlib import Path
 
+from tuimon.model.judge_config import JudgeConfig, add_judge_options, add_slo_options
 from tuimon.relay import RelayConfig, build_relay
 from tuimon.sources.targets import read_targets_file
 from tuimon_core.cli_types import positive_float, positive_int
@@ -69,6 +70,9 @@ def add_relay_options(p: argparse.ArgumentParser) -> None:
                         "they report again, unless they said the run is complete "
                         "(StepReporter.finish); silent longer than this many hours, it is "
                         "taken as ended and not counted (default 24)")
+    # What the relay judges its nodes with, as a viewer takes it.
+    add_judge_options(p)
+    add_slo_options(p, hours=False)
     p.add_argument("--interval", type=positive_float(60.0, least=0.05), default=0.25, metavar="S",
                    help="seconds between batches to each viewer (default 0.25)")
     p.add_argument("--max-viewers", type=positive_int(100_000), default=256)
@@ -110,11 +114,14 @@ def run_relay(args: argparse.Namespace) -> int:
         insecure=args.insecure,
         upstream_token=(load_token(args.upstream_token_file)
                         if args.upstream_token_file else None),
-        upstream_ssl=upstream_ssl, upstream_insecure=args.upstream_insecure)
+        upstream_ssl=upstream_ssl, upstream_insecure=args.upstream_insecure,
+        judge=JudgeConfig.from_args(args))
     app, state = build_relay(config)
     ssl_ctx = server_ssl_context(args.tls_cert, args.tls_key)
-    log.info("tuimon relay %s on %s://%s: %d targets, %d relays, ledger %s", __version__,
-             "https" if ssl_ctx else "http", listen, len(state.targets), len(state.relays),
-             state.ledger.path if state.ledger else "off")
+    log.info("tuimon relay %s on %s://%s: %d targets, %d relays, ledger %s, judging with "
+             "%s", __version__, "https" if ssl_ctx else "http", listen, len(state.targets),
+             len(state.relays), state.ledger.path if state.ledger else "off",
+             f"a topology of {len(config.judge.topology)} nodes" if config.judge.topology
+             else "no topology")
     serve(app, listen, ssl_ctx)
     return 0

@@ -25,11 +25,12 @@ from typing import Any
 import msgpack
 
 from tuimon.model.attribution import concerning, stop_cause
+from tuimon.model.judge_config import JudgeConfig
 from tuimon.model.step_credit import JobCredit, JobGrant, StepCredit, merge_steps
-from tuimon_core.findings import Finding, FindingBook
-from tuimon_core.findings_family import findings_from_wire, findings_to_wire
+from tuimon.relay.judging import RelayJudge
+from tuimon_core.findings import Finding
+from tuimon_core.findings_family import findings_to_wire
 from tuimon_core.hostlist import expand_hostlists
-from tuimon_core.identity import NameHolders
 from tuimon_core.node_rules import NodeRules
 from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview, hello_port_ids
 from tuimon_core.protocol import (
@@ -239,6 +240,15 @@ def _fair_share(lists: list[list[str]], limit: int) -> set[str]:
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Shared:
+    """What the relay sends every viewer alike when it changes (its judgement): the
+    value, and a number that moves when it does, so each viewer is sent it once."""
+
+    value: dict[str, Any]
+    seq: int
+
+
 class ViewerFeed:
     """What one viewer subscribed to and what it is still owed."""
 
@@ -257,6 +267,7 @@ class ViewerFeed:
         self.states: dict[str, tuple[str, str | None]] = {}
         self.dropped = 0
         self.budget_seq = -1
+        self.judgement_seq = -1
         self.batches = 0
         self.bytes = 0
 
@@ -313,7 +324,7 @@ class ViewerFeed:
         self.events.append((name, frame))
 
     def take(self, ts: float, relay: str, budget: dict[str, dict[str, Any]] | None,
-             budget_seq: int) -> Iterator[bytes]:
+             budget_seq: int, judgement: Shared | None = None) -> Iterator[bytes]:
         """Everything owed, as one or more encoded batch messages (always at least one:
         an empty batch tells the viewer the relay is alive). What is owed is taken at
         once; the messages are encoded one at a time as the caller sends them, so a
@@ -334,11 +345,16 @@ class ViewerFeed:
         self.states.clear()
         send_budget = budget if budget is not None and budget_seq != self.budget_seq else None
         self.budget_seq = budget_seq
-        return self._messages(ts, relay, entries, states, send_budget)
+        send_judgement = None
+        if judgement is not None and judgement.seq != self.judgement_seq:
+            send_judgement = judgement.value
+            self.judgement_seq = judgement.seq
+        return self._messages(ts, relay, entries, states, send_budget, send_judgement)
 
     def _messages(self, ts: float, relay: str, entries: list[tuple[str, bytes]],
                   states: list[tuple[str, str, str | None]],
-                  budget: dict[str, dict[str, Any]] | None) -> Iterator[bytes]:
+                  budget: dict[str, dict[str, Any]] | None,
+                  judgement: dict[str, Any] | None = None) -> Iterator[bytes]:
         """Batches of at most BATCH_BYTES of frames. A viewer accepts a node's frames only
         from a relay that declared the node (announced its state) in the same or an
         earlier batch, so each message carries the states of the nodes its frames are
@@ -352,7 +368,8 @@ class ViewerFeed:
                 chunk, size = [], 0
             chunk.append(entry)
             size += len(entry[1])
-        yield self._count(self._encode(ts, relay, chunk, list(owed.values()), budget))
+        yield self._count(self._encode(ts, relay, chunk, list(owed.values()), budget,
+                                       judgement))
 
     def _count(self, data: bytes) -> bytes:
         self.batches += 1
@@ -361,9 +378,10 @@ class ViewerFeed:
 
     def _encode(self, ts: float, relay: str, frames: list[tuple[str, bytes]],
                 states: list[tuple[str, str, str | None]],
-                budget: dict[str, dict[str, Any]] | None) -> bytes:
+                budget: dict[str, dict[str, Any]] | None,
+                judgement: dict[str, Any] | None = None) -> bytes:
         batch = Batch(ts=ts, frames=frames, sources=states, budget=budget, relay=relay,
-                      dropped=self.dropped)
+                      dropped=self.dropped, judgement=judgement)
         return encode_map(batch.to_wire())
 
 
@@ -383,7 +401,8 @@ class FanOut:
                  wall: Callable[[], float] = time.time,
                  on_totals: Callable[[str, dict[str, Any], float, JobCredit, JobGrant],
                                      None] | None = None,
-                 on_ended: Callable[[str, float], None] | None = None) -> None:
+                 on_ended: Callable[[str, float], None] | None = None,
+                 judge: RelayJudge | None = None) -> None:
         self.sources: dict[str, Source] = {}
         self.viewers: set[ViewerFeed] = set()
         self.on_steps = on_steps
@@ -402,11 +421,13 @@ class FanOut:
         self.credit = StepCredit()
         # job -> the nodes that said their ranks of it are done (StepReporter.finish)
         self._ended_by: dict[str, set[str]] = {}
-        # Which target holds each node name; those refused for saying a held one.
-        self.names = NameHolders()
-        # The nodes' findings as this relay holds them (for its /metrics).
-        self.book = FindingBook()
+        # The relay's own judgement of every node it carries (tuimon.relay.judging): its
+        # findings are what /metrics, the viewers, the ledger's causes and its episodes
+        # read.
+        self.judge = judge if judge is not None else RelayJudge(JudgeConfig(), wall, clock)
         self.findings: list[Finding] = []
+        # Which target holds each node name: the model's (what it refuses, this drops).
+        self.names = self.judge.cluster.names
         self._problems_logged: set[tuple[str, str]] = set()
         self._detail_over = 0  # nodes asked for in detail beyond what an upstream takes
 
@@ -491,7 +512,7 @@ class FanOut:
     def forget_target(self, target: str) -> None:
         # An upstream relay is not a node; viewers never heard of it as one.
         self.sources.pop(target, None)
-        self.names.release(target)
+        self.judge.cluster.forget_target(target)
         for feed in self.viewers:
             feed.states.pop(target, None)
 
@@ -500,9 +521,14 @@ class FanOut:
         if message is None:
             return
         source = self.add_target(target)
+        # The relay's model takes every frame first: it holds the node names (the one
+        # identity rule, tuimon_core.identity) and refuses what a duplicate sends.
+        self.judge.cluster.apply_message(target, message)
         if isinstance(message, Hello):
-            for changed in self.names.claim(target, message.node):
-                self._refuse_name(changed)
+            for refused in self.names.duplicates:
+                known = self.sources.get(refused)
+                if known is not None and (known.hello is not None or refused == target):
+                    self._refuse_name(refused)
         if self.names.refused(target) is not None:
             return  # says a node name another target holds: neither kept nor sent on
         self.stats.frames_in += 1
@@ -552,6 +578,7 @@ class FanOut:
     def mark_stale(self, target: str, reason: str) -> None:
         source = self.add_target(target)
         self._set_state(source, lost_state(source.last_seen, self.clock()), reason)
+        self.judge.cluster.mark_stale(target, reason)
 
     def note_protocol_error(self, target: str, reason: str) -> None:
         self.stats.bad_frames += 1
@@ -560,24 +587,23 @@ class FanOut:
     def apply_source_state(self, source: str, state: str, reason: str | None) -> None:
         # A relay upstream of this one says how its node stands: pass it on.
         self._set_state(self.add_target(source), state, reason)
+        self.judge.cluster.apply_source_state(source, state, reason)
 
     def apply_budget(self, budget: dict[str, dict[str, Any]], source: str = "") -> None:
         """An upstream relay's ledger; this relay keeps its own from the same steps."""
 
+    def apply_judgement(self, judgement: dict[str, Any], relay: str) -> None:
+        """An upstream relay's judgement: this relay judges what it sees itself, the
+        upstream's nodes among them (its viewers read this relay's)."""
+
     def refresh(self) -> None:
-        """Stale sources become down (tuimon_core.timing), and the nodes' conditions are
-        held and cleared by the relay's own book (its `tuimon_finding`); call about once a
-        second."""
+        """Stale sources become down (tuimon_core.timing), and the relay judges every node
+        it carries (its findings); call about once a second."""
         now = self.clock()
-        conditions = []
         for source in self.sources.values():
             self._set_state(source, aged_state(source.state, source.last_seen, now),
                             source.reason)
-            if source.conditions and source.state == "up":
-                conditions += findings_from_wire(source.conditions, source.node or source.name,
-                                                 target=source.name)
-        conditions += self.names.findings()
-        self.findings = self.book.update(conditions, now)
+        self.findings = self.judge.update()
 
     # -- what to ask upstream for -----------------------------------------------------
 

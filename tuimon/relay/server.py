@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,10 +21,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tuimon.relay.fanout import JOB_SOURCES_KEEP_S, FanOut, ViewerFeed
+from tuimon.relay.fanout import JOB_SOURCES_KEEP_S, FanOut, Shared, ViewerFeed
 from tuimon.relay.ledger import Ledger
 from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
 from tuimon_core import heap
+from tuimon_core.findings import Finding
+from tuimon_core.findings_family import judgement_to_wire
 from tuimon_core.hostlist import TargetError
 from tuimon_core.protocol import ProtocolError, Subscribe
 from tuimon_core.serving.guard import guard_of
@@ -52,6 +54,11 @@ class RelayState:
     token: str | None = None
     budget: dict[str, dict[str, Any]] | None = None
     budget_seq: int = 0
+    # The judgement sent to viewers: again when its findings (or their severities)
+    # change, and every budget_every to carry the holds forward.
+    judgement: Shared | None = None
+    _judged: frozenset[tuple[object, ...]] = frozenset()
+    _judgement_at: float = 0.0
     started: float = field(default_factory=time.time)
     # The upstream streams by target, while they run.
     streams: dict[str, AgentStream] = field(default_factory=dict)
@@ -102,6 +109,8 @@ async def _periodic(state: RelayState) -> None:
     while True:
         now = time.monotonic()
         state.fanout.refresh()
+        with _logged("sending the judgement"):
+            _share_judgement(state, now)
         if state.ledger is not None:
             # Each part alone: a failure is logged and the others, and the next round,
             # go on (this task ending would stop every flush and budget after it).
@@ -124,8 +133,25 @@ async def _periodic(state: RelayState) -> None:
                 with _logged("summing the ledger for viewers"):
                     state.budget = state.ledger.summary()
                     state.budget_seq += 1
+                    state.fanout.judge.apply_budget(state.budget)
                 last_budget = now
         await asyncio.sleep(min(1.0, state.budget_every, state.flush_every))
+
+
+def _share_judgement(state: RelayState, now: float) -> None:
+    """The judgement for the viewers, made again when what it holds changed (a finding
+    raised or cleared, a severity moved) or every budget_every."""
+    judge = state.fanout.judge
+    if judge.judged_at is None:
+        return
+    findings = state.fanout.findings
+    held = frozenset((*f.key, f.severity) for f in findings)
+    if state.judgement is not None and held == state._judged and \
+            now - state._judgement_at < state.budget_every:
+        return
+    seq = state.judgement.seq + 1 if state.judgement is not None else 0
+    state.judgement = Shared(judgement_to_wire(findings, judge.judged_at), seq)
+    state._judged, state._judgement_at = held, now
 
 
 @contextlib.contextmanager
@@ -148,7 +174,8 @@ async def _writer(ws: web.WebSocketResponse, feed: ViewerFeed, state: RelayState
     await asyncio.sleep(min(0.2, feed.interval))
     while not ws.closed:
         started = time.monotonic()
-        for data in feed.take(time.time(), state.name, state.budget, state.budget_seq):
+        for data in feed.take(time.time(), state.name, state.budget, state.budget_seq,
+                              state.judgement):
             await ws.send_bytes(data)  # waits while the viewer's socket is full
         await asyncio.sleep(max(0.0, feed.interval - (time.monotonic() - started)))
 
@@ -234,19 +261,54 @@ class RelayCollector(Collector):
                                      labels=["job"])
         for job, entry in (s.budget or {}).items():
             consumed.add_metric([job], entry["consumed_h"])
-        finding = GaugeMetricFamily(
-            "tuimon_finding", "A finding a node's own rules hold now, as this relay holds "
-            "it (1 while it holds; raised and cleared with the app's hold and hysteresis): "
-            "kind, severity (critical, warning, info) and the component",
-            labels=["node", "kind", "severity", "component", "source"])
-        for f in s.fanout.findings:
-            # `source`: the target the relay reads it from. `node` is what that agent
-            # calls itself; an agent naming itself as another node is told apart here.
-            finding.add_metric([f.node or "", f.kind, f.severity, f.where, f.target or ""], 1)
-        out = [sources, viewers, frames, bad, ledger_ok, consumed, finding]
+        out = [sources, viewers, frames, bad, ledger_ok, consumed,
+               *finding_families(s.fanout.findings, s.fanout.names.holder)]
         if self.guard is not None:
             out.extend(connection_metrics("tuimon_relay", None, self.guard))
         return out
+
+
+# The labels that name a finding's component, each from its field of the same name: a
+# bounded set whatever the finding (docs/metrics.md), so an alert can route on them.
+FINDING_LABELS = ("kind", "severity", "component", "node", "gpu", "port", "leaf", "fs",
+                  "job", "source")
+
+
+def _finding_labels(f: Finding, source: str) -> list[str]:
+    return [f.kind, f.severity, f.where, f.node or "", "" if f.gpu is None else str(f.gpu),
+            f.port or "", f.leaf or "", f.fs or "", f.job or "", source]
+
+
+def finding_families(findings: list[Finding],
+                     source_of: Callable[[str], str | None] = lambda node: None
+                     ) -> list[Metric]:
+    """Every finding the relay's judgement holds (node and cluster rules alike) as
+    `tuimon_finding` 1, what it says as `tuimon_finding_info` (its `text` may change while
+    it holds: a series of its own, so an alert on the first is not raised again), and
+    when it began (`tuimon_finding_since_seconds`, Unix time). `source_of`: the target a
+    node's findings were read from (the one that holds its name), for the `source`
+    label."""
+    finding = GaugeMetricFamily(
+        "tuimon_finding", "A finding this relay's judgement holds now (1 while it holds, "
+        "raised and cleared with the app's hold and hysteresis): its kind, severity "
+        "(critical, warning, info) and component, by field", labels=list(FINDING_LABELS))
+    info = GaugeMetricFamily(
+        "tuimon_finding_info", "What a finding says, for an alert's annotation (1; the "
+        "text in the `text` label)", labels=["kind", "component", "text"])
+    since = GaugeMetricFamily(
+        "tuimon_finding_since_seconds", "When the finding's condition began (Unix time)",
+        labels=["kind", "component"])
+    seen: set[tuple[str, str]] = set()
+    for f in findings:
+        key = (f.kind, f.where)
+        if key in seen:  # one series a component (two targets' findings of one node)
+            continue
+        seen.add(key)
+        finding.add_metric(_finding_labels(f, (source_of(f.node) or "") if f.node else ""), 1)
+        info.add_metric([f.kind, f.where, f.message], 1)
+        if f.first_seen is not None:
+            since.add_metric([f.kind, f.where], f.first_seen)
+    return [finding, info, since]
 
 
 async def metrics(request: web.Request) -> web.Response:

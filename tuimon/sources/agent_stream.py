@@ -90,6 +90,7 @@ class StreamSink(Protocol):
     def note_protocol_error(self, target: str, reason: str) -> None: ...
     def apply_source_state(self, source: str, state: str, reason: str | None) -> None: ...
     def apply_budget(self, budget: dict[str, dict[str, Any]], source: str = "") -> None: ...
+    def apply_judgement(self, judgement: dict[str, Any], relay: str) -> None: ...
     def note_relay_problem(self, relay: str, key: str, text: str | None) -> None: ...
     def forget_relay_problems(self, relay: str) -> None: ...
     def relay_lost(self, relay: str, sources: set[str] | frozenset[str],
@@ -350,6 +351,12 @@ class AgentStream:
                 self.cluster.apply_source_state(source, state, reason)
         if batch.budget:
             self.cluster.apply_budget(batch.budget, self.target)
+        if batch.judgement is not None:
+            self.cluster.apply_judgement(batch.judgement, self.target)
+        self.cluster.note_relay_problem(
+            self.target, "judgement", None if batch.judgement_error is None else
+            f"relay {self.target} sent a judgement this viewer cannot read: "
+            f"{batch.judgement_error}; it judges the nodes itself")
         self.cluster.note_relay_problem(
             self.target, "budget", None if batch.budget_error is None else
             f"relay {self.target} sent a budget this viewer cannot read: "

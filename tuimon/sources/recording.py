@@ -28,7 +28,7 @@ import msgpack
 from tuimon.model.cluster import STATES, ClusterState
 from tuimon_core.errors import UsageError
 from tuimon_core.protocol import MAX_MESSAGE_BYTES, Batch, ProtocolError, Subscribe, decode
-from tuimon_core.protocol.fields import BUDGET, MAX_STR
+from tuimon_core.protocol.fields import BUDGET, JUDGEMENT, MAX_STR
 from tuimon_core.protocol.schema import ListOf, MapOf, Str
 from tuimon_core.protocol.text import clean
 
@@ -181,6 +181,7 @@ SINK_CALLS: dict[str, tuple[Any, ...]] = {
     "forget_target": (_TEXT,),
     "note_relay_problem": (_TEXT, _TEXT, None),
     "note_source_limit": (_TEXT, None),
+    "apply_judgement": (JUDGEMENT, _TEXT),
     "apply_budget": (BUDGET, _TEXT),
     "set_scrape_failures": (MapOf(ListOf(_TEXT, 2), 100_000),),
 }

@@ -20,6 +20,7 @@ from tuimon_core.protocol.fields import (
     HELLO_FIELDS,
     HOST,
     INTERVAL,
+    JUDGEMENT,
     MAX_GPUS,
     MAX_PORTS,
     MAX_SHARED_FS,
@@ -380,15 +381,11 @@ def _batch(m: dict[str, Any]) -> Batch:
             raise ProtocolError(f"batch.sources[{i}]: expected [source, state, reason or nil]"
                                 f" with state one of {', '.join(SOURCE_STATES)}")
         sources.append((clean(s[0]), s[1], None if s[2] is None else clean(s[2])))
-    budget = m.get("budget")
-    budget_error = None
-    if budget is not None:
-        try:
-            budget = BUDGET.check(budget, "batch.budget")
-        except ProtocolError as exc:
-            # The relay's own ledger is one part of its batch: refused alone, with the
-            # reason, and the nodes' frames in the batch still apply.
-            budget, budget_error = None, exc.reason
+    # The relay's own ledger and judgement are parts of its batch: each refused alone,
+    # with the reason, and the nodes' frames in the batch still apply (a viewer then
+    # shows its own count and judges the nodes itself).
+    budget, budget_error = _alone(m.get("budget"), BUDGET, "batch.budget")
+    judgement, judgement_error = _alone(m.get("judgement"), JUDGEMENT, "batch.judgement")
     dropped = m.get("dropped", 0)
     if type(dropped) is not int or dropped < 0:
         raise ProtocolError(f"batch.dropped: expected a count, got {show(dropped)}")
@@ -397,7 +394,18 @@ def _batch(m: dict[str, Any]) -> Batch:
         raise ProtocolError(f"batch.relay: expected a string or nil, got {show(relay)}")
     return Batch(ts=float(_required(m, "ts", TIME, "batch")), frames=frames, sources=sources,
                  budget=budget, relay=None if relay is None else clean(relay), dropped=dropped,
-                 budget_error=budget_error)
+                 budget_error=budget_error, judgement=judgement,
+                 judgement_error=judgement_error)
+
+
+def _alone(value: Any, kind: WireType, where: str) -> tuple[Any, str | None]:
+    """(the value checked, None), or (None, why) where it does not check."""
+    if value is None:
+        return None, None
+    try:
+        return kind.check(value, where), None
+    except ProtocolError as exc:
+        return None, exc.reason
 
 
 def _check_overview(ov: Any) -> None:

@@ -705,6 +705,31 @@ BUDGET_FIELDS: tuple[Field, ...] = (
 )
 BUDGET = MapOf(Record("budget", BUDGET_FIELDS), MAX_BUDGET_JOBS, key_len=MAX_STR, nil=False)
 
+# -- the relay's judgement ---------------------------------------------------------------
+
+MAX_JUDGED = 1024  # findings a relay sends in one judgement, the gravest first
+
+JUDGED_FINDING_FIELDS: tuple[Field, ...] = (
+    *FINDING_FIELDS[:-1],  # as a node's, but `held` counted from the true onset
+    Field("node", STR, "", "the node, where it is about one"),
+    Field("leaf", STR, "", "the leaf switch (`spine` for every leaf), where about one"),
+    Field("job", STR, "", "the job, where it is about one"),
+    Field("target", STR, "", "what reported it, where that is the component (a scrape "
+          "target, an aspect of the fleet)"),
+    Field("nodes", STR, "", "the nodes it names, as a host list (`gpu[001-016]`)"),
+    Field("since", TIME, "s", "when its condition began (the relay's clock)",
+          required=True),
+    Field("held", Num(0, 1e9), "s", "how long it has held when judged"),
+)
+JUDGEMENT_FIELDS: tuple[Field, ...] = (
+    Field("at", TIME, "s", "when the relay judged (its clock)", required=True),
+    Field("findings", ListOf(Record("judged finding", JUDGED_FINDING_FIELDS), MAX_JUDGED),
+          "findings", "every finding its judgement holds (below), the gravest first",
+          required=True),
+    Field("left_out", COUNT, "count", "findings past the bound, not sent"),
+)
+JUDGEMENT = Record("judgement", JUDGEMENT_FIELDS)
+
 # Clock-event reason bits as NVML defines them (nvmlClocksEventReason*), with the
 # names the wire carries. Bits this table lacks are reported as "unknown_0x...".
 CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
@@ -837,4 +862,6 @@ TABLES: dict[str, tuple[Field, ...]] = {
     "event": EVENT_FIELDS,
     "subscribe": SUBSCRIBE_FIELDS,
     "batch.budget.<job>": BUDGET_FIELDS,
+    "batch.judgement": JUDGEMENT_FIELDS,
+    "judgement.findings[]": JUDGED_FINDING_FIELDS,
 }

@@ -201,8 +201,12 @@ class Batch:
     budget: dict[str, dict[str, Any]] | None = None
     relay: str | None = None
     dropped: int = 0
-    # Not on the wire: why the batch's `budget` was refused (the rest of it applies).
+    # The relay's own judgement of the nodes it carries (since 2026-12): what it holds.
+    judgement: dict[str, Any] | None = None
+    # Not on the wire: why the batch's `budget` or `judgement` was refused (the rest of
+    # the batch applies).
     budget_error: str | None = None
+    judgement_error: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -218,6 +222,8 @@ class Batch:
             out["sources"] = [list(s) for s in self.sources]
         if self.budget is not None:
             out["budget"] = self.budget
+        if self.judgement is not None:
+            out["judgement"] = self.judgement
         if self.dropped:
             out["dropped"] = self.dropped
         return out
