@@ -84,6 +84,9 @@ class SimCluster:
     fault_at: float = 0.0  # seconds after the cluster is made (simulated seconds)
     # Simulated seconds per real second: hours of error budget in minutes.
     speed: float = 1.0
+    # The simulated training job's name (two simulated clusters beside each other run
+    # two jobs).
+    job_name: str = "llm-pretrain"
     members: list[SimNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -126,7 +129,7 @@ class SimCluster:
         fabric = FabricState(
             allreduce_factor=lambda: self.plan.allreduce_factor if faulty() else 1.0,
             io_stall_s=lambda: self.plan.io_stall_s if faulty() else 0.0)
-        self.job = SimJob("llm-pretrain", plans, fabric, self.seed)
+        self.job = SimJob(self.job_name, plans, fabric, self.seed)
         self.onset = onset
         self._job_task: asyncio.Task[None] | None = None
         self._restart_task: asyncio.Task[None] | None = None

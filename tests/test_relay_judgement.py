@@ -1,0 +1,95 @@
+"""The relay judges around the clock: simulated clusters with faults whose onset nobody
+tells the test, a real relay judging them with the topology, and what a viewer, `tuimon
+status` and `/metrics` read of that judgement at once, from the true onsets."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Callable
+
+import aiohttp
+
+from agent.sim.cluster import SimCluster
+from tests.conftest import run_tuimon
+from tuimon.model.judge_config import JudgeConfig
+from tuimon.relay import Relay, RelayConfig
+from tuimon_core.findings import Finding
+
+
+async def until(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+def _relay(sims: list[SimCluster], **judge: object) -> Relay:
+    topology = {m.name: sim.leaf_of(m.index) for sim in sims for m in sim.members}
+    return Relay(RelayConfig(targets=[t for sim in sims for t in sim.targets],
+                             listen="127.0.0.1:0", interval=0.2, upstream_backoff=(0.1, 0.5),
+                             judge=JudgeConfig(topology=topology, **judge)))  # type: ignore[arg-type]
+
+
+def _held(relay: Relay, kind: str, where: str = "") -> Finding | None:
+    return next((f for f in relay.state.fanout.findings
+                 if f.kind == kind and where in f.message), None)
+
+
+async def test_status_through_a_judging_relay_names_the_leaf_and_its_onset_at_once(
+        unused_tcp_port_factory) -> None:
+    """The seed incident (a leaf loses spine capacity), its onset a few seconds in: the
+    relay names the leaf; a one-shot `status --relay` started well after the onset says
+    it on its first read, with the onset, in the time the read takes (no hold to wait
+    out), and the relay's /metrics carries it for Alertmanager with the leaf by label."""
+    sim = SimCluster(nodes=16, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="spine-imbalance", fault_at=3.0)
+    leaf = sim.truth()["components"][0]
+    async with sim, _relay([sim]) as relay:
+        await until(lambda: _held(relay, "congestion", f"under {leaf}") is not None,
+                    "the relay naming the leaf")
+        onset = _held(relay, "congestion", f"under {leaf}").first_seen  # type: ignore[union-attr]
+        await asyncio.sleep(4.0)  # the onset is well behind whoever asks now
+        started = time.monotonic()
+        code, out = await run_tuimon("status", "--relay", f"127.0.0.1:{relay.port}")
+        took = time.monotonic() - started
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"{relay.url}/metrics") as r:
+            metrics = await r.text()
+    line = next(x for x in out.splitlines() if f"under {leaf}" in x)
+    assert line.startswith("warning") and code == 1, out
+    when = time.strftime("%H:%M", time.localtime(onset))
+    m = re.search(r"since (\d\d:\d\d) \((\d+) s\)", line)
+    assert m and m.group(1) == when and int(m.group(2)) >= 4, line
+    # Two samples of every node, then the judgement with them: no hold waited out.
+    assert took < 10.0, took
+    page = next(x for x in metrics.splitlines() if x.startswith("tuimon_finding{")
+                and 'kind="congestion"' in x)
+    assert f'leaf="{leaf}"' in page and 'severity="warning"' in page, page
+    assert any(x.startswith("tuimon_finding_info{") and f"under {leaf}" in x
+               for x in metrics.splitlines())
+
+
+async def test_status_through_the_relay_names_stragglers_and_their_causes_at_once(
+        unused_tcp_port_factory) -> None:
+    """A thermal straggler and a GPU whose PCIe link trained at Gen3 x8, on two
+    clusters (two jobs) under one relay: a straggler needs half a minute of ranks to
+    judge, which the relay has had; `status --relay` names both, each with its cause, on
+    its first read."""
+    hot = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="thermal-straggler", fault_at=2.0, job_name="hot-job",
+                     name_prefix="hot")
+    slow = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                      scenario="pcie-downtrain", fault_at=2.0, job_name="slow-job",
+                      name_prefix="slow")
+    async with hot, slow, _relay([hot, slow]) as relay:
+        await until(lambda: len([f for f in relay.state.fanout.findings
+                                 if f.kind == "straggler"]) >= 2, "both stragglers",
+                    timeout=90.0)
+        code, out = await run_tuimon("status", "--relay", f"127.0.0.1:{relay.port}")
+    for sim, cause in ((hot, "thermal"), (slow, "pcie downtrained")):
+        where = sim.truth()["components"][0]  # `hot002 GPU 1`
+        line = next((x for x in out.splitlines() if "computes" in x and where in x), "")
+        assert f"likely: {cause}" in line and "since " in line, (where, out)
+    assert code == 1, out
