@@ -8,6 +8,7 @@ import asyncio
 import re
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import aiohttp
 
@@ -93,3 +94,70 @@ async def test_status_through_the_relay_names_stragglers_and_their_causes_at_onc
         line = next((x for x in out.splitlines() if "computes" in x and where in x), "")
         assert f"likely: {cause}" in line and "since " in line, (where, out)
     assert code == 1, out
+
+
+async def test_the_seed_incident_through_a_relay_killed_midway(
+        tmp_path: Path, unused_tcp_port_factory) -> None:
+    """The seed incident under a real relay process judging with a Slurm topology.conf,
+    killed with -9 while it holds and started again: `status --since` lists the incident,
+    one episode from its first onset, as still holding; over the whole run the ledger
+    puts the job's comm waiting down to the leaf's congestion, not to a node's port."""
+    import os
+    import signal
+    import sys
+
+    from tuimon.relay.ledger import Ledger
+
+    sim = SimCluster(nodes=16, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="spine-imbalance", fault_at=3.0)
+    leaf = sim.truth()["components"][0]
+    conf = tmp_path / "topology.conf"
+    conf.write_text(sim.topology_conf())
+    path = tmp_path / "ledger.db"
+    port = unused_tcp_port_factory()
+    root = Path(__file__).resolve().parent.parent
+
+    async def start() -> asyncio.subprocess.Process:
+        with open(tmp_path / "relay.err", "ab") as err:
+            return await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "tuimon.cli", "relay", *sim.targets, "--listen",
+                f"127.0.0.1:{port}", "--ledger", str(path), "--flush-every", "0.5",
+                "--interval", "0.2", "--topology", str(conf), "--log-level", "warning",
+                cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                stdout=asyncio.subprocess.DEVNULL, stderr=err)
+
+    async def incidents() -> str:
+        return (await run_tuimon("status", "--relay", f"127.0.0.1:{port}", "--since",
+                                 "1h"))[1]
+
+    async with sim:
+        relay = await start()
+        try:
+            deadline = time.monotonic() + 60
+            listed = ""
+            while f"congestion {leaf}" not in listed:
+                assert time.monotonic() < deadline, listed
+                await asyncio.sleep(1.0)
+                listed = await incidents()
+            first = next(x for x in listed.splitlines() if f"congestion {leaf}" in x)
+            await asyncio.sleep(2.0)  # a flush or more after it began
+            relay.send_signal(signal.SIGKILL)
+            await relay.wait()
+            await asyncio.sleep(2.0)
+            relay = await start()
+            await asyncio.sleep(6.0)
+            listed = await incidents()
+        finally:
+            if relay.returncode is None:
+                relay.terminate()
+                await relay.wait()
+    lines = [x for x in listed.splitlines() if f"congestion {leaf}" in x]
+    assert len(lines) == 1 and "holds" in lines[0], listed
+    assert lines[0].split(";")[1].split(" (")[0] == first.split(";")[1].split(" (")[0], (
+        first, lines[0])  # the same onset: one episode, gone on with after the kill
+    with Ledger(path) as ledger:
+        comm = ledger.summary()[sim.job.name]["causes_h"]["comm"]
+    # Before the fault (and while it was held before it showed) the usual waiting in the
+    # collectives had no cause: `no finding`. Since, the leaf; never a node's port.
+    assert comm.get(f"congestion {leaf}", 0) > 0, comm
+    assert set(comm) <= {f"congestion {leaf}", "no finding"}, comm

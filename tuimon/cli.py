@@ -42,7 +42,13 @@ from tuimon.sources.targets import (
 )
 from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_parser import Parser
-from tuimon_core.cli_types import header_value, positive_float, positive_int, slo_target
+from tuimon_core.cli_types import (
+    duration,
+    header_value,
+    positive_float,
+    positive_int,
+    slo_target,
+)
 from tuimon_core.errors import UsageError
 from tuimon_core.logs import log_to_stderr
 from tuimon_core.protocol import Subscribe
@@ -195,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--job", metavar="NAME",
                         help="one job whole, as its screen (b) shows it: budget spent by "
                              "kind, waits, ranks, nodes, findings (exit code: the cluster's)")
+    status.add_argument("--since", type=duration, metavar="DURATION",
+                        help="through relays: the incidents their judgement held over the "
+                             "last DURATION (6h, 2d), newest first, with what each cost; "
+                             "with --job, those that touched its nodes")
     status.add_argument("--prometheus", metavar="URL",
                         help="check the cluster through this Prometheus server (as `tuimon "
                              "prom` watches it) instead of its agents")
@@ -538,6 +548,8 @@ def _status(args: argparse.Namespace) -> int:
 
     if getattr(args, "job", None) and args.watch:
         raise TargetError("--job is one snapshot of the job: without --watch")
+    if args.since is not None:
+        return _status_history(args)
     feed = None
     if args.prometheus:
         from tuimon.sources.prometheus import prom_watching
@@ -575,6 +587,16 @@ def _status(args: argparse.Namespace) -> int:
         print(clean(f"UNKNOWN: internal error in tuimon status: {type(exc).__name__}: "
                     f"{exc}"[:300]), flush=True)
         return EXIT["unknown"]
+
+
+def _status_history(args: argparse.Namespace) -> int:
+    """`status --relay R --since 6h`: the incidents the relays' judgement held."""
+    from tuimon.status import EXIT, print_history
+
+    targets, relays, options = _connect_options(args)
+    if targets or args.prometheus or not relays:
+        raise TargetError("--since reads the history a relay keeps: give --relay only")
+    return EXIT[asyncio.run(print_history(relays, options, args.since, args.job, args.json))]
 
 
 def _connect_app(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ from tuimon.snapshot_waits import (
     STEPS_WAIT_S,
 )
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon.ui.incident_text import incident_lines
 from tuimon.ui.job_text import job_text
 from tuimon_core import json_text
 from tuimon_core.protocol.text import clean_lines
@@ -308,3 +309,33 @@ def _unreached(cluster: ClusterState, final: bool) -> list[Finding]:
     for n in waiting:
         n.reason = n.reason or "no answer within the snapshot"
     return [unreached(waiting, "not reached within the snapshot")]
+
+
+async def print_history(relays: list[str], options: StreamOptions, since: float,
+                        job: str | None, as_json: bool) -> str:
+    """The incidents each relay's judgement held over the last `since` seconds, newest
+    first; returns the status: ok, or unknown where a relay could not say."""
+    from tuimon.sources.relay_history import HistoryError, read_history
+
+    status = "ok"
+    found: list[dict[str, Any]] = []
+    problems = []
+    for relay in relays:
+        try:
+            doc = await read_history(relay, options, since=since, job=job)
+        except HistoryError as exc:
+            problems.append(str(exc))
+            status = "unknown"
+            continue
+        found += [{**i, "relay": relay} for i in doc["incidents"]]
+    found.sort(key=lambda i: -i["onset"])
+    if as_json:
+        print(json_text.dumps({"status": status, "since": time.time() - since,
+                               "incidents": found, "problems": problems}, indent=2))
+        return status
+    span = onset_text(time.time() - since, time.time()).split(" (")[0]
+    head = (f"{plural(len(found), 'incident')} since {span}"
+            + (f" that touched {job}" if job else "") + ("" if found else ": none"))
+    print(clean_lines("\n".join([head, *incident_lines(found),
+                                  *(f"UNKNOWN: {p}" for p in problems)])), flush=True)
+    return status

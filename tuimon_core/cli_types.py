@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
 
 
@@ -68,3 +69,19 @@ def header_value(text: str) -> str:
 
 
 header_value.__name__ = "header value"
+
+
+_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def duration(text: str) -> float:
+    """`90`, `90s`, `30m`, `6h`, `2d`, `1w` -> seconds (at most 400 days)."""
+    m = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([a-z]*)\s*", text.lower())
+    unit = _UNITS.get(m.group(2) or "s") if m else None
+    if m is None or unit is None or not 0 < float(m.group(1)) * unit <= 400 * 86400:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r}: expected a duration such as 90s, "
+                                         "30m, 6h or 2d (at most 400 days)")
+    return float(m.group(1)) * unit
+
+
+duration.__name__ = "duration"

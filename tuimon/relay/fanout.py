@@ -725,6 +725,12 @@ class FanOut:
         cluster's)."""
         return concerning(self.findings, job, self.job_nodes(job)[0])
 
+    def jobs_touched(self, finding: Finding) -> list[str]:
+        """The jobs a finding concerns now: those running on a node it names (or any of
+        its nodes), or every job where it names no node (a file system, the spine)."""
+        return [job for job in self.job_sources
+                if concerning([finding], job, self.job_nodes(job)[0])]
+
     def stop_cause(self, job: str) -> str:
         """What a job falling silent now is put down to (tuimon.model.attribution)."""
         nodes, lost = self.job_nodes(job)

@@ -29,6 +29,7 @@ from tuimon.model.attribution import FOLDED, share
 from tuimon.model.efficiency import BEST_COVERED, BEST_WINDOW_S, Best
 from tuimon.model.slo import BURN_WINDOWS_S
 from tuimon.model.step_credit import JobCredit
+from tuimon.relay import episodes
 from tuimon_core.errors import UsageError
 from tuimon_core.findings import Finding
 from tuimon_core.protocol.fields import (
@@ -120,11 +121,12 @@ CREATE TABLE IF NOT EXISTS stops (
 # from the minutes themselves.
 BUCKET_COLUMNS_2 = ("samples", "rank_s")
 # The file's layout (PRAGMA user_version): 0, the first ledgers (buckets, totals); 1 adds
-# `waits`; 2 adds BUCKET_COLUMNS_2; 3 adds `causes` and `stops`; 4 adds TOTALS_COLUMNS_4.
+# `waits`; 2 adds BUCKET_COLUMNS_2; 3 adds `causes` and `stops`; 4 adds TOTALS_COLUMNS_4;
+# 5 adds `episodes` (tuimon.relay.episodes: the incidents the relay's judgement held).
 # An older file is brought
 # up to it in place, every minute kept; a newer one (a later relay's) is refused rather
 # than written in a layout this relay does not know.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # The job's best: per-GPU throughput over this many consecutive minutes, every one counted
 # (the model's window: the viewer judges its own count by the same).
 BEST_MINUTES = int(BEST_WINDOW_S // 60)
@@ -164,7 +166,12 @@ SOUND_ROWS = {
     "waits": _sound(job=_NAME, minute=_WHOLE, kind=_NAME, seconds=_SUM),
     "causes": _sound(job=_NAME, hour=_WHOLE, kind=_NAME, cause=_NAME, seconds=_SUM),
     "stops": _sound(job=_NAME, spans=_NAME, cause=_NAME),
+    "episodes": _sound(id=_WHOLE, key=_NAME, kind=_NAME, severity=_NAME, onset=_SUM,
+                       components=_NAME, message=_NAME, jobs=_NAME, lost_s=_SUM,
+                       flaps=_WHOLE) + " AND (ended IS NULL OR " + _SUM.format("ended") + ")",
 }
+EPISODE_COLUMNS = ("id, key, kind, severity, onset, ended, components, message, jobs, "
+                   "lost_s, flaps")
 # Unwritten minutes kept in memory while the disk refuses them (jobs x minutes).
 MAX_PENDING = 100_000
 # The wall clock moving this far apart from the monotonic one since start is a jump: a
@@ -370,7 +377,7 @@ class Ledger:
                 raise LedgerError(f"ledger {self.path} is damaged ({check}); move it aside "
                                   "and the relay starts a new one")
             self._db.executescript(SCHEMA + TOTALS_SCHEMA + WAITS_SCHEMA + CAUSES_SCHEMA
-                                   + STOPS_SCHEMA)
+                                   + STOPS_SCHEMA + episodes.SCHEMA)
             columns = {row[1] for row in self._db.execute("PRAGMA table_info(buckets)")}
             for column in BUCKET_COLUMNS_2:
                 if column not in columns:
@@ -390,6 +397,7 @@ class Ledger:
                     "SELECT source, job, since, wall, compute, at, ranks, run_ranks "
                     "FROM totals")}
             self._load_stops()
+            self._load_episodes()
         except (OSError, sqlite3.Error) as exc:
             self._unlock()
             raise LedgerError(f"ledger {self.path}: {exc}") from None
@@ -584,12 +592,52 @@ class Ledger:
                         _when(int((stop.spans[0][0] or 0.0) // 60)),
                         _when(int(stop.ended // 60)), lost, stop.cause)
 
+    # -- incidents ------------------------------------------------------------------
+
+    def _load_episodes(self) -> None:
+        """The episodes the file has open, to go on with (and the next number)."""
+        top = self._db.execute("SELECT MAX(id) FROM episodes").fetchone()[0]
+        self.episodes = episodes.Episodes(int(top or 0) + 1)
+        rows = [episodes.read(r) for r in self._db.execute(
+            f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE ended IS NULL")]
+        self.episodes.resume([e for e in rows if e is not None])
+
+    def observe(self, findings: list[Finding], now: float,
+                jobs_of: Callable[[Finding], list[str]] | None = None) -> None:
+        """What the relay's judgement holds at `now`: its incidents begin, go on and end
+        (written at the next flush). Call once a judgement."""
+        self.episodes.observe(findings, now, jobs_of)
+
+    def incidents(self, since: float, until: float | None = None,
+                  job: str | None = None, most: int = 1000) -> list[episodes.Episode]:
+        """The episodes that held at any time in [since, until], newest onset first: the
+        file's, with those not yet written as they stand in memory; of one job's nodes
+        where `job` is given."""
+        until = self.clock() if until is None else until
+        found: dict[int, episodes.Episode] = {}
+        for row in self._db.execute(
+                f"SELECT {EPISODE_COLUMNS} FROM episodes WHERE onset <= ? AND "
+                "(ended IS NULL OR ended >= ?) ORDER BY onset DESC LIMIT ?",
+                (until, since, most)):
+            e = episodes.read(row)
+            if e is not None:
+                found[e.id] = e
+        live = [*self.episodes.dirty.values(), *self.episodes.open.values()]
+        for e in live:
+            if e.onset <= until and (e.ended is None or e.ended >= since):
+                found[e.id] = e
+        out = sorted(found.values(), key=lambda e: -e.onset)
+        if job is not None:
+            out = [e for e in out if job in e.jobs]
+        return out[:most]
+
     def attribute(self, findings_of: Callable[[str], list[Finding]]) -> None:
         """Put the lost time added since the last call down to the findings that
         concern each job now (`findings_of(job)`), as the viewer does (shared by
         tuimon.model.attribution). Call about once a second."""
         for (job, minute), lost in self._unattributed.items():
             for (kind, cause), seconds in share(lost, findings_of(job)).items():
+                self.episodes.add_lost(cause, seconds)
                 self._add_cause(job, minute // 60, kind, cause, seconds)
         self._unattributed.clear()
 
@@ -697,7 +745,7 @@ class Ledger:
         counted up to, in one transaction; False if the disk refused."""
         self._say_recovered()
         if not self._pending and not self._totals and not self._stops_gone \
-                and not self._stops and not self._pending_causes:
+                and not self._stops and not self._pending_causes and not self.episodes.dirty:
             if self._due and self.error is None:
                 self._note_best({})  # a job's last minute becomes whole after it stopped
             return self.error is None
@@ -710,9 +758,11 @@ class Ledger:
         stops = [(job, json.dumps([[lo, hi] for lo, hi in stop.seen(now)]), stop.cause)
                  for job, stop in self._stops.items() if stop.ended is None]
         gone = [(job,) for job in self._stops_gone if job not in self._stops]
+        incidents = [e.row() for e in self.episodes.dirty.values()]
         try:
             with self._db:  # one transaction: all of it or none of it
                 self._db.execute("BEGIN")
+                self._db.executemany(episodes.UPSERT, incidents)
                 self._db.executemany(UPSERT, rows)
                 self._db.executemany(TOTALS_UPSERT, totals)
                 self._db.executemany(WAITS_UPSERT, waits)
@@ -740,6 +790,7 @@ class Ledger:
         self._pending_waits.clear()
         self._pending_causes.clear()
         self._stops_gone.clear()
+        self.episodes.dirty.clear()
         hour_now = int(self.clock() // 3600)
         self._hour_causes = {k: v for k, v in self._hour_causes.items() if k[1] >= hour_now - 1}
         return True
@@ -851,6 +902,13 @@ class Ledger:
                 self._db.execute("DELETE FROM waits WHERE minute < ?", (first,))
                 self._db.execute("DELETE FROM causes WHERE hour < ?", (first // 60,))
                 self._db.execute("DELETE FROM totals WHERE at < ?", (first * 60.0,))
+                self._db.execute("DELETE FROM episodes WHERE ended < ?", (first * 60.0,))
+                # Past MAX_EPISODES the oldest that ended go: a fault that never stops
+                # raising new findings cannot fill the disk.
+                self._db.execute(
+                    "DELETE FROM episodes WHERE ended IS NOT NULL AND id IN (SELECT id FROM "
+                    "episodes WHERE ended IS NOT NULL ORDER BY onset DESC LIMIT -1 OFFSET ?)",
+                    (episodes.MAX_EPISODES,))
         except sqlite3.Error as exc:
             log.error("ledger %s: cannot prune: %s", self.path, exc)
             return 0

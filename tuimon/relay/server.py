@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,11 +25,12 @@ from prometheus_client.registry import Collector
 from tuimon.relay.fanout import JOB_SOURCES_KEEP_S, FanOut, Shared, ViewerFeed
 from tuimon.relay.ledger import Ledger
 from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
-from tuimon_core import heap
+from tuimon_core import heap, json_text
 from tuimon_core.findings import Finding
 from tuimon_core.findings_family import judgement_to_wire
 from tuimon_core.hostlist import TargetError
 from tuimon_core.protocol import ProtocolError, Subscribe
+from tuimon_core.protocol.text import clean
 from tuimon_core.serving.guard import guard_of
 from tuimon_core.serving.metrics import connection_metrics
 from tuimon_core.serving.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
@@ -114,6 +116,9 @@ async def _periodic(state: RelayState) -> None:
         if state.ledger is not None:
             # Each part alone: a failure is logged and the others, and the next round,
             # go on (this task ending would stop every flush and budget after it).
+            with _logged("keeping the incidents"):
+                state.ledger.observe(state.fanout.findings, time.time(),
+                                     state.fanout.jobs_touched)
             with _logged("putting lost time down to causes"):
                 state.ledger.attribute(state.fanout.job_findings)
                 state.ledger.note_stops(time.time(), state.fanout.stop_cause,
@@ -213,6 +218,37 @@ async def stream(request: web.Request) -> web.StreamResponse:
         state.fanout.detach(feed)
         state.apply_demand()
     return ws
+
+
+MAX_HISTORY_S = 400 * 86400.0  # the longest look back one request may ask
+
+
+async def history(request: web.Request) -> web.Response:
+    """The incidents the relay's judgement held (its ledger's episodes): `since` seconds
+    back (default 6 h), or from `from` to `until` (Unix time); `job`: those that touched
+    its nodes. JSON, newest first."""
+    state = request.app[STATE]
+    if state.ledger is None:
+        raise web.HTTPNotFound(text="this relay keeps no ledger: no history\n")
+    now = time.time()
+    try:
+        q = request.query
+        since = float(q.get("since", 6 * 3600.0))
+        start = float(q["from"]) if "from" in q else now - since
+        until = float(q["until"]) if "until" in q else now
+        most = int(q.get("most", 1000))
+    except ValueError:
+        raise web.HTTPBadRequest(text="since, from, until: seconds; most: a count\n") \
+            from None
+    if not (math.isfinite(start) and math.isfinite(until) and 0 < most <= 10_000
+            and 0 <= until - start <= MAX_HISTORY_S):
+        raise web.HTTPBadRequest(text=f"a range of 0 to {MAX_HISTORY_S / 86400:.0f} days "
+                                      "and at most 10000 incidents\n")
+    job = q.get("job")
+    found = state.ledger.incidents(start, until, job=clean(job) if job else None, most=most)
+    return web.json_response({"relay": state.name, "from": start, "until": until,
+                              "incidents": [e.to_json() for e in found]},
+                             dumps=json_text.dumps)
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -328,6 +364,7 @@ def build_relay_app(state: RelayState) -> web.Application:
     app.router.add_get("/v1/stream", stream)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/v1/history", history)
     app.cleanup_ctx.append(_housekeeping)
     app.cleanup_ctx.append(_upstream)
     app.on_shutdown.append(_close_streams)
