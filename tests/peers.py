@@ -20,6 +20,7 @@ import pytest
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 VICTORIA_METRICS = shutil.which("victoria-metrics")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -67,10 +68,11 @@ def _serving(name: str, argv: list[str], log: Path, ready: str, url: str) -> Ite
 
 @contextlib.contextmanager
 def running_prometheus(tmp: Path, scrape_configs: str, every: float = 1.0,
-                       rules: str = "") -> Iterator[str]:
+                       rules: str = "", alertmanager: str | None = None) -> Iterator[str]:
     """A real Prometheus on loopback, scraping and evaluating every `every` seconds, with
-    these `scrape_configs` entries (YAML) and this rule file (YAML, where given); yields
-    its URL once /-/ready answers."""
+    these `scrape_configs` entries (YAML) and this rule file (YAML, where given), sending
+    its alerts to `alertmanager` (host:port, where given); yields its URL once /-/ready
+    answers."""
     assert PROMETHEUS is not None, "CI must install prometheus (apt-get install prometheus)"
     port = free_port()
     config = tmp / "prometheus.yml"
@@ -78,14 +80,48 @@ def running_prometheus(tmp: Path, scrape_configs: str, every: float = 1.0,
     if rules:
         (tmp / "rules.yml").write_text(rules)
         rule_files = f"rule_files: [{json.dumps(str(tmp / 'rules.yml'))}]\n"
+    alerting = ("alerting:\n  alertmanagers:\n    - static_configs:\n        - targets: "
+                f"[{json.dumps(alertmanager)}]\n" if alertmanager else "")
     config.write_text(f"global:\n  scrape_interval: {every:g}s\n  evaluation_interval: "
                       f"{every:g}s\n  scrape_timeout: {min(every, 10):g}s\n" + rule_files
-                      + "scrape_configs:\n" + scrape_configs)
+                      + alerting + "scrape_configs:\n" + scrape_configs)
     url = f"http://127.0.0.1:{port}"
     with _serving("prometheus", [
             PROMETHEUS, f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
             tmp / "prometheus.log", f"{url}/-/ready", url) as served:
+        yield served
+
+
+def require_alertmanager() -> str:
+    """Alertmanager, or a skip saying why (a failure under CI, which installs it)."""
+    if ALERTMANAGER is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("alertmanager not found: CI installs it "
+                        "(apt-get install prometheus-alertmanager)")
+        pytest.skip("alertmanager not installed (apt-get install prometheus-alertmanager); "
+                    "CI installs it")
+    return ALERTMANAGER
+
+
+@contextlib.contextmanager
+def running_alertmanager(tmp: Path, webhook: str) -> Iterator[str]:
+    """A real Alertmanager on loopback, its clustering off, sending every alert at once
+    (group_wait 1 s) to the webhook receiver at `webhook` (a URL); yields host:port."""
+    binary = require_alertmanager()
+    port = free_port()
+    config = tmp / "alertmanager.yml"
+    config.write_text(
+        "route:\n  receiver: hook\n  group_by: ['alertname', 'kind', 'component']\n"
+        "  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\n"
+        f"receivers:\n  - name: hook\n    webhook_configs:\n      - url: {json.dumps(webhook)}\n"
+        "        send_resolved: true\n")
+    address = f"127.0.0.1:{port}"
+    with _serving("alertmanager", [
+            binary, f"--config.file={config}", f"--storage.path={tmp / 'am'}",
+            f"--web.listen-address={address}", "--cluster.listen-address=",
+            "--log.level=warn"],
+            tmp / "alertmanager.log", f"http://{address}/-/ready", address) as served:
         yield served
 
 

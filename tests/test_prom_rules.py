@@ -71,7 +71,8 @@ def parse_rules(text: str) -> list[Rule]:
 
 
 def alerts_of(text: str) -> list[Rule]:
-    return [r for r in parse_rules(text) if r.kind == "alert"]
+    """The SLO's burn alerts (the findings' alert is its own group's)."""
+    return [r for r in parse_rules(text) if r.kind == "alert" and r.name == ALERT]
 
 
 def render(template: str, job: str, value: float) -> str:
@@ -205,7 +206,7 @@ def test_promtool_checks_the_rules(promtool: str, tmp_path: Path, target: float,
     (tmp_path / "tuimon.yml").write_text(rules_yaml(Slo(target, 720), selector=selector))
     done = run_promtool(promtool, "check", "rules", "tuimon.yml", cwd=tmp_path)
     assert_ok(done)
-    rules = 2 * len(BURN_WINDOWS_S) + len(WAIT_WINDOWS) + len(ALERTS)
+    rules = 2 * len(BURN_WINDOWS_S) + len(WAIT_WINDOWS) + len(ALERTS) + 1  # the findings'
     assert f"SUCCESS: {rules} rules found" in done.stdout
 
 
@@ -465,3 +466,45 @@ def test_recorded_wait_shares_say_what_the_step_time_waited_on(promtool: str,
         for kind, share in (("comm", 0.15), ("data", 0.025), ("checkpoint", 0.05))]
     assert_ok(promtool_test(promtool, tmp_path, [rules_yaml(Slo(0.9, 720))], [{
         "interval": "1m", "input_series": series, "promql_expr_test": checks}]))
+
+
+def test_a_leafs_congestion_pages_with_the_leaf_named(promtool: str, tmp_path: Path) -> None:
+    """A relay's `tuimon_finding` for a leaf's congestion (its labels as the relay writes
+    them, tuimon.relay.server.FINDING_LABELS) and its text: the finding alert fires after
+    its `for`, labelled with the leaf, the text in its description; information fires
+    nothing; a finding gone resolves."""
+    from tuimon.model.prom_rules import FINDING_ALERT
+    from tuimon.relay.server import FINDING_LABELS
+
+    labels = dict.fromkeys(FINDING_LABELS, "")
+    leaf = {**labels, "kind": "congestion", "severity": "warning", "component": "leaf01",
+            "leaf": "leaf01", "job": ""}
+    info = {**labels, "kind": "no_topology", "severity": "info", "component": "topology"}
+    text = "congestion concentrated under leaf01: xmit_wait 3,981,200/s vs 1,150/s"
+
+    def series(name: str, values: dict[str, str]) -> str:
+        inner = ",".join(f'{k}="{v}"' for k, v in values.items() if v)
+        return f"{name}{{instance=\"relay:9478\",job=\"relay\",{inner}}}"
+    expected = {"alertname": FINDING_ALERT, "instance": "relay:9478", "job": "relay",
+                **{k: v for k, v in leaf.items() if v}}
+    tests = [{
+        "interval": "15s",
+        "input_series": [
+            {"series": series("tuimon_finding", leaf), "values": "1x8 _x8"},
+            {"series": series("tuimon_finding_info", {"kind": "congestion",
+                                                       "component": "leaf01",
+                                                       "text": text}),
+             "values": "1x8 _x8"},
+            {"series": series("tuimon_finding", info), "values": "1x16"},
+        ],
+        "alert_rule_test": [
+            {"eval_time": "15s", "alertname": FINDING_ALERT, "exp_alerts": []},
+            {"eval_time": "60s", "alertname": FINDING_ALERT, "exp_alerts": [{
+                "exp_labels": expected,
+                "exp_annotations": {"summary": "congestion leaf01 (warning)",
+                                    "description": text}}]},
+            {"eval_time": "8m", "alertname": FINDING_ALERT, "exp_alerts": []},
+        ],
+    }]
+    assert_ok(promtool_test(promtool, tmp_path, [rules_yaml(Slo(0.9, 720))], tests,
+                            every="15s"))

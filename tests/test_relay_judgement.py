@@ -161,3 +161,63 @@ async def test_the_seed_incident_through_a_relay_killed_midway(
     # collectives had no cause: `no finding`. Since, the leaf; never a node's port.
     assert comm.get(f"congestion {leaf}", 0) > 0, comm
     assert set(comm) <= {f"congestion {leaf}", "no finding"}, comm
+
+
+async def test_the_seed_incident_pages_alertmanager_with_the_leaf_named(
+        tmp_path: Path, unused_tcp_port_factory) -> None:
+    """Real Prometheus scraping a judging relay and evaluating `tuimon rules`, real
+    Alertmanager delivering to a webhook: the leaf whose spine capacity goes (an onset the
+    test tells nobody) arrives as a page naming the leaf, with the finding's text, within
+    two minutes of the onset. Nothing pages before it."""
+    from aiohttp import web
+
+    from tests.peers import PROMETHEUS, require_alertmanager, running_alertmanager, \
+        running_prometheus
+    from tuimon.model.prom_rules import FINDING_ALERT, rules_yaml
+    from tuimon.model.slo import Slo
+
+    require_alertmanager()
+    if PROMETHEUS is None:
+        import os
+
+        import pytest
+        if os.environ.get("CI") == "true":
+            pytest.fail("prometheus not found: CI installs it")
+        pytest.skip("prometheus not installed (apt-get install prometheus); CI installs it")
+    pages: list[tuple[float, dict]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        body = await request.json()
+        for alert in body.get("alerts", []):
+            if alert.get("status") == "firing":
+                pages.append((time.time(), alert))
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    hook_port = unused_tcp_port_factory()
+    await web.TCPSite(runner, "127.0.0.1", hook_port).start()
+    sim = SimCluster(nodes=16, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="spine-imbalance", fault_at=8.0)
+    leaf = sim.truth()["components"][0]
+    onset = sim.truth()["onset"]
+    try:
+        async with sim, _relay([sim]) as relay:
+            with running_alertmanager(tmp_path, f"http://127.0.0.1:{hook_port}/hook") as am, \
+                    running_prometheus(tmp_path, f"  - job_name: relay\n    static_configs:\n"
+                                                 f"      - targets: ['127.0.0.1:{relay.port}']\n",
+                                       every=1.0, rules=rules_yaml(Slo(0.9, 720)),
+                                       alertmanager=am):
+                await until(lambda: any(a["labels"].get("leaf") == leaf for _, a in pages),
+                            "a page naming the leaf", timeout=180.0)
+    finally:
+        await runner.cleanup()
+    when, page = next((t, a) for t, a in pages if a["labels"].get("leaf") == leaf)
+    assert page["labels"]["alertname"] == FINDING_ALERT
+    assert page["labels"]["kind"] == "congestion", page
+    assert f"under {leaf}" in page["annotations"]["description"], page
+    assert when - onset <= 120, when - onset
+    early = [a for t, a in pages if t < onset and a["labels"].get("severity") != "info"]
+    assert early == [], early

@@ -19,7 +19,11 @@ Names (stable; dashboards and routes may rely on them), one pair per window of
   the error budget went to);
 - alert `TuimonJobErrorBudgetBurn`, one rule per entry of `ALERTS`, told apart by labels
   `severity` (`page` or `ticket`) and `window` (`1h/5m`, `6h/30m`, `1d/6h`, `3d/6h`);
-  labels `slo_target` and `slo_window_hours` say which SLO the thresholds come from.
+  labels `slo_target` and `slo_window_hours` say which SLO the thresholds come from;
+- in a second group, `tuimon-findings`: alert `TuimonFinding` for every critical and
+  warning finding a relay's judgement (or an agent's) holds, with the finding's labels
+  (`kind`, `severity`, `component`, `node`, `gpu`, `port`, `leaf`, `fs`, `job`) and its
+  text as the description: the page names the cause (`congestion leaf01`).
 
 The training job's name is in the counters' `job` label, which Prometheus renames to
 `exported_job` when the scrape job's own `job` label clashes with it (the default,
@@ -202,4 +206,34 @@ def rules_yaml(slo: Slo, *, job_label: str = "exported_job", selector: str = "")
         lines += [f"          {key}: {quote_yaml(value)}" for key, value in labels.items()]
         lines += ["        annotations:"]
         lines += [f"          {key}: {quote_yaml(value)}" for key, value in notes.items()]
+    lines += finding_rules(selector_text(matchers))
     return "\n".join(lines) + "\n"
+
+
+# The findings' alerts: a second group, over the `tuimon_finding` series a relay (every
+# finding its judgement holds, cluster ones included) and the agents (their node-local
+# ones) export. The finding is already held and cleared with hysteresis where it was
+# judged, so `for` only rides out a missed scrape.
+FINDINGS_GROUP = "tuimon-findings"
+FINDING_ALERT = "TuimonFinding"
+FINDING_FOR = "30s"
+
+
+def finding_rules(selector: str = "") -> list[str]:
+    """One alert over every critical and warning finding, with the
+    finding's own labels (kind, component and each of node, gpu, port, leaf, fs, job) to
+    route and group on, and its text in the annotations, read from `tuimon_finding_info`
+    at the time (a text that changes does not raise the alert again)."""
+    sel = f",{selector}" if selector else ""
+    text = ('{{ with printf "tuimon_finding_info{kind=%q,component=%q}" '
+            '$labels.kind $labels.component | query }}{{ range . }}'
+            '{{ .Labels.text }}{{ end }}{{ end }}')
+    return [f"  - name: {quote_yaml(FINDINGS_GROUP)}", "    rules:",
+            f"      - alert: {quote_yaml(FINDING_ALERT)}",
+            *yaml_block("expr", f'tuimon_finding{{severity=~"critical|warning"{sel}}} == 1',
+                        8),
+            f"        for: {FINDING_FOR}",
+            "        annotations:",
+            "          summary: " + quote_yaml(
+                "{{ $labels.kind }} {{ $labels.component }} ({{ $labels.severity }})"),
+            "          description: " + quote_yaml(text)]
