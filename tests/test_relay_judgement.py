@@ -171,8 +171,12 @@ async def test_the_seed_incident_pages_alertmanager_with_the_leaf_named(
     two minutes of the onset. Nothing pages before it."""
     from aiohttp import web
 
-    from tests.peers import PROMETHEUS, require_alertmanager, running_alertmanager, \
-        running_prometheus
+    from tests.peers import (
+        PROMETHEUS,
+        require_alertmanager,
+        running_alertmanager,
+        running_prometheus,
+    )
     from tuimon.model.prom_rules import FINDING_ALERT, rules_yaml
     from tuimon.model.slo import Slo
 
