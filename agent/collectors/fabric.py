@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.collectors import pci
-from agent.collectors.ethtool_stats import EthtoolStats, pause_summary
+from agent.collectors.ethtool_stats import DROP_TOTALS, EthtoolStats, pause_summary
 from agent.files import MISSING, FileTree, ReadError
 from agent.rates import RateTracker
 from tuimon_core.protocol.fields import (
@@ -379,23 +379,36 @@ class FabricCollector:
                      errors: dict[str, str]) -> None:
         """A RoCE port's lossless health from its netdev's driver statistics: pause frames
         each way, the share of the interval it was held off by its peer (`paused_rx`) or
-        held its peer off (`paused_tx`), PFC storm events and lossless drops."""
+        held its peer off (`paused_tx`) and by which kind of pause (`pause_by`), the
+        priorities with PFC on, PFC storm events, and the packets dropped for lack of
+        buffer with what arrived (all priorities, and the PFC ones: the lossless
+        traffic), each drop counted once (ethtool_stats.PauseSummary)."""
         try:
             summary = pause_summary(self.ethtool.read(netdev))
         except OSError as exc:
             errors["ethtool"] = str(exc)
             self.pause_totals.pop(p.id, None)
             return
-        self.pause_totals[p.id] = summary
+        totals = summary.totals
+        self.pause_totals[p.id] = totals
         key = (p.id, "pause")
+
+        def rate(name: str) -> float | None:
+            return self._rates.rate((*key, name), totals.get(name), now)
+
         for name, wire in (("pause_rx", "pause_rx_s"), ("pause_tx", "pause_tx_s"),
-                           ("discards", "discards_s")):
-            v[wire] = self._rates.rate((*key, name), summary.get(name), now)
+                           *((n, f"{n}_s") for n in DROP_TOTALS)):
+            v[wire] = rate(name)
         for name, wire in (("pause_rx_us", "paused_rx"), ("pause_tx_us", "paused_tx")):
-            per_s = self._rates.rate((*key, name), summary.get(name), now)
+            per_s = rate(name)
             v[wire] = None if per_s is None else min(1.0, per_s / 1e6)
-        storms = (summary.get("storm_warning") or 0) + (summary.get("storm_error") or 0) \
-            if "storm_warning" in summary or "storm_error" in summary else None
+        # Which pause this port sent: PFC or global, by whose durations moved (mlx5 can
+        # list both kinds; the words of a finding must name the one that held the peer).
+        moved = [kind for kind in ("pfc", "global") if (rate(f"pause_tx_us_{kind}") or 0) > 0]
+        v["pause_by"] = "+".join(moved) or None
+        v["pfc"] = list(summary.pfc)
+        storms = (totals.get("storm_warning") or 0) + (totals.get("storm_error") or 0) \
+            if "storm_warning" in totals or "storm_error" in totals else None
         before = p.storms
         p.storms = storms
         if storms is not None and before is not None and storms > before:

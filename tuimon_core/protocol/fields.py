@@ -109,6 +109,8 @@ INT = Int()
 COUNT = Int(hi=MAX_COUNT, doc="count")  # summed by readers: see MAX_COUNT
 STR = Str()
 SEVERITIES = ("info", "warning", "critical")
+# The pause a RoCE port sends (port `pause_by`): per priority (PFC), 802.3x global, both.
+PAUSE_KINDS = ("pfc", "global", "pfc+global")
 SEVERITY = Str(choices=SEVERITIES, doc="severity")
 CLOCK_EVENTS = ListOf(STR, 64)
 REASONS = MapOf(STR, 64)  # name -> why it could not be read
@@ -367,8 +369,22 @@ PORT_FIELDS: tuple[Field, ...] = (
           "held its peer off: a receiver that cannot keep up"),
     Field("pause_storms", COUNT, "count", "RoCE: PFC storm watchdog events since the last "
           "read (`tx_pause_storm_warning_events`, `tx_pause_storm_error_events`)"),
-    Field("discards_s", RATE, "1/s", "RoCE: lossless traffic dropped (`rx_discards_phy`, "
-          "per-priority discards)"),
+    Field("pause_by", Str(choices=PAUSE_KINDS), "", "RoCE: the pause this port sent to its "
+          "peer this interval, by whose `tx_*_pause_duration` counters moved: `pfc` "
+          "(per-priority), `global` (802.3x), `pfc+global`; nil: none"),
+    Field("pfc", ListOf(Int(hi=7), 8), "priorities", "RoCE: the priorities with PFC on "
+          "(the driver lists their pause counters): the lossless traffic classes; empty: "
+          "none"),
+    Field("discards_s", RATE, "packets/s", "RoCE: packets dropped for lack of receive "
+          "buffer, each counted once: `rx_prio<N>_discards` summed where listed, else "
+          "`rx_discards_phy`"),
+    Field("arrived_s", RATE, "packets/s", "RoCE: packets that reached the port, kept or "
+          "dropped, from the same counters (`rx_prio<N>_packets` + `rx_prio<N>_discards`, "
+          "else `rx_packets_phy`): what `discards_s` is a share of"),
+    Field("lossless_discards_s", RATE, "packets/s", "RoCE: `discards_s` on the PFC "
+          "priorities only: lossless traffic lost"),
+    Field("lossless_arrived_s", RATE, "packets/s", "RoCE: `arrived_s` on the PFC priorities "
+          "only"),
 )
 NIC_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "as the inventory's", required=True),
