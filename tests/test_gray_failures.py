@@ -278,6 +278,78 @@ def test_a_fleet_of_real_hgx_nodes_names_the_port_below_rate_not_the_bluefield(
     assert [g.value for g in table[("port_rate", "MT41692")]] == [25e9]  # 200 Gb/s, all four
 
 
+def test_ports_that_are_down_have_no_rate_and_disabled_ones_are_information(
+        tmp_path: Path) -> None:
+    """Four real H100 hosts (gpud's ibstat captures): two healthy, one with two Ethernet
+    ports Down and Disabled at `Rate: 40`, one with three. The fleet leaves those ports
+    out of its rate comparison (it said "port rate (MT4129): 40 Gb/s on h100-c" beside
+    the link_down), and a port disabled since the agent started is configured off: an
+    information, not a critical link fault. The one real difference among them is named:
+    h100-d's MT4125s run firmware 22.38.1002 where the others run 22.39.1002."""
+    hosts = {"h100-a": "infiniband_h100_all_active_eth.txt",
+             "h100-b": "infiniband_h100_all_active_eth.txt",
+             "h100-c": "infiniband_h100_some_down_1.txt",
+             "h100-d": "infiniband_h100_some_down_0.txt"}
+    hellos, found = {}, {}
+    for name, fixture in hosts.items():
+        ib_tree(tmp_path / name, fixture_rows(fixture))
+        node = FabricNode(tmp_path / name, name)
+        found[name] = said(node.run(10))
+        hellos[name] = node.hello()
+    disabled = "info port_disabled: {} {}:1 disabled since first seen: configured off, not " \
+        "a link fault"
+    assert found == {"h100-a": [], "h100-b": [],
+                     "h100-c": [disabled.format("h100-c", d) for d in ("mlx5_11", "mlx5_5")],
+                     "h100-d": [disabled.format("h100-d", d)
+                                for d in ("mlx5_2", "mlx5_7", "mlx5_8")]}, found
+    assert [f.message for f in fleet_findings(hellos)] == [
+        "HCA firmware (MT4125): 22.38.1002 on h100-d (1 node); 22.39.1002 on 3"]
+    # The rate is still read and shown; the fleet just does not compare it.
+    assert {p["rate_text"] for p in hellos["h100-c"].extra["ports"] if p["up"] == 0} == {
+        "40 Gb/sec"}
+
+
+def test_a_port_disabled_while_in_use_is_a_warning_and_polling_a_link_fault(
+        tmp_path: Path) -> None:
+    """A real healthy host whose mlx5_5 then reads as the same port of a real host with it
+    disabled (Down, Disabled, 40): someone or something turned a working port off, a
+    warning. gpud's Polling copy of that host (hand-edited upstream, see its fixture) has
+    mlx5_11 Polling: no peer or no signal, a link fault."""
+    healthy = fixture_rows("infiniband_h100_all_active_eth.txt")
+    down = {r[0]: r for r in fixture_rows("infiniband_h100_some_down_1.txt")}
+    ib_tree(tmp_path / "a", healthy)
+    node = FabricNode(tmp_path / "a", "h100-a")
+    assert node.run(10) == []
+    assert node.hello().extra["ports"][7]["up"] == 1
+    ib_tree(tmp_path / "a", [down["mlx5_5"]])
+    assert said(node.run(10)) == [
+        "warning port_disabled: h100-a mlx5_5:1 disabled while in use (it was ACTIVE, "
+        "LinkUp): someone or something turned it off"]
+    assert {p["device"]: p["up"] for p in node.hello().extra["ports"]}["mlx5_5"] == 0
+
+    ib_tree(tmp_path / "p", fixture_rows("infiniband_h100_some_down_polling.txt"))
+    found = said(FabricNode(tmp_path / "p", "h100-p").run(10))
+    assert found == ["critical link_down: h100-p mlx5_11:1 link DOWN (Polling)",
+                     "info port_disabled: h100-p mlx5_5:1 disabled since first seen: "
+                     "configured off, not a link fault"], found
+
+
+def test_a_roce_port_without_carrier_is_a_link_fault_one_set_down_is_not(
+        tmp_path: Path) -> None:
+    """mlx5 reads a RoCE port Disabled whenever its netdev is not running with carrier
+    (drivers/infiniband/hw/mlx5/main.c, mlx5_query_port_roce), so only the netdev's
+    IFF_UP tells a port someone set down from a cable gone dark. The real host's two
+    Disabled ports, with netdevs whose flags we wrote: one up (no carrier), one down."""
+    ib_tree(tmp_path, fixture_rows("infiniband_h100_some_down_1.txt"),
+            flags={"mlx5_5": "0x1003", "mlx5_11": "0x1002"})
+    found = said(FabricNode(tmp_path, "h100-c").run(10))
+    assert found == [
+        "critical link_down: h100-c mlx5_5:1 link DOWN (Disabled, no carrier while its "
+        "netdev is up: cable, transceiver or the switch port)",
+        "info port_disabled: h100-c mlx5_11:1 set down (its netdev is down) since first "
+        "seen: configured off, not a link fault"], found
+
+
 def test_the_fake_nvml_answers_with_nvidia_ml_pys_names_and_arguments() -> None:
     """The stand-in is only worth what it mirrors: every NVML call it answers exists in
     the installed nvidia-ml-py under the same name and takes as many arguments."""

@@ -45,11 +45,14 @@ def _per_model(h: Any, value: Callable[[Any], Any]) -> dict[str, Any]:
     return out
 
 
-def _per_hca(h: Any, key: str) -> dict[str, Any]:
+def _per_hca(h: Any, key: str, only_up: bool = False) -> dict[str, Any]:
+    """A node's value of each HCA model (the lowest). `only_up` leaves out ports that are
+    not ACTIVE and LinkUp (`up` 0): their rate is none (a Down port reads `40`), and
+    their own finding (link_down, port_disabled) says the rest."""
     out: dict[str, Any] = {}
     for p in h.extra.get("ports") or ():
         model, v = p.get("hca_type"), p.get(key)
-        if model and v is not None:
+        if model and v is not None and not (only_up and p.get("up") == 0):
             out[model] = v if model not in out else min(out[model], v)
     return out
 
@@ -77,7 +80,8 @@ ASPECTS: tuple[Aspect, ...] = (
     Aspect("nvlinks", "NVLinks active", lambda h: _per_model(h, lambda g: g.nvlinks),
            per_model=True),
     Aspect("hca_fw", "HCA firmware", lambda h: _per_hca(h, "fw_ver"), per_model=True),
-    Aspect("port_rate", "port rate", lambda h: _per_hca(h, "rate"), per_model=True,
+    Aspect("port_rate", "port rate", lambda h: _per_hca(h, "rate", only_up=True),
+           per_model=True,
            show=_gbps),
 )
 

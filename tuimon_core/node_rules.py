@@ -1,6 +1,6 @@
 """The node-local rules: what one node's own frames say is wrong with it.
 
-GPUs failed, throttling, XIDs, ECC, row remapping, links down or flapping,
+GPUs failed, throttling, XIDs, ECC, row remapping, links down, disabled or flapping,
 port error counters, RoCE pauses, pause storms and drops, NFS latency, step reports
 refused or lost (the fabric's, with their thresholds and why: docs/definitions.md).
 Each needs only this node's data, so the same rules can run wherever the data is (the
@@ -18,7 +18,13 @@ from typing import Any
 
 from tuimon_core.findings import Finding
 from tuimon_core.link_rules import LinkRules
-from tuimon_core.protocol.fields import PORT_ACTIVE, PORT_ERROR_COUNTERS, PORT_LINK_UP
+from tuimon_core.protocol.fields import (
+    PORT_ACTIVE,
+    PORT_DISABLED,
+    PORT_ERROR_COUNTERS,
+    PORT_LINK_UP,
+    port_up,
+)
 
 # Congestion: sustained above this (xmit_wait ticks/s), senders starve; a port or a leaf
 # this many times its peers' median stands out (here: the node's other ports; in the
@@ -53,6 +59,10 @@ POWER = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "hw_slowdown"})
 ERROR_COUNTERS = frozenset(PORT_ERROR_COUNTERS)
 PORT_ERRORS = ("rcv_errors", "link_error_recovery", "remote_physical_errors",
                "xmit_discards", "buffer_overruns", "local_link_integrity_errors")
+
+
+def _up(p: dict[str, Any]) -> bool:
+    return port_up(p.get("state"), p.get("phys_state"))
 
 
 def _share(n: float, of: float) -> str:
@@ -99,6 +109,9 @@ class NodeRules:
     # Only ports that have dropped are kept: most never do.
     _drops: dict[str, deque[tuple[float, float, float, float, float]]] = field(
         default_factory=dict)
+    # Ports seen ACTIVE and LinkUp since these rules started: one disabled later was
+    # disabled while watched (a warning); one never seen up was configured so.
+    _seen_up: set[str] = field(default_factory=set)
     _last_t: float | None = None
     _sample: Any = None
     _hello: Any = None
@@ -120,6 +133,8 @@ class NodeRules:
         dt = min(max(dt if isinstance(dt, (int, float)) else 0.0, 0.0), DROP_WINDOW_S)
         self._last_t = now
         for p in (sample.extra.get("fabric") or {}).get("ports") or []:
+            if _up(p):
+                self._seen_up.add(p["id"])
             self._note_drops(p, now, dt)
             counted = dict(p.get("errors_inc") or {})
             if p.get("pause_storms"):
@@ -214,11 +229,7 @@ class NodeRules:
             phys = p.get("phys_state")
             if p.get("state") not in (None, PORT_ACTIVE) or phys not in (None, PORT_LINK_UP):
                 # ACTIVE (4) and LinkUp (5): anything else and the port carries nothing.
-                bad_phys = f" ({p.get('phys_state_name') or phys})" \
-                    if phys not in (None, 5) else ""
-                out.append(Finding("critical", "link_down",
-                                   f"{where} link {p.get('state_name') or 'down'}{bad_phys}",
-                                   node=node, port=pid, score=0.8))
+                out.append(self._not_up(p, where))
             elif downs >= FLAPS:
                 out.append(Finding("warning", "flapping", f"{where} link went down {downs} "
                                    "times in 10 min", node=node, port=pid, score=0.6))
@@ -247,6 +258,40 @@ class NodeRules:
                 out.append(Finding("warning", "port_errors", f"{where} {text} in 10 min",
                                    node=node, port=pid, score=0.3))
         return out
+
+    def _not_up(self, p: dict[str, Any], where: str) -> Finding:
+        """A port that carries nothing: a link fault, or a port someone turned off.
+
+        `Disabled` is what management set: an InfiniBand port disabled by the subnet
+        manager or `ibportstate`, a RoCE port whose netdev was set down. A port in that
+        state since these rules first saw it is how the node is configured (a second port
+        the site never cabled): information. One they saw up and then disabled was turned
+        off under its traffic, by someone or something: a warning. A RoCE port reads
+        Disabled without carrier too (mlx5 reports ACTIVE/LinkUp only for a running netdev
+        with carrier, Disabled otherwise), so one whose netdev is up (`admin_up` 1) is a
+        link fault after all. Any other state (Polling: no peer or no signal;
+        LinkErrorRecovery; Down while LinkUp) is a link fault: critical."""
+        pid = p["id"]
+        phys = p.get("phys_state")
+        state = p.get("state_name") or "down"
+        if phys == PORT_DISABLED and p.get("admin_up") != 1:
+            how = "set down (its netdev is down)" if p.get("admin_up") == 0 else "disabled"
+            if pid in self._seen_up:
+                return Finding("warning", "port_disabled",
+                               f"{where} {how} while in use (it was ACTIVE, LinkUp): someone "
+                               "or something turned it off", node=self.name, port=pid,
+                               score=0.5)
+            return Finding("info", "port_disabled",
+                           f"{where} {how} since first seen: configured off, not a link "
+                           "fault", node=self.name, port=pid)
+        if phys == PORT_DISABLED:
+            why = " (Disabled, no carrier while its netdev is up: cable, transceiver or " \
+                "the switch port)"
+        else:
+            why = f" ({p.get('phys_state_name') or phys})" if phys not in (None,
+                                                                          PORT_LINK_UP) else ""
+        return Finding("critical", "link_down", f"{where} link {state}{why}",
+                       node=self.name, port=pid, score=0.8)
 
     def _note_drops(self, p: dict[str, Any], now: float, dt: float) -> None:
         """Keep a RoCE port's drops and arrivals of this sample, as counts over its

@@ -25,6 +25,7 @@ from tuimon_core.protocol.fields import (
     PORT_ACTIVE,
     PORT_COUNTERS_READ,
     PORT_ERROR_COUNTERS,
+    port_up,
 )
 from tuimon_core.protocol.text import clean
 
@@ -292,6 +293,15 @@ class FabricCollector:
                 errors[name] = exc.reason
             v[name] = num
             v[f"{name}_name"] = label
+        # Whether the port is up goes in the inventory: only an up port's rate is a rate
+        # (a Down port reads `40`), and the fleet compares the rates of the inventories.
+        up = None if v["state"] is None else int(port_up(v["state"], v["phys_state"]))
+        if p.info.get("up") != up:
+            p.info["up"] = up
+            self._info_changed = True
+        netdev = p.info.get("netdev")
+        if up == 0 and netdev and p.info.get("link_layer") == "Ethernet":
+            v["admin_up"] = self._admin_up(netdev, errors)
         # Every counter of a port is read at the same moment: one elapsed time for all.
         dt = now - p.prev_t if p.prev_t is not None else 0.0
         prev, cur = p.prev, {}
@@ -368,12 +378,22 @@ class FabricCollector:
                     errors[name] = reason
             v["hw"] = hw
             self.hw_totals[p.id] = hw_totals
-        netdev = p.info.get("netdev")
         if netdev and p.info.get("link_layer") == "Ethernet":
             self._read_pauses(p, v, netdev, now, dt, errors)
         if errors:
             v["counter_errors"] = errors
         return v
+
+    def _admin_up(self, netdev: str, errors: dict[str, str]) -> int | None:
+        """1 when a RoCE port's netdev is administratively up (IFF_UP in its sysfs
+        `flags`), 0 when someone set it down: the RDMA port reads Disabled both ways, and
+        only this tells a port turned off from one that lost its carrier."""
+        try:
+            return int(self.files.read_text(f"{NET}/{netdev}/flags").strip(), 16) & 1
+        except (ReadError, ValueError) as exc:
+            errors["admin_up"] = exc.reason if isinstance(exc, ReadError) else \
+                "flags: not a number"
+            return None
 
     def _read_pauses(self, p: _Port, v: dict[str, Any], netdev: str, now: float, dt: float,
                      errors: dict[str, str]) -> None:

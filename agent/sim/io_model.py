@@ -40,10 +40,15 @@ class IoTrouble:
     # of buffer: PFC headroom too small for the cable, pauses sent too late.
     drop_port: int | None = None
     drop_share: float = 0.005
+    # A port someone disabled (ibportstate, a netdev set down): it reads Down, Disabled,
+    # and the rate mlx5 gives a port that is not up (4X QDR, 40 Gb/s).
+    disabled_port: int | None = None
 
 
 # RoCE traffic's priority on the simulated fabric, the one with PFC on.
 ROCE_PRIO = 3
+UP_RATE = "400 Gb/sec (4X NDR)"
+DOWN_RATE = "40 Gb/sec (4X QDR)"  # mlx5's default active width and speed
 
 
 def netdev_of(port: int) -> str:
@@ -96,6 +101,7 @@ class SimIo:
         self.cnp_handled = [self.rng.randrange(2**31) for _ in range(n)]
         self.ecn_marked = [self.rng.randrange(2**31) for _ in range(n)]
         self.port_state = [4] * n
+        self.disabled = [False] * n
         # RoCE lossless counters by port, as mlx5's ethtool statistics list them with PFC
         # on priority 3: its pause counters, every priority's traffic and discards, the
         # port's own packet and discard counters (the same drops again), the watchdog.
@@ -137,6 +143,10 @@ class SimIo:
         # All-reduce over every port: about 60 % of line rate while the job computes.
         congestion = 0.72 if trouble.congested else 1.0
         for p in range(self.ports):
+            if trouble.disabled_port == p:
+                self.disabled[p] = True
+            if self.disabled[p]:
+                continue
             if trouble.flapping_port == p and self.rng.random() < FLAP_RATE * dt:
                 self.link_downed[p] += 1
                 self.port_state[p] = 1 if self.port_state[p] == 4 else 4
@@ -258,14 +268,20 @@ class SimIo:
                             ("max_link_speed", "32.0 GT/s PCIe"),
                             ("current_link_width", "16"), ("max_link_width", "16")):
             out[f"{dev}/device/{name}"] = _const(value + "\n")
-        out[f"{base}/rate"] = _const("400 Gb/sec (4X NDR)\n")
+        out[f"{base}/rate"] = self._reader(
+            lambda: DOWN_RATE if self.disabled[p] else UP_RATE)
         out[f"{base}/link_layer"] = _const("Ethernet\n" if self.roce else "InfiniBand\n")
         if self.roce:  # the port's netdev, as /sys/class/infiniband/<dev>/device/net lists it
             out[f"{dev}/device/net/{netdev_of(p)}/ifindex"] = _const(f"{p + 3}\n")
+            # IFF_UP (0x1) cleared when someone set it down; 0x1003 up, broadcast, multicast.
+            out[f"sys/class/net/{netdev_of(p)}/flags"] = self._reader(
+                lambda: "0x1002" if self.disabled[p] else "0x1003")
         out[f"{base}/state"] = self._reader(
-            lambda: "4: ACTIVE" if self.port_state[p] == 4 else "1: DOWN")
+            lambda: "4: ACTIVE" if self.port_state[p] == 4 and not self.disabled[p]
+            else "1: DOWN")
         out[f"{base}/phys_state"] = self._reader(
-            lambda: "5: LinkUp" if self.port_state[p] == 4 else "2: Polling")
+            lambda: "3: Disabled" if self.disabled[p] else
+            "5: LinkUp" if self.port_state[p] == 4 else "2: Polling")
         counters: dict[str, Callable[[], int]] = {
             "port_xmit_data": lambda: self.tx_words[p],
             "port_rcv_data": lambda: self.rx_words[p],

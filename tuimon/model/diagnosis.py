@@ -48,7 +48,7 @@ REJUDGE_S = 15.0
 STRAGGLER_CAUSES = frozenset({
     "thermal", "power", "pcie_downtrained", "pcie_replays", "nvlink_down",
     "nvlink_errors", "link_down", "flapping", "symbol_errors", "port_errors",
-    "congestion", "pfc_pausing", "pfc_storm", "port_drops", "xid", "ecc",
+    "congestion", "pfc_pausing", "pfc_storm", "port_drops", "port_disabled", "xid", "ecc",
     "remap_pending", "storage_latency", "fleet_skew"})
 
 
