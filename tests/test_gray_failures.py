@@ -257,7 +257,9 @@ def test_a_fleet_of_real_hgx_nodes_names_the_port_below_rate_not_the_bluefield(
         tmp_path: Path) -> None:
     """Four nodes with a real HGX H100's HCAs (eight ConnectX-7 at 400 Gb/s, a BlueField-3
     at 200 on Ethernet): the BlueField is another model, not a slow port. One node whose
-    mlx5_4 came up at 200 Gb/s and another on older firmware are named; nothing else."""
+    mlx5_4 came up at 200 Gb/s and another on older firmware are named, with the devices
+    that differ (the comparison is by model and link layer, every device: 2027's change
+    for issue #38, which also put the link layer in the model's name); nothing else."""
     rows = fixture_rows("infiniband_hgx_h100.txt")
     hellos = {}
     for n in range(4):
@@ -272,10 +274,12 @@ def test_a_fleet_of_real_hgx_nodes_names_the_port_below_rate_not_the_bluefield(
         node.run(1)
         hellos[node.name] = node.hello()
     found = sorted(f.message for f in fleet_findings(hellos))
-    assert found == ["HCA firmware (MT4129): 28.39.1002 on gpu003 (1 node); 28.41.1000 on 3",
-                     "port rate (MT4129): 200 Gb/s on gpu002 (1 node); 400 Gb/s on 3"], found
+    assert found == ["HCA firmware (MT4129 InfiniBand): 28.39.1002 on gpu003 (1 node: "
+                     "mlx5_[0-1,4-9]); 28.41.1000 on 3",
+                     "port rate (MT4129 InfiniBand): 200 Gb/s on gpu002 (1 node: mlx5_4); "
+                     "400 Gb/s on 3"], found
     table = {(a.key, m): groups for a, m, groups in fleet_table(hellos)}
-    assert [g.value for g in table[("port_rate", "MT41692")]] == [25e9]  # 200 Gb/s, all four
+    assert [g.value for g in table[("port_rate", "MT41692 Ethernet")]] == [25e9]  # all four
 
 
 def test_ports_that_are_down_have_no_rate_and_disabled_ones_are_information(
@@ -303,7 +307,8 @@ def test_ports_that_are_down_have_no_rate_and_disabled_ones_are_information(
                      "h100-d": [disabled.format("h100-d", d)
                                 for d in ("mlx5_2", "mlx5_7", "mlx5_8")]}, found
     assert [f.message for f in fleet_findings(hellos)] == [
-        "HCA firmware (MT4125): 22.38.1002 on h100-d (1 node); 22.39.1002 on 3"]
+        "HCA firmware (MT4125 Ethernet): 22.38.1002 on h100-d (1 node: mlx5_[1-2,7-8]); "
+        "22.39.1002 on 3"]
     # The rate is still read and shown; the fleet just does not compare it.
     assert {p["rate_text"] for p in hellos["h100-c"].extra["ports"] if p["up"] == 0} == {
         "40 Gb/sec"}
@@ -348,6 +353,32 @@ def test_a_roce_port_without_carrier_is_a_link_fault_one_set_down_is_not(
         "netdev is up: cable, transceiver or the switch port)",
         "info port_disabled: h100-c mlx5_11:1 set down (its netdev is down) since first "
         "seen: configured off, not a link fault"], found
+
+
+def test_firmware_is_compared_by_model_and_link_layer_on_every_device(
+        tmp_path: Path) -> None:
+    """A real A100 host's Ethernet mlx5_0 (22.35.2302) and eight InfiniBand HCAs
+    (28.37.1014) all say MT4126. One firmware per model, the lowest, read 22.35.2302 on
+    every node, so a node whose InfiniBand HCAs run another firmware raised nothing.
+    Five such nodes: gpu003's eight InfiniBand HCAs on 28.35.1012 and gpu004's mlx5_4
+    alone on it (derived: the firmware written by us) are named, with their devices; the
+    healthy three and every Ethernet mlx5_0 are not."""
+    rows = fixture_rows("infiniband_a100_mt4126_eth_and_ib.txt")
+    hellos = {}
+    for n in range(5):
+        mine = [list(r) for r in rows]
+        for r in mine:
+            if (n == 3 and r[5] == "InfiniBand") or (n == 4 and r[0] == "mlx5_4"):
+                r[3] = "28.35.1012"
+        ib_tree(tmp_path / f"n{n}", mine)
+        node = FabricNode(tmp_path / f"n{n}", f"gpu{n:03d}")
+        assert node.run(1) == []
+        hellos[node.name] = node.hello()
+    healthy = {k: v for k, v in hellos.items() if k < "gpu003"}
+    assert fleet_findings({**healthy, "gpu005": hellos["gpu000"]}) == []
+    assert [f.message for f in fleet_findings(hellos)] == [
+        "HCA firmware (MT4126 InfiniBand): 28.35.1012 and 28.37.1014 on gpu004 (1 node: "
+        "mlx5_4); 28.35.1012 on gpu003 (1 node: mlx5_[1-8]); 28.37.1014 on 3"]
 
 
 def test_the_fake_nvml_answers_with_nvidia_ml_pys_names_and_arguments() -> None:
