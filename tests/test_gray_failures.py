@@ -258,8 +258,8 @@ def test_a_fleet_of_real_hgx_nodes_names_the_port_below_rate_not_the_bluefield(
     """Four nodes with a real HGX H100's HCAs (eight ConnectX-7 at 400 Gb/s, a BlueField-3
     at 200 on Ethernet): the BlueField is another model, not a slow port. One node whose
     mlx5_4 came up at 200 Gb/s and another on older firmware are named, with the devices
-    that differ (the comparison is by model and link layer, every device: 2027's change
-    for issue #38, which also put the link layer in the model's name); nothing else."""
+    that differ; nothing else. (Updated for #38: the comparison is by model and link layer
+    on every device, so the model's name says its link layer and the devices are named.)"""
     rows = fixture_rows("infiniband_hgx_h100.txt")
     hellos = {}
     for n in range(4):
