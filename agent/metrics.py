@@ -356,9 +356,15 @@ def _roce_metrics(node: str, collector: Any) -> Iterator[Metric]:
                                  labels=[*PORT_LABELS, "direction"])
     storms = CounterMetricFamily("tuimon_roce_pause_storm_events", "PFC storm watchdog "
                                  "events", labels=[*PORT_LABELS, "level"])
-    drops = CounterMetricFamily("tuimon_roce_lossless_discards", "Lossless traffic dropped "
-                                "(rx_discards_phy and per-priority discards)",
-                                labels=PORT_LABELS)
+    # Each drop counted once (ethtool_stats.PauseSummary): all priorities, what arrived
+    # (the share's denominator), and the PFC priorities' drops alone.
+    drops = {key: CounterMetricFamily(name, doc, labels=PORT_LABELS) for key, name, doc in (
+        ("discards", "tuimon_roce_discards", "Packets dropped for lack of receive buffer, "
+         "each counted once (rx_prio<N>_discards summed, else rx_discards_phy)"),
+        ("arrived", "tuimon_roce_arrived_packets", "Packets that reached the port, kept or "
+         "dropped, from the same counters as tuimon_roce_discards"),
+        ("lossless_discards", "tuimon_roce_lossless_discards", "Packets dropped on the "
+         "priorities with PFC on: lossless traffic lost"))}
     for pid, totals in collector.pause_totals.items():
         device, _, port = pid.rpartition(":")
         lab = [node, device, port]
@@ -370,9 +376,10 @@ def _roce_metrics(node: str, collector: Any) -> Iterator[Metric]:
         for level in ("warning", "error"):
             if f"storm_{level}" in totals:
                 storms.add_metric([*lab, level], totals[f"storm_{level}"])
-        if "discards" in totals:
-            drops.add_metric(lab, totals["discards"])
-    yield from (frames, paused, storms, drops)
+        for key, family in drops.items():
+            if key in totals:
+                family.add_metric(lab, totals[key])
+    yield from (frames, paused, storms, *drops.values())
 
 
 def _finding_metrics(node: str, findings: list[Finding]) -> Iterator[Metric]:

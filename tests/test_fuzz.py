@@ -8,6 +8,7 @@ Inputs are random text, random bytes, and real-looking files with random damage
 from __future__ import annotations
 
 import math
+import re
 import string
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agent.collectors.ethtool_stats import pause_summary
 from agent.collectors.fabric import CounterError, parse_counter, parse_rate, parse_state
 from agent.collectors.host import (
     ParseError,
@@ -128,6 +130,32 @@ def test_sysfs_value_parsers(raw: bytes) -> None:
     assert number is None or isinstance(number, int)
     assert isinstance(name, str)
     assert _finite(parse_rate(text))
+
+
+_MLX5_NAMES = [f"{d}_{k}_pause{x}" for d in ("rx", "tx") for k in ("global", "prio3", "prio9")
+               for x in ("", "_duration")] + [
+    f"rx_prio{i}_{w}" for i in (0, 3, 7, 8) for w in ("packets", "discards")] + [
+    "rx_discards_phy", "rx_packets_phy", "tx_pause_storm_error_events "]
+
+
+@FUZZ
+@given(st.dictionaries(st.one_of(st.sampled_from(_MLX5_NAMES), st.text(max_size=32)),
+                       st.integers(0, 2**64 - 1), max_size=24))
+def test_mlx5_pause_summary(stats: dict[str, int]) -> None:
+    """Whatever names and u64 values a driver lists: a summary, each drop once, the
+    lossless part of the drops never more than all of them."""
+    summary = pause_summary(stats)
+    assert all(isinstance(v, int) and v >= 0 for v in summary.totals.values())
+    assert set(summary.pfc) <= set(range(8))
+    totals = summary.totals
+    assert totals.get("lossless_discards", 0) <= totals.get("discards", 0)
+    # One family: the priorities' drops where any is listed, else the port's.
+    named = {k.strip(): v for k, v in stats.items()}
+    prio = [v for k, v in named.items() if re.fullmatch(r"rx_prio[0-7]_discards", k)]
+    if prio:
+        assert totals["discards"] == sum(prio)
+    elif "rx_discards_phy" in named:
+        assert totals["discards"] == named["rx_discards_phy"]
 
 
 @FUZZ

@@ -14,7 +14,7 @@ from tests.seeded import run_scenario
                                   "xid-79", "link-flap", "bad-cable", "hot-node",
                                   "pcie-downtrain", "nvlink-degraded", "gpu-missing",
                                   "pfc-storm", "power-brake", "nvlink-lost",
-                                  "nvml-missing"])
+                                  "nvml-missing", "lossless-drops", "port-disabled"])
 async def test_the_fault_is_named_within_60_s_of_onset(name: str) -> None:
     caught_at = None
     before = []
@@ -45,6 +45,31 @@ async def test_a_straggler_is_named_with_the_cause_on_its_node(name: str, cause:
             lines = [f.message for f in findings if f.kind == "straggler"]
     (component,) = truth["components"]
     assert lines and component in lines[0] and f"likely: {cause}" in lines[0], lines
+
+
+@pytest.mark.parametrize("name,expected", [
+    # PFC on priority 3 (the simulated RoCE class): the pause is named as such.
+    ("pfc-storm", r"warning pfc_pausing: \S+ mlx5_\d:1 holds its peer off \d+% of the time "
+                  r"\(PFC, priority 3\)"),
+    # Counted by the priority and by the port, as mlx5 does: said once, 0.5 % of what
+    # arrives (twice that, and twice the rate, when the two were added).
+    ("lossless-drops", r"warning port_drops: \S+ mlx5_\d:1 drops [\d,]+ lossless packets a "
+                       r"second \(PFC priority 3; 0\.5% of what arrives there\)"),
+    # Disabled under the job's traffic: a warning, not a critical link fault, and its
+    # rate of a port that is down (40 Gb/s) is no fleet difference.
+    ("port-disabled", r"warning port_disabled: \S+ mlx5_\d:1 disabled while in use \(it was "
+                      r"ACTIVE, LinkUp\)"),
+])
+async def test_the_fabric_scenarios_say_what_the_counters_say(name: str, expected: str) -> None:
+    import re
+
+    said: set[str] = set()
+    async for since_onset, findings, _, _ in run_scenario(name, nodes=8, seconds=75.0):
+        if since_onset >= 40:
+            said.update(f"{f.severity} {f.kind}: {f.message}" for f in findings
+                        if f.kind not in ("burn_ticket", "burn_page"))
+    assert said and all(re.match(expected, line) for line in said
+                        if not line.startswith("warning pfc_storm")), said
 
 
 async def test_two_nodes_on_another_driver_are_named_as_a_host_list() -> None:

@@ -119,6 +119,9 @@ TIMINGS: dict[str, Timing] = {
     "gpu_missing": Timing(0.0, 60.0),
     "pfc_pausing": Timing(10.0, 120.0),
     "pfc_storm": Timing(0.0, 600.0),
+    # Judged over its own window (node_rules.DROP_WINDOW_S): raised as it holds there.
+    "port_drops": Timing(0.0, 120.0),
+    "port_disabled": Timing(3.0, 60.0),
     "steps_lost": Timing(0.0, 600.0),
 }
 # The longest hold of any kind: how long a one-shot check may wait for a finding that is

@@ -45,25 +45,58 @@ def _per_model(h: Any, value: Callable[[Any], Any]) -> dict[str, Any]:
     return out
 
 
-def _per_hca(h: Any, key: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _hca_devices(h: Any, key: str, only_up: bool = False) -> dict[str, dict[str, Any]]:
+    """A node's HCAs by model and link layer (`MT4126 InfiniBand`), each device with its
+    value. The link layer is part of the key: one CA type serves Ethernet and InfiniBand
+    HCAs on one host (an A100 node's Ethernet mlx5_0 and eight InfiniBand HCAs are all
+    MT4126), on firmware of different lines, and one firmware per model hid the others.
+    `only_up` leaves out ports that are not ACTIVE and LinkUp (`up` 0): their rate is
+    none (a Down port reads `40`), and their link_down says the rest."""
+    out: dict[str, dict[str, Any]] = {}
     for p in h.extra.get("ports") or ():
         model, v = p.get("hca_type"), p.get(key)
-        if model and v is not None:
-            out[model] = v if model not in out else min(out[model], v)
+        if not model or v is None or (only_up and p.get("up") == 0):
+            continue
+        layer = p.get("link_layer")
+        device = str(p.get("device") or p.get("id") or "?")
+        out.setdefault(f"{model} {layer}" if layer else model, {})[device] = v
     return out
+
+
+def _slowest(values: Iterable[Any]) -> Any:
+    return min(values)
+
+
+def _distinct(values: Iterable[Any]) -> tuple[Any, ...]:
+    return tuple(sorted(set(values), key=str))
+
+
+def _versions(value: Any) -> str:
+    return " and ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 @dataclass(frozen=True)
 class Aspect:
     """One thing nodes are compared by: its name, how a node's hello gives it (a value,
-    or a value per model of GPU or HCA), and how a value is said."""
+    or a value per model of GPU or HCA), and how a value is said. An HCA aspect also
+    gives each device's own value (`devices`), so a finding can name the devices that
+    differ, and `read` folds them into the node's value."""
 
     key: str
     label: str
     read: Callable[[Any], Any]
     per_model: bool = False
     show: Callable[[Any], str] = str
+    devices: Callable[[Any], dict[str, dict[str, Any]]] | None = None
+
+
+def _hca_aspect(key: str, label: str, field: str, fold: Callable[[Iterable[Any]], Any],
+                show: Callable[[Any], str] = str, only_up: bool = False) -> Aspect:
+    def devices(h: Any) -> dict[str, dict[str, Any]]:
+        return _hca_devices(h, field, only_up)
+
+    return Aspect(key, label, lambda h: {m: fold(d.values()) for m, d in devices(h).items()},
+                  per_model=True, show=show, devices=devices)
 
 
 ASPECTS: tuple[Aspect, ...] = (
@@ -76,9 +109,11 @@ ASPECTS: tuple[Aspect, ...] = (
     Aspect("vbios", "VBIOS", lambda h: _per_model(h, lambda g: g.vbios), per_model=True),
     Aspect("nvlinks", "NVLinks active", lambda h: _per_model(h, lambda g: g.nvlinks),
            per_model=True),
-    Aspect("hca_fw", "HCA firmware", lambda h: _per_hca(h, "fw_ver"), per_model=True),
-    Aspect("port_rate", "port rate", lambda h: _per_hca(h, "rate"), per_model=True,
-           show=_gbps),
+    # Every device's firmware, not one per model: a node whose HCAs run two versions
+    # differs from one whose HCAs all run one.
+    _hca_aspect("hca_fw", "HCA firmware", "fw_ver", _distinct, show=_versions),
+    # The slowest up port: a rail-optimised all-reduce runs at its pace.
+    _hca_aspect("port_rate", "port rate", "rate", _slowest, show=_gbps, only_up=True),
 )
 
 
@@ -118,10 +153,32 @@ def fleet_table(hellos: Mapping[str, Any]) -> list[tuple[Aspect, str, list[Group
     return out
 
 
-def _said(aspect: Aspect, groups: list[Group]) -> str:
-    return "; ".join(f"{aspect.show(g.value)} on {collect_hostlist(g.nodes)} "
-                     f"({len(g.nodes)} node{'s' if len(g.nodes) != 1 else ''})"
-                     for g in groups)
+def _odd_devices(hellos: Mapping[str, Any], aspect: Aspect, model: str, group: Group,
+                 usual: Any) -> str:
+    """The devices of a group's nodes whose own value is not the usual one, as a host
+    list (`mlx5_[1-8]`), for an aspect that has devices; else nothing."""
+    if aspect.devices is None:
+        return ""
+    usual_values = set(usual) if isinstance(usual, tuple) else {usual}
+    names: set[str] = set()
+    for node in group.nodes:
+        try:
+            mine = aspect.devices(hellos[node]).get(model) or {}
+        except (AttributeError, TypeError):
+            continue
+        names.update(d for d, v in mine.items() if v not in usual_values)
+    return collect_hostlist(sorted(names)) if names else ""
+
+
+def _said(aspect: Aspect, groups: list[Group],
+          devices: Callable[[Group], str] = lambda g: "") -> str:
+    out = []
+    for g in groups:
+        count = f"{len(g.nodes)} node{'s' if len(g.nodes) != 1 else ''}"
+        named = devices(g)
+        out.append(f"{aspect.show(g.value)} on {collect_hostlist(g.nodes)} "
+                   f"({count}{': ' + named if named else ''})")
+    return "; ".join(out)
 
 
 def fleet_findings(hellos: Mapping[str, Any]) -> list[Finding]:
@@ -141,9 +198,14 @@ def fleet_findings(hellos: Mapping[str, Any]) -> list[Finding]:
                                nodes=tuple(n for g in groups for n in g.nodes), score=0.3))
             continue
         usual, odd = groups[0], groups[1:]
+
+        def devices(g: Group, aspect: Aspect = aspect, model: str = model,
+                    usual: Group = usual) -> str:
+            return _odd_devices(hellos, aspect, model, g, usual.value)
+
         out.append(Finding("warning", "fleet_skew",
-                           f"{what}: {_said(aspect, odd)}; {aspect.show(usual.value)} on "
-                           f"{len(usual.nodes)}", target=target,
+                           f"{what}: {_said(aspect, odd, devices)}; "
+                           f"{aspect.show(usual.value)} on {len(usual.nodes)}", target=target,
                            nodes=tuple(n for g in odd for n in g.nodes), score=0.3))
     return out
 

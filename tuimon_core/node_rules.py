@@ -1,12 +1,13 @@
 """The node-local rules: what one node's own frames say is wrong with it.
 
-GPUs failed, throttling, XIDs, ECC, row remapping, links down or flapping, port error
-counters, NFS latency, step reports refused or lost. Each needs only this node's data,
-so the same rules can run wherever the data is (the viewer, the relay, the agent).
-Counters are judged over a window, not on the latest sample: the agent reads IB error
-counters one sample in five, so "symbol errors in the last 10 minutes" is a steady
-condition where "an increment in this sample" would flicker. `FindingBook` adds the hold
-and the hysteresis on top.
+GPUs failed, throttling, XIDs, ECC, row remapping, links down, disabled or flapping,
+port error counters, RoCE pauses, pause storms and drops, NFS latency, step reports
+refused or lost (the fabric's, with their thresholds and why: docs/definitions.md).
+Each needs only this node's data, so the same rules can run wherever the data is (the
+viewer, the relay, the agent). Counters are judged over a window, not on the latest
+sample: the agent reads IB error counters one sample in five, so "symbol errors in the
+last 10 minutes" is a steady condition where "an increment in this sample" would
+flicker. `FindingBook` adds the hold and the hysteresis on top.
 """
 
 from __future__ import annotations
@@ -19,7 +20,13 @@ from tuimon_core import xids
 from tuimon_core.findings import Finding
 from tuimon_core.gpu_state import Throttle, throttle
 from tuimon_core.link_rules import LinkRules
-from tuimon_core.protocol.fields import PORT_ACTIVE, PORT_ERROR_COUNTERS, PORT_LINK_UP
+from tuimon_core.protocol.fields import (
+    PORT_ACTIVE,
+    PORT_DISABLED,
+    PORT_ERROR_COUNTERS,
+    PORT_LINK_UP,
+    port_up,
+)
 
 # Congestion: sustained above this (xmit_wait ticks/s), senders starve; a port or a leaf
 # this many times its peers' median stands out (here: the node's other ports; in the
@@ -29,6 +36,18 @@ OUTLIER_FACTOR = 10.0
 # A RoCE port that holds its peer off this share of the time or more is pausing the
 # fabric: its pauses back up the switch port, then the ports that feed it.
 PAUSING_SHARE = 0.2
+# Packets a port drops for lack of receive buffer, averaged over DROP_WINDOW_S: a finding
+# only at DROP_RATE a second AND DROP_SHARE of what arrived, both. On a PFC priority a
+# drop is a lossless packet lost, and ConnectX recovers it by go-back-N: the sender
+# resends everything from the lost packet on, about a bandwidth-delay product (400 Gb/s
+# x ~10 us, ~500 KB, ~125 packets of 4 KiB). A share p of drops then costs about 125 x p
+# of the port's traffic: 1e-4 is ~1 % of goodput, where a collective starts to take
+# measurably longer. Under 100 drops a second the resends stay under ~50 MB/s, 0.1 % of a
+# 400 Gb/s port, whatever the share (an idle port's one burst). The window (not one
+# sample) keeps a burst of a second from raising it, and bursty drops from flickering.
+DROP_RATE = 100.0
+DROP_SHARE = 1e-4
+DROP_WINDOW_S = 30.0
 ERRORS_WINDOW_S = 600.0  # port error counters and link flaps
 XID_WINDOW_S = 1800.0
 STEPS_WINDOW_S = 600.0
@@ -39,6 +58,30 @@ FLAPS = 2  # link downs in the window that make a port flapping
 ERROR_COUNTERS = frozenset(PORT_ERROR_COUNTERS)
 PORT_ERRORS = ("rcv_errors", "link_error_recovery", "remote_physical_errors",
                "xmit_discards", "buffer_overruns", "local_link_integrity_errors")
+
+
+def _up(p: dict[str, Any]) -> bool:
+    return port_up(p.get("state"), p.get("phys_state"))
+
+
+def _share(n: float, of: float) -> str:
+    """A share as people read it: 61%, 2.5%, 0.012%."""
+    pct = 100 * n / of
+    return f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%"
+
+
+def _pause_words(p: dict[str, Any]) -> str:
+    """Which pause held the peer, as the port's counters say: PFC only where its
+    per-priority pause counters moved, global pause where the 802.3x ones did."""
+    by = p.get("pause_by")
+    if by == "pfc":
+        prios = ",".join(str(x) for x in p.get("pfc") or [])
+        return f" (PFC, priority {prios})" if prios else " (PFC)"
+    if by == "global":
+        return " (global pause)"
+    if by == "pfc+global":
+        return " (PFC and global pause)"
+    return ""  # an agent that does not say (before the pause kinds were sent)
 
 
 def _window(q: deque[tuple[float, int]], now: float, span: float) -> int:
@@ -60,6 +103,15 @@ class NodeRules:
     _steps: dict[str, deque[tuple[float, int]]] = field(default_factory=dict)
     _steps_last: dict[str, int] = field(default_factory=dict)
     _steps_reasons: dict[str, int] = field(default_factory=dict)
+    # RoCE ports that dropped packets: per sample (t, dropped, arrived, lossless
+    # dropped, lossless arrived), counts over the sample's interval, DROP_WINDOW_S kept.
+    # Only ports that have dropped are kept: most never do.
+    _drops: dict[str, deque[tuple[float, float, float, float, float]]] = field(
+        default_factory=dict)
+    # Ports seen ACTIVE and LinkUp since these rules started: one disabled later was
+    # disabled while watched (a warning); one never seen up was configured so.
+    _seen_up: set[str] = field(default_factory=set)
+    _last_t: float | None = None
     _sample: Any = None
     _hello: Any = None
     _seq: int | None = None
@@ -75,7 +127,14 @@ class NodeRules:
         if self._links is None or self._links.name != self.name:
             self._links = LinkRules(self.name)
         self._links.observe(sample, now)
+        # The time the sample's rates cover: since the last sample, as far as the window.
+        dt = now - self._last_t if self._last_t is not None else sample.interval
+        dt = min(max(dt if isinstance(dt, (int, float)) else 0.0, 0.0), DROP_WINDOW_S)
+        self._last_t = now
         for p in (sample.extra.get("fabric") or {}).get("ports") or []:
+            if _up(p):
+                self._seen_up.add(p["id"])
+            self._note_drops(p, now, dt)
             counted = dict(p.get("errors_inc") or {})
             if p.get("pause_storms"):
                 counted["pause_storms"] = p["pause_storms"]
@@ -188,11 +247,7 @@ class NodeRules:
             phys = p.get("phys_state")
             if p.get("state") not in (None, PORT_ACTIVE) or phys not in (None, PORT_LINK_UP):
                 # ACTIVE (4) and LinkUp (5): anything else and the port carries nothing.
-                bad_phys = f" ({p.get('phys_state_name') or phys})" \
-                    if phys not in (None, 5) else ""
-                out.append(Finding("critical", "link_down",
-                                   f"{where} link {p.get('state_name') or 'down'}{bad_phys}",
-                                   node=node, port=pid, score=0.8))
+                out.append(self._not_up(p, where))
             elif downs >= FLAPS:
                 out.append(Finding("warning", "flapping", f"{where} link went down {downs} "
                                    "times in 10 min", node=node, port=pid, score=0.6))
@@ -222,6 +277,93 @@ class NodeRules:
                                    node=node, port=pid, score=0.3))
         return out
 
+    def _not_up(self, p: dict[str, Any], where: str) -> Finding:
+        """A port that carries nothing: a link fault, or a port someone turned off.
+
+        `Disabled` is what management set: an InfiniBand port disabled by the subnet
+        manager or `ibportstate`, a RoCE port whose netdev was set down. A port in that
+        state since these rules first saw it is how the node is configured (a second port
+        the site never cabled): information. One they saw up and then disabled was turned
+        off under its traffic, by someone or something: a warning. A RoCE port reads
+        Disabled without carrier too (mlx5 reports ACTIVE/LinkUp only for a running netdev
+        with carrier, Disabled otherwise), so one whose netdev is up (`admin_up` 1) is a
+        link fault after all. Any other state (Polling: no peer or no signal;
+        LinkErrorRecovery; Down while LinkUp) is a link fault: critical."""
+        pid = p["id"]
+        phys = p.get("phys_state")
+        state = p.get("state_name") or "down"
+        if phys == PORT_DISABLED and p.get("admin_up") != 1:
+            how = "set down (its netdev is down)" if p.get("admin_up") == 0 else "disabled"
+            if pid in self._seen_up:
+                return Finding("warning", "port_disabled",
+                               f"{where} {how} while in use (it was ACTIVE, LinkUp): someone "
+                               "or something turned it off", node=self.name, port=pid,
+                               score=0.5)
+            return Finding("info", "port_disabled",
+                           f"{where} {how} since first seen: configured off, not a link "
+                           "fault", node=self.name, port=pid)
+        if phys == PORT_DISABLED:
+            why = " (Disabled, no carrier while its netdev is up: cable, transceiver or " \
+                "the switch port)"
+        else:
+            why = f" ({p.get('phys_state_name') or phys})" if phys not in (None,
+                                                                          PORT_LINK_UP) else ""
+        return Finding("critical", "link_down", f"{where} link {state}{why}",
+                       node=self.name, port=pid, score=0.8)
+
+    def _note_drops(self, p: dict[str, Any], now: float, dt: float) -> None:
+        """Keep a RoCE port's drops and arrivals of this sample, as counts over its
+        interval, in the port's window (started by its first drop)."""
+        pid = p["id"]
+        q = self._drops.get(pid)
+        dropped = p.get("discards_s")
+        if q is None and not (isinstance(dropped, (int, float)) and dropped > 0):
+            return
+        if q is None:
+            q = self._drops[pid] = deque()
+        d, a, ld, la = (n * dt if isinstance(n, (int, float)) else 0.0 for n in (
+            dropped, p.get("arrived_s"), p.get("lossless_discards_s"),
+            p.get("lossless_arrived_s")))
+        q.append((now, d, a, ld, la))
+        while q and q[0][0] <= now - DROP_WINDOW_S:
+            q.popleft()
+        if not any(e[1] for e in q):  # no drop left in the window: back to the cheap path
+            del self._drops[pid]
+
+    def _dropping(self, p: dict[str, Any], where: str, now: float) -> Finding | None:
+        """A RoCE port dropping what arrives for lack of buffer, over DROP_WINDOW_S: at
+        DROP_RATE a second and DROP_SHARE of the traffic both. On its PFC priorities that
+        is lossless traffic lost: a warning. Elsewhere (no PFC on the port, or drops on
+        its other priorities: a plain Ethernet port under a flood, TCP) the senders'
+        transports recover as they always do: information at most."""
+        q = self._drops.get(p["id"])
+        while q and q[0][0] <= now - DROP_WINDOW_S:  # a node whose samples stopped
+            q.popleft()
+        if not q:
+            return None
+        sums = [sum(e[i] for e in q) for i in range(1, 5)]
+        dropped, arrived, lossless, lossless_arrived = sums
+        pfc = p.get("pfc") or []
+
+        def holds(n: float, of: float) -> bool:
+            return n / DROP_WINDOW_S >= DROP_RATE and of > 0 and n / of >= DROP_SHARE
+
+        if holds(lossless, lossless_arrived):
+            prios = ",".join(str(x) for x in pfc)
+            return Finding("warning", "port_drops",
+                           f"{where} drops {lossless / DROP_WINDOW_S:,.0f} lossless packets "
+                           f"a second (PFC priority {prios}; {_share(lossless, lossless_arrived)} "
+                           "of what arrives there): the senders resend, the job waits",
+                           node=self.name, port=p["id"], score=0.8)
+        if holds(dropped, arrived):
+            where_not = "on priorities without PFC" if pfc else "no PFC on this port"
+            return Finding("info", "port_drops",
+                           f"{where} drops {dropped / DROP_WINDOW_S:,.0f} packets a second "
+                           f"({_share(dropped, arrived)} of what arrives; {where_not}: "
+                           "lossy traffic, its senders recover)", node=self.name,
+                           port=p["id"])
+        return None
+
     def _lossless(self, p: dict[str, Any], where: str, now: float,
                   counted: bool) -> list[Finding]:
         """A RoCE port's PFC: a storm (the NIC's watchdog stopped sending pauses), a port
@@ -236,16 +378,13 @@ class NodeRules:
                                "10 min (pauses stopped to break it; lossless traffic may have "
                                "been dropped)", node=self.name, port=pid, score=0.7))
         paused = p.get("paused_tx")
-        dropped = p.get("discards_s")
-        if (isinstance(paused, (int, float)) and paused >= PAUSING_SHARE) or \
-                (isinstance(dropped, (int, float)) and dropped > 0):
-            parts = []
-            if isinstance(paused, (int, float)) and paused >= PAUSING_SHARE:
-                parts.append(f"holds its peer off {paused * 100:.0f}% of the time (PFC)")
-            if isinstance(dropped, (int, float)) and dropped > 0:
-                parts.append(f"drops {dropped:,.0f} lossless packets a second")
-            out.append(Finding("warning", "pfc_pausing", f"{where} {' and '.join(parts)}",
-                               node=self.name, port=pid, score=0.8))
+        if isinstance(paused, (int, float)) and paused >= PAUSING_SHARE:
+            out.append(Finding("warning", "pfc_pausing",
+                               f"{where} holds its peer off {paused * 100:.0f}% of the time"
+                               f"{_pause_words(p)}", node=self.name, port=pid, score=0.8))
+        dropping = self._dropping(p, where, now)
+        if dropping is not None:
+            out.append(dropping)
         return out
 
     def _congestion(self, ports: list[dict[str, Any]]) -> list[Finding]:

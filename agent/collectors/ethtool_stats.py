@@ -11,7 +11,8 @@ Why: on a RoCE fabric the counters that say whether lossless Ethernet is working
 pause frames and how long the port was paused, pause-storm watchdog events, buffer
 discards -- are neither in /sys/class/net/*/statistics nor among the RDMA hw_counters; mlx5
 publishes them only as ethtool statistics. `pause_summary` folds them into a few totals
-that a caller turns into rates.
+that a caller turns into rates, and says which priorities have PFC on (which drops were
+lossless traffic) and which kind of pause the port sends.
 
 If GSSET_INFO itself fails (only kernels from the 2000s lack it) the error is reported;
 there is no fallback to the ETHTOOL_GDRVINFO n_stats field.
@@ -27,6 +28,7 @@ import re
 import socket
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 SIOCETHTOOL = 0x8946
 ETHTOOL_GSSET_INFO = 0x37
@@ -203,66 +205,123 @@ class EthtoolStats:
             raise EthtoolError(ifname, err) from e
 
 
-# pause_summary's key for each mlx5 counter name it reads.
-_PAUSE_RE = re.compile(r"(rx|tx)_(?:global|prio\d+)_pause(_duration)?")
-_PRIO_DISCARD_RE = re.compile(r"rx_prio\d+_(?:discards|buf_discard|cong_discard)")
+# pause_summary's patterns for the mlx5 counter names it reads (names stripped first).
+_PAUSE_RE = re.compile(r"(rx|tx)_(global|prio([0-7]))_pause(_duration)?")
+_PRIO_TRAFFIC_RE = re.compile(r"rx_prio([0-7])_(discards|packets)")
 _SINGLE = {
     "tx_pause_storm_warning_events": "storm_warning",
     "tx_pause_storm_error_events": "storm_error",
     "rx_discards_phy": "discards_phy",
+    "rx_packets_phy": "packets_phy",
 }
+# Where `discards` came from (PauseSummary.drops_from).
+PRIO_DISCARDS = "rx_prio<N>_discards"
+PHY_DISCARDS = "rx_discards_phy"
+# The drop counters of PauseSummary.totals, which a caller turns into rates.
+DROP_TOTALS = ("discards", "arrived", "lossless_discards", "lossless_arrived")
 
 
-def pause_summary(stats: Mapping[str, int]) -> dict[str, int]:
-    """Lossless-Ethernet totals from mlx5 ethtool statistics; each a cumulative counter.
+@dataclass(frozen=True, slots=True)
+class PauseSummary:
+    """A RoCE port's lossless-Ethernet counters, from its mlx5 ethtool statistics.
 
-    Keys, and the counters summed into each:
+    ``totals`` holds cumulative counters (a key only where one of its counters is
+    listed: absent is not zero):
 
     - ``pause_rx`` / ``pause_tx``: pause frames received / sent, ``rx_global_pause`` +
-      ``rx_prio<N>_pause`` for every N (``tx_`` likewise). mlx5 lists the global pair when
-      global pause is on and a prio<N> set for each priority with PFC on, so nothing here
-      is counted twice.
-    - ``pause_rx_us`` / ``pause_tx_us``: microseconds paused, ``rx_global_pause_duration``
-      + ``rx_prio<N>_pause_duration`` (``tx_`` likewise). Rx is time the peer held this
-      port off; tx is time this port held the peer off.
+      ``rx_prio<N>_pause`` for every N (``tx_`` likewise): separate frames, never the same
+      one counted twice.
+    - ``pause_rx_us`` / ``pause_tx_us``: microseconds paused, the ``*_pause_duration``
+      counters summed likewise. Rx is time the peer held this port off; tx is time this
+      port held the peer off. ``pause_tx_us_pfc`` and ``pause_tx_us_global`` are the tx
+      part of each kind of pause, so a caller can say which one moved.
     - ``storm_warning`` / ``storm_error``: ``tx_pause_storm_warning_events`` /
       ``tx_pause_storm_error_events``, the stall watchdog's minor and critical watermark
       crossings (the error one means the NIC stopped sending pause to break a storm).
-    - ``discards_phy``: ``rx_discards_phy``, drops for lack of port receive buffer.
-    - ``discards_prio``: ``rx_prio<N>_discards`` + ``rx_prio<N>_buf_discard`` +
-      ``rx_prio<N>_cong_discard`` for every N.
-    - ``discards``: ``discards_phy`` + ``discards_prio``. The port and per-priority
-      counters can count the same drop, so read it as "lossless traffic was dropped"
-      (any increase is a fault), not as an exact packet count.
+    - ``discards``: packets dropped for lack of receive buffer on the port, each drop
+      counted once: the per-priority ``rx_prio<N>_discards`` summed where the driver lists
+      them (they say which priority dropped), else ``rx_discards_phy``. Never both: they
+      count the same drops (kernel commit 827a8cb2dd2b, "Add discard counters per
+      priority", says so of its counters; a real ConnectX under an XDP flood read
+      ``rx_discards_phy`` 441063206498 and ``rx_prio0_discards`` 441063206498), and
+      adding them doubled the rate.
+    - ``arrived``: packets that reached the port, kept or dropped, from the same family
+      as ``discards`` (``rx_prio<N>_packets`` + ``rx_prio<N>_discards``, else
+      ``rx_packets_phy``, which counts the dropped ones too: 287214264688 +
+      441063206498 = 728277471186 in the same capture): what a share of drops is of.
+    - ``lossless_discards`` / ``lossless_arrived``: the same, on the priorities with PFC
+      on only (below); present only where both are known.
 
-    A key appears only when at least one of its counters does: absent is not zero.
-    ``rx_<x>_pause_transition`` and the 802.3 ``*_pause_ctrl_phy`` counters are left out
-    (the latter repeat the pause counts). Names are stripped before matching.
+    ``pfc`` is the priorities with PFC on: mlx5 lists a priority's ``*_prio<N>_pause*``
+    counters exactly when PFC is on for it (rx or tx), and the ``*_global_pause*`` ones
+    exactly when global pause is on (``global_pause``). A drop on a PFC priority is a
+    lossless packet lost; any other drop is ordinary lossy traffic.
+
+    ``rx_prio<N>_buf_discard`` and ``rx_prio<N>_cong_discard`` (per traffic class:
+    shared-buffer and WRED drops) are left out: other views of drops the port counters
+    may already hold. So are ``*_pause_transition`` and the 802.3 ``*_pause_ctrl_phy``
+    counters (the latter repeat the pause counts).
+    """
+
+    totals: dict[str, int]
+    pfc: tuple[int, ...] = ()
+    global_pause: bool = False
+    drops_from: str | None = None  # PRIO_DISCARDS, PHY_DISCARDS, or None: no drop counter
+
+
+def pause_summary(stats: Mapping[str, int]) -> PauseSummary:
+    """Lossless-Ethernet totals from mlx5 ethtool statistics (PauseSummary says which).
 
     Sources of the names: Linux drivers/net/ethernet/mellanox/mlx5/core/en_stats.c --
     ``pport_per_prio_pfc_stats_desc`` ("rx_%s_pause", "rx_%s_pause_duration",
     "tx_%s_pause", "tx_%s_pause_duration", "rx_%s_pause_transition", %s being "global" or
-    "prio<i>"), ``pport_pfc_stall_stats_desc`` (tx_pause_storm_warning_events,
+    "prio<i>", listed by ``mlx5e_grp_per_prio_pfc_fill_strings`` for each priority set in
+    the port's PFC configuration and for global pause when it is on),
+    ``pport_pfc_stall_stats_desc`` (tx_pause_storm_warning_events,
     tx_pause_storm_error_events), ``pport_2863_stats_desc`` (rx_discards_phy),
-    ``pport_per_prio_traffic_stats_desc`` (rx_prio%d_discards),
-    ``pport_per_tc_prio_stats_desc`` (rx_prio%d_buf_discard) and
-    ``pport_per_tc_congest_prio_stats_desc`` (rx_prio%d_cong_discard); their meaning and
-    the microsecond unit of the durations: Documentation/networking/device_drivers/
+    ``pport_802_3_stats_desc`` (rx_packets_phy) and ``pport_per_prio_traffic_stats_desc``
+    (rx_prio%d_packets, rx_prio%d_discards, listed for all eight priorities); their meaning
+    and the microsecond unit of the durations: Documentation/networking/device_drivers/
     ethernet/mellanox/mlx5/counters.rst.
     """
     out: dict[str, int] = {}
+    pfc: set[int] = set()
+    global_pause = False
+    prio: dict[str, dict[int, int]] = {"discards": {}, "packets": {}}
 
     def add(key: str, value: int) -> None:
         out[key] = out.get(key, 0) + value
 
-    for raw_name, value in stats.items():
-        name = raw_name.strip()
+    # Names stripped first (old mlx5 kernels pad one); a name listed twice keeps its last.
+    for name, value in {k.strip(): v for k, v in stats.items()}.items():
         if m := _PAUSE_RE.fullmatch(name):
-            add(f"pause_{m[1]}{'_us' if m[2] else ''}", value)
+            direction, _, priority, duration = m.groups()
+            add(f"pause_{direction}{'_us' if duration else ''}", value)
+            if priority is not None:
+                pfc.add(int(priority))
+            else:
+                global_pause = True
+            if direction == "tx" and duration:
+                add(f"pause_tx_us_{'pfc' if priority is not None else 'global'}", value)
+        elif m := _PRIO_TRAFFIC_RE.fullmatch(name):
+            prio[m[2]][int(m[1])] = value
         elif name in _SINGLE:
             add(_SINGLE[name], value)
-        elif _PRIO_DISCARD_RE.fullmatch(name):
-            add("discards_prio", value)
-    if "discards_phy" in out or "discards_prio" in out:
-        out["discards"] = out.get("discards_phy", 0) + out.get("discards_prio", 0)
-    return out
+    drops_from = None
+    discards, packets = prio["discards"], prio["packets"]
+    if discards:
+        drops_from = PRIO_DISCARDS
+        out["discards"] = sum(discards.values())
+        if packets:
+            out["arrived"] = sum(packets.values()) + out["discards"]
+        if pfc and packets:
+            out["lossless_discards"] = sum(discards.get(p, 0) for p in pfc)
+            out["lossless_arrived"] = sum(packets.get(p, 0) + discards.get(p, 0) for p in pfc)
+    elif "discards_phy" in out:
+        drops_from = PHY_DISCARDS
+        out["discards"] = out["discards_phy"]
+        if "packets_phy" in out:
+            out["arrived"] = out["packets_phy"]
+    out.pop("discards_phy", None)
+    out.pop("packets_phy", None)
+    return PauseSummary(out, tuple(sorted(pfc)), global_pause, drops_from)

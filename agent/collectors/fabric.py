@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent.collectors import pci
-from agent.collectors.ethtool_stats import EthtoolStats, pause_summary
+from agent.collectors.ethtool_stats import DROP_TOTALS, EthtoolStats, pause_summary
 from agent.files import MISSING, FileTree, ReadError
 from agent.rates import RateTracker
 from tuimon_core.protocol.fields import (
@@ -25,6 +25,7 @@ from tuimon_core.protocol.fields import (
     PORT_ACTIVE,
     PORT_COUNTERS_READ,
     PORT_ERROR_COUNTERS,
+    port_up,
 )
 from tuimon_core.protocol.text import clean
 
@@ -292,6 +293,15 @@ class FabricCollector:
                 errors[name] = exc.reason
             v[name] = num
             v[f"{name}_name"] = label
+        # Whether the port is up goes in the inventory: only an up port's rate is a rate
+        # (a Down port reads `40`), and the fleet compares the rates of the inventories.
+        up = None if v["state"] is None else int(port_up(v["state"], v["phys_state"]))
+        if p.info.get("up") != up:
+            p.info["up"] = up
+            self._info_changed = True
+        netdev = p.info.get("netdev")
+        if up == 0 and netdev and p.info.get("link_layer") == "Ethernet":
+            v["admin_up"] = self._admin_up(netdev, errors)
         # Every counter of a port is read at the same moment: one elapsed time for all.
         dt = now - p.prev_t if p.prev_t is not None else 0.0
         prev, cur = p.prev, {}
@@ -368,34 +378,57 @@ class FabricCollector:
                     errors[name] = reason
             v["hw"] = hw
             self.hw_totals[p.id] = hw_totals
-        netdev = p.info.get("netdev")
         if netdev and p.info.get("link_layer") == "Ethernet":
             self._read_pauses(p, v, netdev, now, dt, errors)
         if errors:
             v["counter_errors"] = errors
         return v
 
+    def _admin_up(self, netdev: str, errors: dict[str, str]) -> int | None:
+        """1 when a RoCE port's netdev is administratively up (IFF_UP in its sysfs
+        `flags`), 0 when someone set it down: the RDMA port reads Disabled both ways, and
+        only this tells a port turned off from one that lost its carrier."""
+        try:
+            return int(self.files.read_text(f"{NET}/{netdev}/flags").strip(), 16) & 1
+        except (ReadError, ValueError) as exc:
+            errors["admin_up"] = exc.reason if isinstance(exc, ReadError) else \
+                "flags: not a number"
+            return None
+
     def _read_pauses(self, p: _Port, v: dict[str, Any], netdev: str, now: float, dt: float,
                      errors: dict[str, str]) -> None:
         """A RoCE port's lossless health from its netdev's driver statistics: pause frames
         each way, the share of the interval it was held off by its peer (`paused_rx`) or
-        held its peer off (`paused_tx`), PFC storm events and lossless drops."""
+        held its peer off (`paused_tx`) and by which kind of pause (`pause_by`), the
+        priorities with PFC on, PFC storm events, and the packets dropped for lack of
+        buffer with what arrived (all priorities, and the PFC ones: the lossless
+        traffic), each drop counted once (ethtool_stats.PauseSummary)."""
         try:
             summary = pause_summary(self.ethtool.read(netdev))
         except OSError as exc:
             errors["ethtool"] = str(exc)
             self.pause_totals.pop(p.id, None)
             return
-        self.pause_totals[p.id] = summary
+        totals = summary.totals
+        self.pause_totals[p.id] = totals
         key = (p.id, "pause")
+
+        def rate(name: str) -> float | None:
+            return self._rates.rate((*key, name), totals.get(name), now)
+
         for name, wire in (("pause_rx", "pause_rx_s"), ("pause_tx", "pause_tx_s"),
-                           ("discards", "discards_s")):
-            v[wire] = self._rates.rate((*key, name), summary.get(name), now)
+                           *((n, f"{n}_s") for n in DROP_TOTALS)):
+            v[wire] = rate(name)
         for name, wire in (("pause_rx_us", "paused_rx"), ("pause_tx_us", "paused_tx")):
-            per_s = self._rates.rate((*key, name), summary.get(name), now)
+            per_s = rate(name)
             v[wire] = None if per_s is None else min(1.0, per_s / 1e6)
-        storms = (summary.get("storm_warning") or 0) + (summary.get("storm_error") or 0) \
-            if "storm_warning" in summary or "storm_error" in summary else None
+        # Which pause this port sent: PFC or global, by whose durations moved (mlx5 can
+        # list both kinds; the words of a finding must name the one that held the peer).
+        moved = [kind for kind in ("pfc", "global") if (rate(f"pause_tx_us_{kind}") or 0) > 0]
+        v["pause_by"] = "+".join(moved) or None
+        v["pfc"] = list(summary.pfc)
+        storms = (totals.get("storm_warning") or 0) + (totals.get("storm_error") or 0) \
+            if "storm_warning" in totals or "storm_error" in totals else None
         before = p.storms
         p.storms = storms
         if storms is not None and before is not None and storms > before:

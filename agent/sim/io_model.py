@@ -36,6 +36,19 @@ class IoTrouble:
     # RoCE: this port's receiver cannot keep up: it holds its peer off with PFC pauses
     # much of the time, and the NIC's pause watchdog fires now and then.
     pfc_port: int | None = None
+    # RoCE: this port drops this share of its lossless (PFC priority 3) packets for lack
+    # of buffer: PFC headroom too small for the cable, pauses sent too late.
+    drop_port: int | None = None
+    drop_share: float = 0.005
+    # A port someone disabled (ibportstate, a netdev set down): it reads Down, Disabled,
+    # and the rate mlx5 gives a port that is not up (4X QDR, 40 Gb/s).
+    disabled_port: int | None = None
+
+
+# RoCE traffic's priority on the simulated fabric, the one with PFC on.
+ROCE_PRIO = 3
+UP_RATE = "400 Gb/sec (4X NDR)"
+DOWN_RATE = "40 Gb/sec (4X QDR)"  # mlx5's default active width and speed
 
 
 def netdev_of(port: int) -> str:
@@ -88,11 +101,18 @@ class SimIo:
         self.cnp_handled = [self.rng.randrange(2**31) for _ in range(n)]
         self.ecn_marked = [self.rng.randrange(2**31) for _ in range(n)]
         self.port_state = [4] * n
-        # RoCE lossless counters by port, as mlx5's ethtool statistics count them.
-        self.pause = [{"tx_prio3_pause": 0, "tx_prio3_pause_duration": 0,
-                       "rx_prio3_pause": 0, "rx_prio3_pause_duration": 0,
+        self.disabled = [False] * n
+        # RoCE lossless counters by port, as mlx5's ethtool statistics list them with PFC
+        # on priority 3: its pause counters, every priority's traffic and discards, the
+        # port's own packet and discard counters (the same drops again), the watchdog.
+        prio = f"prio{ROCE_PRIO}"
+        self.pause = [{f"tx_{prio}_pause": 0, f"tx_{prio}_pause_duration": 0,
+                       f"rx_{prio}_pause": 0, f"rx_{prio}_pause_duration": 0,
+                       **{f"rx_prio{i}_{what}": 0 for i in range(8)
+                          for what in ("packets", "discards")},
+                       "rx_packets_phy": 0, "rx_discards_phy": 0,
                        "tx_pause_storm_warning_events": 0,
-                       "tx_pause_storm_error_events": 0, "rx_discards_phy": 0}
+                       "tx_pause_storm_error_events": 0}
                       for _ in range(n)]
         self.lustre = {"read_bytes": 0, "reads": 0, "write_bytes": 0, "writes": 0,
                        "open": 0, "getattr": 0, "setattr": 0}
@@ -123,6 +143,10 @@ class SimIo:
         # All-reduce over every port: about 60 % of line rate while the job computes.
         congestion = 0.72 if trouble.congested else 1.0
         for p in range(self.ports):
+            if trouble.disabled_port == p:
+                self.disabled[p] = True
+            if self.disabled[p]:
+                continue
             if trouble.flapping_port == p and self.rng.random() < FLAP_RATE * dt:
                 self.link_downed[p] += 1
                 self.port_state[p] = 1 if self.port_state[p] == 4 else 4
@@ -146,7 +170,7 @@ class SimIo:
             self.cnp_handled[p] = (self.cnp_handled[p] + int(cnps * dt * 0.97)) % 2**32
             self.ecn_marked[p] = (self.ecn_marked[p] + int(cnps * dt * 1.1)) % 2**32
             if self.roce:
-                self._pfc(p, dt, trouble)
+                self._pfc(p, dt, trouble, pkts)
             if trouble.symbol_errors_port == p:
                 # A 16-bit counter: it saturates at 65535, as the real one does.
                 self.symbol_errors[p] = min(65535, self.symbol_errors[p] + int(
@@ -176,17 +200,25 @@ class SimIo:
         self.eth_rx += int(2e6 * dt)
         self.eth_tx += int(1e6 * dt)
 
-    def _pfc(self, p: int, dt: float, trouble: IoTrouble) -> None:
-        """PFC on priority 3 (the RoCE traffic class): a healthy port pauses for moments;
-        the troubled one holds its peer off about 40 % of the time."""
+    def _pfc(self, p: int, dt: float, trouble: IoTrouble, pkts: int) -> None:
+        """PFC on priority 3 (the RoCE traffic class): a healthy port pauses for moments
+        and drops nothing; the troubled one holds its peer off about 40 % of the time, or
+        drops a share of what arrives (counted by priority and by the port, as mlx5
+        does: the same drops twice)."""
         c = self.pause[p]
+        prio = f"prio{ROCE_PRIO}"
         share = 0.4 * (0.9 + 0.2 * self.rng.random()) if trouble.pfc_port == p else 0.0005
-        c["tx_prio3_pause_duration"] += int(share * dt * 1e6)
-        c["tx_prio3_pause"] += int(share * dt * 1e6 / 50)  # a pause quantum about 50 us
-        c["rx_prio3_pause_duration"] += int(0.0005 * dt * 1e6)
-        c["rx_prio3_pause"] += int(0.0005 * dt * 1e6 / 50)
+        c[f"tx_{prio}_pause_duration"] += int(share * dt * 1e6)
+        c[f"tx_{prio}_pause"] += int(share * dt * 1e6 / 50)  # a pause quantum about 50 us
+        c[f"rx_{prio}_pause_duration"] += int(0.0005 * dt * 1e6)
+        c[f"rx_{prio}_pause"] += int(0.0005 * dt * 1e6 / 50)
         if trouble.pfc_port == p and self.rng.random() < dt / 30:
             c["tx_pause_storm_warning_events"] += 1
+        dropped = int(pkts * trouble.drop_share) if trouble.drop_port == p else 0
+        c[f"rx_{prio}_packets"] += pkts - dropped
+        c[f"rx_{prio}_discards"] += dropped
+        c["rx_packets_phy"] += pkts
+        c["rx_discards_phy"] += dropped
 
     def ethtool(self) -> SimEthtool:
         """The RoCE netdevs' driver statistics, as the ioctl would read them."""
@@ -236,14 +268,20 @@ class SimIo:
                             ("max_link_speed", "32.0 GT/s PCIe"),
                             ("current_link_width", "16"), ("max_link_width", "16")):
             out[f"{dev}/device/{name}"] = _const(value + "\n")
-        out[f"{base}/rate"] = _const("400 Gb/sec (4X NDR)\n")
+        out[f"{base}/rate"] = self._reader(
+            lambda: DOWN_RATE if self.disabled[p] else UP_RATE)
         out[f"{base}/link_layer"] = _const("Ethernet\n" if self.roce else "InfiniBand\n")
         if self.roce:  # the port's netdev, as /sys/class/infiniband/<dev>/device/net lists it
             out[f"{dev}/device/net/{netdev_of(p)}/ifindex"] = _const(f"{p + 3}\n")
+            # IFF_UP (0x1) cleared when someone set it down; 0x1003 up, broadcast, multicast.
+            out[f"sys/class/net/{netdev_of(p)}/flags"] = self._reader(
+                lambda: "0x1002" if self.disabled[p] else "0x1003")
         out[f"{base}/state"] = self._reader(
-            lambda: "4: ACTIVE" if self.port_state[p] == 4 else "1: DOWN")
+            lambda: "4: ACTIVE" if self.port_state[p] == 4 and not self.disabled[p]
+            else "1: DOWN")
         out[f"{base}/phys_state"] = self._reader(
-            lambda: "5: LinkUp" if self.port_state[p] == 4 else "2: Polling")
+            lambda: "3: Disabled" if self.disabled[p] else
+            "5: LinkUp" if self.port_state[p] == 4 else "2: Polling")
         counters: dict[str, Callable[[], int]] = {
             "port_xmit_data": lambda: self.tx_words[p],
             "port_rcv_data": lambda: self.rx_words[p],

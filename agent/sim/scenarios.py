@@ -20,7 +20,7 @@ from tuimon_core.cli_types import positive_float
 SCENARIOS = ("mixed", "healthy", "spine-imbalance", "thermal-straggler", "checkpoint-storm",
              "xid-79", "link-flap", "bad-cable", "hot-node", "pcie-downtrain",
              "nvlink-degraded", "driver-skew", "gpu-missing", "pfc-storm", "power-brake",
-             "nvlink-lost", "nvml-missing")
+             "nvlink-lost", "nvml-missing", "lossless-drops", "port-disabled")
 # A rank whose GPU's link is slow computes this much longer: copies in and out of the
 # GPU wait on the link (a Gen3 x8 link has a quarter of Gen5 x16's bandwidth).
 GRAY_SLOWDOWN = 1.15
@@ -110,6 +110,14 @@ def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
         return Scenario(name, {victim: NodeTrouble(io=IoTrouble(pfc_port=port))},
                         allreduce_factor=1.6, components=[f"{node_name(victim)} mlx5_{port}:1"],
                         kinds=["pfc_pausing", "pfc_storm"], roce=True)
+    if name == "lossless-drops":  # RoCE: one port drops its PFC priority's packets
+        return Scenario(name, {victim: NodeTrouble(io=IoTrouble(drop_port=port))},
+                        allreduce_factor=1.3, components=[f"{node_name(victim)} mlx5_{port}:1"],
+                        kinds=["port_drops"], roce=True)
+    if name == "port-disabled":  # someone disables a port that carried the job's traffic
+        return Scenario(name, {victim: NodeTrouble(io=IoTrouble(disabled_port=port))},
+                        components=[f"{node_name(victim)} mlx5_{port}:1"],
+                        kinds=["port_disabled"])
     if name == "bad-cable":  # symbol errors climbing steadily, the link never drops
         return Scenario(name, {victim: NodeTrouble(io=IoTrouble(
             symbol_errors_port=port, symbol_errors_per_s=500.0))},

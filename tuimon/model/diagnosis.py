@@ -48,8 +48,8 @@ REJUDGE_S = 15.0
 STRAGGLER_CAUSES = frozenset({
     "thermal", "power", "hw_slowdown", "pcie_downtrained", "pcie_replays", "nvlink_down",
     "nvlink_errors", "link_down", "flapping", "symbol_errors", "port_errors",
-    "congestion", "pfc_pausing", "pfc_storm", "xid", "ecc", "remap_pending",
-    "storage_latency", "fleet_skew"})
+    "congestion", "pfc_pausing", "pfc_storm", "port_drops", "port_disabled", "xid", "ecc",
+    "remap_pending", "storage_latency", "fleet_skew"})
 
 
 def _cause(f: Finding) -> str:

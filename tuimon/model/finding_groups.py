@@ -16,6 +16,7 @@ _WORDS = {"node_lost": "nodes lost", "unreached": "nodes never reached",
           "thermal": "thermal throttling", "xid": "XIDs", "straggler": "stragglers",
           "symbol_errors": "ports with symbol errors", "link_down": "links down",
           "flapping": "links flapping", "congestion": "congested", "power": "power-capped",
+          "port_disabled": "ports disabled", "port_drops": "ports dropping packets",
           "storage_latency": "slow NFS reads", "scrape_failed": "failed scrapes"}
 
 

@@ -109,6 +109,8 @@ INT = Int()
 COUNT = Int(hi=MAX_COUNT, doc="count")  # summed by readers: see MAX_COUNT
 STR = Str()
 SEVERITIES = ("info", "warning", "critical")
+# The pause a RoCE port sends (port `pause_by`): per priority (PFC), 802.3x global, both.
+PAUSE_KINDS = ("pfc", "global", "pfc+global")
 SEVERITY = Str(choices=SEVERITIES, doc="severity")
 CLOCK_EVENTS = ListOf(STR, 64)
 REASONS = MapOf(STR, 64)  # name -> why it could not be read
@@ -315,6 +317,9 @@ PORT_INFO_FIELDS: tuple[Field, ...] = (
     Field("board_id", STR, "", "board id, e.g. `MT_0000000838`"),
     Field("fw_ver", STR, "", "firmware version"),
     Field("netdev", STR, "", "the Ethernet device behind a RoCE port, or nil"),
+    Field("up", Int(hi=1), "0/1", "1 when the port is ACTIVE and LinkUp (sent again when "
+          "that changes): only then is `rate` a rate (a Down port reads one, `40`); nil: "
+          "its state could not be read"),
     Field("pcie_gen", Int(hi=16), "generation", "the HCA's PCIe link generation, from "
           "sysfs `current_link_speed` (since 2026-12)"),
     Field("pcie_width", Int(hi=64), "lanes", "the HCA's PCIe link width"),
@@ -367,8 +372,25 @@ PORT_FIELDS: tuple[Field, ...] = (
           "held its peer off: a receiver that cannot keep up"),
     Field("pause_storms", COUNT, "count", "RoCE: PFC storm watchdog events since the last "
           "read (`tx_pause_storm_warning_events`, `tx_pause_storm_error_events`)"),
-    Field("discards_s", RATE, "1/s", "RoCE: lossless traffic dropped (`rx_discards_phy`, "
-          "per-priority discards)"),
+    Field("admin_up", Int(hi=1), "0/1", "RoCE, a port that is not up: 1 when its netdev "
+          "is administratively up (`IFF_UP` in `/sys/class/net/<netdev>/flags`: no carrier, "
+          "a link fault), 0 when it was set down; the RDMA port reads Disabled both ways"),
+    Field("pause_by", Str(choices=PAUSE_KINDS), "", "RoCE: the pause this port sent to its "
+          "peer this interval, by whose `tx_*_pause_duration` counters moved: `pfc` "
+          "(per-priority), `global` (802.3x), `pfc+global`; nil: none"),
+    Field("pfc", ListOf(Int(hi=7), 8), "priorities", "RoCE: the priorities with PFC on "
+          "(the driver lists their pause counters): the lossless traffic classes; empty: "
+          "none"),
+    Field("discards_s", RATE, "packets/s", "RoCE: packets dropped for lack of receive "
+          "buffer, each counted once: `rx_prio<N>_discards` summed where listed, else "
+          "`rx_discards_phy`"),
+    Field("arrived_s", RATE, "packets/s", "RoCE: packets that reached the port, kept or "
+          "dropped, from the same counters (`rx_prio<N>_packets` + `rx_prio<N>_discards`, "
+          "else `rx_packets_phy`): what `discards_s` is a share of"),
+    Field("lossless_discards_s", RATE, "packets/s", "RoCE: `discards_s` on the PFC "
+          "priorities only: lossless traffic lost"),
+    Field("lossless_arrived_s", RATE, "packets/s", "RoCE: `arrived_s` on the PFC priorities "
+          "only"),
 )
 NIC_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "as the inventory's", required=True),
@@ -483,8 +505,17 @@ FS_COUNTERS_READ: tuple[Counter, ...] = (
 PORT_ACTIVE = 4
 PORT_LINK_UP = 5
 PORT_STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", PORT_ACTIVE: "ACTIVE", 5: "ACTIVE_DEFER"}
-PORT_PHYS_STATES = {1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining",
-                    PORT_LINK_UP: "LinkUp", 6: "LinkErrorRecovery", 7: "PhyTest"}
+PORT_DISABLED = 3
+PORT_PHYS_STATES = {1: "Sleep", 2: "Polling", PORT_DISABLED: "Disabled",
+                    4: "PortConfigurationTraining", PORT_LINK_UP: "LinkUp",
+                    6: "LinkErrorRecovery", 7: "PhyTest"}
+
+
+def port_up(state: object, phys_state: object) -> bool:
+    """Whether a port carries traffic: ACTIVE, and LinkUp where the physical state is
+    known (a source that gives the state alone, as some exporters do, is taken at it).
+    Only then is its rate a rate: a Down or Disabled port still reads one (`40`)."""
+    return state == PORT_ACTIVE and phys_state in (None, PORT_LINK_UP)
 # Gauges of a port the agent exports beside its counters, and node_exporter's names.
 PORT_GAUGE_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("rate", "tuimon_ib_port_rate_bytes_per_second", "node_infiniband_rate_bytes_per_second",
