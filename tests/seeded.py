@@ -6,6 +6,8 @@ the clocks are fixed, so snapshots and app tests see exactly the same values eac
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.sim.cluster import SimCluster
 from tuimon.model.cluster import ClusterState
 
@@ -106,3 +108,54 @@ def judged(cluster: ClusterState, topology: dict[str, str] | None = None,
         findings = diagnosis.update(cluster, eff, storage)  # type: ignore[arg-type]
         clock.now += 1.0
     return diagnosis, findings
+
+
+async def run_relay_scenario(name: str, ledger_path: Any, *, nodes: int = 32, gpus: int = 4,
+                             fault_at: float = 30.0, seconds: float = 600.0,
+                             step: float = 2.0, seed: int = 3):
+    """A scenario's real agents, on fixed clocks, under a relay's fan-out with its
+    ledger and its judgement (topology given), as the relay's housekeeping runs them;
+    yields (seconds since onset, the relay's findings, the fan-out, the ledger) a step."""
+    from tuimon.model.judge_config import JudgeConfig
+    from tuimon.relay.fanout import FanOut
+    from tuimon.relay.judging import RelayJudge
+    from tuimon.relay.ledger import Ledger
+    from tuimon_core.protocol import decode, encode
+
+    mono = FixedClock(1_000.0)
+    wall = FixedClock(1_796_000_000.0)
+    sim = SimCluster(nodes=nodes, gpus=gpus, seed=seed, base_port=1, clock=mono, wall=wall,
+                     scenario=name, fault_at=fault_at)
+    topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+    ledger = Ledger(ledger_path, clock=wall, monotonic=mono)
+    fan = FanOut(on_steps=ledger.add, on_totals=ledger.add_totals, on_ended=ledger.ended,
+                 clock=mono, wall=wall,
+                 judge=RelayJudge(JudgeConfig(topology=topology), wall, mono))
+    for m in sim.members:
+        m.agent.config.watch_xid = False
+        await m.agent.start(sampling=False)
+    try:
+        t = 0.0
+        said: dict[str, object] = {}
+        while t < seconds:
+            t += step
+            mono.now += step
+            wall.now += step
+            sim.report_steps(step)
+            for m in sim.members:
+                sample = await m.agent.sample_once()
+                if said.get(m.target) is not m.agent.hello:
+                    said[m.target] = m.agent.hello
+                    data = encode(m.agent.hello)
+                    fan.apply_message(m.target, decode(data), data)
+                data = encode(sample)
+                fan.apply_message(m.target, decode(data), data)
+            fan.refresh()
+            ledger.observe(fan.findings, wall.now, fan.jobs_touched)
+            ledger.attribute(fan.job_findings)
+            ledger.note_stops(wall.now, fan.stop_cause, fan.returned)
+            yield t - fault_at, fan.findings, fan, ledger
+    finally:
+        for m in sim.members:
+            await m.agent.stop()
+        ledger.close()

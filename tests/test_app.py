@@ -751,3 +751,62 @@ async def test_the_legend_says_the_map_waits_for_values_not_yet_asked() -> None:
         app.tick()  # the legend follows at the next tick (this app's is an hour away)
         await pilot.pause()
         assert "asking" not in str(app.query_one("#legend").render())
+
+
+async def test_the_history_screen_lists_the_relays_incidents_and_opens_one(
+        tmp_path, unused_tcp_port_factory) -> None:  # type: ignore[no-untyped-def]
+    """A relay whose ledger holds the night's incidents (a leaf's congestion that cost a
+    job budget, a GPU that throttled and is over): `H` lists them newest first, each a
+    bar over the last day with its span and cost; enter on the leaf's filters the map to
+    the leaf; `1` asks for the last 6 hours."""
+    import time
+
+    from tuimon.cli import _history
+    from tuimon.relay import Relay, RelayConfig
+    from tuimon.relay.ledger import Ledger
+    from tuimon.ui.history_screen import HistoryScreen
+    from tuimon_core.findings import Finding
+
+    now = time.time()
+    clock = [now - 5 * 3600]
+    path = tmp_path / "ledger.db"
+    with Ledger(path, clock=lambda: clock[0]) as ledger:
+        leaf = Finding("warning", "congestion", "congestion concentrated under leaf02: x",
+                       leaf="leaf02", nodes=("sim-node008", "sim-node009"), score=1.0,
+                       first_seen=clock[0])
+        hot = Finding("warning", "thermal", "sim-node003 GPU 1 thermal throttling",
+                      node="sim-node003", gpu=1, score=0.4, first_seen=now - 3 * 3600)
+        ledger.observe([leaf], clock[0], lambda f: ["llm"])
+        ledger.add("llm", clock[0] + 30, 60.0, 30.0, {"comm": 30.0})
+        ledger.attribute(lambda job: [leaf])
+        clock[0] = now - 3 * 3600
+        ledger.observe([hot], clock[0], lambda f: [])
+        clock[0] = now - 2 * 3600
+        ledger.observe([], clock[0])
+    sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="healthy")
+    app = await make_app(16)
+    async with sim, Relay(RelayConfig(targets=sim.targets, listen="127.0.0.1:0",
+                                      ledger=path)) as relay:
+        app.history = _history([f"127.0.0.1:{relay.port}"], StreamOptions())
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.press("H")
+            screen = app.screen
+            assert isinstance(screen, HistoryScreen)
+            for _ in range(50):
+                await pilot.pause(0.1)
+                if screen.incidents:
+                    break
+            rows = [str(screen.query_one("#history-list").get_option_at_index(i).prompt)
+                    for i in range(2)]
+            assert "thermal sim-node003 GPU 1" in rows[0] and "#" in rows[0], rows
+            assert "congestion leaf02" in rows[1] and "of budget (llm)" in rows[1], rows
+            options = screen.query_one("#history-list")
+            options.focus()
+            options.highlighted = 1  # type: ignore[attr-defined]
+            await pilot.press("enter")
+            await pilot.pause()
+            assert app.view.filter_text == "leaf02"
+            await pilot.press("H", "1")
+            await pilot.pause(0.5)
+            assert app.screen.seconds == 6 * 3600  # type: ignore[attr-defined]

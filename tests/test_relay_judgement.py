@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from agent.sim.cluster import SimCluster
 from tests.conftest import run_tuimon
@@ -225,3 +226,48 @@ async def test_the_seed_incident_pages_alertmanager_with_the_leaf_named(
     assert when - onset <= 120, when - onset
     early = [a for t, a in pages if t < onset and a["labels"].get("severity") != "info"]
     assert early == [], early
+
+
+async def test_ten_healthy_minutes_under_a_judging_relay_page_nothing(
+        tmp_path: Path) -> None:
+    """32 healthy simulated nodes for ten minutes under a relay's judgement (fixed clocks,
+    real agents): no warning or critical finding at any moment, no incident in its
+    ledger, nothing for `tuimon_finding` to page on."""
+    from tests.seeded import run_relay_scenario
+
+    graver: list[Finding] = []
+    incidents: list[object] = []
+    async for _, findings, _, ledger in run_relay_scenario(
+            "healthy", tmp_path / "l.db", seconds=600.0):
+        graver += [f for f in findings if f.severity != "info"]
+        incidents = ledger.incidents(0.0, 4e9)
+    assert graver == [], graver[:5]
+    assert incidents == []
+
+
+async def test_the_relays_incident_of_the_seed_fault_costs_what_the_job_lost_to_it(
+        tmp_path: Path) -> None:
+    """The same harness with the seed fault: the leaf's congestion is an incident from
+    the onset, that touched the job, and the budget the ledger put down to it is the
+    job's comm waiting since (not a node's port's); the job's efficiency drop is one
+    too, naming the leaf as its likely cause; no node's port is one."""
+    from tests.seeded import run_relay_scenario
+
+    incidents: list = []
+    causes: dict = {}
+    leaf = None
+    async for since, findings, _, ledger in run_relay_scenario(
+            "spine-imbalance", tmp_path / "l.db", seconds=180.0, fault_at=30.0):
+        incidents = [e for e in ledger.incidents(0.0, 4e9) if e.severity != "info"]
+        leaf = leaf or next((f.leaf for f in findings if f.kind == "congestion"), None)
+        if since > 0:
+            ledger.flush()
+            causes = ledger.summary()["llm-pretrain"].get("causes_h", {})
+    assert leaf is not None
+    [incident] = [e for e in incidents if e.kind == "congestion"]
+    assert (incident.where, incident.jobs) == (leaf, ["llm-pretrain"])
+    assert incident.onset == 1_796_000_000.0 + 30.0  # the fault's own second
+    [drop] = [e for e in incidents if e.kind == "efficiency_drop"]
+    assert f"likely: congestion {leaf}" in drop.message
+    assert incident.lost_s / 3600 == pytest.approx(causes["comm"][f"congestion {leaf}"],
+                                                   rel=0.01)

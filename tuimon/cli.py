@@ -374,7 +374,8 @@ def _run_app(cluster: ClusterState, feed: Feed,
              record: str | None = None,
              wall: Callable[[], float] | None = None,
              cpu_nodes: frozenset[str] = frozenset(),
-             ascii_only: bool | None = None, notes: list[str] | None = None) -> int:
+             ascii_only: bool | None = None, notes: list[str] | None = None,
+             history: Callable[[float], Awaitable[list[dict[str, Any]]]] | None = None) -> int:
     from tuimon.sources.recording import RecordingWriter
     from tuimon.ui.app import TuimonApp
 
@@ -398,7 +399,7 @@ def _run_app(cluster: ClusterState, feed: Feed,
         TuimonApp(cluster, sources=sources, theme=theme, topology=topology,
                   provisioned=provisioned, slo=slo[0], baselines=slo[1],
                   flops_per_sample=slo[2], wall=wall, cpu_nodes=cpu_nodes,
-                  ascii_only=ascii_only, notes=notes).run()
+                  ascii_only=ascii_only, notes=notes, history=history).run()
     finally:
         if writer is not None:
             writer.close()
@@ -612,7 +613,21 @@ def _connect_app(args: argparse.Namespace) -> int:
     return _run_app(cluster, _agent_feed(targets, options, relays), args.theme, topology,
                     judge_config.provisioned(args.provisioned), slo_of(args), record=args.record,
                     cpu_nodes=judge_config.cpu_nodes(args), ascii_only=args.ascii,
-                    notes=getattr(args, "notes", None))
+                    notes=getattr(args, "notes", None),
+                    history=_history(relays, options) if relays else None)
+
+
+def _history(relays: list[str], options: StreamOptions) -> Callable[[float], Awaitable[
+        list[dict[str, Any]]]]:
+    """The relays' incidents over the last `seconds`, newest first (the history screen)."""
+    from tuimon.sources.relay_history import read_history
+
+    async def read(seconds: float) -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = []
+        for relay in relays:
+            found += (await read_history(relay, options, since=seconds))["incidents"]
+        return sorted(found, key=lambda i: -i["onset"])
+    return read
 
 
 async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:

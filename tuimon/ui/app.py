@@ -38,6 +38,7 @@ from tuimon.sources.recording import ReplayControl
 from tuimon.ui.ascii_screen import AsciiScreen, locale_is_ascii
 from tuimon.ui.fleet_screen import FleetScreen
 from tuimon.ui.heatmap import HeatmapView
+from tuimon.ui.history_screen import History, HistoryScreen
 from tuimon.ui.job_screen import JobScreen
 from tuimon.ui.markup import safe
 from tuimon.ui.node_screen import NodeScreen
@@ -52,7 +53,7 @@ from tuimon.ui.panels import (
 from tuimon.ui.text_screen import TextScreen
 from tuimon.ui.theme_files import DEFAULT_THEME, heat_variable_defaults, load_themes
 from tuimon_core import heap
-from tuimon_core.hostlist import collect_hostlist
+from tuimon_core.hostlist import collect_hostlist, expand_hostlist
 
 HELP = """\
 [b]tuimon[/b]: the whole cluster, live
@@ -72,6 +73,8 @@ HELP = """\
   b, click strip    the job: what its budget went to, its ranks, nodes;
                     m there shows its nodes on the map
   i                 the fleet: drivers, firmware, links, grouped by node
+  H                 history: the relay's incidents over the last day,
+                    as a timeline with what each cost; enter opens one
   t                 next theme        ?  this help        q  quit
 
 Cells follow the metric in height and colour. [$error]\u2717[/] a failed GPU or
@@ -185,6 +188,7 @@ class TuimonApp(App[None]):
         Binding("b", "job", "job", id="job"),
         Binding("f", "focus_diagnosis", "findings", id="focus_diagnosis"),
         Binding("i", "fleet", "fleet", id="fleet"),
+        Binding("H", "history", "history", id="history"),
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
     ]
 
@@ -210,7 +214,8 @@ class TuimonApp(App[None]):
                  wall: Callable[[], float] | None = None,
                  diagnosis: Diagnosis | None = None,
                  cpu_nodes: frozenset[str] = frozenset(),
-                 ascii_only: bool | None = None, notes: list[str] | None = None) -> None:
+                 ascii_only: bool | None = None, notes: list[str] | None = None,
+                 history: History | None = None) -> None:
         # NO_COLOR (no-color.org): no colour at all. Textual's own answer sends its
         # colours as 256-colour greys unless the colours are the terminal's (ANSI): so
         # the terminal's, which its NO_COLOR filter then drops altogether.
@@ -223,6 +228,8 @@ class TuimonApp(App[None]):
         # What the command line took but warned about: said on the screen too.
         self._notes = list(notes or [])
         self.cluster = cluster
+        # The relays' incidents (the history screen), where the app watches relays.
+        self.history = history
         self._make_sources = sources
         self._tasks: list[asyncio.Task[None]] = []
         self.view = ViewState(topology=dict(topology or {}), cpu_nodes=cpu_nodes)
@@ -500,6 +507,17 @@ class TuimonApp(App[None]):
         self._resort()
         self.active_map.focus()
 
+    def action_history(self) -> None:
+        self.push_screen(HistoryScreen(self.history, self.open_incident))
+
+    def open_incident(self, incident: dict[str, Any]) -> None:
+        """What an incident of the history names: its node's screen, the map filtered to
+        its leaf or its nodes, or its job."""
+        c = incident.get("components") or {}
+        nodes = [c["node"]] if c.get("node") else (
+            expand_hostlist(c["nodes"]) if c.get("nodes") else [])
+        self.open_components(nodes, c.get("leaf"), c.get("job"))
+
     def action_fleet(self) -> None:
         self.push_screen(FleetScreen(self.cluster, self.view.cpu_nodes))
 
@@ -564,16 +582,20 @@ class TuimonApp(App[None]):
         """Open the node behind a finding; a leaf's finding filters the map to the leaf;
         a group of nodes filters the map to them."""
         g = message.group
-        nodes = g.nodes
+        self.open_components(g.nodes, g.leaf, next((f.job for f in g.findings if f.job),
+                                                   None))
+
+    def open_components(self, nodes: list[str], leaf: str | None, job: str | None) -> None:
+        """What a finding or an incident names, opened: one node's screen; else the map
+        filtered to its leaf or its nodes; else its job on the strip and the map."""
         if len(nodes) == 1:
             node = next((n for n in self.cluster.nodes.values() if n.name == nodes[0]), None)
             if node is not None:
                 self.active_map.select(node)
                 self.push_screen(NodeScreen(self.cluster, node, self._findings))
                 return
-        job = next((f.job for f in g.findings if f.job), None)
-        if g.leaf:
-            self.view.set_filter(g.leaf)
+        if leaf and leaf != "spine":
+            self.view.set_filter(leaf)
         elif nodes:
             # The finding's own names, as they are: a name is never read as a pattern.
             self.view.show_names(nodes, collect_hostlist(nodes))
