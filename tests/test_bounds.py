@@ -526,3 +526,21 @@ async def test_prometheus_answers_of_a_hundred_thousand_hosts_in_bounded_memory(
         assert why in out.stdout, out.stdout[-2000:]
         rss_mib = int(out.stdout.rsplit("MAXRSS", 1)[1]) / 1024
         assert rss_mib < 512, (why, rss_mib)
+
+
+def test_a_node_naming_new_ports_every_second_holds_a_bounded_book() -> None:
+    """A node whose findings name 256 new ports each second: each would be held a
+    minute after it goes (its hysteresis); the book keeps at most MAX_PER_NODE of one
+    node, and another node's findings still come through."""
+    from tuimon_core.findings import MAX_PER_NODE, Finding, FindingBook
+
+    book = FindingBook()
+    held: list[Finding] = []
+    for second in range(60):
+        conditions = [Finding("warning", "symbol_errors", "x", node="evil",
+                              port=f"p{second}-{i}") for i in range(256)]
+        conditions.append(Finding("critical", "xid", "honest XID 79", node="honest", gpu=0))
+        held = book.update(conditions, float(second))
+    evil = [f for f in held if f.node == "evil"]
+    assert len(evil) <= MAX_PER_NODE and book.refused > 0
+    assert any(f.node == "honest" for f in held)

@@ -48,9 +48,26 @@ def test_a_flapping_finding_is_one_episode_and_information_is_none() -> None:
     book = Episodes()
     book.observe([Finding("info", "no_topology", "x")], T0)
     assert not book.dirty
-    many = [Finding("warning", "thermal", f"n{i}", node=f"n{i}") for i in range(MAX_OPEN + 5)]
-    book.observe(many, T0)
-    assert len(book.open) == MAX_OPEN
+
+
+def test_a_peer_making_findings_up_cannot_grow_the_incidents_without_end() -> None:
+    """A node naming a new port in every finding, a thousand a second: at most
+    MAX_OPEN_PER_NODE of it held; a cluster of such nodes begins at most
+    MAX_NEW_PER_MINUTE a minute and holds at most MAX_OPEN; what was not kept is
+    counted."""
+    from tuimon.relay.episodes import MAX_NEW_PER_MINUTE, MAX_OPEN_PER_NODE
+
+    book = Episodes()
+    for second in range(5):
+        book.observe([Finding("warning", "symbol_errors", "x", node="evil",
+                              port=f"p{second}-{i}") for i in range(1000)], T0 + second)
+    assert len(book.open) == MAX_OPEN_PER_NODE and book.skipped > 0
+    book = Episodes()
+    for minute in range(10):
+        book.observe([Finding("warning", "thermal", f"n{i}", node=f"n{i}")
+                      for i in range(MAX_OPEN + 5)], T0 + 60 * minute)
+        assert len(book.open) <= min(MAX_OPEN, MAX_NEW_PER_MINUTE * (minute + 1))
+    assert len(book.open) == MAX_OPEN and len(book.recent) <= MAX_OPEN
 
 
 def test_the_ledger_keeps_incidents_across_a_restart_and_loses_none_written(

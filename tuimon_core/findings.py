@@ -89,6 +89,9 @@ class Timing:
 DEFAULT_TIMING = Timing(0.0, 60.0)
 # A condition's held_s is believed up to this: a node cannot backdate one further.
 MAX_HELD_S = 86400.0
+# Findings one node may have held at once (a node has 64 GPUs and a few hundred ports at
+# most; its agent sends 256 conditions a sample at most).
+MAX_PER_NODE = 1024
 # By kind. Conditions over counters (symbol errors, link flaps, XIDs) already look back
 # over their own window; these add the hold and the hysteresis.
 TIMINGS: dict[str, Timing] = {
@@ -144,19 +147,28 @@ class FindingBook:
     timings: dict[str, Timing] = field(default_factory=lambda: dict(TIMINGS))
     _entries: dict[tuple[object, ...], _Entry] = field(default_factory=dict)
     _updated: float | None = None
+    # node -> entries it has: a node whose findings name a new port every second would
+    # otherwise hold each a minute (its hysteresis) and grow the book without end.
+    _per_node: dict[str | None, int] = field(default_factory=dict)
+    refused: int = 0  # conditions not taken: their node held MAX_PER_NODE already
 
     def update(self, conditions: Iterable[Finding], now: float) -> list[Finding]:
         self._updated = now
         seen = set()
+        per_node = self._per_node
         for c in conditions:
             key = c.key
-            seen.add(key)
             entry = self._entries.get(key)
             since = now - min(c.held_s, MAX_HELD_S) if c.held_s > 0 else now
             if entry is None:
+                if c.node is not None and per_node.get(c.node, 0) >= MAX_PER_NODE:
+                    self.refused += 1
+                    continue
+                per_node[c.node] = per_node.get(c.node, 0) + 1
                 entry = self._entries[key] = _Entry(since, now, c)
             elif since < entry.since:
                 entry.since = since
+            seen.add(key)
             entry.last = now
             entry.latest = c
         out = []
@@ -167,6 +179,10 @@ class FindingBook:
                 # yet raised starts over.
                 if entry.raised_at is None or now - entry.last >= timing.clear_after:
                     del self._entries[key]
+                    node = entry.latest.node
+                    per_node[node] -= 1
+                    if not per_node[node]:
+                        del per_node[node]
                     continue
             elif entry.raised_at is None:
                 if now - entry.since < timing.raise_after:

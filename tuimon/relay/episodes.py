@@ -7,10 +7,12 @@ jobs whose nodes it touched, and the budget those jobs lost while it held that t
 ledger put down to it. What an on-call hands over at the end of a shift, and what a
 run's report lists.
 
-Bounded whatever a fault does: a finding raised again within MERGE_S of its end is the
-same episode again (`flaps` counts how often: a flapping link makes one episode, not
-thousands); at most MAX_OPEN held at once and MAX_EPISODES kept (the oldest go first),
-besides the ledger's retention. Information (severity `info`) is no incident.
+Bounded whatever a fault (or a hostile peer) does: a finding raised again within MERGE_S
+of its end is the same episode again (`flaps` counts how often: a flapping link makes
+one episode, not thousands); at most MAX_OPEN held at once, MAX_OPEN_PER_NODE of one
+node, MAX_NEW_PER_MINUTE begun a minute (the rest counted in `skipped` and said in the
+log), and MAX_EPISODES kept (the oldest go first), besides the ledger's retention.
+Information (severity `info`) is no incident.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ log = logging.getLogger(__name__)
 
 MERGE_S = 600.0  # raised again this soon after it ended: the same episode
 MAX_OPEN = 4096
+MAX_OPEN_PER_NODE = 64  # held at once for one node: more is a peer making names up
+MAX_NEW_PER_MINUTE = 600  # new episodes a minute, the whole relay
 MAX_EPISODES = 100_000
 MAX_JOBS = 64  # jobs named per episode
 
@@ -112,6 +116,9 @@ class Episodes:
         self.dirty: dict[int, Episode] = {}
         self._next_id = next_id
         self.merged = 0  # raisings merged into an episode that had just ended
+        self.skipped = 0  # new episodes not begun: a bound was reached
+        self._per_node: dict[str, int] = {}  # node -> its open episodes
+        self._minute = (-1, 0)  # (the minute, episodes begun in it)
 
     def observe(self, findings: list[Finding], now: float,
                 jobs_of: Any = None) -> None:
@@ -129,9 +136,9 @@ class Episodes:
             held.add(key)
             episode = self.open.get(key)
             if episode is None:
-                if len(self.open) >= MAX_OPEN:
-                    continue
                 episode = self._begin(key, f, now)
+                if episode is None:
+                    continue
             episode.severity = _graver(episode.severity, f.severity)
             episode.message = f.message[:MAX_FINDING_TEXT]
             episode.components = _components(f)
@@ -142,24 +149,51 @@ class Episodes:
             self.dirty[episode.id] = episode
         for key in [k for k in self.open if k not in held]:
             episode = self.open.pop(key)
+            self._count(episode, -1)
             episode.ended = now
             self.recent[key] = episode
             self.dirty[episode.id] = episode
+        while len(self.recent) > MAX_OPEN:  # the longest ended first
+            del self.recent[next(iter(self.recent))]
 
-    def _begin(self, key: str, f: Finding, now: float) -> Episode:
+    def _begin(self, key: str, f: Finding, now: float) -> Episode | None:
+        """The episode of a finding newly held: the one it had just ended, again, or a
+        new one; None where a bound says no (counted)."""
+        node = f.node or ""
+        minute = int(now // 60)
+        begun = self._minute[1] if self._minute[0] == minute else 0
+        if len(self.open) >= MAX_OPEN or self._per_node.get(node, 0) >= MAX_OPEN_PER_NODE \
+                or (key not in self.recent and begun >= MAX_NEW_PER_MINUTE):
+            if not self.skipped % 1000:
+                log.warning("incidents: a bound was reached (%d open, %d of %s, %d begun "
+                            "this minute); %d not kept so far", len(self.open),
+                            self._per_node.get(node, 0), node or "the cluster", begun,
+                            self.skipped + 1)
+            self.skipped += 1
+            return None
         again = self.recent.pop(key, None)
         if again is not None:  # back within MERGE_S: the same episode, once more
             again.ended = None
             again.flaps += 1
             self.merged += 1
-            self.open[key] = again
-            return again
-        onset = f.first_seen if f.first_seen is not None and f.first_seen <= now else now
-        episode = Episode(self._next_id, key, f.kind, f.severity, onset, None,
-                          _components(f), f.message[:MAX_FINDING_TEXT])
-        self._next_id += 1
+            episode = again
+        else:
+            onset = f.first_seen if f.first_seen is not None and f.first_seen <= now else now
+            episode = Episode(self._next_id, key, f.kind, f.severity, onset, None,
+                              _components(f), f.message[:MAX_FINDING_TEXT])
+            self._next_id += 1
+            self._minute = (minute, begun + 1)
         self.open[key] = episode
+        self._count(episode, 1)
         return episode
+
+    def _count(self, episode: Episode, step: int) -> None:
+        node = episode.components.get("node") or ""
+        held = self._per_node.get(node, 0) + step
+        if held > 0:
+            self._per_node[node] = held
+        else:
+            self._per_node.pop(node, None)
 
     def add_lost(self, cause: str, seconds: float) -> None:
         """Run seconds a job lost, put down to `cause` (a finding as a cause) while it
@@ -175,6 +209,7 @@ class Episodes:
         for episode in rows:
             if episode.ended is None and len(self.open) < MAX_OPEN:
                 self.open[episode.key] = episode
+                self._count(episode, 1)
 
 
 def read(row: tuple[Any, ...]) -> Episode | None:
