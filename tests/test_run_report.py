@@ -1,11 +1,14 @@
-"""The run's report, `tuimon report`: what the relay's ledger reads for it."""
+"""The run's report, `tuimon report`: what the relay's ledger reads for it, and its
+document read into typed parts."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from tuimon.model.run_report import ReportError, run_report
 from tuimon.model.slo import Slo
 from tuimon.relay.ledger import Ledger
 
@@ -20,6 +23,65 @@ class Clock:
 
     def __call__(self) -> float:
         return self.t
+
+
+def _document(job: str = "llm-pretrain", node: str = "gpu001", leaf: str = "leaf01"
+              ) -> dict[str, Any]:
+    """A relay's report of ten hours: an hour at 0.5, one not running, the rest at 0.9; a
+    leaf congested for two hours; a node that throttled and was lost."""
+    start = T0 - 10 * 3600
+    totals = [3600.0] * 10
+    totals[4] = 0.0
+    effective = [3240.0] * 10
+    effective[3], effective[4] = 1800.0, 0.0
+    causes = {"comm": {f"congestion {leaf}": 3.0, f"thermal {node} GPU 1": 1.5},
+              "stopped": {f"node lost {node}": 0.5}}
+    return {
+        "version": 1, "relay": "login1", "job": job, "generated_at": T0, "from": start,
+        "until": T0,
+        "summary": {"since": start, "window_h": 720.0, "consumed_h": 5.0,
+                    "spent_h": {"comm": 4.5, "stopped": 0.5}, "observed_h": 9.0,
+                    "error_ratio": {"5m": 0.1, "30m": 0.1, "1h": 0.1, "6h": 0.3,
+                                    "1d": 0.5, "3d": 0.5},
+                    "error": None, "causes_h": causes, "lost_from": start,
+                    "lost_every_h": 1.0, "lost_h": [0.36, 0.36, 0.36, 1.5, 0.0, 0.36,
+                                                    0.36, 0.86, 0.42, 0.42]},
+        "sli": {"from": start, "every_s": 3600.0, "total_s": totals,
+                "effective_s": effective},
+        "incidents": [{"id": 7, "kind": "congestion", "severity": "warning",
+                       "onset": T0 - 7 * 3600, "ended": T0 - 5 * 3600, "where": leaf,
+                       "message": f"congestion concentrated under {leaf}",
+                       "components": {"leaf": leaf, "nodes": "gpu[001-008]"},
+                       "jobs": [job], "lost_h": 3.0, "flaps": 2}],
+        "nodes": [{"node": node, "lost_h": 2.0, "causes": [f"thermal {node} GPU 1",
+                                                            f"node lost {node}"],
+                   "straggler": {"gpu": 1, "rank": 3, "ratio": 1.42,
+                                 "message": f"{node} GPU 1 computes x1.42"}}],
+        "leaves": [{"leaf": leaf, "now": [], "incidents": [7], "lost_h": 3.0}],
+        "fleet": [{"aspect": "hca_fw:MT4126 InfiniBand", "message": f"HCA firmware: odd on "
+                   f"{node}", "nodes": node, "job_nodes": node}],
+        "job_nodes": "gpu[001-016]", "nodes_lost": [],
+    }
+
+
+def test_the_report_reads_every_part_of_the_relays_document() -> None:
+    r = run_report(_document(), SLO)
+    assert (r.budget.hours, r.budget.consumed_hours, r.budget.left_hours) == pytest.approx(
+        (72.0, 5.0, 67.0))
+    assert [(s.kind, s.hours) for s in r.spent] == [("comm", 4.5), ("stopped", 0.5)]
+    assert [(c.kind, c.cause) for c in r.causes] == [
+        ("comm", "congestion leaf01"), ("comm", "thermal gpu001 GPU 1"),
+        ("stopped", "node lost gpu001")]
+    assert [p.sli for p in r.sli][3:6] == [0.5, None, 0.9]  # a gap where it did not run
+    assert r.sli_over == pytest.approx((8 * 3240 + 1800) / (9 * 3600))
+    assert r.nodes[0].share == pytest.approx(2.0 / 5.0) and r.nodes[0].straggler_ratio == 1.42
+    assert r.burn_down is not None and len(r.burn_down["left_hours"]) == 10
+    for broken, part in (({"summary": None}, "summary"),
+                         ({"sli": {"from": "x", "every_s": 1, "total_s": [],
+                                   "effective_s": []}}, "sli.from"),
+                         ({"incidents": [{"id": 1}]}, "incident")):
+        with pytest.raises(ReportError, match=part):
+            run_report({**_document(), **broken}, SLO)
 
 
 def test_the_ledgers_sli_by_period_adds_up_to_its_summary(tmp_path: Path) -> None:
