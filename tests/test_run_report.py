@@ -1,16 +1,28 @@
-"""The run's report, `tuimon report`: what the relay's ledger reads for it, and its
-document read into typed parts."""
+"""The run's report, `tuimon report`: what the relay's ledger reads for it, its document
+read into typed parts, and the Markdown and HTML it is written as (hostile names kept
+text; the budget as `status --job` says it)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tuimon.model.cluster import ClusterState
+from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.job_report import job_report
 from tuimon.model.run_report import ReportError, run_report
 from tuimon.model.slo import Slo
+from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger
+from tuimon.relay.report import report_document
+from tuimon.ui.job_text import job_text
+from tuimon.ui.report_html import report_html
+from tuimon.ui.report_markdown import report_markdown
+from tuimon.ui.report_parts import when_text
+from tuimon_core.findings import Finding
 
 T0 = 1_800_000_000.0
 SLO = Slo(0.9, 720)
@@ -64,6 +76,11 @@ def _document(job: str = "llm-pretrain", node: str = "gpu001", leaf: str = "leaf
     }
 
 
+def _pipes(line: str) -> int:
+    """The column separators of a Markdown table line (a pipe not escaped)."""
+    return len(re.findall(r"(?<!\\)\|", line))
+
+
 def test_the_report_reads_every_part_of_the_relays_document() -> None:
     r = run_report(_document(), SLO)
     assert (r.budget.hours, r.budget.consumed_hours, r.budget.left_hours) == pytest.approx(
@@ -82,6 +99,66 @@ def test_the_report_reads_every_part_of_the_relays_document() -> None:
                          ({"incidents": [{"id": 1}]}, "incident")):
         with pytest.raises(ReportError, match=part):
             run_report({**_document(), **broken}, SLO)
+
+
+def test_markdown_and_html_keep_hostile_names_text() -> None:
+    """A job, a node, a leaf and a message named with a tag, a pipe and a newline: in the
+    Markdown each is text in its own cell (no tag, no extra column, no broken line); in
+    the HTML each is escaped, and nothing is fetched or run."""
+    doc = _document(job=HOSTILE, node="gpu|1\n<b>", leaf="leaf`<i>`*_")
+    doc["incidents"][0]["message"] = "[click](javascript:alert(1)) & <img src=x>"
+    r = run_report(doc, SLO)
+    md = report_markdown(r)
+    assert not re.search(r"(?<!\\)[<>]", md)  # every angle bracket escaped: no tag
+    assert "\\<script\\>alert(1)\\</script\\>\\|x\\\\x0ay" in md  # the name, as text
+    for table in re.findall(r"(?:^\|.*\n)+", md, re.M):
+        lines = table.splitlines()
+        assert len({_pipes(line) for line in lines}) == 1, table  # no column added
+    assert "| gpu\\|1\\\\x0a\\<b\\> |" in md
+    html = report_html(r)
+    assert "<script" not in html.lower() and "<img" not in html and "<b>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;|x\\x0ay" in html
+    assert "&lt;img src=x&gt;" in html and "http://" not in html and "https://" not in html
+    assert "<link" not in html and "@import" not in html and "url(" not in html
+
+
+def test_the_report_says_the_budget_as_status_job_does(tmp_path: Path) -> None:
+    """One ledger, one moment: the job's screen (`status --job`, from the relay's summary
+    in a viewer) and the report (from the relay's endpoint) say the same budget, the
+    same hours spent by kind and by cause, and the same burn-down."""
+    wall = Clock(T0)
+    ledger = Ledger(tmp_path / "l.db", clock=wall, window_hours=48)
+    leaf = Finding("warning", "congestion", "congestion concentrated under leaf01",
+                   leaf="leaf01", nodes=("n1", "n2"), score=1.0, first_seen=T0)
+    ledger.observe([leaf], T0, lambda f: ["job"])
+    for hour in range(12):  # half a day at SLI 0.9, the comm under the leaf
+        ledger.add("job", T0 + 3600 * hour + 3599, 3600.0, 3240.0, {"comm": 300.0})
+        ledger.attribute(lambda job: [leaf])
+    wall.t = T0 + 12 * 3600
+    ledger.observe([leaf], wall.t, lambda f: ["job"])
+    slo = Slo(0.9, 48)
+    cluster = ClusterState()
+    cluster.apply_budget(ledger.summary(wall.t), "relay")
+    eff = EfficiencyView(slo, wall=wall)
+    eff.update(cluster)
+    screen = job_text(job_report(eff, "job", []), 120, plain=True)
+    doc = report_document(ledger, FanOut(), "relay", "job", 86400.0, wall.t)
+    assert doc is not None
+    md = report_markdown(run_report(doc, slo))
+    budget = next(line for line in screen.splitlines() if line.startswith("budget"))
+    assert budget.split(None, 1)[1] + "." in md, (budget, md)  # 3.6 of 4.8 h left ...
+    for kind, hours, share in (("comm", "1.0 h", "83%"), ("other", "0.2 h", "17%")):
+        assert re.search(rf"^  {kind} +{hours} +{share}  ", screen, re.M), screen
+        cell = "12 min" if hours == "0.2 h" else hours  # under an hour: minutes
+        assert f"| {kind} | {cell} | {share} |" in md
+    assert "| comm | congestion leaf01 | 1.0 h | 100% |" in md
+    assert "SLI 0.90 over 12.0 h of run time" in md
+    # The incident is the ledger's, with the cost it put down to it.
+    assert f"| {when_text(T0, seconds=True)} | 12.0 h, holds | warning | congestion leaf01 |" \
+        in md
+    assert "| leaf01 | \\#1 | 1.2 h |" in md
+    assert report_document(ledger, FanOut(), "relay", "other", 86400.0, wall.t) is None
+    ledger.close()
 
 
 def test_the_ledgers_sli_by_period_adds_up_to_its_summary(tmp_path: Path) -> None:
