@@ -1,20 +1,27 @@
-"""The run's report, `tuimon report`: what the relay's ledger reads for it, its document
-read into typed parts, and the Markdown and HTML it is written as (hostile names kept
-text; the budget as `status --job` says it)."""
+"""`tuimon report`: a run's report from a judging relay's ledger, as Markdown for a ticket
+and as one self-contained HTML file; the relay's endpoint and the ledger's SLI by period;
+the renderers on hostile names."""
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from agent.sim.cluster import SimCluster
+from tests.conftest import run_tuimon
+from tests.peers import free_port
 from tuimon.model.cluster import ClusterState
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.job_report import job_report
+from tuimon.model.judge_config import JudgeConfig
 from tuimon.model.run_report import ReportError, run_report
 from tuimon.model.slo import Slo
+from tuimon.relay import Relay, RelayConfig
 from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger
 from tuimon.relay.report import report_document
@@ -209,3 +216,80 @@ def test_the_summary_gives_the_job_a_report_asks_for_in_full(tmp_path: Path) -> 
     assert ledger.summary(job="old")["old"]["lost_h"] == [pytest.approx(30 / 3600)]
     assert "nobody" not in ledger.summary(job="nobody")
     ledger.close()
+
+def _cost_s(text: str) -> float:
+    value, unit = text.split()
+    return float(value) * {"s": 1, "min": 60, "h": 3600}[unit]
+
+
+async def test_the_report_of_a_run_under_a_judging_relay(
+        tmp_path: Path, unused_tcp_port_factory) -> None:
+    """The seed incident (a leaf loses spine capacity a few seconds in) under a real
+    relay that judges with the topology and keeps a ledger, behind a token: `tuimon
+    report` in Markdown lists the leaf's incident with its onset and its cost, puts the
+    budget down to the leaf, plots the SLI; the HTML (format from -o's suffix) has the
+    plots as inline SVG, no script and no link out. A wrong token, a job the ledger does
+    not count and a relay that is not there are UNKNOWN (3) with the reason; an -o whose
+    suffix names no format is a usage error (2)."""
+    sim = SimCluster(nodes=16, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="spine-imbalance", fault_at=3.0)
+    leaf = sim.truth()["components"][0]
+    job = sim.job.name
+    token = tmp_path / "token"
+    token.write_text("s3cret-token-for-the-relay\n")
+    token.chmod(0o600)
+    topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+    config = RelayConfig(targets=sim.targets, listen="127.0.0.1:0", interval=0.2,
+                         upstream_backoff=(0.1, 0.5), ledger=tmp_path / "ledger.db",
+                         flush_every=0.5, token="s3cret-token-for-the-relay",
+                         judge=JudgeConfig(topology=topology))
+
+    def cost(relay: Relay) -> float:
+        ledger = relay.state.ledger
+        assert ledger is not None
+        found = [e for e in ledger.incidents(0.0, job=job) if e.key == f"congestion {leaf}"]
+        return found[0].lost_s if found else 0.0
+
+    async with sim, Relay(config) as relay:
+        deadline = time.monotonic() + 60
+        while cost(relay) <= 0:
+            assert time.monotonic() < deadline, "the leaf's incident never cost the job"
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(6.0)  # a few flushes of the leaf costing the job
+        address = f"127.0.0.1:{relay.port}"
+        common = ("--relay", address, "--job", job, "--token-file", str(token))
+        before = cost(relay)
+        code, md = await run_tuimon("report", *common)
+        after = cost(relay)
+        ledger = relay.state.ledger
+        assert ledger is not None
+        [incident] = [e for e in ledger.incidents(0.0, job=job)
+                      if e.key == f"congestion {leaf}"]
+        page = tmp_path / "run.html"
+        html_code, html_out = await run_tuimon("report", *common, "-o", str(page))
+        refused = await run_tuimon("report", "--relay", address, "--job", job)
+        unknown = await run_tuimon("report", *common[:2], "--job", "nope", *common[4:])
+    assert code == 0, md
+    row = next(line for line in md.splitlines() if f"| congestion {leaf} |" in line
+               and line.startswith(f"| {when_text(incident.onset, seconds=True)} |"))
+    cells = [c.strip() for c in re.split(r"(?<!\\)\|", row)[1:-1]]
+    assert before - 1 <= _cost_s(cells[5]) <= after + 1, (cells, before, after)
+    assert cells[1].endswith("holds") and cells[2] == "warning", cells
+    assert re.search(rf"^\| comm \| congestion {leaf} \| [0-9.]+ (s|min|h) \| \d+% \|$",
+                     md, re.M), md
+    assert re.search(r"^1\.00 \u2502[\u2581-\u2588 ]*[\u2581-\u2588]", md, re.M), md
+    assert html_code == 0, html_out
+    html = page.read_text()
+    assert html.startswith("<!DOCTYPE html>") and f"congestion {leaf}" in html
+    sli = re.search(r'<svg id="sli-plot".*?</svg>', html, re.S)
+    assert sli is not None and "<circle" in sli.group(0)
+    assert re.search(r"<svg[^>]*>.*<(polyline|path)\b", html, re.S)
+    assert "<script" not in html.lower() and not re.search(r"https?://", html)
+    assert refused[0] == 3 and "wrong or missing token (401)" in refused[1], refused
+    assert unknown[0] == 3 and "no job 'nope' in this relay's ledger" in unknown[1] and \
+        f"(jobs: {job})" in unknown[1], unknown
+    gone = await run_tuimon("report", "--relay", f"127.0.0.1:{free_port()}", "--job", job)
+    assert gone[0] == 3 and "UNKNOWN: relay 127.0.0.1:" in gone[1], gone
+    usage = await run_tuimon("report", "--relay", "127.0.0.1:1", "--job", job, "-o",
+                             str(tmp_path / "run.txt"))
+    assert usage[0] == 2 and "give --format markdown or html" in usage[1], usage
