@@ -1,4 +1,4 @@
-"""The real peers tests run on loopback (Debian's prometheus, promtool and
+"""The real peers tests run on loopback (Debian's prometheus, promtool, alertmanager and
 victoria-metrics): finding them, and starting a server that is ready before the test goes
 on."""
 
@@ -29,13 +29,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def require_promtool() -> str:
-    """promtool, or a skip saying why (a failure under CI, which installs it)."""
-    if PROMTOOL is None:
+def _require(found: str | None, name: str, package: str) -> str:
+    """A peer's binary, or a skip saying why (a failure under CI, which installs it)."""
+    if found is None:
         if os.environ.get("CI") == "true":
-            pytest.fail("promtool not found: CI installs it (apt-get install prometheus)")
-        pytest.skip("promtool not installed (apt-get install prometheus); CI installs it")
-    return PROMTOOL
+            pytest.fail(f"{name} not found: CI installs it (apt-get install {package})")
+        pytest.skip(f"{name} not installed (apt-get install {package}); CI installs it")
+    return found
+
+
+def require_promtool() -> str:
+    return _require(PROMTOOL, "promtool", "prometheus")
 
 
 @contextlib.contextmanager
@@ -94,14 +98,7 @@ def running_prometheus(tmp: Path, scrape_configs: str, every: float = 1.0,
 
 
 def require_alertmanager() -> str:
-    """Alertmanager, or a skip saying why (a failure under CI, which installs it)."""
-    if ALERTMANAGER is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("alertmanager not found: CI installs it "
-                        "(apt-get install prometheus-alertmanager)")
-        pytest.skip("alertmanager not installed (apt-get install prometheus-alertmanager); "
-                    "CI installs it")
-    return ALERTMANAGER
+    return _require(ALERTMANAGER, "alertmanager", "prometheus-alertmanager")
 
 
 @contextlib.contextmanager
@@ -126,14 +123,7 @@ def running_alertmanager(tmp: Path, webhook: str) -> Iterator[str]:
 
 
 def require_victoria_metrics() -> str:
-    """victoria-metrics, or a skip saying why (a failure under CI, which installs it)."""
-    if VICTORIA_METRICS is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("victoria-metrics not found: CI installs it "
-                        "(apt-get install victoria-metrics)")
-        pytest.skip("victoria-metrics not installed (apt-get install victoria-metrics); "
-                    "CI installs it")
-    return VICTORIA_METRICS
+    return _require(VICTORIA_METRICS, "victoria-metrics", "victoria-metrics")
 
 
 @contextlib.contextmanager
