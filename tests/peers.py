@@ -1,6 +1,6 @@
 """The real peers tests run on loopback (Debian's prometheus, promtool, alertmanager and
-victoria-metrics): finding them, and starting a server that is ready before the test goes
-on."""
+victoria-metrics) and the browser the run report is looked at in (chromium): finding
+them, and starting a server that is ready before the test goes on."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 VICTORIA_METRICS = shutil.which("victoria-metrics")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -120,6 +121,10 @@ def running_alertmanager(tmp: Path, webhook: str) -> Iterator[str]:
             "--log.level=warn"],
             tmp / "alertmanager.log", f"http://{address}/-/ready", address) as served:
         yield served
+
+
+def require_chromium() -> str:
+    return _require(CHROMIUM, "chromium", "chromium")
 
 
 def require_victoria_metrics() -> str:

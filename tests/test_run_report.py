@@ -1,12 +1,18 @@
 """`tuimon report`: a run's report from a judging relay's ledger, as Markdown for a ticket
 and as one self-contained HTML file; the relay's endpoint and the ledger's SLI by period;
-the renderers on hostile names."""
+the renderers on hostile names; and the HTML looked at in a real headless browser."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
+import signal
+import struct
+import subprocess
 import time
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +20,7 @@ import pytest
 
 from agent.sim.cluster import SimCluster
 from tests.conftest import run_tuimon
-from tests.peers import free_port
+from tests.peers import free_port, require_chromium
 from tuimon.model.cluster import ClusterState
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.job_report import job_report
@@ -293,3 +299,90 @@ async def test_the_report_of_a_run_under_a_judging_relay(
     usage = await run_tuimon("report", "--relay", "127.0.0.1:1", "--job", job, "-o",
                              str(tmp_path / "run.txt"))
     assert usage[0] == 2 and "give --format markdown or html" in usage[1], usage
+
+
+# -- the HTML in a real browser ---------------------------------------------------------
+
+def _png_rows(path: Path, most: int) -> list[bytes]:
+    """The first `most` rows of an 8-bit RGB(A) PNG, unfiltered (standard library only)."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, header = 8, [], b""
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        body = data[pos + 8:pos + 8 + length]
+        pos += 12 + length
+        if kind == b"IHDR":
+            header = body
+        elif kind == b"IDAT":
+            idat.append(body)
+    width, height, depth, color, _, _, interlace = struct.unpack(">IIBBBBB", header)
+    assert depth == 8 and color in (2, 6) and interlace == 0, (depth, color, interlace)
+    bpp = 4 if color == 6 else 3
+    stride = width * bpp
+    raw = zlib.decompress(b"".join(idat))
+    rows, prev = [], bytearray(stride)
+    for y in range(min(height, most)):
+        kind, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:
+                                                          (y + 1) * (stride + 1)])
+        if kind == 2:
+            line = bytearray((a + b) & 255 for a, b in zip(line, prev))
+        elif kind in (1, 3, 4):
+            for i in range(stride):
+                left = line[i - bpp] if i >= bpp else 0
+                up, corner = prev[i], prev[i - bpp] if i >= bpp else 0
+                if kind == 1:
+                    guess = left
+                elif kind == 3:
+                    guess = (left + up) // 2
+                else:
+                    p = left + up - corner
+                    pa, pb, pc = abs(p - left), abs(p - up), abs(p - corner)
+                    guess = left if pa <= pb and pa <= pc else up if pb <= pc else corner
+                line[i] = (line[i] + guess) & 255
+        rows.append(bytes(line) if bpp == 3 else
+                    bytes(b for i in range(0, stride, bpp) for b in line[i:i + 3]))
+        prev = line
+    return rows
+
+
+def _screenshot(browser: str, tmp: Path, name: str, html: str) -> Path:
+    """The page as headless Chromium draws it at 1200x1600; every process it started is
+    gone when this returns."""
+    page, png = tmp / f"{name}.html", tmp / f"{name}.png"
+    page.write_text(html)
+    proc = subprocess.Popen(
+        [browser, "--headless", "--disable-gpu", "--no-sandbox", "--disable-dev-shm-usage",
+         "--hide-scrollbars", f"--user-data-dir={tmp / 'profile'}",
+         f"--screenshot={png}", "--window-size=1200,1600", page.as_uri()],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env={**os.environ, "HOME": str(tmp)})
+    try:
+        proc.wait(90)
+    finally:
+        # Its renderer and helpers are in its session: none is left behind.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert png.exists(), f"chromium drew no {png.name}"
+    return png
+
+
+def test_the_html_report_shows_its_plot_in_a_real_browser(tmp_path: Path) -> None:
+    """Debian's Chromium, headless, draws the report; the same page with the SLI plot's
+    drawing taken out (its box kept, so nothing else moves) differs from it where the
+    plot is, by the plot's line and dots: the SVG is drawn, not just present."""
+    browser = require_chromium()
+    html = report_html(run_report(_document(), SLO))
+    empty, n = re.subn(r'(<svg id="sli-plot"[^>]*>).*?(</svg>)', r"\1\2", html, flags=re.S)
+    assert n == 1
+    rows = 900  # the plot is near the top: the rows below it need not be read
+    drawn = _png_rows(_screenshot(browser, tmp_path, "drawn", html), rows)
+    blank = _png_rows(_screenshot(browser, tmp_path, "blank", empty), rows)
+    changed = [y for y in range(rows) if drawn[y] != blank[y]]
+    assert changed, "the SLI plot drew nothing"
+    dark = sum(1 for y in changed for x in range(0, len(drawn[y]), 3)
+               if drawn[y][x:x + 3] != blank[y][x:x + 3] and max(drawn[y][x:x + 3]) < 128)
+    # Ten hourly periods: nine dots, two runs of line, the axes and the target's dashes.
+    assert dark > 1500, dark
+    assert changed[0] > 150 and changed[-1] - changed[0] < 400, (changed[0], changed[-1])
