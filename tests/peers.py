@@ -1,6 +1,6 @@
-"""The real peers tests run on loopback (Debian's prometheus, promtool and
-victoria-metrics): finding them, and starting a server that is ready before the test goes
-on."""
+"""The real peers tests run on loopback (Debian's prometheus, promtool, alertmanager and
+victoria-metrics) and the browser the run report is looked at in (chromium): finding
+them, and starting a server that is ready before the test goes on."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 VICTORIA_METRICS = shutil.which("victoria-metrics")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -29,13 +30,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def require_promtool() -> str:
-    """promtool, or a skip saying why (a failure under CI, which installs it)."""
-    if PROMTOOL is None:
+def _require(found: str | None, name: str, package: str) -> str:
+    """A peer's binary, or a skip saying why (a failure under CI, which installs it)."""
+    if found is None:
         if os.environ.get("CI") == "true":
-            pytest.fail("promtool not found: CI installs it (apt-get install prometheus)")
-        pytest.skip("promtool not installed (apt-get install prometheus); CI installs it")
-    return PROMTOOL
+            pytest.fail(f"{name} not found: CI installs it (apt-get install {package})")
+        pytest.skip(f"{name} not installed (apt-get install {package}); CI installs it")
+    return found
+
+
+def require_promtool() -> str:
+    return _require(PROMTOOL, "promtool", "prometheus")
 
 
 @contextlib.contextmanager
@@ -94,14 +99,7 @@ def running_prometheus(tmp: Path, scrape_configs: str, every: float = 1.0,
 
 
 def require_alertmanager() -> str:
-    """Alertmanager, or a skip saying why (a failure under CI, which installs it)."""
-    if ALERTMANAGER is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("alertmanager not found: CI installs it "
-                        "(apt-get install prometheus-alertmanager)")
-        pytest.skip("alertmanager not installed (apt-get install prometheus-alertmanager); "
-                    "CI installs it")
-    return ALERTMANAGER
+    return _require(ALERTMANAGER, "alertmanager", "prometheus-alertmanager")
 
 
 @contextlib.contextmanager
@@ -125,15 +123,12 @@ def running_alertmanager(tmp: Path, webhook: str) -> Iterator[str]:
         yield served
 
 
+def require_chromium() -> str:
+    return _require(CHROMIUM, "chromium", "chromium")
+
+
 def require_victoria_metrics() -> str:
-    """victoria-metrics, or a skip saying why (a failure under CI, which installs it)."""
-    if VICTORIA_METRICS is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("victoria-metrics not found: CI installs it "
-                        "(apt-get install victoria-metrics)")
-        pytest.skip("victoria-metrics not installed (apt-get install victoria-metrics); "
-                    "CI installs it")
-    return VICTORIA_METRICS
+    return _require(VICTORIA_METRICS, "victoria-metrics", "victoria-metrics")
 
 
 @contextlib.contextmanager

@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import json
 import re
+import ssl
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
@@ -71,14 +72,7 @@ def _target_options(p: argparse.ArgumentParser) -> None:
                    help="a relay (default port 9478), which may speak for the nodes it "
                         "carries; repeatable")
     p.add_argument("--targets-file", metavar="F", help="one target per line")
-    p.add_argument("--token-file", metavar="F", help="bearer token for the agents")
-    p.add_argument("--tls", action="store_true", help="connect with TLS (wss://)")
-    p.add_argument("--insecure", action="store_true",
-                   help="send the token over plain HTTP to non-loopback targets anyway")
-    p.add_argument("--tls-ca", metavar="F", help="CA bundle that signed the agents' "
-                   "certificates")
-    p.add_argument("--tls-insecure", action="store_true",
-                   help="do not verify the agents' certificates")
+    _tls_options(p, "the agents", "the agents'")
     p.add_argument("--name", default="cluster", help="cluster name shown in the header")
     p.add_argument("--nodes", metavar="HOSTLIST", action="append",
                    help="through a relay: only these nodes (Slurm host list; repeatable)")
@@ -91,6 +85,18 @@ def _target_options(p: argparse.ArgumentParser) -> None:
                    help="the app: take every value of every node, not each node's overview "
                         "(the open node always comes whole); costs ~20x the bytes and CPU")
     add_judge_options(p)
+
+
+def _tls_options(p: argparse.ArgumentParser, whom: str, whose: str) -> None:
+    """The token and TLS a viewer reaches agents or a relay with."""
+    p.add_argument("--token-file", metavar="F", help=f"bearer token for {whom}")
+    p.add_argument("--tls", action="store_true", help="connect with TLS (wss://, https://)")
+    p.add_argument("--insecure", action="store_true",
+                   help="send the token over plain HTTP to non-loopback targets anyway")
+    p.add_argument("--tls-ca", metavar="F", help=f"CA bundle that signed {whose} "
+                   "certificates")
+    p.add_argument("--tls-insecure", action="store_true",
+                   help=f"do not verify {whose} certificates")
 
 
 def _view_options(p: argparse.ArgumentParser) -> None:
@@ -246,6 +252,29 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --live: a label that names the node, as given to tuimon "
                             "prom; repeatable")
     rules.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    report = sub.add_parser(
+        "report", help="one job's run as a document for a review, from a relay's ledger: "
+                       "the SLI over the run, the budget by kind and cause, the incidents, "
+                       "the slowest nodes and leaves, the fleet's differences",
+        description="One job's run as a document a review starts from, read from the "
+                    "relay that keeps its ledger (GET /v1/report): Markdown for a ticket, "
+                    "or one self-contained HTML file with the plots drawn in it. The "
+                    "budget is the run's, under --slo-target and --slo-hours as `status "
+                    "--job` has it. Exit code 0, 2 for a usage error, 3 (unknown) when the "
+                    "relay cannot be read or counts no such job.")
+    report.add_argument("--relay", metavar="HOST[:PORT]",
+                        help="the relay that keeps the run's ledger (default port 9478)")
+    report.add_argument("--job", metavar="NAME", required=True, help="the job to report on")
+    report.add_argument("-o", "--output", metavar="FILE",
+                        help="write here instead of stdout (the format from its suffix: "
+                             ".md or .html)")
+    report.add_argument("--format", choices=REPORT_FORMATS,
+                        help="markdown (the default on stdout) or html")
+    report.add_argument("--since", type=duration, metavar="DURATION",
+                        help="the SLI and the incidents over the last DURATION (6h, 2d; "
+                             "default: the ledger's whole window); the budget is the run's")
+    _tls_options(report, "the relay", "the relay's")
+    add_slo_options(report, jobs=False)
     relay = sub.add_parser("relay", help="fan in many agents (or relays), fan out batches to "
                                          "viewers, keep the run's SLO ledger")
     add_relay_options(relay)
@@ -254,7 +283,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 # More agents than this watched directly (no relay) is said before it is done.
 MANY_DIRECT = 8192
-COMMANDS = ("connect", "status", "replay", "demo", "prom", "relay", "rules")
+COMMANDS = ("connect", "status", "replay", "demo", "prom", "relay", "rules", "report")
+# `tuimon report`'s formats, and the suffixes of -o that choose them.
+REPORT_FORMATS = ("markdown", "html")
+REPORT_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html",
+                   ".htm": "html"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,6 +335,8 @@ def _main(argv: list[str]) -> int:
         return _prom(args)
     if args.command == "rules":
         return _rules(args)
+    if args.command == "report":
+        return _report(args)
     if args.command == "relay":
         log_to_stderr(args.log_level)
         return run_relay(args)
@@ -329,6 +364,39 @@ def _rules(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     write_file(args.output, text, "--output")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    """`tuimon report --relay R --job J`: the relay's report of the job, as a document."""
+    from tuimon.model.run_report import ReportError, run_report
+    from tuimon.sources.relay_history import HistoryError, read_report
+    from tuimon.status import EXIT
+    from tuimon.ui.report_html import report_html
+    from tuimon.ui.report_markdown import report_markdown
+
+    form = args.format
+    if form is None and args.output:
+        form = REPORT_SUFFIXES.get(Path(args.output).suffix.lower())
+        if form is None:
+            raise UsageError(f"--output {args.output}: give --format markdown or html (the "
+                             "suffix, .md or .html, says neither)")
+    relay, options = _relay_of(args)
+    try:
+        report = run_report(asyncio.run(read_report(relay, options, args.job, args.since)),
+                            Slo(args.slo_target, args.slo_hours))
+    except ReportError as exc:
+        print(clean(f"tuimon: UNKNOWN: relay {relay}: its report does not read: {exc}"),
+              file=sys.stderr)
+        return EXIT["unknown"]
+    except HistoryError as exc:  # unreachable, refused, no ledger, no such job
+        print(clean(f"tuimon: UNKNOWN: {exc}"), file=sys.stderr)
+        return EXIT["unknown"]
+    text = report_html(report) if form == "html" else report_markdown(report)
+    if args.output:
+        write_file(args.output, text, "--output")
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -470,10 +538,7 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], St
                 f"(tuimon relay) and give --relay")
         print(f"tuimon: {note}", file=sys.stderr)
         args.notes = [*getattr(args, "notes", []), note]  # and the app says it on screen
-    token = load_token(args.token_file) if args.token_file else None
-    ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
-               if args.tls or args.tls_ca or args.tls_insecure else None)
-    check_token_transport([*targets, *relays], token, ssl_ctx is not None, args.insecure)
+    token, ssl_ctx = _credentials(args, [*targets, *relays])
     subscribe = None
     if args.nodes or args.families or args.every:
         families = ([f.strip() for f in args.families.split(",") if f.strip()]
@@ -483,6 +548,33 @@ def _connect_options(args: argparse.Namespace) -> tuple[list[str], list[str], St
                               overview_form=OVERVIEW_FORM)
     return targets, relays, StreamOptions(token=token, ssl_context=ssl_ctx,
                                           subscribe=subscribe)
+
+
+def _credentials(args: argparse.Namespace, addresses: list[str]
+                 ) -> tuple[str | None, ssl.SSLContext | None]:
+    """The token and TLS context the options give, checked against where they go (no
+    token in clear text off loopback)."""
+    token = load_token(args.token_file) if args.token_file else None
+    ssl_ctx = (client_ssl_context(args.tls_ca, args.tls_insecure)
+               if args.tls or args.tls_ca or args.tls_insecure else None)
+    check_token_transport(addresses, token, ssl_ctx is not None, args.insecure)
+    return token, ssl_ctx
+
+
+def _relay_of(args: argparse.Namespace) -> tuple[str, StreamOptions]:
+    """The one relay `--relay` names (host:port), and how to reach it."""
+    from tuimon_core.ports import DEFAULT_RELAY_PORT
+
+    if not args.relay:
+        raise TargetError(f"{args.command}: give --relay HOST[:PORT], the relay that keeps "
+                          "the run's ledger")
+    if args.relay.startswith(("https://", "wss://")):
+        args.tls = True
+    relays = parse_targets([_strip_scheme(args.relay)], DEFAULT_RELAY_PORT)
+    if len(relays) != 1:
+        raise TargetError(f"--relay {args.relay!r}: one relay, HOST[:PORT]")
+    token, ssl_ctx = _credentials(args, relays)
+    return relays[0], StreamOptions(token=token, ssl_context=ssl_ctx)
 
 
 def _strip_scheme(item: str) -> str:
@@ -532,6 +624,9 @@ def _implicit_command(argv: list[str], cluster: ClusterConfig) -> list[str]:
 def _fill_targets(args: argparse.Namespace, c: ClusterConfig) -> None:
     """Targets typed on the command line replace the cluster's targets and relay; with
     none typed, the cluster's are used."""
+    if args.command == "report":
+        args.relay = args.relay or c.relay  # the ledger a cluster's relay keeps
+        return
     if args.command not in ("connect", "status"):
         return  # the relay has its own targets; the config file describes what you watch
     if not args.targets and not args.relay and not getattr(args, "prometheus", None):

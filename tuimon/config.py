@@ -145,7 +145,8 @@ def cluster_defaults(c: ClusterConfig) -> dict[str, Any]:
 
 
 def set_cluster_defaults(parser: argparse.ArgumentParser, defaults: dict[str, Any],
-                         commands: tuple[str, ...] = ("connect", "status", "prom", "rules"),
+                         commands: tuple[str, ...] = ("connect", "status", "prom", "rules",
+                                                      "report"),
                          ) -> None:
     """Make `defaults` the defaults of those subcommands, each for the options it has
     (and `leaves`, which has no flag, where there is a topology)."""

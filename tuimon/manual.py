@@ -10,6 +10,7 @@ SECTIONS: dict[str, str] = {
   tuimon connect --relay login1:9478 --token-file ~/.tuimon/token
   tuimon prom http://prometheus:9090 --match 'cluster="a"'
   tuimon status 'gpu[001-128]:9477' --json; echo $?
+  tuimon report --relay login1 --job llm-pretrain -o llm-pretrain.html
   tuimon rules --slo-target 0.9 --slo-days 30 > /etc/prometheus/rules/tuimon.yml
   tuimon --cluster prod                        # what the config file says of prod""",
     "Exit status": """\
@@ -17,7 +18,8 @@ SECTIONS: dict[str, str] = {
   1    warning (status): a job below its SLO or burning at a ticket rate, throttling
   2    critical (status): a node down or lost, a lost GPU, a page-rate burn;
        or, for any command, a usage error: the message says what to type
-  3    unknown (status): no node was reached, nothing was checked
+  3    unknown (status): no node was reached, nothing was checked;
+       (report): the relay could not be read, or its ledger counts no such job
   130  interrupted""",
     "Files": """\
   $XDG_CONFIG_HOME/tuimon/config.toml     clusters: targets, relay, prometheus, SLO

@@ -44,8 +44,17 @@ def rank_spread(state: JobState) -> dict[str, Any] | None:
             "bins": bins}
 
 
-def _causes(hours: dict[tuple[str, str], float], most: int = 4
-            ) -> dict[str, list[dict[str, Any]]]:
+def spent_rows(spent: dict[str, float]) -> list[dict[str, Any]]:
+    """What the budget was spent on, by kind, largest first (the review's question is
+    what the most went to), each with its share of the spent hours and its words."""
+    total = sum(spent.values())
+    return [{"kind": kind, "hours": hours, "share": hours / total if total else 0.0,
+             "what": WAIT_WORDS.get(kind, kind)}
+            for kind, hours in sorted(spent.items(), key=lambda kv: -kv[1])]
+
+
+def cause_rows(hours: dict[tuple[str, str], float], most: int = 4
+               ) -> dict[str, list[dict[str, Any]]]:
     """kind -> its causes, largest first, each with its share of the kind."""
     out: dict[str, list[dict[str, Any]]] = {}
     for (kind, cause), value in hours.items():
@@ -103,7 +112,6 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
     burn = state.burn
     used = burn.consumed_hours if burn else 0.0
     spent = dict(burn.spent_hours) if burn else {}
-    total = sum(spent.values())
     waited, waits = state.wait_shares(WINDOWS["1h"], now)
     verdict = state.verdict(now)
     ledger = burn if isinstance(burn, LedgerBurn) else None
@@ -125,16 +133,13 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
             "scope": budget_scope(burn),
             "burn": burn.text(now) if burn else "-",
         },
-        # Largest first: the review's question is what the most went to.
-        "spent": [{"kind": kind, "hours": hours, "share": hours / total if total else 0.0,
-                   "what": WAIT_WORDS.get(kind, kind)}
-                  for kind, hours in sorted(spent.items(), key=lambda kv: -kv[1])],
+        "spent": spent_rows(spent),
         "waiting_1h": {"share": waited, "kinds": waits},
         # What this viewer put each kind's waiting down to while it watched, largest
         # first (tuimon.model.attribution): kind -> [{cause, hours, share of the kind}].
-        "causes": _causes({k: v / 3600 for k, v in state.causes.items()}),
+        "causes": cause_rows({k: v / 3600 for k, v in state.causes.items()}),
         # The same over the run, as the relay's ledger put it down (its findings).
-        "run_causes": _causes({(kind, cause): hours for kind, by_cause in
+        "run_causes": cause_rows({(kind, cause): hours for kind, by_cause in
                                (ledger.causes_hours if ledger else {}).items()
                                for cause, hours in by_cause.items()}),
         "burn_down": burn_down(ledger, eff.slo, now) if ledger else None,

@@ -41,14 +41,16 @@ def add_judge_options(p: argparse.ArgumentParser) -> None:
                    help="nodes known to have no GPU (login nodes): no GPU there is no fault")
 
 
-def add_slo_options(p: argparse.ArgumentParser, hours: bool = True) -> None:
-    """--slo-target, --slo-hours (unless the caller has its own), --baseline,
-    --flops-per-sample."""
+def add_slo_options(p: argparse.ArgumentParser, hours: bool = True, jobs: bool = True) -> None:
+    """--slo-target, --slo-hours (unless the caller has its own), and unless `jobs` is
+    false (a command that judges no throughput), --baseline, --flops-per-sample."""
     p.add_argument("--slo-target", type=slo_target, default=0.90,
                    help="SLO target for the effective training time ratio (default 0.90)")
     if hours:
         p.add_argument("--slo-hours", type=positive_float(1e6), default=720.0,
                        help="SLO window: the run's planned hours or rolling days x 24 (720)")
+    if not jobs:
+        return
     p.add_argument("--baseline", action="append", default=[], metavar="JOB=SAMPLES/S",
                    help="single-GPU throughput of a job, for scaling efficiency")
     p.add_argument("--flops-per-sample", action="append", default=[], metavar="JOB=FLOPS",

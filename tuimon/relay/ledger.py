@@ -192,7 +192,19 @@ RETURN_S = 5.0
 SETTLE_MOST_S = 120.0
 # Causes sent per job and kind; the rest are folded into FOLDED.
 CAUSES_SENT = 8
+# The periods a job's SLI over its run is read by (minutes): the shortest that gives at
+# most MAX_HISTORY of them, else whole hours.
+SLI_PERIODS_MIN = (1, 5, 15, 60)
 MAX_SPANS = 64
+
+
+class SliSeries(NamedTuple):
+    """A job's run time and effective time (seconds) by period, oldest first."""
+
+    start: float  # when the first period begins (Unix time)
+    every_s: float  # seconds each period covers
+    total_s: list[float]
+    effective_s: list[float]
 
 
 class Totals(NamedTuple):
@@ -918,11 +930,15 @@ class Ledger:
 
     # -- reading ------------------------------------------------------------------
 
-    def summary(self, now: float | None = None) -> dict[str, dict[str, Any]]:
+    def summary(self, now: float | None = None,
+                job: str | None = None) -> dict[str, dict[str, Any]]:
         """Per job: since when it is counted, consumed and observed hours over the window,
         the error ratio of each burn window (nil where nothing was observed), what the
         lost hours were spent on and put down to, the hours lost by hour, and whether
-        it is stopped now. A stop still open counts as it stands."""
+        it is stopped now. A stop still open counts as it stands. `job`: that job in
+        full (its causes and history) whether or not it is among the most recent (a
+        run's report asks for one job)."""
+        wanted = job  # (`job` names each job in the loops below)
         now = self.clock() if now is None else now
         minute_now = int(now // 60)
         windows = {"run": self.window_hours * 3600}
@@ -985,8 +1001,9 @@ class Ledger:
         for job in self._stops:
             latest[job] = minute_now
         recent = sorted(sums, key=lambda j: latest.get(j, 0), reverse=True)
-        sums = {job: sums[job] for job in recent[:MAX_BUDGET_JOBS]}
-        detailed = set(recent[:MAX_DETAILED_JOBS])
+        asked = [wanted] if wanted in sums else []
+        sums = {name: sums[name] for name in [*recent[:MAX_BUDGET_JOBS], *asked]}
+        detailed = {*recent[:MAX_DETAILED_JOBS], *asked}
         history = self._history(first_run, minute_now, stopped, detailed)
         for job, entry in sums.items():
             total, effective = entry["windows"].get("run", (0.0, 0.0))
@@ -1087,6 +1104,49 @@ class Ledger:
                     max(0.0, seconds) / 3600
             out[job] = (start * 60.0, float(every), entries)
         return out
+
+    def sli_series(self, job: str, since: float, now: float | None = None) -> SliSeries | None:
+        """A job's run time and effective time by period over (since, now], from its
+        first minute there: at most MAX_HISTORY periods of 1, 5, 15 or 60 minutes or of
+        whole hours, the shortest that fits (a run of an hour is drawn by the minute, one
+        of a month by three hours); None where it has no minute there. Read as `summary`
+        reads the minutes (the file's, those not yet written, a stop's lost time as it
+        stands), bounded on both sides, so its sums are the summary's over the same
+        range."""
+        now = self.clock() if now is None else now
+        first, last = int(since // 60), int(now // 60)
+        minutes: dict[int, list[float]] = {}
+
+        def add(minute: int, total: float, effective: float) -> None:
+            if first < minute <= last:
+                sums = minutes.setdefault(minute, [0.0, 0.0])
+                sums[0] += total
+                sums[1] += effective
+
+        for minute, total, effective in self._db.execute(
+                "SELECT minute, total_s, effective_s FROM buckets WHERE job = ? AND "
+                "minute > ? AND minute <= ?", (job, first, last)):
+            add(minute, total or 0.0, effective or 0.0)
+        for (name, minute), bucket in self._pending.items():
+            if name == job:
+                add(minute, bucket[0], bucket[1])
+        stop = self._stops.get(job)
+        if stop is not None:
+            for minute, seconds in _per_minute(stop.seen(now),
+                                               stop.lost(now, self.stopped_most_s)).items():
+                add(minute, seconds, 0.0)
+        if not minutes:
+            return None
+        span = last - min(minutes) + 1
+        every = next((m for m in SLI_PERIODS_MIN if -(-span // m) <= MAX_HISTORY),
+                     60 * -(-span // (60 * MAX_HISTORY)))
+        start = min(minutes) // every * every
+        total = [0.0] * ((last - start) // every + 1)
+        effective = list(total)
+        for minute, (t, e) in minutes.items():
+            total[(minute - start) // every] += t
+            effective[(minute - start) // every] += e
+        return SliSeries(start * 60.0, every * 60.0, total, effective)
 
     def buckets(self, job: str) -> list[tuple[int, float, float]]:
         """Every stored (minute, total_s, effective_s) of a job, oldest first."""

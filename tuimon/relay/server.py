@@ -1,4 +1,5 @@
-"""The relay's HTTP side: `/v1/stream` for viewers (batches), `/metrics`, `/healthz`.
+"""The relay's HTTP side: `/v1/stream` for viewers (batches), `/v1/history` (its
+incidents) and `/v1/report` (a run's report), `/metrics`, `/healthz`.
 
 `build_relay_app` returns an aiohttp Application whose `cleanup_ctx` owns the upstream
 streams, the ledger and the periodic work (start in order, stop in reverse, await every
@@ -24,6 +25,7 @@ from prometheus_client.registry import Collector
 
 from tuimon.relay.fanout import JOB_SOURCES_KEEP_S, FanOut, Shared, ViewerFeed
 from tuimon.relay.ledger import Ledger
+from tuimon.relay.report import report_document
 from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
 from tuimon_core import heap, json_text
 from tuimon_core.findings import Finding
@@ -251,6 +253,31 @@ async def history(request: web.Request) -> web.Response:
                              dumps=json_text.dumps)
 
 
+async def report(request: web.Request) -> web.Response:
+    """A job's report (tuimon.relay.report): its budget, its SLI by period and its
+    incidents over the last `since` seconds (default: the ledger's window), where its
+    lost time lies by node and by leaf, and the fleet's differences now. JSON; 404 with
+    the reason for a relay without a ledger or a job its ledger does not count."""
+    state = request.app[STATE]
+    if state.ledger is None:
+        raise web.HTTPNotFound(text="this relay keeps no ledger: no report\n")
+    q = request.query
+    job = clean(q.get("job", ""))
+    try:
+        since = float(q.get("since", state.ledger.window_hours * 3600))
+    except ValueError:
+        raise web.HTTPBadRequest(text="since: seconds\n") from None
+    if not job or not (math.isfinite(since) and 0 < since <= MAX_HISTORY_S):
+        raise web.HTTPBadRequest(text=f"job: a job's name; since: 0 to "
+                                      f"{MAX_HISTORY_S / 86400:.0f} days in seconds\n")
+    doc = report_document(state.ledger, state.fanout, state.name, job, since, time.time())
+    if doc is None:
+        known = ", ".join(sorted(state.budget or {})[:10]) or "none yet"
+        raise web.HTTPNotFound(text=f"no job {job!r} in this relay's ledger over its "
+                                    f"{state.ledger.window_hours:g} h window (jobs: {known})\n")
+    return web.json_response(doc, dumps=json_text.dumps)
+
+
 async def healthz(request: web.Request) -> web.Response:
     state = request.app[STATE]
     ledger = state.ledger
@@ -365,6 +392,7 @@ def build_relay_app(state: RelayState) -> web.Application:
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/v1/history", history)
+    app.router.add_get("/v1/report", report)
     app.cleanup_ctx.append(_housekeeping)
     app.cleanup_ctx.append(_upstream)
     app.on_shutdown.append(_close_streams)

@@ -26,13 +26,21 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def hours_text(hours: float) -> str:
+    """Budget hours as every cost is said: `1.5 h`, `42 min` under an hour, `30 s` under
+    a minute (a short run's incident costs seconds, not `0 min`)."""
+    if hours < 1 / 60:
+        return f"{max(0.0, hours) * 3600:.0f} s"
+    return f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.1f} h"
+
+
 def cost_text(incident: dict[str, Any]) -> str:
     """What the incident cost, as the relay's ledger put the jobs' lost time down to it."""
     lost = incident["lost_h"]
     jobs = incident["jobs"]
     if lost <= 0:
         return f"touched {', '.join(jobs)}" if jobs else ""
-    budget = f"{lost * 60:.0f} min" if lost < 1 else f"{lost:.1f} h"
+    budget = hours_text(lost)
     return f"cost {budget} of budget ({', '.join(jobs)})" if jobs else f"cost {budget}"
 
 
