@@ -31,6 +31,9 @@ from tuimon_core.findings import Finding
 from tuimon_core.heat_levels import gpu_busy
 
 BUSY_FOR_LINK = 0.5  # a GPU this busy keeps its link at full speed
+# GT/s per lane by PCIe generation (index: generation - 1): what a link's bandwidth is
+# compared by (lanes x rate; the encoding's overhead is alike within Gen3 and later).
+GT_PER_LANE = (2.5, 5.0, 8.0, 16.0, 32.0, 64.0)
 # DCGM's allowed PCIe replays a minute per lane, by generation (index: generation - 1).
 REPLAYS_PER_LANE_MINUTE = (0.15, 0.3, 0.48, 0.96, 1.92, 3.84)
 REPLAY_WINDOW_S = 60.0
