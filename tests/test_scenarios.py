@@ -12,8 +12,8 @@ from tests.seeded import run_scenario
 
 @pytest.mark.parametrize("name", ["spine-imbalance", "thermal-straggler", "checkpoint-storm",
                                   "xid-79", "link-flap", "bad-cable", "hot-node",
-                                  "pcie-downtrain", "nvlink-degraded", "gpu-missing",
-                                  "pfc-storm"])
+                                  "pcie-downtrain", "switch-downtrained", "nvlink-degraded",
+                                  "gpu-missing", "pfc-storm"])
 async def test_the_fault_is_named_within_60_s_of_onset(name: str) -> None:
     caught_at = None
     before = []
@@ -30,6 +30,8 @@ async def test_the_fault_is_named_within_60_s_of_onset(name: str) -> None:
 
 
 @pytest.mark.parametrize("name,cause", [("pcie-downtrain", "pcie downtrained (PCIe Gen3 x8"),
+                                        ("switch-downtrained", "pcie downtrained (PCIe path: "
+                                         "root port"),
                                         ("nvlink-degraded", "nvlink down (12 of 18")])
 async def test_a_straggler_is_named_with_the_cause_on_its_node(name: str, cause: str) -> None:
     """A gray failure slows one GPU's rank: the straggler line names what its node shows
