@@ -117,12 +117,18 @@ class FileTree:
     def exists(self, rel: str) -> bool:
         return self.path(rel).exists()
 
+    def link_target(self, rel: str) -> str | None:
+        """Where a symlink points, as written (sysfs writes relative paths), None if it is
+        not a symlink or cannot be read."""
+        try:
+            return os.readlink(self.path(rel))
+        except (OSError, ValueError):  # ValueError: a NUL in a name built from input
+            return None
+
     def link_name(self, rel: str) -> str | None:
         """The last part of where a symlink points (a device's `driver`), None if none."""
-        try:
-            return os.path.basename(os.readlink(self.path(rel)))
-        except OSError:
-            return None
+        target = self.link_target(rel)
+        return os.path.basename(target.rstrip("/")) or None if target else None
 
 
 class GeneratedTree(FileTree):
@@ -159,7 +165,8 @@ class GeneratedTree(FileTree):
         key = rel.strip("/")
         return key in self.files or key in self._dirs
 
-    def link_name(self, rel: str) -> str | None:
-        """A generated symlink is a file whose content is the target's name."""
+    def link_target(self, rel: str) -> str | None:
+        """A generated symlink is a file whose content is its target (a name, or a path
+        as sysfs writes one)."""
         make = self.files.get(rel.strip("/"))
         return make().strip() if make is not None else None

@@ -158,6 +158,36 @@ def test_mlx5_pause_summary(stats: dict[str, int]) -> None:
         assert totals["discards"] == named["rx_discards_phy"]
 
 
+PCI_PATH = "devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:01.0/0000:19:00.0"
+
+
+@FUZZ
+@given(inputs(f"../../../{PCI_PATH}"), inputs("32.0 GT/s PCIe\n"), inputs("16\n"))
+def test_pci_paths(target: str, speed: str, width: str) -> None:
+    """Whatever a device's bus symlink and its links' files say, its path is None or
+    links whose every value is None or in the wire's bounds."""
+    from agent.collectors.pci import PciPaths
+    from agent.files import GeneratedTree
+
+    files = {"sys/bus/pci/devices/0000:19:00.0": lambda: target}
+    parts = PCI_PATH.split("/")
+    for depth in range(2, len(parts) + 1):
+        base = "sys/" + "/".join(parts[:depth])
+        for name, value in (("current_link_speed", speed), ("max_link_speed", speed),
+                            ("current_link_width", width), ("max_link_width", width)):
+            files[f"{base}/{name}"] = lambda value=value: value
+    paths = PciPaths(GeneratedTree(files))
+    hops = paths.read("0000:19:00.0", with_now=True)
+    assert hops is None or 1 <= len(hops) <= 8
+    now = paths.now("0000:19:00.0")
+    for hop in hops or ():
+        assert {hop["up_kind"]} <= {"root", "switch"}
+        for key in ("up_gen_max", "down_gen_max", "gen", "up_width_max", "down_width_max",
+                    "width"):
+            assert hop[key] is None or 1 <= hop[key] <= 64, (key, hop)
+    assert (now is None) == (hops is None)
+
+
 @FUZZ
 @given(inputs(SEEDS["llite"]), inputs(MMPMON), inputs(SEEDS["mountstats"]),
        inputs(SEEDS["diskstats"]), inputs(MOUNTS))

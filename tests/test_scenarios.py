@@ -12,8 +12,8 @@ from tests.seeded import run_scenario
 
 @pytest.mark.parametrize("name", ["spine-imbalance", "thermal-straggler", "checkpoint-storm",
                                   "xid-79", "link-flap", "bad-cable", "hot-node",
-                                  "pcie-downtrain", "nvlink-degraded", "gpu-missing",
-                                  "pfc-storm", "power-brake", "nvlink-lost",
+                                  "pcie-downtrain", "switch-downtrained", "nvlink-degraded",
+                                  "gpu-missing", "pfc-storm", "power-brake", "nvlink-lost",
                                   "nvml-missing", "lossless-drops", "port-disabled"])
 async def test_the_fault_is_named_within_60_s_of_onset(name: str) -> None:
     caught_at = None
@@ -31,6 +31,8 @@ async def test_the_fault_is_named_within_60_s_of_onset(name: str) -> None:
 
 
 @pytest.mark.parametrize("name,cause", [("pcie-downtrain", "pcie downtrained (PCIe Gen3 x8"),
+                                        ("switch-downtrained", "pcie downtrained (PCIe path: "
+                                         "root port"),
                                         ("nvlink-degraded", "nvlink down (12 of 18"),
                                         ("nvlink-lost", "nvlink down (17 of 18"),
                                         ("power-brake", "hw slowdown (GPU ")])

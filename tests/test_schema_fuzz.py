@@ -69,6 +69,7 @@ PLACES: dict[str, Callable[[Any], dict[str, Any]]] = {
     "hello.host": lambda v: _hello(host=v),
     "inventory.gpus[]": lambda v: _inventory("gpus", v),
     "inventory.ports[]": lambda v: _inventory("ports", v),
+    "pcie_path[]": lambda v: _inventory("gpus", {"index": 0, "pcie_path": [v]}),
     "inventory.nics[]": lambda v: _inventory("nics", v),
     "inventory.filesystems[]": lambda v: _inventory("filesystems", v),
     "inventory.disks[]": lambda v: _inventory("disks", v),

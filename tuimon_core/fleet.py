@@ -1,7 +1,8 @@
 """The fleet compared with itself: what most nodes have (a driver, a firmware, a kernel,
-eight GPUs, eighteen NVLinks a GPU, 400 Gb/s ports), and the few that differ, named as
-host lists. A node that differs is not broken; it is the first place to look when it is
-the slow one (a job is as fast as its slowest rank).
+eight GPUs, eighteen NVLinks a GPU, 400 Gb/s ports, Gen5 x16 from each GPU to its root
+port), and the few that differ, named as host lists. A node that differs is not broken;
+it is the first place to look when it is the slow one (a job is as fast as its slowest
+rank).
 
 Read from the nodes' hellos (what each agent says it is made of), so the viewer, `tuimon
 status` and the relay compare the same things. A value is judged only where at least
@@ -23,6 +24,7 @@ from typing import Any
 
 from tuimon_core.findings import Finding
 from tuimon_core.hostlist import collect_hostlist
+from tuimon_core.link_rules import bandwidth, link_text, path_most
 
 MIN_NODES = 3
 
@@ -75,6 +77,24 @@ def _versions(value: Any) -> str:
     return " and ".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
+def _path(hops: Any) -> tuple[float, int | None, int | None] | None:
+    """What a device's PCIe path lets through at most, ordered by bandwidth (the lowest
+    of a node's devices of a model is its slowest)."""
+    most = path_most(hops)
+    return None if most is None else (bandwidth(most) or 0.0, *most)
+
+
+def _paths(h: Any) -> dict[str, Any]:
+    """Each GPU and HCA model's narrowest PCIe path on the node (the models' names do
+    not meet: `NVIDIA H100 80GB HBM3`, `MT4129`)."""
+    out = _per_model(h, lambda g: _path(g.pcie_path))
+    for port in h.extra.get("ports") or ():
+        model, v = port.get("hca_type"), _path(port.get("pcie_path"))
+        if model and v is not None:
+            out[model] = min(out.get(model, v), v)
+    return out
+
+
 @dataclass(frozen=True)
 class Aspect:
     """One thing nodes are compared by: its name, how a node's hello gives it (a value,
@@ -114,6 +134,10 @@ ASPECTS: tuple[Aspect, ...] = (
     _hca_aspect("hca_fw", "HCA firmware", "fw_ver", _distinct, show=_versions),
     # The slowest up port: a rail-optimised all-reduce runs at its pace.
     _hca_aspect("port_rate", "port rate", "rate", _slowest, show=_gbps, only_up=True),
+    # What the links from each GPU or HCA to its root port allow at most: a node whose
+    # GPUs sit in Gen4 slots where the fleet's are in Gen5 ones (agents since 2026-12).
+    Aspect("pcie_path", "PCIe path", _paths, per_model=True,
+           show=lambda v: link_text(v[1:])),
 )
 
 

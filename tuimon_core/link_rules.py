@@ -1,13 +1,29 @@
-"""The links inside a node, judged where its data is: the PCIe link of each GPU and HCA,
-the NVLinks, the GPUs the PCI bus has but NVML does not, the GPUDirect RDMA module. The
-gray failures: nothing is down, and the node is slow.
+"""The links inside a node, judged where its data is: the PCIe link of each GPU and HCA
+and the links above it up to its root port (through PCIe switches), the NVLinks, the
+GPUs the PCI bus has but NVML does not, the GPUDirect RDMA module. The gray failures:
+nothing is down, and the node is slow. Judged from what is on the wire (the hello's
+`pcie_path`, a sample's `pcie_path_gen`), so a viewer or relay judges an agent that does
+not judge itself the same way.
 
 Thresholds and where they come from:
-- PCIe downtrained: a GPU's link below the generation or width it and its slot support
-  together (NVML's `Max`), judged only while the GPU is busy (an idle GPU drops its
-  link to save power); an HCA's below its `max_link_speed`/`max_link_width` (sysfs).
-  Bridges and switch ports are never read (a Gen5 GPU under a Gen4 switch shows the
-  switch port "downgraded", which is normal).
+- PCIe downtrained, the device's own link: a GPU's below the generation or width it and
+  its slot support together (NVML's `Max`), judged only while the GPU is busy (an idle
+  GPU drops its link to save power); an HCA's below the lower of its own and its slot's
+  `max_link_speed`/`max_link_width` (sysfs; a Gen5 HCA in a Gen4 slot trains at Gen4,
+  as it should), judged always. Agents that send no path: the HCA's own maximum.
+- PCIe downtrained, a link above the device (its `pcie_path`: switch to root port, one
+  switch to another): below the lower of its two ends' maxima, the most the link can
+  train at (as the kernel's `pcie_bandwidth_available` walks the same path). A link that
+  carries a GPU is judged only while a GPU behind it is busy (an idle GPU lowers its
+  link, and the ports above it may follow); one that carries HCAs only, always. One
+  finding per link, naming the devices behind it. A switch port shown "downgraded" by
+  lspci because the device below supports less (a Gen4 NIC under a Gen5 switch) is not
+  below what both ends support: nothing.
+- PCIe slot limited (info, configuration): a port on the path (the slot, a switch's
+  ports, the root port) that supports less than the device itself (sysfs
+  `max_link_*` of the device), so the device cannot reach its own maximum: a Gen5 GPU
+  or HCA in a Gen4 slot. Not a fault: the link is as fast as its ends allow. The fleet
+  compares what each model's path allows (`tuimon_core/fleet.py`).
 - PCIe replays: more per minute than DCGM's health watch allows, `ceil(rate x lanes)`
   with the per-lane rate by generation 0.15, 0.3, 0.48, 0.96, 1.92, 3.84 a minute
   (a bit error rate of 1e-12 at the line rate; DCGM's DcgmHealthWatch.cpp,
@@ -36,6 +52,9 @@ from tuimon_core.findings import Finding
 from tuimon_core.gpu_state import gpu_work
 
 BUSY_FOR_LINK = 0.5  # a GPU this busy keeps its link at full speed
+# GT/s per lane by PCIe generation (index: generation - 1): what a link's bandwidth is
+# compared by (lanes x rate; the encoding's overhead is alike within Gen3 and later).
+GT_PER_LANE = (2.5, 5.0, 8.0, 16.0, 32.0, 64.0)
 # DCGM's allowed PCIe replays a minute per lane, by generation (index: generation - 1).
 REPLAYS_PER_LANE_MINUTE = (0.15, 0.3, 0.48, 0.96, 1.92, 3.84)
 REPLAY_WINDOW_S = 60.0
@@ -57,6 +76,52 @@ def bus_address(text: str) -> str | None:
         return None
 
 
+Link = tuple[int | None, int | None]  # (generation, width); None: not known
+
+
+def _known(value: Any) -> int | None:
+    return value if type(value) is int and value > 0 else None
+
+
+def _lower(a: Any, b: Any) -> int | None:
+    """The lower of two maxima; not known where either is not."""
+    a, b = _known(a), _known(b)
+    return None if a is None or b is None else min(a, b)
+
+
+def hop_most(hop: dict[str, Any]) -> Link:
+    """The most a link on a PCIe path can train at: the lower of its two ends' maxima."""
+    return (_lower(hop.get("up_gen_max"), hop.get("down_gen_max")),
+            _lower(hop.get("up_width_max"), hop.get("down_width_max")))
+
+
+def bandwidth(link: Link) -> float | None:
+    """GT/s over all lanes: how links of other generations and widths compare."""
+    gen, width = link
+    if gen is None or width is None:
+        return None
+    return GT_PER_LANE[min(gen, len(GT_PER_LANE)) - 1] * width
+
+
+def path_most(hops: Any) -> Link | None:
+    """The narrowest link on a device's path, by what each can train at: the most the
+    device can get through it (None where no link's ends are known)."""
+    known = [(bw, most) for most in map(hop_most, hops or ())
+             if (bw := bandwidth(most)) is not None]
+    return min(known)[1] if known else None
+
+
+def _below(now: Link, most: Link) -> bool:
+    """Below in generation or width, where both are known."""
+    return any(n is not None and m is not None and n < m
+               for n, m in zip(map(_known, now), most))
+
+
+def link_text(link: Link) -> str:
+    gen, width = link
+    return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
+
+
 def allowed_replays(gen: int | None, width: int | None) -> int | None:
     """DCGM's most PCIe replays a minute for a link of this generation and width."""
     if not gen or not width:
@@ -71,6 +136,89 @@ def _growth(q: deque[tuple[float, int]], now: float, span: float) -> tuple[int, 
     if len(q) < 2:
         return 0, 0.0
     return q[-1][1] - q[0][1], q[-1][0] - q[0][0]
+
+
+@dataclass(frozen=True, slots=True)
+class _PathOf:
+    """A device's PCIe path as the path rules judge it."""
+
+    name: str  # `GPU 2`, `mlx5_0`: how a finding names it
+    gpu: int | None
+    port: str | None
+    hops: tuple[dict[str, Any], ...]  # its own link first, then up to the root port
+    now: tuple[Link, ...]  # each link's state now, in the same order
+    busy: bool | None  # a GPU: busy now; an HCA: None (its links are judged always)
+
+    @property
+    def own(self) -> Link:
+        """What the device itself supports (its end of its own link)."""
+        return (_known(self.hops[0].get("down_gen_max")),
+                _known(self.hops[0].get("down_width_max")))
+
+
+def _gpu_paths(infos: list[Any], gpus: list[dict[str, Any]]) -> list[_PathOf]:
+    out = []
+    for i, info in enumerate(infos):
+        hops = getattr(info, "pcie_path", None)
+        g = gpus[i] if i < len(gpus) else None
+        if not hops or g is None or g.get("failed"):
+            continue
+        gens, widths = g.get("pcie_path_gen") or (), g.get("pcie_path_width") or ()
+        # A sample read against another path than the hello's: its links not known.
+        now = tuple(zip(gens, widths)) if len(gens) == len(widths) == len(hops) else \
+            ((None, None),) * len(hops)
+        busy = gpu_work(g, info)[0]
+        out.append(_PathOf(f"GPU {i}", i, None, tuple(hops), now,
+                           busy is not None and busy >= BUSY_FOR_LINK))
+    return out
+
+
+def _hca_paths(ports: Any) -> list[_PathOf]:
+    out = []
+    for device, p in _hcas(ports):
+        hops = p.get("pcie_path")
+        if hops:
+            out.append(_PathOf(str(device), None, str(device), tuple(hops),
+                               tuple((h.get("gen"), h.get("width")) for h in hops), None))
+    return out
+
+
+def _hcas(ports: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """(device, its first port's facts) for each HCA: its ports share its PCIe link."""
+    seen: dict[Any, dict[str, Any]] = {}
+    for p in ports or ():
+        seen.setdefault(p.get("device") or p.get("id"), p)
+    return list(seen.items())
+
+
+def _port_name(hop: dict[str, Any], upper: bool) -> str:
+    """An end of a link above a device, in words: the port above, or (the lower end of a
+    link above the device's own) a switch's upstream port."""
+    if not upper:
+        return f"switch upstream port {hop.get('down')}"
+    return f"{'root' if hop.get('up_kind') == 'root' else 'switch'} port {hop.get('up')}"
+
+
+def _narrowest_end(p: _PathOf) -> tuple[str, str, Link] | None:
+    """(address, name, maxima) of the port on the device's path that supports least
+    below what the device does, if any: the upper end of each link, and the lower end
+    (a switch's upstream port) of each link above its own."""
+    own = p.own
+    ends = []
+    for k, hop in enumerate(p.hops):
+        for upper in (True, False) if k else (True,):
+            side = "up" if upper else "down"
+            most = (_known(hop.get(f"{side}_gen_max")), _known(hop.get(f"{side}_width_max")))
+            if _below(most, own):
+                # Ranked by what it lets through; a maximum not known is taken as the
+                # device's own.
+                gen, width = (m if m is not None else o for m, o in zip(most, own))
+                ends.append((bandwidth((gen, width)) or 0.0, str(hop.get(side)),
+                             _port_name(hop, upper), most))
+    if not ends:
+        return None
+    _, address, name, most = min(ends, key=lambda end: (end[0], end[1]))
+    return address, name, most
 
 
 @dataclass
@@ -100,8 +248,11 @@ class LinkRules:
         gpus = sample.gpus or []
         out += self._gpu_links(infos, gpus, now)
         if hello is not None:
+            paths = _gpu_paths(infos, gpus) + _hca_paths(hello.extra.get("ports"))
             out += self._nvlinks_present(infos)
             out += self._hca_links(hello)
+            out += self._path_links(paths)
+            out += self._slots(paths)
             out += self._gpus_on_bus(hello)
             out += self._gpudirect(hello)
         return out
@@ -201,14 +352,13 @@ class LinkRules:
 
     def _hca_links(self, hello: Any) -> list[Finding]:
         out = []
-        seen = set()
-        for p in hello.extra.get("ports") or ():
-            device = p.get("device") or p.get("id")
-            if device in seen:
-                continue
-            seen.add(device)
+        for device, p in _hcas(hello.extra.get("ports")):
             gen, width = p.get("pcie_gen"), p.get("pcie_width")
             gmax, wmax = p.get("pcie_gen_max"), p.get("pcie_width_max")
+            slot: dict[str, Any] = (p.get("pcie_path") or ({},))[0]
+            # Its link at most is the lower of its own and its slot's, where known.
+            gmax = _lower(gmax, slot.get("up_gen_max")) or gmax
+            wmax = _lower(wmax, slot.get("up_width_max")) or wmax
             if (gen and gmax and gen < gmax) or (width and wmax and width < wmax):
                 out.append(Finding(
                     "warning", "pcie_downtrained",
@@ -216,6 +366,59 @@ class LinkRules:
                     "HCA cannot reach its line rate", node=self.name, port=str(device),
                     score=0.6))
         return out
+
+    def _path_links(self, paths: list[_PathOf]) -> list[Finding]:
+        """Each link above a device (its own is judged by `_gpu_links`, `_hca_links`)
+        below what both its ends support; one finding per link, for the devices behind
+        it."""
+        behind: dict[tuple[Any, Any], list[tuple[_PathOf, dict[str, Any], Link]]] = {}
+        for p in paths:
+            for hop, now in zip(p.hops[1:], p.now[1:]):
+                behind.setdefault((hop.get("up"), hop.get("down")), []).append((p, hop, now))
+        out = []
+        for devices in behind.values():
+            gpus = [d for d in devices if d[0].busy is not None]
+            # A link that carries a GPU is judged while one behind it is busy, with that
+            # GPU's reading (taken every sample); an HCA's link always.
+            judges = [d for d in gpus if d[0].busy] if gpus else devices
+            if not judges:
+                continue
+            p, hop, now = judges[0]
+            most = hop_most(hop)
+            if not _below(now, most):
+                continue
+            busy = " while busy" if p.busy else ""
+            out.append(self._on_path(
+                "warning", "pcie_downtrained", p, [d[0] for d in devices if d[0] is not p],
+                f"{_port_name(hop, True)} -> {hop.get('down')} at {link_text(now)} of "
+                f"{link_text(most)}{busy}", score=0.6))
+        return out
+
+    def _slots(self, paths: list[_PathOf]) -> list[Finding]:
+        """A port on a device's path that supports less than the device (a Gen5 GPU in
+        a Gen4 slot): configuration, said once per port for the devices below it."""
+        below: dict[str, list[tuple[_PathOf, str, Link]]] = {}
+        for p in paths:
+            limit = _narrowest_end(p)
+            if limit is not None:
+                address, where, most = limit
+                below.setdefault(address, []).append((p, where, most))
+        out = []
+        for devices in below.values():
+            p, where, most = devices[0]
+            out.append(self._on_path(
+                "info", "pcie_slot_limited", p, [d[0] for d in devices[1:]],
+                f"{where} supports {link_text(most)}, {p.name} {link_text(p.own)}: it "
+                "cannot reach its own maximum", score=0.3))
+        return out
+
+    def _on_path(self, severity: str, kind: str, p: _PathOf, others: list[_PathOf],
+                 what: str, score: float) -> Finding:
+        """A finding about a device's path, on the device, naming the others behind the
+        same port (one finding, not one a device)."""
+        also = f" (also behind it: {', '.join(o.name for o in others)})" if others else ""
+        return Finding(severity, kind, f"{self.name} {p.name} PCIe path: {what}{also}",
+                       node=self.name, gpu=p.gpu, port=p.port, score=score)
 
     def _gpus_on_bus(self, hello: Any) -> list[Finding]:
         on_bus = [a for a in (bus_address(x) for x in hello.extra.get("pci_gpus") or ())

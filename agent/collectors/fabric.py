@@ -134,6 +134,7 @@ class FabricCollector:
         self._rates = RateTracker()
         self._ports: dict[str, _Port] = {}
         self._nics: dict[str, dict[str, Any]] = {}
+        self._paths = pci.PciPaths(files)  # each HCA's PCIe links up to its root port
         self._reads = 0
         self._info_changed = False
         self.status: str | None = None
@@ -207,8 +208,9 @@ class FabricCollector:
         return p
 
     def _read_port_info(self, p: _Port) -> bool:
-        """The port's slow facts (rate, model, firmware, the HCA's PCIe link); True when
-        they changed since the last read (a port that came back at half its rate)."""
+        """The port's slow facts (rate, model, firmware, the HCA's PCIe link and the links
+        above it); True when they changed since the last read (a port that came back at
+        half its rate)."""
         def text(rel: str) -> str | None:
             try:
                 return self.files.read_text(rel).strip() or None
@@ -226,8 +228,15 @@ class FabricCollector:
             "board_id": text(f"{dev_base}/board_id"),
             "fw_ver": text(f"{dev_base}/fw_ver"),
             **pci.link(self.files, f"{dev_base}/device"),
+            "pcie_path": self._path(f"{dev_base}/device"),
         })
         return p.info != before
+
+    def _path(self, device_link: str) -> list[dict[str, Any]] | None:
+        """The HCA's PCIe path with each link's state now: read on the cadence of its own
+        link (every RATE_EVERY samples); an HCA keeps its link at speed, idle or not."""
+        address = self.files.link_name(device_link)
+        return self._paths.read(address, with_now=True) if address else None
 
     def _discover_nics(self) -> dict[str, dict[str, Any]]:
         try:

@@ -19,9 +19,11 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
+from agent.collectors.pci import PciPaths
 from agent.collectors.processes import ProcessNames, processes
 from agent.files import FileTree
 from agent.rates import RateTracker
+from tuimon_core.link_rules import bus_address
 from tuimon_core.protocol.fields import CLOCK_EVENT_REASONS
 from tuimon_core.protocol.messages import Event, GpuInfo
 
@@ -134,8 +136,10 @@ class GpuCollector:
     def __init__(self, nvml_loader: Callable[[], Any] = load_nvml,
                  files: FileTree | None = None) -> None:
         self._loader = nvml_loader
-        # /proc under the agent's root, to name the processes on each GPU.
+        # /proc under the agent's root, to name the processes on each GPU; /sys, for the
+        # PCIe links between each GPU and its root port.
         self._names = ProcessNames(files) if files is not None else None
+        self._paths = PciPaths(files) if files is not None else None
         self.nvml: Any = None
         self.status: str | None = "NVML not initialised yet"
         self.driver_version: str | None = None
@@ -263,7 +267,16 @@ class GpuCollector:
             vbios=_text(vbios) if vbios is not None else None,
             pcie_gen_max=_small(gen_max), pcie_width_max=_small(width_max),
             nvlinks=nvlinks, nvlinks_total=nvlinks_total,
+            pcie_path=self._read_path(_text(pci.busId) if pci is not None else None),
         )
+
+    def _read_path(self, bus_id: str | None) -> list[dict[str, Any]] | None:
+        """The GPU's PCIe path from sysfs (what each link's ends support), with the
+        inventory: it changes only when the hardware does."""
+        address = bus_address(bus_id) if bus_id else None
+        if self._paths is None or address is None:
+            return None
+        return self._paths.read(address)
 
     def _nvlink_state(self, h: Any) -> tuple[int | None, int | None]:
         """(links active, links the GPU has): NVML answers each link up to
@@ -380,6 +393,10 @@ class GpuCollector:
         v["pcie_gen"], v["pcie_width"] = _small(gen), _small(width)
         if slow:
             self._check_links(i, h)
+            self._check_path(i)
+        path_now = self._path_now(i)
+        if path_now is not None:
+            v["pcie_path_gen"], v["pcie_path_width"] = path_now
 
         tx = r("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, 0)  # KB/s
         rx = r("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, 1)
@@ -521,6 +538,25 @@ class GpuCollector:
         if (active, total) != (info.nvlinks, info.nvlinks_total):
             self.inventory[i] = dataclasses.replace(info, nvlinks=active, nvlinks_total=total)
             self.inventory_changed = True
+
+    def _check_path(self, i: int) -> None:
+        """Every SLOW_EVERY samples: the GPU's PCIe path again (one that could not be read
+        at start, a device re-enumerated); a change is a new hello."""
+        if i >= len(self.inventory) or self._paths is None:
+            return
+        info = self.inventory[i]
+        path = self._read_path(info.pci_bus_id)
+        if path != info.pcie_path:
+            self.inventory[i] = dataclasses.replace(info, pcie_path=path)
+            self.inventory_changed = True
+
+    def _path_now(self, i: int) -> tuple[list[int | None], list[int | None]] | None:
+        """Each link of the GPU's path now (None: no path read), read every sample as its
+        own link is: the rules judge them while the GPU is busy, and a busy GPU is judged
+        each second."""
+        info = self.inventory[i] if i < len(self.inventory) else None
+        address = bus_address(info.pci_bus_id or "") if info is not None else None
+        return self._paths.now(address) if self._paths is not None and address else None
 
     # -- events ------------------------------------------------------------------------
 

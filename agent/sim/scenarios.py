@@ -19,8 +19,9 @@ from tuimon_core.cli_types import positive_float
 
 SCENARIOS = ("mixed", "healthy", "spine-imbalance", "thermal-straggler", "checkpoint-storm",
              "xid-79", "link-flap", "bad-cable", "hot-node", "pcie-downtrain",
-             "nvlink-degraded", "driver-skew", "gpu-missing", "pfc-storm", "power-brake",
-             "nvlink-lost", "nvml-missing", "lossless-drops", "port-disabled")
+             "switch-downtrained", "nvlink-degraded", "driver-skew", "gpu-missing",
+             "pfc-storm", "power-brake", "nvlink-lost", "nvml-missing", "lossless-drops",
+             "port-disabled")
 # A rank whose GPU's link is slow computes this much longer: copies in and out of the
 # GPU wait on the link (a Gen3 x8 link has a quarter of Gen5 x16's bandwidth).
 GRAY_SLOWDOWN = 1.15
@@ -78,6 +79,11 @@ def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
                         kinds=["gpu_failed", "xid"])
     if name == "pcie-downtrain":  # one GPU's link at Gen3 x8 while busy: its rank straggles
         return Scenario(name, {victim: NodeTrouble(pcie_gpu=gpu, slow_gpu=gpu,
+                                                   slow=GRAY_SLOWDOWN)},
+                        components=[f"{node_name(victim)} GPU {gpu}"],
+                        kinds=["pcie_downtrained", "straggler"])
+    if name == "switch-downtrained":  # the switch above one GPU trains to its root at Gen4
+        return Scenario(name, {victim: NodeTrouble(switch_gpu=gpu, slow_gpu=gpu,
                                                    slow=GRAY_SLOWDOWN)},
                         components=[f"{node_name(victim)} GPU {gpu}"],
                         kinds=["pcie_downtrained", "straggler"])

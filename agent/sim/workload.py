@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from agent.sim.fake_nvml import FakeGpu, FakeNvml
 from agent.sim.io_model import IoTrouble, SimIo
+from agent.sim.pci_tree import GEN5_X16, pci_tree
 
 DRIVER = "550.90.07"
 GPU_MODELS = (
@@ -38,10 +39,12 @@ class NodeTrouble:
     io: IoTrouble = field(default_factory=IoTrouble)
     slow_gpu: int | None = None  # only this GPU's rank computes `slow` times longer
     lost_gpu: int | None = None  # this GPU falls off the bus (XID 79)
-    # Gray failures: this GPU's PCIe link trains at Gen3 x8 while busy; this GPU has six
-    # NVLinks down and retrains the rest now and then; this GPU leaves NVML (but stays on
-    # the PCI bus); this node runs another driver.
+    # Gray failures: this GPU's PCIe link trains at Gen3 x8 while busy; the switch above
+    # this GPU has its link to the root port at Gen4; this GPU has six NVLinks down and
+    # retrains the rest now and then; this GPU leaves NVML (but stays on the PCI bus);
+    # this node runs another driver.
     pcie_gpu: int | None = None
+    switch_gpu: int | None = None
     nvlink_gpu: int | None = None
     missing_gpu: int | None = None
     driver: str | None = None
@@ -211,8 +214,9 @@ class SimNodeModel:
         }
 
     def _platform_files(self) -> dict[str, Callable[[], str]]:
-        """The PCI bus (the GPUs, four NVSwitches, the HCAs), the kernel release and the
-        loaded modules, as sysfs and /proc show them on an HGX node."""
+        """The PCI bus (the GPUs, four NVSwitches, the HCAs, the switches and root ports
+        above them), the kernel release and the loaded modules, as sysfs and /proc show
+        them on an HGX node."""
         out: dict[str, Callable[[], str]] = {}
 
         def device(address: str, vendor: str, cls: str, driver: str) -> None:
@@ -226,6 +230,7 @@ class SimNodeModel:
             device(f"0000:{0x05 + i:02x}:00.0", "0x10de", "0x068000", "nvidia")  # NVSwitch
         for p in range(self.gpus):
             device(f"0000:{0x1a + 0x10 * p:02x}:00.0", "0x15b3", "0x020700", "mlx5_core")
+        out.update(pci_tree(self.bus_gpus, self.gpus, self._uplink))
         out["proc/sys/kernel/osrelease"] = _text("5.15.0-119-generic")
         out["proc/modules"] = _text(
             "nvidia_peermem 16384 0 - Live 0x0000000000000000 (OE)\n"
@@ -233,6 +238,10 @@ class SimNodeModel:
             "nvidia 56823808 300 nvidia_peermem,nvidia_uvm, Live 0x0000000000000000 (OE)\n"
             "mlx5_ib 450560 0 - Live 0x0000000000000000\n")
         return out
+
+    def _uplink(self, gpu: int) -> tuple[int, int]:
+        """The link from the switch above this GPU to its root port now."""
+        return (4, 16) if self.active().switch_gpu == gpu else GEN5_X16
 
     def _proc_file(self, pid: int, rank: int, name: str) -> str:
         """One rank's process as the kernel shows it: a Slurm job's task under cgroup v2."""

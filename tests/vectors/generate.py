@@ -29,6 +29,12 @@ GPU = {
     "procs": 1, "proc_mem": 71000000000, "xid_total": 0, "last_xid": None,
 }
 
+# A GPU's own link (from its switch's downstream port) and the switch's uplink.
+PCIE_HOP = {"up": "0000:17:01.0", "down": "0000:19:00.0", "up_kind": "switch",
+            "up_gen_max": 5, "up_width_max": 16, "down_gen_max": 5, "down_width_max": 16}
+PCIE_UPLINK = {"up": "0000:15:01.0", "down": "0000:16:00.0", "up_kind": "root",
+               "up_gen_max": 5, "up_width_max": 16, "down_gen_max": 5, "down_width_max": 16}
+
 # The findings both overview vectors carry.
 OVERVIEW_FINDINGS = [
     {"severity": "warning", "kind": "thermal",
@@ -225,6 +231,34 @@ VALID = {
             ],
         },
     },
+    # A GPU and an HCA of a real HGX H100 with their PCIe paths (since 2026-12): each
+    # behind a Broadcom PEX890xx switch downstream port, the switch behind a root port
+    # (leptonai/gpud pkg/pci/testdata/lspci-vvv; tests/fixtures/real/README.md).
+    "hello_pcie_path": {
+        "v": 1, "t": "hello", "node": "gpu003", "agent_version": "0.1.0", "boot_id": None,
+        "interval": 1.0, "ts": 1796000000.0, "families": ["gpu", "host", "fabric", "events"],
+        "inventory": {
+            "gpus": [{"index": 0, "uuid": None, "name": "NVIDIA H100 80GB HBM3",
+                      "mem_total": None, "power_limit": None, "pci_bus_id": "00000000:19:00.0",
+                      "max_sm_clock": None, "max_mem_clock": None, "pcie_gen_max": 5,
+                      "pcie_width_max": 16,
+                      "pcie_path": [PCIE_HOP, PCIE_UPLINK]}],
+            "driver_version": "550.90.07", "gpu_status": None,
+            "ports": [{"id": "mlx5_0:1", "device": "mlx5_0", "port": 1, "hca_type": "MT4129",
+                       "pcie_gen": 5, "pcie_width": 16, "pcie_gen_max": 5,
+                       "pcie_width_max": 16,
+                       "pcie_path": [{**PCIE_HOP, "up": "0000:17:02.0", "down": "0000:1a:00.0",
+                                      "gen": 5, "width": 16},
+                                     {**PCIE_UPLINK, "gen": 5, "width": 16}]}],
+        },
+        "host": {"hostname": "gpu003"},
+    },
+    # Each link of the GPU's path now, one not read.
+    "sample_pcie_path": {
+        "v": 1, "t": "sample", "seq": 3, "ts": 1796000003.0, "interval": 1.0,
+        "gpus": [{"util": 0.97, "pcie_gen": 5, "pcie_width": 16, "pcie_path_gen": [5, None],
+                  "pcie_path_width": [16, None]}],
+    },
     "future_type_ignored": {"v": 1, "t": "relay_batch_v9", "payload": [1, 2, 3]},
     "future_fields_ignored": {
         "v": 1, "t": "sample", "seq": 1, "ts": 1796000000.0, "interval": 1.0,
@@ -284,6 +318,11 @@ INVALID = {
                                                  "ranks": [{"rank": 0, "wall": 1.0,
                                                             "waits": {"comm": -0.5}}]}]}},
                             "sample.steps.jobs[0].ranks[0].waits"),
+    "pcie_path_unknown_kind": ({"v": 1, "t": "hello", "node": "n", "agent_version": "x",
+                                "interval": 1.0, "ts": 1.0,
+                                "inventory": {"gpus": [{"index": 0, "pcie_path": [
+                                    {"up": "0000:17:01.0", "up_kind": "bus"}]}]}},
+                               "hello.inventory.gpus[0].pcie_path[0].up_kind"),
     "subscribe_overview_form_not_a_number": ({"v": 1, "t": "subscribe",
                                               "overview_form": "2"},
                                              "subscribe.overview_form"),

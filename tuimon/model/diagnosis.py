@@ -46,10 +46,10 @@ REJUDGE_S = 15.0
 
 # What can make one rank slower than its peers, found on its node at the same time.
 STRAGGLER_CAUSES = frozenset({
-    "thermal", "power", "hw_slowdown", "pcie_downtrained", "pcie_replays", "nvlink_down",
-    "nvlink_errors", "link_down", "flapping", "symbol_errors", "port_errors",
-    "congestion", "pfc_pausing", "pfc_storm", "port_drops", "port_disabled", "xid", "ecc",
-    "remap_pending", "storage_latency", "fleet_skew"})
+    "thermal", "power", "hw_slowdown", "pcie_downtrained", "pcie_slot_limited",
+    "pcie_replays", "nvlink_down", "nvlink_errors", "link_down", "flapping", "symbol_errors",
+    "port_errors", "congestion", "pfc_pausing", "pfc_storm", "port_drops", "port_disabled",
+    "xid", "ecc", "remap_pending", "storage_latency", "fleet_skew"})
 
 
 def _cause(f: Finding) -> str:

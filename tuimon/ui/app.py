@@ -202,6 +202,8 @@ class TuimonApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # The node screen and the help sit above the map: its keys must not move it.
+        if action == "history":
+            return self.history is not None  # only relays with a ledger keep incidents
         return not (action in MAP_ACTIONS and len(self.screen_stack) > 1)
 
     def __init__(self, cluster: ClusterState, *,

@@ -147,6 +147,29 @@ MIG_FIELDS: tuple[Field, ...] = (
 )
 MIG = Record("mig", MIG_FIELDS)
 
+# -- PCIe paths: the links from a GPU or HCA up to its root port (since 2026-12) -----------
+MAX_PCIE_HOPS = 16  # links on one path (a real one has 1 to 3)
+GEN = Int(hi=16)
+LANES = Int(hi=64)
+PCIE_HOP_FIELDS: tuple[Field, ...] = (
+    Field("up", STR, "", "the port above the link, as a PCI address (`0000:17:01.0`): a "
+          "root port or a switch's downstream port"),
+    Field("down", STR, "", "the device below it: the GPU or HCA itself (the path's first "
+          "link), else a switch's upstream port"),
+    Field("up_kind", Str(choices=("root", "switch")), "", "`root`: the port above is a "
+          "root port (the link's top is the CPU); `switch`: a switch's downstream port"),
+    Field("up_gen_max", GEN, "generation", "the most the port above supports (sysfs "
+          "`max_link_speed`)"),
+    Field("up_width_max", LANES, "lanes", "the widest the port above supports"),
+    Field("down_gen_max", GEN, "generation", "the most the device below supports"),
+    Field("down_width_max", LANES, "lanes", "the widest the device below supports"),
+    Field("gen", GEN, "generation", "the link's generation now (`current_link_speed`), as "
+          "last read: an HCA's path; a GPU's links now travel in each sample "
+          "(`pcie_path_gen`)"),
+    Field("width", LANES, "lanes", "the link's width now, as `gen`"),
+)
+PCIE_PATH = ListOf(Record("pcie hop", PCIE_HOP_FIELDS), MAX_PCIE_HOPS)
+
 GPU_FIELDS: tuple[Field, ...] = (
     Field("util", NUM, "ratio 0..1", "GPU utilization over the driver's sample period "
           "(NVML: the share of time a kernel ran, on any SM)",
@@ -216,14 +239,19 @@ GPU_FIELDS: tuple[Field, ...] = (
           "tuimon_gpu_pcie_receive_bytes_per_second",
           dcgm=(Dcgm("DCGM_FI_PROF_PCIE_RX_BYTES"),
                 Dcgm("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", 1024.0))),
-    Field("pcie_gen", Int(hi=16), "generation", "current PCIe link generation (an idle GPU "
+    Field("pcie_gen", GEN, "generation", "current PCIe link generation (an idle GPU "
           "may run a lower one to save power)", "tuimon_gpu_pcie_link_generation",
           dcgm=(Dcgm("DCGM_FI_DEV_PCIE_LINK_GEN"),)),
-    Field("pcie_width", Int(hi=64), "lanes", "current PCIe link width",
+    Field("pcie_width", LANES, "lanes", "current PCIe link width",
           "tuimon_gpu_pcie_link_width", dcgm=(Dcgm("DCGM_FI_DEV_PCIE_LINK_WIDTH"),)),
     Field("pcie_replays", INT, "count", "PCIe replays since the driver loaded (link-level "
           "retries)", "tuimon_gpu_pcie_replays", counter=True,
           dcgm=(Dcgm("DCGM_FI_DEV_PCIE_REPLAY_COUNTER"),)),
+    Field("pcie_path_gen", ListOf(GEN, MAX_PCIE_HOPS, nil=True), "generations", "each link "
+          "of the GPU's `pcie_path` (hello) now, in its order; nil where not read (since "
+          "2026-12)"),
+    Field("pcie_path_width", ListOf(LANES, MAX_PCIE_HOPS, nil=True), "lanes", "each link's "
+          "width now, as `pcie_path_gen`"),
     Field("nvlink_replay_errors", INT, "count", "NVLink replay errors, all links",
           "tuimon_gpu_nvlink_replay_errors", counter=True,
           dcgm=(Dcgm("DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL"),)),
@@ -292,13 +320,16 @@ GPU_INFO_FIELDS: tuple[Field, ...] = (
     Field("max_sm_clock", NUM, "Hz", "maximum SM clock"),
     Field("max_mem_clock", NUM, "Hz", "maximum memory clock"),
     Field("vbios", STR, "", "VBIOS version (since 2026-12)"),
-    Field("pcie_gen_max", Int(hi=16), "generation", "the highest PCIe generation this GPU "
+    Field("pcie_gen_max", GEN, "generation", "the highest PCIe generation this GPU "
           "and its slot support together (NVML's `Max`: a Gen4 GPU in a Gen5 host is 4)"),
-    Field("pcie_width_max", Int(hi=64), "lanes", "the widest PCIe link the GPU and slot "
+    Field("pcie_width_max", LANES, "lanes", "the widest PCIe link the GPU and slot "
           "support"),
     Field("nvlinks", Int(hi=64), "links", "NVLinks active (nil: the GPU has none, or NVML "
           "cannot say)"),
     Field("nvlinks_total", Int(hi=64), "links", "NVLinks the GPU has, active or not"),
+    Field("pcie_path", PCIE_PATH, "links", "the PCIe links from the GPU up to its root port, "
+          "its own first (`pcie_path[]`, below), read from sysfs with the inventory; nil "
+          "where not read (since 2026-12)"),
 )
 
 GPU_INFO = Record("gpu info", GPU_INFO_FIELDS)
@@ -320,12 +351,16 @@ PORT_INFO_FIELDS: tuple[Field, ...] = (
     Field("up", Int(hi=1), "0/1", "1 when the port is ACTIVE and LinkUp (sent again when "
           "that changes): only then is `rate` a rate (a Down port reads one, `40`); nil: "
           "its state could not be read"),
-    Field("pcie_gen", Int(hi=16), "generation", "the HCA's PCIe link generation, from "
+    Field("pcie_gen", GEN, "generation", "the HCA's PCIe link generation, from "
           "sysfs `current_link_speed` (since 2026-12)"),
-    Field("pcie_width", Int(hi=64), "lanes", "the HCA's PCIe link width"),
-    Field("pcie_gen_max", Int(hi=16), "generation", "the most the HCA's link supports "
-          "(`max_link_speed`)"),
-    Field("pcie_width_max", Int(hi=64), "lanes", "the widest the HCA's link supports"),
+    Field("pcie_width", LANES, "lanes", "the HCA's PCIe link width"),
+    Field("pcie_gen_max", GEN, "generation", "the most the HCA itself supports "
+          "(`max_link_speed`); its link trains at most at the lower of this and its slot's "
+          "(`pcie_path`)"),
+    Field("pcie_width_max", LANES, "lanes", "the widest the HCA itself supports"),
+    Field("pcie_path", PCIE_PATH, "links", "the PCIe links from the HCA up to its root port, "
+          "its own first, each with its state now (`pcie_path[]`, below), read with the "
+          "link rate (since 2026-12)"),
 )
 NIC_INFO_FIELDS: tuple[Field, ...] = (
     Field("id", STR, "", "interface name, e.g. `eth0`", required=True),
@@ -869,6 +904,7 @@ TABLES: dict[str, tuple[Field, ...]] = {
     "hello.host": HELLO_HOST_FIELDS,
     "inventory.gpus[]": GPU_INFO_FIELDS,
     "inventory.ports[]": PORT_INFO_FIELDS,
+    "pcie_path[]": PCIE_HOP_FIELDS,
     "inventory.nics[]": NIC_INFO_FIELDS,
     "inventory.filesystems[]": FS_INFO_FIELDS,
     "inventory.disks[]": DISK_INFO_FIELDS,

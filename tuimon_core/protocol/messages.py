@@ -29,6 +29,7 @@ class GpuInfo:
     pcie_width_max: int | None = None
     nvlinks: int | None = None
     nvlinks_total: int | None = None
+    pcie_path: list[dict[str, Any]] | None = None
 
     def to_wire(self) -> dict[str, Any]:
         # The first eight always (as readers of the first release expect them); the later
