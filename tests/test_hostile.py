@@ -604,3 +604,85 @@ async def test_a_refused_prometheus_node_reaches_no_terminal_or_log_raw(
     written = log.read_text()
     assert "\x1b" not in written and "\x07" not in written, repr(written)
     assert "\nFAKE: ok" not in written and "Traceback" in written
+
+
+# -- the relay's judgement against hostile peers --------------------------------------------
+
+
+def _impersonator(victim: str) -> Behaviour:
+    """An agent that says it is `victim`, its GPU failed and burning, its port down."""
+    async def behave(ws: web.WebSocketResponse, _: web.Request) -> None:
+        await ws.send_bytes(_hello(victim))
+        for seq in range(1, 10_000):
+            await ws.send_bytes(encode(Sample(
+                seq=seq, ts=time.time(), interval=0.2,
+                gpus=[{"temp": 99.0, "util": 1.0, "failed": "GPU is lost",
+                       "clock_events": ["hw_thermal_slowdown"]}], host={},
+                extra={"fabric": {"ports": [{"id": "mlx5_0:1", "state": 1,
+                                             "state_name": "DOWN"}]}})))
+            await asyncio.sleep(0.2)
+    return behave
+
+
+def _accuser(victims: list[str], job: str, world: int) -> Behaviour:
+    """An agent of its own name that blames others: critical findings whose text names
+    them, and the steps of every rank of their job, each step far faster than theirs (to
+    make them the stragglers), with a world far larger than the job's."""
+    async def behave(ws: web.WebSocketResponse, _: web.Request) -> None:
+        await ws.send_bytes(_hello("intruder"))
+        for seq in range(1, 10_000):
+            findings = [{"severity": "critical", "kind": "xid",
+                         "message": f"{v} GPU 0 fell off the bus", "gpu": 0} for v in victims]
+            ranks = [{"rank": r, "steps": 5, "wall": 0.2, "compute": 0.01, "samples": 64}
+                     for r in range(world)]
+            await ws.send_bytes(encode(Sample(
+                seq=seq, ts=time.time(), interval=0.2, gpus=[], host={},
+                extra={"findings": findings,
+                       "steps": {"jobs": [{"id": job, "world": world * 64,
+                                           "ranks": ranks}]}})))
+            await asyncio.sleep(0.2)
+    return behave
+
+
+async def test_hostile_agents_cannot_stop_a_judging_relay_or_make_it_page_about_others(
+        unused_tcp_port_factory) -> None:
+    """Four healthy simulated nodes and, beside them under one judging relay (with a
+    topology), agents that send oversized and truncated frames, escapes in every name,
+    a victim's name with a failed GPU, relay batches speaking for the victims, and
+    critical findings and the fastest steps of the victims' job. The relay goes on
+    judging once a second; every victim stays up under its own agent; nothing it holds,
+    and nothing its /metrics pages on, names a victim."""
+    from agent.sim.cluster import SimCluster
+    from tuimon.model.judge_config import JudgeConfig
+
+    sim = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    victims = [m.name for m in sim.members]
+    world = len(victims) * 2
+    hostile = [oversized, truncated, evil_names, _impersonator(victims[0]),
+               _spoofer(sim.targets), _accuser(victims, sim.job_name, world)]
+    topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+    async with sim, fake_agents(hostile) as bad:
+        config = RelayConfig(targets=[*sim.targets, *bad], listen="127.0.0.1:0",
+                             interval=0.2, upstream_backoff=(0.1, 0.5),
+                             judge=JudgeConfig(topology=topology))
+        async with Relay(config) as relay:
+            fan = relay.state.fanout
+            judge = fan.judge
+            await _until(lambda: judge.judged_at is not None, "a first judgement")
+            await asyncio.sleep(12.0)  # longer than any rule's hold
+            first = judge.judged_at
+            await _until(lambda: (judge.judged_at or 0) > (first or 0), "judging goes on")
+            for target, name in zip(sim.targets, victims):
+                node = judge.cluster.nodes[target]
+                assert node.status == "up" and node.name == name, (target, node.reason)
+            about = [f for f in fan.findings if f.severity != "info"
+                     and (f.node in victims or set(f.nodes) & set(victims))]
+            assert about == [], about
+            assert any(f.node == "intruder" for f in fan.findings)  # its own, kept
+            async with aiohttp.ClientSession() as http, \
+                    http.get(f"http://127.0.0.1:{relay.port}/metrics") as r:
+                metrics = await r.text()
+    paged = [line for line in metrics.splitlines() if line.startswith("tuimon_finding{")
+             and any(f'node="{v}"' in line for v in victims)]
+    assert paged == [], paged

@@ -98,7 +98,7 @@ class NameHolders:
             out.append(Finding("warning", "duplicate_name",
                                f"{name} is said by {len(dups) + 1} targets: {holder} holds "
                                f"the name, {others} refused (not merged)",
-                               node=name, target=name))
+                               target=others))  # about the refused, not the holder
         return out
 
     def message(self, target: str) -> str | None:

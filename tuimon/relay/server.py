@@ -112,7 +112,8 @@ async def _periodic(state: RelayState) -> None:
     last_flush = last_budget = last_prune = last_forget = 0.0
     while True:
         now = time.monotonic()
-        state.fanout.refresh()
+        with _logged("judging"):
+            state.fanout.refresh()
         with _logged("sending the judgement"):
             _share_judgement(state, now)
         if state.ledger is not None:
