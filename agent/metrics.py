@@ -14,7 +14,6 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tuimon_core.findings import Finding
 from tuimon_core.protocol.fields import (
     DISK_COUNTERS_READ,
     FS_COUNTERS_READ,
@@ -25,6 +24,7 @@ from tuimon_core.protocol.fields import (
     PORT_GAUGE_METRICS,
     PORT_UNREADABLE_METRIC,
 )
+from tuimon_core.serving.finding_metrics import finding_families
 from tuimon_core.serving.metrics import connection_metrics
 from tuimon_core.version import __version__
 from tuimon_core.wait_kinds import RANK_KINDS
@@ -71,7 +71,8 @@ class AgentCollector(Collector):
                                     labels=["node"])
         nvml_up.add_metric([node], 0 if agent.gpu.nvml is None else 1)
         yield nvml_up
-        yield from _finding_metrics(node, agent.findings.active)
+        yield from finding_families(agent.findings.active, "the agent's node-local rules",
+                                    to_wall=agent.wall_of)
         if sample is None or hello is None:
             return
         yield from self._gpus(node, sample.gpus or [], hello.gpus)
@@ -380,19 +381,6 @@ def _roce_metrics(node: str, collector: Any) -> Iterator[Metric]:
             if key in totals:
                 family.add_metric(lab, totals[key])
     yield from (frames, paused, storms, *drops.values())
-
-
-def _finding_metrics(node: str, findings: list[Finding]) -> Iterator[Metric]:
-    """The findings the node-local rules hold now, one series each: what Alertmanager
-    pages on. Always present (empty) so a rule over it is valid before any fault."""
-    family = GaugeMetricFamily(
-        "tuimon_finding", "A finding the agent's node-local rules hold now (1 while it "
-        "holds; raised and cleared with the same hold and hysteresis as the app): kind, "
-        "severity (critical, warning, info) and the component (GPU, port, file system)",
-        labels=["node", "kind", "severity", "component"])
-    for f in findings:
-        family.add_metric([node, f.kind, f.severity, f.where], 1)
-    yield family
 
 
 def make_registry(agent: NodeAgent, guard: Any = None) -> CollectorRegistry:

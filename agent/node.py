@@ -174,6 +174,10 @@ class NodeAgent:
 
     # -- frames ----------------------------------------------------------------------
 
+
+    def wall_of(self, t: float) -> float:
+        """Unix time of a moment on the agent's monotonic clock (its findings' onsets)."""
+        return t + self._wall() - self._monotonic()
     def _make_hello(self) -> Hello:
         # NVML, sysfs and /proc are outside input too: every name and reason leaves the
         # agent fitted to the wire's schema (cleaned and cut), on the wire, in /metrics

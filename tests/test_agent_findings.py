@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import time
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -61,6 +62,14 @@ async def test_the_agent_exports_its_findings_with_the_apps_hold_and_hysteresis(
             await agent.sample_once()
         assert findings_on_metrics(agent) == {("ecc", "node-a GPU 0"): "critical",
                                               ("thermal", "node-a GPU 1"): "warning"}
+        # What each says and when it began (Unix time, though judged on the agent's
+        # monotonic clock), as the relay's are: the one alert rule's annotation reads them.
+        text = render(make_registry(agent)).decode()
+        families = {f.name: f.samples for f in text_string_to_metric_families(text)}
+        began = {s.labels["kind"]: s.value for s in families["tuimon_finding_since_seconds"]}
+        assert time.time() - 10 <= began["thermal"] <= time.time() - 3, began
+        said = {s.labels["kind"]: s.labels["text"] for s in families["tuimon_finding_info"]}
+        assert said["thermal"].startswith("node-a GPU 1 thermal"), said
         # The GPU cools: the finding stays a minute (no flapping), then clears.
         nvml.gpus[1].clock_events = 0x1
         clock.now += 1.0

@@ -470,11 +470,11 @@ def test_recorded_wait_shares_say_what_the_step_time_waited_on(promtool: str,
 
 def test_a_leafs_congestion_pages_with_the_leaf_named(promtool: str, tmp_path: Path) -> None:
     """A relay's `tuimon_finding` for a leaf's congestion (its labels as the relay writes
-    them, tuimon.relay.server.FINDING_LABELS) and its text: the finding alert fires after
+    them: tuimon_core.serving.finding_metrics) and its text: the finding alert fires after
     its `for`, labelled with the leaf, the text in its description; information fires
     nothing; a finding gone resolves."""
     from tuimon.model.prom_rules import FINDING_ALERT
-    from tuimon.relay.server import FINDING_LABELS
+    from tuimon_core.serving.finding_metrics import FINDING_LABELS
 
     labels = dict.fromkeys(FINDING_LABELS, "")
     leaf = {**labels, "kind": "congestion", "severity": "warning", "component": "leaf01",

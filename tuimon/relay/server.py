@@ -14,7 +14,7 @@ import logging
 import math
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,11 +28,11 @@ from tuimon.relay.ledger import Ledger
 from tuimon.relay.report import report_document
 from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
 from tuimon_core import heap, json_text
-from tuimon_core.findings import Finding
 from tuimon_core.findings_family import judgement_to_wire
 from tuimon_core.hostlist import TargetError
 from tuimon_core.protocol import ProtocolError, Subscribe
 from tuimon_core.protocol.text import clean
+from tuimon_core.serving.finding_metrics import finding_families
 from tuimon_core.serving.guard import guard_of
 from tuimon_core.serving.metrics import connection_metrics
 from tuimon_core.serving.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
@@ -326,53 +326,11 @@ class RelayCollector(Collector):
         for job, entry in (s.budget or {}).items():
             consumed.add_metric([job], entry["consumed_h"])
         out = [sources, viewers, frames, bad, ledger_ok, consumed,
-               *finding_families(s.fanout.findings, s.fanout.names.holder)]
+               *finding_families(s.fanout.findings, "this relay's judgement",
+                                        s.fanout.names.holder)]
         if self.guard is not None:
             out.extend(connection_metrics("tuimon_relay", None, self.guard))
         return out
-
-
-# The labels that name a finding's component, each from its field of the same name: a
-# bounded set whatever the finding (docs/metrics.md), so an alert can route on them.
-FINDING_LABELS = ("kind", "severity", "component", "node", "gpu", "port", "leaf", "fs",
-                  "job", "source")
-
-
-def _finding_labels(f: Finding, source: str) -> list[str]:
-    return [f.kind, f.severity, f.where, f.node or "", "" if f.gpu is None else str(f.gpu),
-            f.port or "", f.leaf or "", f.fs or "", f.job or "", source]
-
-
-def finding_families(findings: list[Finding],
-                     source_of: Callable[[str], str | None] = lambda node: None
-                     ) -> list[Metric]:
-    """Every finding the relay's judgement holds (node and cluster rules alike) as
-    `tuimon_finding` 1, what it says as `tuimon_finding_info` (its `text` may change while
-    it holds: a series of its own, so an alert on the first is not raised again), and
-    when it began (`tuimon_finding_since_seconds`, Unix time). `source_of`: the target a
-    node's findings were read from (the one that holds its name), for the `source`
-    label."""
-    finding = GaugeMetricFamily(
-        "tuimon_finding", "A finding this relay's judgement holds now (1 while it holds, "
-        "raised and cleared with the app's hold and hysteresis): its kind, severity "
-        "(critical, warning, info) and component, by field", labels=list(FINDING_LABELS))
-    info = GaugeMetricFamily(
-        "tuimon_finding_info", "What a finding says, for an alert's annotation (1; the "
-        "text in the `text` label)", labels=["kind", "component", "text"])
-    since = GaugeMetricFamily(
-        "tuimon_finding_since_seconds", "When the finding's condition began (Unix time)",
-        labels=["kind", "component"])
-    seen: set[tuple[str, str]] = set()
-    for f in findings:
-        key = (f.kind, f.where)
-        if key in seen:  # one series a component (two targets' findings of one node)
-            continue
-        seen.add(key)
-        finding.add_metric(_finding_labels(f, (source_of(f.node) or "") if f.node else ""), 1)
-        info.add_metric([f.kind, f.where, f.message], 1)
-        if f.first_seen is not None:
-            since.add_metric([f.kind, f.where], f.first_seen)
-    return [finding, info, since]
 
 
 async def metrics(request: web.Request) -> web.Response:
