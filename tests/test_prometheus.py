@@ -220,8 +220,10 @@ async def test_agents_dcgm_and_node_exporter_through_a_real_prometheus(
         assert up["state_name"] == "ACTIVE" and up["tx_bytes_s"] == 0
         assert (down["state"], down["state_name"], down["phys_state_name"]) == (
             1, "DOWN", "Disabled")
-        assert any(f.kind == "link_down" and f.where == "127.0.0.1 mlx5_1:1"
-                   for f in findings), findings
+        # Disabled since first seen: configured off, information (not a cabling fault).
+        assert any(f.kind == "port_disabled" and f.where == "127.0.0.1 mlx5_1:1"
+                   and f.severity == "info" for f in findings), findings
+        assert not any(f.kind == "link_down" for f in findings), findings
     # The job's budget from the counters, and its SLI from the rates.
     assert "llm-pretrain" in cluster.budgets
     budget = cluster.budgets["llm-pretrain"]
@@ -244,6 +246,12 @@ async def test_prometheus_down_or_wrong_is_said(tmp_path: Path) -> None:
             await asyncio.sleep(0.1)
     assert "cannot connect" in cluster.nodes["dgx-a"].reason
     assert f"127.0.0.1:{port}" in cluster.nodes["dgx-a"].reason
+    # One fault, the server's, said once: its nodes are unknown, not each one lost (a
+    # Prometheus restarting must not page about every node of the cluster).
+    _, findings = judged(cluster)
+    assert [(f.severity, f.kind) for f in findings] == [("critical", "source_lost")], findings
+    assert "its 1 nodes unknown since" in findings[0].message
+    assert cluster.nodes["dgx-a"].status == "unknown"
 
     async def bad(_: web.Request) -> web.Response:
         return web.json_response({"status": "error", "errorType": "bad_data",

@@ -97,6 +97,7 @@ MAX_PER_NODE = 1024
 TIMINGS: dict[str, Timing] = {
     "node_lost": Timing(0.0, 0.0),  # the node's up/stale/down state has its own timing
     "relay_lost": Timing(0.0, 0.0),  # as its connection stands
+    "source_lost": Timing(0.0, 0.0),  # as its last refresh stands (Prometheus)
     "scrape_failed": Timing(0.0, 30.0),
     # Held a few samples before they show (a burst is not a fault), short enough that a
     # one-shot `tuimon status` sees a fault that is already there.

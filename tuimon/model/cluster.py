@@ -166,6 +166,9 @@ class ClusterState:
         self.recorder: Callable[..., None] | None = None
         # relay -> (why it is unreachable, since (Unix time), the nodes it carried).
         self.lost_relays: dict[str, tuple[str, float, tuple[str, ...]]] = {}
+        # The server every node is read through (Prometheus) -> (why it does not answer,
+        # since (Unix time), how many nodes it carried).
+        self.lost_sources: dict[str, tuple[str, float, int]] = {}
         self._more_problems: dict[str, set[str]] = {}
         # Targets the viewer looks at closely (the node screen): sources are told, and take
         # those nodes' full samples instead of their overviews.
@@ -277,6 +280,32 @@ class ClusterState:
             self.version += 1
             self.events.appendleft(ClusterEvent(relay, time.time(), "relay_back", "info",
                                                 f"relay {relay} back"))
+
+    def source_lost(self, source: str, reason: str) -> None:
+        """The server every node is read through (Prometheus) does not answer: one fault,
+        said once; its nodes are unknown (not lost: nothing says they are), as a lost
+        relay's are, until it answers again."""
+        self._record("source_lost", source, reason)
+        for node in self.nodes.values():
+            if node.status != UNKNOWN or node.reason != reason:
+                node.status = UNKNOWN
+                node.reason = reason
+                node.version += 1
+        known = self.lost_sources.get(source)
+        since = known[1] if known is not None else time.time()
+        self.lost_sources[source] = (reason, since, len(self.nodes))
+        self.version += 1
+        if known is None:
+            self.events.appendleft(ClusterEvent(source, since, "source_lost", "critical",
+                                                reason))
+
+    def source_back(self, source: str) -> None:
+        """The server answers again: its nodes come back with what it reads of them."""
+        self._record("source_back", source)
+        if self.lost_sources.pop(source, None) is not None:
+            self.version += 1
+            self.events.appendleft(ClusterEvent(source, time.time(), "source_back", "info",
+                                                f"{source} answers again"))
 
     def forget_relay_problems(self, relay: str) -> None:
         """A relay connected again: what it does now is judged anew."""

@@ -115,6 +115,12 @@ class Diagnosis:
                         f"since {time.strftime('%H:%M:%S', time.localtime(since))}",
                         target=relay, nodes=names, score=0.5)
                 for relay, (reason, since, names) in cluster.lost_relays.items()]
+        out += [Finding("critical", "source_lost",
+                        f"{reason}; " + (f"its {count} nodes unknown" if count else
+                                         "no node read from it yet") +
+                        f" since {time.strftime('%H:%M:%S', time.localtime(since))}",
+                        target=source, score=0.5)
+                for source, (reason, since, count) in cluster.lost_sources.items()]
         relayed = cluster.relayed_findings()
         if relayed is not None:
             # Every node is carried by a relay that judges it around the clock: its

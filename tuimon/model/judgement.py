@@ -15,7 +15,8 @@ from tuimon_core.findings import Finding
 
 # Findings whose coming and going is already an event of its own (a node lost or back,
 # a relay lost or back), or that are not about the cluster (a bug in a part).
-_OWN_EVENTS = frozenset({"node_lost", "relay_lost", "unreached", "internal_error"})
+_OWN_EVENTS = frozenset({"node_lost", "relay_lost", "source_lost", "unreached",
+                         "internal_error"})
 
 
 @dataclass

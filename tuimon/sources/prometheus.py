@@ -209,6 +209,10 @@ class PromSource:
         # and so asked nothing more (_stands).
         self.refreshes_standing = 0
         self.last_refresh_read = False  # did the last refresh read the server's values?
+        # Unix time of the last refresh that read the server, and why the last one that
+        # did not failed (None once one reads again): what a headless judge serves.
+        self.read_at: float | None = None
+        self.error: str | None = None
         self.bytes_read = 0  # answers' bytes as parsed (after decompression)
         # Series of the answers held, by query name (at most one answer a name is kept):
         # what bounds the memory answers take (_hold).
@@ -316,9 +320,15 @@ class PromSource:
             try:
                 await self.refresh()
                 self._beside = True
+                self.read_at, self.error = time.time(), None
+                if self.url in self.cluster.lost_sources:
+                    log.warning("prometheus %s answers again", self.url)
+                    self.cluster.source_back(self.url)
             except PromError as exc:
-                log.warning("%s", exc)
-                self._all_stale(str(exc))
+                if str(exc) != self.error:  # said once, not every refresh while it lasts
+                    log.warning("%s", exc)
+                self.error = str(exc)
+                self._lost(str(exc))
                 del exc
                 # Its answers, read and refused, hang on the failure's traceback, a cycle
                 # the collector, paused on a large heap (tuimon_core.heap), would leave
@@ -329,16 +339,17 @@ class PromSource:
                 # A bug, or an answer no check foresaw: said on every node and logged;
                 # the next refresh runs as usual (it used to end this task silently).
                 log.exception("prometheus %s: refresh failed", self.url)
-                self._all_stale(clean(f"internal error reading prometheus: "
-                                      f"{type(exc).__name__}: {exc}")[:200])
+                self.error = clean(f"internal error reading prometheus: "
+                                   f"{type(exc).__name__}: {exc}")[:200]
+                self._lost(self.error)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(wake.wait(), max(
                     0.5, self.options.every - (time.monotonic() - started)))
 
-    def _all_stale(self, reason: str) -> None:
-        """A failed read: every node stale, for this reason, and shown so at once."""
-        for target in list(self.cluster.nodes):
-            self.cluster.mark_stale(target, reason)
+    def _lost(self, reason: str) -> None:
+        """A failed read: the server is lost and its nodes unknown (one finding, not one
+        a node: nothing says the nodes are down), shown so at once."""
+        self.cluster.source_lost(self.url, reason)
         self.cluster.read_applied()
 
     def _headers(self) -> dict[str, str]:

@@ -177,6 +177,8 @@ SINK_CALLS: dict[str, tuple[Any, ...]] = {
     "apply_source_state": (_TEXT, Str(choices=STATES), None),
     "relay_lost": (_TEXT, _NAMES, _TEXT),
     "relay_back": (_TEXT,),
+    "source_lost": (_TEXT, _TEXT),
+    "source_back": (_TEXT,),
     "forget_relay_problems": (_TEXT,),
     "forget_target": (_TEXT,),
     "note_relay_problem": (_TEXT, _TEXT, None),
