@@ -31,6 +31,7 @@ from tuimon.model.judge_config import (
     slo_of,
 )
 from tuimon.model.slo import Slo
+from tuimon.prom_judge_command import judge_options, serve_flags_alone
 from tuimon.readout import ROW_READS, render
 from tuimon.relay.command import add_relay_options, run_relay
 from tuimon.snapshot_waits import WAITS
@@ -187,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "(and exit with its codes: 0 ok, 1 warning, 2 critical, 3 unknown)")
     _view_options(prom)
     add_slo_options(prom)
+    judge_options(prom)
     rep = sub.add_parser("replay", help="play a recording back in the app: space pauses, "
                                         ". steps, [ ] seek a minute, + - speed")
     rep.add_argument("file")
@@ -319,7 +321,8 @@ def _main(argv: list[str]) -> int:
     if cluster is not None:
         _fill_targets(args, cluster)
     if args.command in ("connect", "prom", "demo", "replay") and not (
-            getattr(args, "once", False) or getattr(args, "plain", False)):
+            getattr(args, "once", False) or getattr(args, "plain", False)
+            or getattr(args, "serve", None)):
         log_to_file(args.log_file)
     else:  # the screen is the terminal's: warnings to standard error, cleaned
         log_to_stderr()
@@ -644,7 +647,7 @@ def _status(args: argparse.Namespace) -> int:
 
     if getattr(args, "job", None) and args.watch:
         raise TargetError("--job is one snapshot of the job: without --watch")
-    if args.since is not None:
+    if getattr(args, "since", None) is not None:  # (`prom --json` has no --since)
         return _status_history(args)
     feed = None
     if args.prometheus:
@@ -806,6 +809,18 @@ def _prom_feed(args: argparse.Namespace) -> Feed:
 
 
 def _prom(args: argparse.Namespace) -> int:
+    if args.serve:
+        # No screen: the judgement served on /metrics until stopped (tuimon.prom_judge).
+        from tuimon.prom_judge_command import run_prom_judge
+
+        if args.once or args.json or args.plain or args.record:
+            raise TargetError("--serve judges until stopped and draws nothing: without "
+                              "--once, --json, --plain or --record")
+        log_to_stderr("info")
+        return run_prom_judge(args, _prom_options(args), JudgeConfig.from_args(args))
+    alone = serve_flags_alone(args)
+    if alone:
+        raise TargetError(f"{', '.join(alone)}: options of --serve, which was not given")
     if args.json:
         if not args.once:
             raise TargetError("--json goes with --once (one document); the app and --plain "

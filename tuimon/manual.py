@@ -9,6 +9,8 @@ SECTIONS: dict[str, str] = {
   tuimon connect 'gpu[001-128]:9477' --topology /etc/slurm/topology.conf
   tuimon connect --relay login1:9478 --token-file ~/.tuimon/token
   tuimon prom http://prometheus:9090 --match 'cluster="a"'
+  tuimon prom http://prometheus:9090 --topology topology.conf --serve 127.0.0.1:9479
+  tuimon status --relay login1 --since 6h      # the incidents the relay kept
   tuimon status 'gpu[001-128]:9477' --json; echo $?
   tuimon report --relay login1 --job llm-pretrain -o llm-pretrain.html
   tuimon rules --slo-target 0.9 --slo-days 30 > /etc/prometheus/rules/tuimon.yml
