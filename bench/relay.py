@@ -18,8 +18,12 @@ VmRSS at the end (and VmHWM, the peak).
 Viewers ask for each node's overview, as the app does (`--full-frames`: every family, as
 viewers did before overviews); the relay then asks each agent only for that.
 
+The relay judges every node it carries (its findings, with a topology of 32 nodes a
+leaf: tuimon/relay/judging.py); `RELAY_ROOT=DIR` runs another checkout's relay instead,
+for a before-and-after in one sitting.
+
 Targets: 1024 agents, 10 viewers: at most 50 % of one core (issue #6); 4096 agents at
-most 40 % (issue #12).
+most 40 % (issue #12), judging with a topology too.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,6 +104,22 @@ async def _viewers(url: str, count: int, seconds: float,
     return latencies, counts
 
 
+def topology_conf(nodes: int, per_leaf: int = 32) -> str:
+    """A Slurm topology.conf of the replay server's nodes (`bench00000`...), 32 a leaf,
+    for the relay to judge congestion by leaf and spine with."""
+    lines = []
+    for leaf, first in enumerate(range(0, nodes, per_leaf)):
+        last = min(nodes, first + per_leaf) - 1
+        lines.append(f"SwitchName=leaf{leaf:03d} Nodes=bench[{first:05d}-{last:05d}]")
+    return "\n".join(lines) + "\n"
+
+
+def _judgement(port: int) -> dict[str, float]:
+    """What the relay's /healthz says of its judgement (empty for a relay without)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as r:
+        return json.loads(r.read()).get("judgement") or {}
+
+
 def measure(nodes: int, viewers: int, seconds: float, warmup: float,
             base_port: int, relay_port: int, full: bool = False) -> dict[str, float]:
     tmp = Path(tempfile.mkdtemp(prefix="tuimon-relay-bench-"))
@@ -118,10 +139,17 @@ def measure(nodes: int, viewers: int, seconds: float, warmup: float,
         # TUIMON_BENCH_PROFILE=FILE: the relay runs under cProfile, written at exit.
         profile = os.environ.get("TUIMON_BENCH_PROFILE")
         prefix = ["-m", "cProfile", "-o", profile] if profile else []
+        conf = tmp / "topology.conf"
+        conf.write_text(topology_conf(nodes))
+        # RELAY_ROOT: another checkout's relay (a before-and-after in one sitting).
+        where = Path(os.environ.get("RELAY_ROOT", ROOT))
+        judged = ["--topology", str(conf)] if (where / "tuimon/relay/judging.py").exists() \
+            else []
         relay = subprocess.Popen(
             [sys.executable, *prefix, "-m", "tuimon.cli", "relay", "--targets-file", str(targets),
              "--listen", f"127.0.0.1:{relay_port}", "--ledger", str(tmp / "ledger.db"),
-             "--log-level", "warning"], env=env, cwd=ROOT)
+             "--log-level", "warning", *judged], env={**env, "PYTHONPATH": str(where)},
+            cwd=where)
         time.sleep(3.0)
         url = f"http://127.0.0.1:{relay_port}/v1/stream"
         cpu_box: dict[str, float] = {}
@@ -135,6 +163,7 @@ def measure(nodes: int, viewers: int, seconds: float, warmup: float,
             return result
         latencies, (frames, received) = asyncio.run(run())
         mem = memory_kib(relay.pid)
+        judgement = _judgement(relay_port)
         window = cpu_box["t1"] - cpu_box["t0"]
         lat = sorted(latencies)
         return {
@@ -147,6 +176,9 @@ def measure(nodes: int, viewers: int, seconds: float, warmup: float,
             "frames_per_viewer_per_s": frames / viewers / seconds,
             # What a viewer's link carries: relay to viewer, batches and all.
             "bytes_per_node_per_s": received / viewers / seconds / nodes,
+            # The last judgement pass (a relay that judges: its /healthz says), NaN before.
+            "judgement_ms": 1000 * judgement.get("seconds", float("nan")),
+            "findings": judgement.get("findings", float("nan")),
         }
     finally:
         for proc in (relay, server):
@@ -180,7 +212,8 @@ def main() -> None:
               f"(peak {r['relay_peak_rss_mib']:.0f}), added latency p50 "
               f"{r['latency_p50']:.2f} s p95 {r['latency_p95']:.2f} s, "
               f"{r['frames_per_viewer_per_s']:.0f} frames/s per viewer, "
-              f"{r['bytes_per_node_per_s']:.0f} bytes/node/s to each viewer", flush=True)
+              f"{r['bytes_per_node_per_s']:.0f} bytes/node/s to each viewer; judgement "
+              f"{r['judgement_ms']:.0f} ms a pass, {r['findings']:.0f} findings", flush=True)
     print("targets: 1024 agents and 10 viewers <= 50 % of one core; 4096 agents <= 40 %")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

@@ -679,7 +679,10 @@ async def test_hostile_agents_cannot_stop_a_judging_relay_or_make_it_page_about_
             about = [f for f in fan.findings if f.severity != "info"
                      and (f.node in victims or set(f.nodes) & set(victims))]
             assert about == [], about
-            assert any(f.node == "intruder" for f in fan.findings)  # its own, kept
+            # Its own, kept, under its own name: text that names another node is put
+            # under the name it came from, so a page's first words are never a victim's.
+            blamed = [f for f in fan.findings if f.node == "intruder" and f.kind == "xid"]
+            assert blamed and all(f.message.startswith("intruder: ") for f in blamed), blamed
             async with aiohttp.ClientSession() as http, \
                     http.get(f"http://127.0.0.1:{relay.port}/metrics") as r:
                 metrics = await r.text()

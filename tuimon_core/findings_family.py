@@ -44,11 +44,20 @@ def findings_from_wire(rows: list[dict[str, Any]], node: str,
     """The conditions a node sent (already checked by the decoder), named after the node
     the reader knows it as: a node cannot raise findings about another. `target`: the
     address they came from, where the reader keeps it apart from the name (the relay)."""
-    return [Finding(r["severity"], r["kind"], r.get("message") or "", node=node,
+    return [Finding(r["severity"], r["kind"], _said_by(r.get("message") or "", node), node=node,
                     gpu=r.get("gpu"), port=r.get("port"), fs=r.get("fs"),
                     score=float(r.get("score") or 0.0), target=target,
                     held_s=float(r.get("held") or 0.0))
             for r in rows]
+
+
+def _said_by(message: str, node: str) -> str:
+    """A node's own words begin with its name, as its agent writes them (`gpu012 GPU 3
+    thermal ...`); text that begins otherwise (another node's name) is put under the
+    name it came from, so a page's first words never speak for another node."""
+    if message == node or message.startswith((f"{node} ", f"{node}:")):
+        return message
+    return f"{node}: {message}"
 
 
 # -- a relay's judgement (a batch's `judgement`) ----------------------------------------

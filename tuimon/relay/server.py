@@ -294,6 +294,9 @@ async def healthz(request: web.Request) -> web.Response:
         # Unauthenticated: counts and the ledger's health, never job or node names.
         "ledger": None if ledger is None else {"ok": ledger.error is None,
                                                 "jobs": len(state.budget or {})},
+        # What the last judgement took and held (counts, never names).
+        "judgement": {"seconds": round(state.fanout.judge.seconds, 4),
+                      "findings": len(state.fanout.findings)},
     })
 
 
@@ -325,7 +328,11 @@ class RelayCollector(Collector):
                                      labels=["job"])
         for job, entry in (s.budget or {}).items():
             consumed.add_metric([job], entry["consumed_h"])
-        out = [sources, viewers, frames, bad, ledger_ok, consumed,
+        judged = GaugeMetricFamily("tuimon_relay_judgement_seconds",
+                                   "What the relay's last judgement of its nodes took "
+                                   "(it judges once a second)")
+        judged.add_metric([], s.fanout.judge.seconds)
+        out = [sources, viewers, frames, bad, ledger_ok, consumed, judged,
                *finding_families(s.fanout.findings, "this relay's judgement",
                                         s.fanout.names.holder)]
         if self.guard is not None:
