@@ -184,6 +184,13 @@ def _upstream(via: str, nodes: int, base_port: int, rate: float, tmp: Path,
             args += ["--targets-file", str(tmp / name)]
         for r in relays:
             args += ["--relay", r]
+        if targets and (ROOT / "tuimon" / "relay" / "judging.py").exists():
+            # A relay that judges does it with the topology an admin gives it (32 nodes a
+            # leaf, the replay server's names); the app then shows its findings.
+            from bench.relay import topology_conf
+
+            (tmp / f"{name}.topology").write_text(topology_conf(nodes))
+            args += ["--topology", str(tmp / f"{name}.topology")]
         procs[name] = subprocess.Popen([sys.executable, "-m", "tuimon.cli", "relay", *args],
                                        env=env, cwd=ROOT)
         return f"127.0.0.1:{port}"
