@@ -21,6 +21,7 @@ PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
 VICTORIA_METRICS = shutil.which("victoria-metrics")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+AMTOOL = shutil.which("amtool")
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
@@ -121,6 +122,10 @@ def running_alertmanager(tmp: Path, webhook: str) -> Iterator[str]:
             "--log.level=warn"],
             tmp / "alertmanager.log", f"http://{address}/-/ready", address) as served:
         yield served
+
+
+def require_amtool() -> str:
+    return _require(AMTOOL, "amtool", "prometheus-alertmanager")
 
 
 def require_chromium() -> str:

@@ -14,7 +14,7 @@ from agent.files import FileTree
 from agent.metrics import make_registry, render
 from agent.node import AgentConfig, NodeAgent
 from agent.sim.fake_nvml import FakeNvml
-from tests.peers import require_promtool
+from tests.peers import require_amtool, require_promtool
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -83,18 +83,37 @@ async def test_the_agent_exports_its_findings_with_the_apps_hold_and_hysteresis(
         await agent.stop()
 
 
-def test_the_documented_alert_rule_is_valid_prometheus(tmp_path: Path) -> None:
-    """The example in docs/operations.md, checked by the real promtool."""
-    promtool = require_promtool()
+def _yaml_block(doc: str, first_line: str) -> str:
+    block = re.search(r"```yaml\n(" + re.escape(first_line) + r".*?)```", doc, re.S)
+    assert block is not None, f"the example {first_line!r} is missing from operations.md"
+    return block.group(1)
+
+
+def test_the_documented_paging_setup_is_valid(tmp_path: Path) -> None:
+    """The Prometheus and Alertmanager configurations in docs/operations.md ("Paging on
+    findings"), with `tuimon rules`' output where they load it, checked by the real
+    promtool and amtool: what an admin copies works."""
+    from tuimon.model.prom_rules import rules_yaml
+    from tuimon.model.slo import Slo
+
+    promtool, amtool = require_promtool(), require_amtool()
     doc = (ROOT / "docs" / "operations.md").read_text()
-    block = re.search(r"```yaml\n(# tuimon-findings\.yml.*?)```", doc, re.S)
-    assert block is not None, "the alert rule example is missing from docs/operations.md"
-    rules = tmp_path / "tuimon-findings.yml"
-    rules.write_text(block.group(1))
-    out = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True,
-                         text=True, timeout=60)
+    rules = tmp_path / "tuimon.yml"
+    rules.write_text(rules_yaml(Slo(0.9, 720)))
+    token = tmp_path / "tuimon-relay.token"
+    token.write_text("secret\n")
+    prom = _yaml_block(doc, "# prometheus.yml").replace(
+        "/etc/prometheus/rules/tuimon.yml", str(rules)).replace(
+        "/etc/prometheus/tuimon-relay.token", str(token))
+    (tmp_path / "prometheus.yml").write_text(prom)
+    out = subprocess.run([promtool, "check", "config", str(tmp_path / "prometheus.yml")],
+                         capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 2 rules found" in out.stdout
+    assert "SUCCESS: 19 rules found" in out.stdout, out.stdout
+    (tmp_path / "alertmanager.yml").write_text(_yaml_block(doc, "# alertmanager.yml"))
+    out = subprocess.run([amtool, "check-config", str(tmp_path / "alertmanager.yml")],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_a_file_systems_finding_names_the_mount() -> None:
