@@ -15,10 +15,11 @@ from aiohttp import WSCloseCode, web
 from prometheus_client import CollectorRegistry
 
 from agent.hub import StreamClient
-from agent.metrics import make_registry, render
+from agent.metrics import make_registry
 from agent.node import NodeAgent
 from tuimon_core.protocol.families import Frame
 from tuimon_core.serving.guard import guard_of
+from tuimon_core.serving.metrics import metrics_response
 from tuimon_core.serving.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 
 AGENT = web.AppKey("agent", NodeAgent)
@@ -76,9 +77,7 @@ async def stream(request: web.Request) -> web.StreamResponse:
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = render(request.app[REGISTRY])
-    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; "
-                                                            "charset=utf-8"})
+    return metrics_response(request.app[REGISTRY])
 
 
 async def healthz(request: web.Request) -> web.Response:

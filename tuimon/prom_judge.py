@@ -25,7 +25,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -36,7 +36,7 @@ from tuimon.sources.prometheus import PromOptions, PromSource, prom_watching
 from tuimon_core.findings import Finding
 from tuimon_core.serving.finding_metrics import finding_families
 from tuimon_core.serving.guard import guard_of
-from tuimon_core.serving.metrics import connection_metrics
+from tuimon_core.serving.metrics import connection_metrics, metrics_response
 from tuimon_core.serving.viewer_socket import bearer_auth
 
 log = logging.getLogger(__name__)
@@ -108,9 +108,7 @@ class JudgeCollector(Collector):
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY])
-    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; "
-                                                            "charset=utf-8"})
+    return metrics_response(request.app[REGISTRY])
 
 
 async def _healthz(request: web.Request) -> web.Response:

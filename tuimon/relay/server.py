@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import WSCloseCode, web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -34,7 +34,7 @@ from tuimon_core.protocol import ProtocolError, Subscribe
 from tuimon_core.protocol.text import clean
 from tuimon_core.serving.finding_metrics import finding_families
 from tuimon_core.serving.guard import guard_of
-from tuimon_core.serving.metrics import connection_metrics
+from tuimon_core.serving.metrics import connection_metrics, metrics_response
 from tuimon_core.serving.viewer_socket import MAX_CLIENT_MESSAGE, bearer_auth, read_viewer
 from tuimon_core.version import __version__
 
@@ -341,9 +341,7 @@ class RelayCollector(Collector):
 
 
 async def metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[REGISTRY])
-    return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4; "
-                                                            "charset=utf-8"})
+    return metrics_response(request.app[REGISTRY])
 
 
 def build_relay_app(state: RelayState) -> web.Application:

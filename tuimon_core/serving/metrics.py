@@ -1,10 +1,13 @@
-"""The connection guard's counts as Prometheus metric families, for the agent's and the
-relay's custom collectors."""
+"""Serving Prometheus metrics: a registry's exposition as a response, and the connection
+guard's counts as metric families, for the agent's, the relay's and the headless judge's
+custom collectors."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from aiohttp import web
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tuimon_core.serving.guard import ConnectionGuard
@@ -26,3 +29,9 @@ def connection_metrics(prefix: str, node: str | None, guard: ConnectionGuard) ->
     closed.add_metric([*values, "evicted"], guard.evicted)
     closed.add_metric([*values, "timed_out"], guard.timed_out)
     yield closed
+
+
+def metrics_response(registry: CollectorRegistry) -> web.Response:
+    """`GET /metrics`: the registry's collectors, built now, in the text format."""
+    return web.Response(body=generate_latest(registry), headers={
+        "Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
