@@ -22,8 +22,9 @@ from tuimon_core import json_text
 from tuimon_core.cli_docs import add_doc_options
 from tuimon_core.cli_parser import Parser
 from tuimon_core.cli_types import positive_float, positive_int
+from tuimon_core.closed_pipe import quiet_on_closed_pipe
 from tuimon_core.errors import UsageError
-from tuimon_core.logs import log_to_stderr
+from tuimon_core.logs import add_log_level_option, log_to_stderr
 from tuimon_core.overview import hello_port_ids
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol.messages import Sample
@@ -54,8 +55,7 @@ def _common(p: argparse.ArgumentParser, log_level: str = "info") -> None:
     p.add_argument("--mmpmon", default=DEFAULT_MMPMON, metavar="PATH",
                    help=f"GPFS's mmpmon, for GPFS client statistics (default {DEFAULT_MMPMON};"
                         " empty: off)")
-    p.add_argument("--log-level", default=log_level,
-                   choices=["debug", "info", "warning", "error"])
+    add_log_level_option(p, log_level)
     p.add_argument("--debug", action="store_true",
                    help="show the traceback of any error, usage errors too")
 
@@ -100,19 +100,22 @@ def build_parser() -> argparse.ArgumentParser:
                    "this runs it when that is installed", add_help=False)
 
     sim = sub.add_parser("sim", help="simulate a cluster: one real agent endpoint per node")
-    sim.add_argument("--nodes", type=positive_int(MAX_NODES), default=4)
-    sim.add_argument("--gpus", type=positive_int(MAX_GPUS, least=0), default=8)
+    sim.add_argument("--nodes", type=positive_int(MAX_NODES), default=4,
+                     help=f"simulated nodes, each its own agent endpoint (default 4, at most "
+                          f"{MAX_NODES})")
+    sim.add_argument("--gpus", type=positive_int(MAX_GPUS, least=0), default=8,
+                     help=f"GPUs a node (default 8, at most {MAX_GPUS}; 0: CPU-only nodes)")
     sim.add_argument("--base-port", type=int, default=19400, metavar="P",
                      help="node i listens on 127.0.0.1:(P+i) (default 19400)")
-    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--seed", type=int, default=0,
+                     help="the simulation's random seed: one seed, one run (default 0)")
     sim.add_argument("--interval", type=positive_float(3600.0, least=0.01), default=1.0,
-                     metavar="S")
+                     metavar="S", help="seconds between a node's samples (default 1)")
     sim.add_argument("--targets-file", metavar="F", help="write one host:port per line here")
     sim.add_argument("--topology-file", metavar="F",
                      help="write the simulated fabric as a Slurm topology.conf here")
     add_scenario_options(sim)
-    sim.add_argument("--log-level", default="info",
-                     choices=["debug", "info", "warning", "error"])
+    add_log_level_option(sim)
     sim.add_argument("--debug", action="store_true",
                      help="show the traceback of any error, usage errors too")
     return parser
@@ -130,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     log_to_stderr(args.log_level)
     try:
         if args.command == "once":
-            return _once(args)
+            return quiet_on_closed_pipe(lambda: _once(args))
         if args.command == "sim":
             return _sim(args)
         return _run(args)

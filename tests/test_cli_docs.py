@@ -114,3 +114,17 @@ def test_help_ends_with_the_exit_codes_and_files() -> None:
     assert "$XDG_CONFIG_HOME/tuimon/config.toml" in out
     agent = run("tuimon-agent", "--help").stdout
     assert "exit status:" in agent and "tuimon-steps.sock" in agent
+
+
+@pytest.mark.parametrize("prog", ["tuimon", "tuimon-agent"])
+def test_every_option_says_what_it_does(prog: str) -> None:
+    """`tuimon-agent sim --help` listed `--nodes NODES` and nothing more: each option of
+    each command has a line of help (the manual and the completions are made from it)."""
+    parser = viewer_parser() if prog == "tuimon" else agent_parser()
+    parsers = {"": parser} | {
+        name: sub for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, sub in action.choices.items()}
+    silent = [(name, a.option_strings[0]) for name, p in parsers.items() for a in p._actions
+              if a.option_strings and a.help is None]
+    assert silent == [], silent

@@ -215,3 +215,16 @@ def test_debug_is_taken_before_or_after_the_relay_command() -> None:
 
 def test_a_gpu_less_simulation_is_allowed() -> None:
     assert build_parser().parse_args(["demo", "--gpus", "0"]).gpus == 0
+
+
+def test_a_reader_that_stops_reading_ends_the_command_quietly() -> None:
+    """`tuimon rules | head -1`: the pipe closes before the text is written; the command
+    ends as Unix tools do (141, as for SIGPIPE) with nothing on stderr, not with two
+    BrokenPipe tracebacks and 0."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.Popen([sys.executable, "-m", "tuimon.cli", "rules"], cwd=ROOT, env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 141 and err == "", err

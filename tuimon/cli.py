@@ -51,6 +51,7 @@ from tuimon_core.cli_types import (
     positive_int,
     slo_target,
 )
+from tuimon_core.closed_pipe import quiet_on_closed_pipe
 from tuimon_core.errors import UsageError
 from tuimon_core.logs import log_to_stderr
 from tuimon_core.protocol import Subscribe
@@ -100,13 +101,17 @@ def _tls_options(p: argparse.ArgumentParser, whom: str, whose: str) -> None:
                    help=f"do not verify {whose} certificates")
 
 
+def _theme_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--theme", help="theme name (t cycles them in the app)")
+
+
 def _view_options(p: argparse.ArgumentParser) -> None:
     """How to show what arrives: shared by connect and demo."""
     p.add_argument("--once", action="store_true",
                    help="print one readout after the first samples and exit")
     p.add_argument("--plain", action="store_true",
                    help="print a text readout every second instead of the full-screen app")
-    p.add_argument("--theme", help="theme name (t cycles them in the app)")
+    _theme_option(p)
     p.add_argument("--record", metavar="FILE",
                    help="write every frame as received (gzip, msgpack) for replay")
     _ascii_option(p)
@@ -194,8 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("file")
     rep.add_argument("--speed", type=positive_float(10000.0), default=1.0,
                      help="seconds of the recording per second (default 1)")
-    rep.add_argument("--theme")
-    rep.add_argument("--topology", metavar="F")
+    _theme_option(rep)
+    rep.add_argument("--topology", metavar="F",
+                     help="Slurm topology.conf: group the recording's nodes by leaf switch")
     _ascii_option(rep)
     _log_option(rep)
     status = sub.add_parser("status", help="no screen: one snapshot (or --watch), exit code "
@@ -205,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
     _target_options(status)
     status.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
                         help="keep watching this long; the exit code is the worst seen")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true",
+                        help="print the snapshot as JSON (the same figures as the text)")
     status.add_argument("--job", metavar="NAME",
                         help="one job whole, as its screen (b) shows it: budget spent by "
                              "kind, waits, ranks, nodes, findings (exit code: the cluster's)")
@@ -219,10 +226,14 @@ def build_parser() -> argparse.ArgumentParser:
     _prom_query_options(status)
     add_slo_options(status)
     demo = sub.add_parser("demo", help="simulate a cluster on loopback and watch it")
-    demo.add_argument("--nodes", type=positive_int(MAX_NODES), default=32)
-    demo.add_argument("--gpus", type=positive_int(MAX_GPUS, least=0), default=8)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--base-port", type=int, default=19400)
+    demo.add_argument("--nodes", type=positive_int(MAX_NODES), default=32,
+                      help=f"simulated nodes (default 32, at most {MAX_NODES})")
+    demo.add_argument("--gpus", type=positive_int(MAX_GPUS, least=0), default=8,
+                      help=f"GPUs a node (default 8, at most {MAX_GPUS}; 0: CPU-only nodes)")
+    demo.add_argument("--seed", type=int, default=0,
+                      help="the simulation's random seed: one seed, one run (default 0)")
+    demo.add_argument("--base-port", type=int, default=19400, metavar="P",
+                      help="node i listens on 127.0.0.1:(P+i) (default 19400)")
     _view_options(demo)
     add_slo_options(demo)
     add_scenario_options(demo)
@@ -296,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     try:
-        return _main(argv)
+        return quiet_on_closed_pipe(lambda: _main(argv))
     except UsageError as exc:  # what the user typed or configured: no traceback
         if debug:
             raise

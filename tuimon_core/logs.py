@@ -6,12 +6,21 @@ its lines."""
 
 from __future__ import annotations
 
+import argparse
 import logging
 from typing import Any
 
 from tuimon_core.protocol.text import clean, clean_lines
 
 FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+LEVELS = ("debug", "info", "warning", "error")
+
+
+def add_log_level_option(p: argparse.ArgumentParser, default: str = "info") -> None:
+    """`--log-level`, the same four levels for every program that logs to stderr."""
+    p.add_argument("--log-level", default=default, choices=LEVELS,
+                   help=f"what goes to stderr: {', '.join(LEVELS)} and above "
+                        f"(default {default})")
 
 
 class CleanFormatter(logging.Formatter):

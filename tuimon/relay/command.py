@@ -14,6 +14,7 @@ from tuimon.model.judge_config import JudgeConfig, add_judge_options, add_slo_op
 from tuimon.relay import RelayConfig, build_relay
 from tuimon.sources.targets import read_targets_file
 from tuimon_core.cli_types import positive_float, positive_int
+from tuimon_core.logs import add_log_level_option
 from tuimon_core.ports import DEFAULT_RELAY_PORT
 from tuimon_core.serving.guard import serve
 from tuimon_core.serving.security import (
@@ -75,8 +76,10 @@ def add_relay_options(p: argparse.ArgumentParser) -> None:
     add_slo_options(p, hours=False)
     p.add_argument("--interval", type=positive_float(60.0, least=0.05), default=0.25, metavar="S",
                    help="seconds between batches to each viewer (default 0.25)")
-    p.add_argument("--max-viewers", type=positive_int(100_000), default=256)
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--max-viewers", type=positive_int(100_000), default=256,
+                   help="viewers served at once; one more is refused with a reason "
+                        "(default 256)")
+    add_log_level_option(p)
     # Also after the command (`tuimon relay ... --debug`, and so through `tuimon-agent
     # relay`): SUPPRESS keeps `tuimon --debug relay` from being reset to False here.
     p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
