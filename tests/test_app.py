@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 
@@ -658,7 +659,7 @@ async def test_the_strip_says_the_verdict_at_any_width_and_the_waiting_where_it_
         assert "train" in text and "PAGE" in text and "SLI" in text and "0.30" in text, text
         if width == 200:
             assert "waiting 1h: comm 50%, data 15%" in text, text
-            assert "spent on comm 1.0 h, data 0.3 h, other 0.1 h" in text, text
+            assert "spent on comm 1.0 h, data 18 min, other 6 min" in text, text
 
 
 @pytest.mark.parametrize("size", [(160, 45), (80, 24)])
@@ -691,11 +692,13 @@ async def test_the_job_screen_says_what_the_budget_went_to(size: tuple[int, int]
 
         assert isinstance(app.screen, JobScreen)
         text = str(app.screen.query_one("#job-text").render())
-        spent = [line.split()[0] for line in text.splitlines()
-                 if line.startswith("  ") and " h " in line and "%" in line]
-        assert spent == ["comm", "data", "other"], text
-        assert "0.6 h spent" in text and "the last hour: 30% of the step time waiting (comm 20%, " \
-            "data 7%)" in text, text
+        spent = [line.split()[:3] for line in text.splitlines()
+                 if re.match(r"  \S+ +[\d.]+ (h|min|s) +\d+%", line)]
+        # Under an hour, the budget is said in minutes: 0.6 h of 72 is 36 min.
+        assert spent == [["comm", "24", "min"], ["data", "8", "min"], ["other", "4", "min"]], \
+            text
+        assert "36 min spent" in text, text
+        assert "the last hour: 30% of the step time waiting (comm 20%, data 7%)" in text, text
         assert f"slowest 1.500 s (rank 2, {names[1]} GPU 0)" in text, text
         from tuimon_core.hostlist import collect_hostlist
 
@@ -810,3 +813,4 @@ async def test_the_history_screen_lists_the_relays_incidents_and_opens_one(
             await pilot.press("H", "1")
             await pilot.pause(0.5)
             assert app.screen.seconds == 6 * 3600  # type: ignore[attr-defined]
+

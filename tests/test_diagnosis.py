@@ -268,3 +268,19 @@ def test_a_nodes_window_ends_without_a_new_sample_and_a_new_sample_is_judged_at_
         found = kinds()
         clock[0] += 1.0
     assert "link_down" in found
+
+
+def test_counts_in_a_finding_are_said_with_their_noun() -> None:
+    """One pause-watchdog firing reads `fired 1 time`, three `fired 3 times`: a finding's
+    words are read at 3 a.m. and a wrong plural reads as a wrong count."""
+    from tuimon_core.node_rules import NodeRules
+
+    rules = NodeRules("gpu007")
+    said = []
+    for seq, storms in ((1, 1), (2, 2)):
+        ports = [{"id": "mlx5_1:1", "state": 4, "errors_inc": {"pause_storms": storms}}]
+        rules.observe(None, Sample(seq, 0.0, 1.0, gpus=[], extra={"fabric": {"ports": ports}}),
+                      float(seq))
+        [storm] = [f for f in rules.conditions(float(seq)) if f.kind == "pfc_storm"]
+        said.append(storm.message)
+    assert "fired 1 time in 10 min" in said[0] and "fired 3 times in 10 min" in said[1], said

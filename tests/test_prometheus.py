@@ -250,7 +250,7 @@ async def test_prometheus_down_or_wrong_is_said(tmp_path: Path) -> None:
     # Prometheus restarting must not page about every node of the cluster).
     _, findings = judged(cluster)
     assert [(f.severity, f.kind) for f in findings] == [("critical", "source_lost")], findings
-    assert "its 1 nodes unknown since" in findings[0].message
+    assert "its 1 node unknown since" in findings[0].message
     assert cluster.nodes["dgx-a"].status == "unknown"
 
     async def bad(_: web.Request) -> web.Response:

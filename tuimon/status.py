@@ -40,6 +40,7 @@ from tuimon.ui.job_text import job_text
 from tuimon_core import json_text
 from tuimon_core.protocol.text import clean_lines
 from tuimon_core.wait_kinds import said, said_hours
+from tuimon_core.wording import duration_text, plural
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 
@@ -119,15 +120,8 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
 
 def onset_text(since: float, now: float) -> str:
     """`02:13 (47 min)`: when a finding began, local time, and how long ago."""
-    ago = max(0.0, now - since)
-    held = (f"{ago:.0f} s" if ago < 120 else f"{ago / 60:.0f} min" if ago < 7200
-            else f"{ago / 3600:.1f} h")
-    day = "%H:%M" if ago < 20 * 3600 else "%a %H:%M"
-    return f"{time.strftime(day, time.localtime(since))} ({held})"
-
-
-def plural(n: int, word: str) -> str:
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    day = "%H:%M" if now - since < 20 * 3600 else "%a %H:%M"
+    return f"{time.strftime(day, time.localtime(since))} ({duration_text(now - since)})"
 
 
 def format_text(r: dict[str, Any]) -> str:

@@ -27,6 +27,7 @@ from tuimon_core.protocol.fields import (
     PORT_LINK_UP,
     port_up,
 )
+from tuimon_core.wording import plural
 
 # Congestion: sustained above this (xmit_wait ticks/s), senders starve; a port or a leaf
 # this many times its peers' median stands out (here: the node's other ports; in the
@@ -374,9 +375,10 @@ class NodeRules:
         storms = self._count(pid, "pause_storms", now) if counted else 0
         if storms:
             out.append(Finding("warning", "pfc_storm",
-                               f"{where} PFC storm: the pause watchdog fired {storms} times in "
-                               "10 min (pauses stopped to break it; lossless traffic may have "
-                               "been dropped)", node=self.name, port=pid, score=0.7))
+                               f"{where} PFC storm: the pause watchdog fired "
+                               f"{plural(storms, 'time')} in 10 min (pauses stopped to break "
+                               "it; lossless traffic may have been dropped)",
+                               node=self.name, port=pid, score=0.7))
         paused = p.get("paused_tx")
         if isinstance(paused, (int, float)) and paused >= PAUSING_SHARE:
             out.append(Finding("warning", "pfc_pausing",

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from tuimon_core.wording import hours_text
+
 OTHER = "other"
 # Not a rank's to report: the relay's ledger counts it for a job whose ranks all fell
 # silent (a crash, a restart, a lost node), from the last report to the next.
@@ -83,7 +85,7 @@ def said(shares: Mapping[str, float]) -> str:
 
 
 def said_hours(hours: Mapping[str, float]) -> str:
-    """Budget hours by kind, the largest first: `comm 41.0 h, data 12.0 h`; kinds under
-    a tenth of an hour left out."""
-    shown = sorted(((v, k) for k, v in hours.items() if v >= 0.05), reverse=True)
-    return ", ".join(f"{k} {v:.1f} h" for v, k in shown)
+    """Budget hours by kind, the largest first: `comm 41.0 h, data 12 min`; kinds under
+    a minute left out."""
+    shown = sorted(((v, k) for k, v in hours.items() if v >= 1 / 60), reverse=True)
+    return ", ".join(f"{k} {hours_text(v)}" for v, k in shown)

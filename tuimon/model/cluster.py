@@ -22,6 +22,7 @@ from tuimon_core.protocol import Event, Hello, Sample
 from tuimon_core.protocol.overview_layout import BUSY_UNKNOWN, busy, metric_levels
 from tuimon_core.protocol.text import clean
 from tuimon_core.timing import aged_state, lost_state
+from tuimon_core.wording import plural
 
 HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
 MAX_EVENTS = 2000
@@ -129,6 +130,11 @@ def _name_of(target: str) -> str:
     is not the agent's (several agents on one address, as the simulator runs them)."""
     host, sep, port = target.rpartition(":")
     return host if sep and port == str(DEFAULT_PORT) else target
+
+
+def relay_lost_text(relay: str, reason: str, nodes: int) -> str:
+    """What the event and the finding both say of a relay that stopped answering."""
+    return f"relay {relay} unreachable: {reason}; its {plural(nodes, 'node')} unknown"
 
 
 class ClusterState:
@@ -271,7 +277,7 @@ class ClusterState:
         if known is None:
             self.events.appendleft(ClusterEvent(
                 relay, since, "relay_lost", "critical",
-                f"relay {relay} unreachable: {reason}; its {len(names)} nodes unknown"))
+                relay_lost_text(relay, reason, len(names))))
 
     def relay_back(self, relay: str) -> None:
         """The relay answers again: its nodes come back as their frames and states do."""

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.cluster import ClusterState, NodeState, relay_lost_text
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.guard import Guard
 from tuimon.model.storage import StorageView
@@ -27,6 +27,7 @@ from tuimon_core.fleet import fleet_findings, hellos_of
 from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.node_rules import CONGESTED_WAIT, OUTLIER_FACTOR, NodeRules
 from tuimon_core.protocol.overview_layout import port_waits
+from tuimon_core.wording import plural
 
 __all__ = ["SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
 
@@ -111,12 +112,12 @@ class Diagnosis:
         out += [Finding("warning", "source_limit", text, target=source)
                 for source, text in cluster.source_limits.items()]
         out += [Finding("critical", "relay_lost",
-                        f"relay {relay} unreachable: {reason}; its {len(names)} nodes unknown "
+                        f"{relay_lost_text(relay, reason, len(names))} "
                         f"since {time.strftime('%H:%M:%S', time.localtime(since))}",
                         target=relay, nodes=names, score=0.5)
                 for relay, (reason, since, names) in cluster.lost_relays.items()]
         out += [Finding("critical", "source_lost",
-                        f"{reason}; " + (f"its {count} nodes unknown" if count else
+                        f"{reason}; " + (f"its {plural(count, 'node')} unknown" if count else
                                          "no node read from it yet") +
                         f" since {time.strftime('%H:%M:%S', time.localtime(since))}",
                         target=source, score=0.5)

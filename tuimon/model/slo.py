@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from tuimon_core.wait_kinds import add_waits, split_wait
+from tuimon_core.wording import duration_text
 
 BURN_WINDOWS_S = {"5m": 300, "30m": 1800, "1h": 3600, "6h": 21600, "1d": 86400,
                   "3d": 259200}
@@ -27,17 +28,6 @@ ALERTS = (
     ("ticket", "1d", "6h", 0.10),
     ("ticket", "3d", "6h", 0.10),
 )
-
-
-def _span(seconds: float) -> str:
-    """A duration as a burn window is named: 90 s, 12 min, 5 h, 2 d."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} d"
 
 
 def burn_parts(rates: dict[str, float | None],
@@ -62,7 +52,7 @@ def burn_parts(rates: dict[str, float | None],
         text = f"{w} {rate:.{digits}f}x"
         seen = (covered or {}).get(w)
         if seen is not None and seen < 0.9 * BURN_WINDOWS_S[w]:
-            text += f" ({_span(seen)} of {w})"
+            text += f" ({duration_text(seen)} of {w})"
         parts.append(text)
     return " ".join(parts) or "-", (f"{severity} at {threshold:.1f}x" if severity else "")
 

@@ -17,8 +17,9 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from tuimon.ui.incident_text import cost_text, duration_text, span_text
+from tuimon.ui.incident_text import cost_text, span_text
 from tuimon.ui.markup import safe
+from tuimon_core.wording import duration_text
 
 History = Callable[[float], Awaitable[list[dict[str, Any]]]]
 RANGES = {"1": 6 * 3600.0, "2": 24 * 3600.0, "3": 3 * 86400.0, "4": 7 * 86400.0}

@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tuimon_core.wording import duration_text, hours_text
+
 
 def span_text(onset: float, ended: float | None, now: float) -> str:
     """`02:13-02:59 (46 min)`, or `since 02:13 (47 min, holds)` while it holds."""
@@ -15,23 +17,6 @@ def span_text(onset: float, ended: float | None, now: float) -> str:
     if ended is None:
         return f"since {start} ({held}, holds)"
     return f"{start}-{time.strftime('%H:%M', time.localtime(ended))} ({held})"
-
-
-def duration_text(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
-def hours_text(hours: float) -> str:
-    """Budget hours as every cost is said: `1.5 h`, `42 min` under an hour, `30 s` under
-    a minute (a short run's incident costs seconds, not `0 min`)."""
-    if hours < 1 / 60:
-        return f"{max(0.0, hours) * 3600:.0f} s"
-    return f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.1f} h"
 
 
 def cost_text(incident: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import SPARKS, sparkline
 from tuimon_core.protocol.text import clean
 from tuimon_core.wait_kinds import said
+from tuimon_core.wording import hours_text
 
 BAR = 30  # cells of the longest bar (the kind the most budget went to), 10 when narrow
 _SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$secondary"}
@@ -66,7 +67,7 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
     budget = r["budget"]
     left = b(f"{budget['left_hours']:.1f}")
     lines += [f"budget      {left} of {budget['hours']:.0f} h left "
-              f"({budget['scope']}), {budget['consumed_hours']:.1f} h spent; burn "
+              f"({budget['scope']}), {hours_text(budget['consumed_hours'])} spent; burn "
               f"{out(budget['burn'], 200)}", ""]
     lines.append(b("what the budget was spent on") + (
         "" if r["spent"] else "  nothing yet"))
@@ -74,7 +75,7 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
     for row in r["spent"]:
         bar = "" if plain else st("$heat-6", _bar(row["share"] / top if top else 0.0,
                                                   BAR if width >= 120 else 10)) + "  "
-        lines.append(f"  {row['kind']:<11} {row['hours']:>8.1f} h {row['share']:>5.0%}  "
+        lines.append(f"  {row['kind']:<11} {hours_text(row['hours']):>10} {row['share']:>5.0%}  "
                      f"{bar}{st('$secondary', row['what'])}")
         for label, table in (("over the run:", r["run_causes"]),
                              ("while watched:", r["causes"])):

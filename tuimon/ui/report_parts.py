@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuimon.model.run_report import RunReport
-from tuimon.ui.incident_text import duration_text, hours_text
+from tuimon_core.wording import duration_text, hours_text
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ def _sli(r: RunReport) -> Section:
 
 def _budget(r: RunReport) -> Section:
     b = r.budget
-    text = [f"{b.left_hours:.1f} of {b.hours:.0f} h left (run), {b.consumed_hours:.1f} h "
+    text = [f"{b.left_hours:.1f} of {b.hours:.0f} h left (run), {hours_text(b.consumed_hours)} "
             f"spent; burn {b.burn}."]
     if b.recovered_hours:
         text.append(f"{hours_text(b.recovered_hours)} of it the relay missed, counted from "

@@ -9,9 +9,9 @@ from __future__ import annotations
 import html
 
 from tuimon.model.run_report import CauseRow, RunReport
-from tuimon.ui.incident_text import hours_text
 from tuimon.ui.report_parts import when_text
 from tuimon_core.protocol.text import clean
+from tuimon_core.wording import hours_text
 
 WIDTH, HEIGHT = 900, 260
 LEFT, RIGHT, TOP, BOTTOM = 60, 20, 24, 40  # the plot area's margins

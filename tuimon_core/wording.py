@@ -1,0 +1,30 @@
+"""How counts and durations are said in every text tuimon writes: a finding's message, a
+status line, a screen, a report. One place, so `1 node` / `3 nodes` and `12 min` read the
+same whichever reader shows them."""
+
+from __future__ import annotations
+
+
+def plural(n: int, word: str) -> str:
+    """`1 node`, `3 nodes`, `0 times`: the count with its noun."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def duration_text(seconds: float) -> str:
+    """A span of time at the precision one reads it at: `45 s`, `12 min`, `5.0 h`, `3.0 d`."""
+    seconds = max(0.0, seconds)
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def hours_text(hours: float) -> str:
+    """Budget hours as every cost is said: `1.5 h`, `42 min` under an hour, `30 s` under
+    a minute (`0.0 h spent` early in a run answers nothing)."""
+    if hours < 1 / 60:
+        return f"{max(0.0, hours) * 3600:.0f} s"
+    return f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.1f} h"
