@@ -814,3 +814,31 @@ async def test_the_history_screen_lists_the_relays_incidents_and_opens_one(
             await pilot.pause(0.5)
             assert app.screen.seconds == 6 * 3600  # type: ignore[attr-defined]
 
+
+async def test_colon_goes_to_a_node_or_a_leaf_by_name() -> None:
+    """`:` opens the palette; `node sim-node011` and enter open that node's screen without
+    walking the map; `leaf` and a leaf's name filter the map to that leaf; tuimon's own
+    keys are commands there too."""
+    from textual.command import CommandPalette
+
+    app = await make_app(16)
+    leaf = app.view.topology["sim-node011"]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("colon")
+        await pilot.pause()
+        assert isinstance(app.screen, CommandPalette)
+        titles = [c.title for c in app.get_system_commands(app.screen_stack[0])]
+        assert "history" not in titles  # a key this app cannot use is not offered
+        assert {"fleet", "job", "findings", "node sim-node011", f"leaf {leaf}"} <= set(titles)
+        await pilot.press(*"node sim-node011")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, NodeScreen) and app.screen.node.name == "sim-node011"
+        await pilot.press("escape")
+        await pilot.press("colon", *f"leaf {leaf}")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause()
+        shown = {n.name for n in app.view.visible(app.cluster)}
+        assert shown == {name for name, lf in app.view.topology.items() if lf == leaf}, shown

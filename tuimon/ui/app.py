@@ -13,14 +13,14 @@ import math
 import os
 import textwrap
 import time
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
 
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.filter import LineFilter
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
 from tuimon.app_log import current_log_path
@@ -42,6 +42,7 @@ from tuimon.ui.history_screen import History, HistoryScreen
 from tuimon.ui.job_screen import JobScreen
 from tuimon.ui.markup import safe
 from tuimon.ui.node_screen import NodeScreen
+from tuimon.ui.palette import palette_commands
 from tuimon.ui.panels import (
     DiagnosisPane,
     EventsPane,
@@ -63,6 +64,8 @@ HELP = """\
   enter, dbl-click  open the node
   tab               GPU / fabric map (the same node stays selected)
   f                 to the diagnosis: up/down pick, enter opens its node
+  : or ctrl+p       go to a node, leaf, job or finding by name; any command
+  pgup pgdn         a page up or down in a list or a screen of text
   esc               back; clear the filter
 [b]What the map shows[/b]
 {metric_keys}  s  S              sort by name / by the metric (worst first); reverse
@@ -190,6 +193,7 @@ class TuimonApp(App[None]):
         Binding("i", "fleet", "fleet", id="fleet"),
         Binding("H", "history", "history", id="history"),
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
+        Binding("colon", "command_palette", "go to", show=False, id="go_to"),
     ]
 
     def _findings(self) -> list[Finding]:
@@ -202,9 +206,11 @@ class TuimonApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # The node screen and the help sit above the map: its keys must not move it.
-        if action == "history":
-            return self.history is not None  # only relays with a ledger keep incidents
-        return not (action in MAP_ACTIONS and len(self.screen_stack) > 1)
+        return self.offers(action) and not (action in MAP_ACTIONS and len(self.screen_stack) > 1)
+
+    def offers(self, action: str) -> bool:
+        """Whether this app can do `action` at all, whatever screen is up."""
+        return action != "history" or self.history is not None  # only a ledger keeps them
 
     def __init__(self, cluster: ClusterState, *,
                  sources: Callable[[ClusterState], list[Coroutine[Any, Any, None]]] | None = None,
@@ -557,6 +563,11 @@ class TuimonApp(App[None]):
                 return
             break
         self.notify(f"theme: {self.theme}", timeout=2, markup=False)
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if screen is self.screen_stack[0]:  # jumps move the map: from the map's screen only
+            yield from palette_commands(self)
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_extra))
