@@ -145,6 +145,15 @@ async def test_the_seed_incident_through_prometheus_is_served_with_the_leaf_name
                 assert sim.truth()["onset"] - 5 <= began <= time.time(), began
                 nodes = {s.labels["status"]: s.value for s in families["tuimon_judge_nodes"]}
                 assert nodes["up"] == 16, nodes
+                # The one-shots at the same moment tell the same story: the leaf named in
+                # the text and in the JSON, and the same verdict as their exit code.
+                (code, text), (json_code, document) = [
+                    await run_tuimon("prom", prom, "--once", *extra, "--topology",
+                                     str(topology), timeout=90)
+                    for extra in ((), ("--json",))]
+                assert f"congestion concentrated under {leaf}" in text, text
+                assert leaf in document and "congestion" in document, document
+                assert code == json_code >= 1, (code, json_code, text)
                 prometheus.close()  # Prometheus stops; the judge goes on
                 families = await until(
                     url, lambda f: any(x["kind"] == "source_lost" for x in findings(f)),

@@ -108,7 +108,8 @@ def _theme_option(p: argparse.ArgumentParser) -> None:
 def _view_options(p: argparse.ArgumentParser) -> None:
     """How to show what arrives: shared by connect and demo."""
     p.add_argument("--once", action="store_true",
-                   help="print one readout after the first samples and exit")
+                   help="print one readout after the first samples and exit with the "
+                        "verdict, as `tuimon status`: 0 ok, 1 warning, 2 critical")
     p.add_argument("--plain", action="store_true",
                    help="print a text readout every second instead of the full-screen app")
     _theme_option(p)
@@ -506,17 +507,14 @@ async def _watch(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
 
 async def _print_loop(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
                       recorder: Recorder | None) -> int:
-    from tuimon.status import first_samples, settle
+    from tuimon.status import first_samples
 
     cluster.set_drawn(ROW_READS)  # what the readout shows of every node
     async with feed(cluster, recorder):
         if once:
             # What a one-shot status waits for, so it says what the app says.
             await first_samples(cluster, judge.efficiency)
-            await settle(judge)
-            judge.update()
-            print(render(cluster, max_rows=10_000, judge=judge))
-            return 0
+            return await _print_once(cluster, judge)
         while True:
             judge.update()
             screen = render(cluster, judge=judge)
@@ -761,9 +759,19 @@ async def _prom_once(args: argparse.Namespace, cluster: ClusterState) -> int:
     finally:
         if writer is not None:
             writer.close()
+    return await _print_once(cluster, judge)
+
+
+async def _print_once(cluster: ClusterState, judge: Any) -> int:
+    """The readout of `--once`, with the verdict `tuimon status` would give as its exit
+    code: a condition seen but not yet held long enough is waited for, as status waits,
+    so the text, `--once --json` and status name the same findings."""
+    from tuimon.status import EXIT, level, settle
+
+    await settle(judge)
     judge.update()
     print(render(cluster, max_rows=10_000, judge=judge))
-    return 0
+    return EXIT[level(judge.diagnosis.findings)]
 
 
 def _node_labels(labels: list[str]) -> None:
