@@ -19,10 +19,13 @@ SCENARIO ?= spine-imbalance
 demo: $(STAMP)
 	$(BIN)/tuimon demo --nodes $(NODES) --scenario $(SCENARIO) --fault-at 60
 
+# Three workers on two cores: most tests wait on sockets, subprocesses and real servers
+# rather than compute (a run at -n 2 kept the cores under half busy), and at -n 3 the
+# suite ends in about 7.5 minutes instead of 11.
 test: $(STAMP)
 	$(BIN)/ruff check agent tuimon tuimon_core tests bench examples
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n 2
+	$(BIN)/python -m pytest -q -n 3
 
 # The training-framework examples (examples/) against the real packages, on the CPU:
 # torch, PyTorch Lightning and Hugging Face transformers, in a separate environment

@@ -10,21 +10,23 @@ def plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def duration_text(seconds: float) -> str:
-    """A span of time at the precision one reads it at: `45 s`, `12 min`, `5.0 h`, `3.0 d`."""
+def duration_text(seconds: float, places: int = 1) -> str:
+    """A span of time at the precision one reads it at: `45 s`, `12 min`, `5.0 h`, `3.0 d`
+    (`places` for hours and days: 0 where it sits beside a window's name, `2 h of 6h`)."""
     seconds = max(0.0, seconds)
     if seconds < 120:
         return f"{seconds:.0f} s"
     if seconds < 7200:
         return f"{seconds / 60:.0f} min"
     if seconds < 172800:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:.1f} d"
+        return f"{seconds / 3600:.{places}f} h"
+    return f"{seconds / 86400:.{places}f} d"
 
 
 def hours_text(hours: float) -> str:
     """Budget hours as every cost is said: `1.5 h`, `42 min` under an hour, `30 s` under
     a minute (`0.0 h spent` early in a run answers nothing)."""
-    if hours < 1 / 60:
+    # Each unit up to where it would round to the next: 59.99 min is `1.0 h`, not `60 min`.
+    if hours * 3600 < 59.5:
         return f"{max(0.0, hours) * 3600:.0f} s"
-    return f"{hours * 60:.0f} min" if hours < 1 else f"{hours:.1f} h"
+    return f"{hours * 60:.0f} min" if hours * 60 < 59.5 else f"{hours:.1f} h"

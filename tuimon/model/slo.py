@@ -52,7 +52,7 @@ def burn_parts(rates: dict[str, float | None],
         text = f"{w} {rate:.{digits}f}x"
         seen = (covered or {}).get(w)
         if seen is not None and seen < 0.9 * BURN_WINDOWS_S[w]:
-            text += f" ({duration_text(seen)} of {w})"
+            text += f" ({duration_text(seen, places=0)} of {w})"
         parts.append(text)
     return " ".join(parts) or "-", (f"{severity} at {threshold:.1f}x" if severity else "")
 

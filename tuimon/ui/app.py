@@ -193,7 +193,7 @@ class TuimonApp(App[None]):
         Binding("i", "fleet", "fleet", id="fleet"),
         Binding("H", "history", "history", id="history"),
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
-        Binding("colon", "command_palette", "go to", show=False, id="go_to"),
+        Binding("colon", "go_to", "go to", show=False, id="go_to"),
     ]
 
     def _findings(self) -> list[Finding]:
@@ -568,6 +568,10 @@ class TuimonApp(App[None]):
         yield from super().get_system_commands(screen)
         if screen is self.screen_stack[0]:  # jumps move the map: from the map's screen only
             yield from palette_commands(self)
+
+    def action_go_to(self) -> None:
+        # Its own action: the footer keeps showing ^p for the palette (one key an action).
+        self.action_command_palette()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.help_extra))

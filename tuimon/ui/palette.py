@@ -25,7 +25,7 @@ def palette_commands(app: TuimonApp) -> Iterable[SystemCommand]:
     """The app's keys, then its nodes, leaves, jobs and findings; only the keys are
     listed before one types (the names are found by typing them)."""
     for binding in app.BINDINGS:
-        if not isinstance(binding, Binding) or binding.action in ("quit", "command_palette"):
+        if not isinstance(binding, Binding) or binding.action in ("quit", "go_to"):
             continue
         if not app.offers(binding.action):
             continue
