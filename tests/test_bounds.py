@@ -398,7 +398,7 @@ def test_odd_host_lists_are_a_usage_error(hosts: str, reason: str,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     from tuimon.cli import main
 
-    assert main(["status", hosts]) == 2
+    assert main(["status", hosts]) == 3  # status: a usage error is UNKNOWN
     assert reason in capsys.readouterr().err
 
 

@@ -90,7 +90,8 @@ def test_the_config_file_does_not_configure_the_relay(tmp_path: Path) -> None:
 def test_usage_errors_say_what_to_type_without_a_traceback(module: str, args: list[str],
                                                           expected: str) -> None:
     out = _cli(module, *args)
-    assert out.returncode == 2, (out.returncode, out.stderr)
+    # status is a monitoring check: its usage error is UNKNOWN (3), its 2 is critical.
+    assert out.returncode == (3 if args[0] == "status" else 2), (out.returncode, out.stderr)
     assert expected in out.stderr, out.stderr
     assert "Traceback" not in out.stderr
 
@@ -111,7 +112,8 @@ def test_a_usage_error_is_one_line_and_where_the_help_is(module: str, args: list
     """Not the ten-line usage block in front of the line that matters: the line, the
     closest option when one is misspelt, and where the help is."""
     out = _cli(module, *args)
-    assert out.returncode == 2 and out.stderr.splitlines() == [first, hint], out.stderr
+    assert out.returncode == (3 if args[0] == "status" else 2), out.returncode
+    assert out.stderr.splitlines() == [first, hint], out.stderr
 
 
 def test_a_host_list_of_100000_agents_is_taken_but_said() -> None:
@@ -196,7 +198,7 @@ def test_a_non_positive_slo_window_in_the_config_is_named(tmp_path: Path, key: s
     f = tmp_path / "config.toml"
     f.write_text(f'[clusters.lab]\ntargets = ["h"]\n{key}\n')
     out = _cli("tuimon.cli", "--config", str(f), "--cluster", "lab", "status")
-    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.returncode == 3 and "Traceback" not in out.stderr  # status: UNKNOWN
     assert f"{f}:3: clusters.lab.{key.split()[0]}: must be a positive number" in out.stderr
 
 

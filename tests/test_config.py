@@ -77,10 +77,11 @@ async def test_cluster_from_the_config_file_and_flags_win(tmp_path: Path,
                                        sim.targets[0], "--json")
         assert json.loads(out)["nodes"]["up"] == 1  # the flag's targets win
     code, _, err = await _tuimon("--config", str(f), "--cluster", "nope", "status")
-    assert code == 2 and "no cluster 'nope'" in err and "clusters: lab" in err
+    # status's usage errors are UNKNOWN (3): a monitoring system's 2 means critical.
+    assert code == 3 and "no cluster 'nope'" in err and "clusters: lab" in err
     f.write_text("[clusters.lab]\nslo_target = 2\n")
     code, _, err = await _tuimon("--config", str(f), "--cluster", "lab", "status")
-    assert code == 2 and f"{f}:2: clusters.lab.slo_target" in err
+    assert code == 3 and f"{f}:2: clusters.lab.slo_target" in err
 
 
 async def test_a_cluster_behind_prometheus_or_a_relay(tmp_path: Path,

@@ -284,3 +284,23 @@ def test_counts_in_a_finding_are_said_with_their_noun() -> None:
         [storm] = [f for f in rules.conditions(float(seq)) if f.kind == "pfc_storm"]
         said.append(storm.message)
     assert "fired 1 time in 10 min" in said[0] and "fired 3 times in 10 min" in said[1], said
+
+
+def test_a_leafs_congestion_names_its_nodes_as_a_host_list() -> None:
+    """The nodes under a congested leaf are written as a host list one can paste into
+    scontrol, pdsh or the map's filter (`gpu[001-003,005]`), not as "(4 nodes)"."""
+    cluster = ClusterState()
+    topology = {}
+    for i in (1, 2, 3, 5, 9, 10, 11, 12):
+        name = f"gpu{i:03d}"
+        hot = i < 9
+        _node(cluster, f"{name}:1", name,
+              [{"id": "mlx5_0:1", "state": 4, "xmit_wait_s": 5e5 if hot else 100.0}])
+        topology[name] = "leaf01" if hot else "leaf02"
+    clock = [1000.0]
+    diag = Diagnosis(topology, wall=lambda: clock[0])
+    for _ in range(40):  # past the congestion's hold
+        found = diag.update(cluster, EfficiencyView(), StorageView())
+        clock[0] += 1.0
+    [leaf] = [f for f in found if f.kind == "congestion" and f.leaf == "leaf01"]
+    assert leaf.message.endswith("(gpu[001-003,005])"), leaf.message

@@ -206,9 +206,12 @@ def build_parser() -> argparse.ArgumentParser:
     _ascii_option(rep)
     _log_option(rep)
     status = sub.add_parser("status", help="no screen: one snapshot (or --watch), exit code "
-                                           "0 ok / 1 warning / 2 critical",
+                                           "0 ok / 1 warning / 2 critical / 3 unknown",
+                            usage_exit=STATUS_USAGE_EXIT,
                             description=f"One snapshot of the cluster, or a watch. {WAITS} "
-                                        "Exit code 0 ok, 1 warning, 2 critical, 3 unknown.")
+                                        "Exit code 0 ok, 1 warning, 2 critical, 3 unknown "
+                                        "(a usage error too: the check, not the cluster, is "
+                                        "wrong).")
     _target_options(status)
     status.add_argument("--watch", type=float, default=0.0, metavar="SECONDS",
                         help="keep watching this long; the exit code is the worst seen")
@@ -298,6 +301,8 @@ def build_parser() -> argparse.ArgumentParser:
 # More agents than this watched directly (no relay) is said before it is done.
 MANY_DIRECT = 8192
 COMMANDS = ("connect", "status", "replay", "demo", "prom", "relay", "rules", "report")
+# A monitoring check's usage error is UNKNOWN (3): its 2 means critical.
+STATUS_USAGE_EXIT = 3
 # `tuimon report`'s formats, and the suffixes of -o that choose them.
 REPORT_FORMATS = ("markdown", "html")
 REPORT_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html",
@@ -313,7 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         print(f"tuimon: {exc}", file=sys.stderr)
-        return 2
+        command = next((a for a in argv if a in COMMANDS), None)
+        return STATUS_USAGE_EXIT if command == "status" else 2
     except KeyboardInterrupt:
         return 130
 

@@ -16,11 +16,12 @@ SECTIONS: dict[str, str] = {
   tuimon rules --slo-target 0.9 --slo-days 30 > /etc/prometheus/rules/tuimon.yml
   tuimon --cluster prod                        # what the config file says of prod""",
     "Exit status": """\
-  0    ok: every node answered and nothing was found (status), or a clean exit
-  1    warning (status): a job below its SLO or burning at a ticket rate, throttling
-  2    critical (status): a node down or lost, a lost GPU, a page-rate burn;
-       or, for any command, a usage error: the message says what to type
-  3    unknown (status): no node was reached, nothing was checked;
+  0    ok: every node answered and nothing was found (status, --once), or a clean exit
+  1    warning (status, --once): a job below its SLO or burning at a ticket rate
+  2    critical (status, --once): a node down or lost, a lost GPU, a page-rate burn;
+       or, for any command but status, a usage error: the message says what to type
+  3    unknown (status): no node was reached, nothing was checked, or a usage error
+       (a monitoring system's UNKNOWN: the check itself is wrong, not the cluster);
        (report): the relay could not be read, or its ledger counts no such job
   130  interrupted""",
     "Files": """\

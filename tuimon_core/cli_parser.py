@@ -11,10 +11,16 @@ from typing import Any, NoReturn
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with one-line usage errors and suggestions for misspelt options."""
+    """argparse, with one-line usage errors and suggestions for misspelt options.
+    `usage_exit`: the exit code of a usage error (3 for a monitoring check, whose 2 says
+    critical)."""
+
+    def __init__(self, *args: Any, usage_exit: int = 2, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.usage_exit = usage_exit
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: {message}\ntry '{self.prog} --help'\n")
+        self.exit(self.usage_exit, f"{self.prog}: {message}\ntry '{self.prog} --help'\n")
 
     def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                    namespace: argparse.Namespace | None = None) -> argparse.Namespace:

@@ -307,11 +307,11 @@ class Diagnosis:
             others = [v for k, v in medians.items() if k != leaf]
             base = _median(others) if others else 0.0
             if not others or m >= OUTLIER_FACTOR * max(base, 1.0):
-                n = len(per_leaf[leaf])
+                # The leaf's nodes as a host list one can paste (scontrol, pdsh, the filter).
                 out.append(Finding("warning", "congestion",
                                    f"congestion concentrated under {leaf}: xmit_wait "
                                    f"{m:,.0f}/s vs {base:,.0f}/s elsewhere "
-                                   f"({n} node{'s' if n != 1 else ''})",
+                                   f"({collect_hostlist(members[leaf])})",
                                    leaf=leaf, nodes=tuple(sorted(members[leaf])), score=1.0))
         return out
 
