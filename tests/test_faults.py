@@ -133,6 +133,8 @@ async def test_relay_stopped_and_killed_marks_its_nodes_and_recovers(
                 relay.kill()
                 await relay.wait()
                 await until(lambda: _all(cluster, "unknown"), "unknown, relay killed")
+                killed = next(e.message for e in cluster.events if e.kind == "relay_lost")
+                assert "closed by the relay" in killed, killed  # not "by the agent"
                 relay = await _spawn(*relay_args)
                 await until(lambda: _all(cluster, "up"), "back with a new relay")
                 assert set(cluster.nodes) == set(sim.targets)  # the relay is not a node

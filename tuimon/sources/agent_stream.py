@@ -157,7 +157,7 @@ class AgentStream:
                 got_frames = await self._connect_once()
                 if got_frames:
                     backoff = self.options.min_backoff
-                reason = "connection closed by the agent"
+                reason = f"connection closed by the {'relay' if self.relay else 'agent'}"
             except asyncio.CancelledError:
                 raise
             except aiohttp.WSServerHandshakeError as exc:
