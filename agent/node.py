@@ -27,6 +27,7 @@ from agent.files import FileTree
 from agent.findings import NodeFindings
 from agent.frame_fit import fit_event, fit_frame, fit_hello, fit_hello_frame, fit_values
 from agent.hub import FrameHub
+from agent.inventory_change import inventory_change
 from agent.steps import StepAggregator, StepSocket, StepSocketError
 from tuimon_core.findings_family import findings_to_wire
 from tuimon_core.overview import build_overview, hello_port_ids
@@ -301,13 +302,10 @@ class NodeAgent:
         sample, events, inventory_changed = await loop.run_in_executor(
             self._executor, self._collect)
         if inventory_changed:
-            self.hello = self._make_hello()
-            hello = self.hello
+            before, self.hello = self.hello, self._make_hello()
             self.emit_event(Event(sample.ts, "inventory_changed", "warning",
-                                  f"inventory changed: {len(hello.gpus)} GPU(s), "
-                                  f"{len(hello.extra.get('ports', []))} fabric port(s), "
-                                  f"{len(hello.extra.get('filesystems', []))} file "
-                                  "system(s) now", source="agent"))
+                                  "inventory changed: "
+                                  f"{inventory_change(before, self.hello)}", source="agent"))
             self.hub.publish(self.hello)
         for event in events:
             self.emit_event(event)

@@ -119,14 +119,15 @@ async def test_inventory_change_resends_hello(proc_root: Path, fake_nvml: FakeNv
             s.ws_connect(server.make_url("/v1/stream")) as ws:
         await receive(ws)
         fake_nvml.gpus.append(FakeGpu(8))
-        kinds = []
+        said = {}
         while True:
             msg = await receive(ws)
             if isinstance(msg, Event):
-                kinds.append(msg.kind)
+                said[msg.kind] = msg.message
             if isinstance(msg, Hello):
                 break
-        assert "inventory_changed" in kinds
+        # What changed, not only how many there are now.
+        assert said["inventory_changed"] == "inventory changed: GPU 8 new", said
         assert len(msg.gpus) == 9
         sample = await receive(ws)
         assert isinstance(sample, Sample) and len(sample.gpus) == 9
@@ -361,3 +362,29 @@ async def test_an_xid_event_and_the_nodes_finding_say_the_same_severity(
                          if f.kind == "xid"]
                 finding = found[0] if found else None
     assert event.severity == finding.severity == severity, (event, finding)
+
+
+def test_an_inventory_change_says_which_link_port_or_mount_moved() -> None:
+    """An NVLink down, a port gone, a port's rate fallen, a file system unmounted: each
+    named with what it was and is, in one line however much changed."""
+    import dataclasses
+
+    from agent.inventory_change import MAX_SAID, inventory_change
+    from tuimon_core.protocol import GpuInfo
+
+    gpu = GpuInfo(0, "GPU-a", "NVIDIA H100", 80 << 30, 700.0, "0000:18:00.0", 1.98e9,
+                  2.6e9, nvlinks=18, nvlinks_total=18)
+    ports = [{"id": "mlx5_0:1", "up": 1, "rate_text": "400 Gb/sec (4X NDR)"},
+             {"id": "mlx5_1:1", "up": 1, "rate_text": "400 Gb/sec (4X NDR)"}]
+    fs = [{"id": "/lustre/scratch", "fstype": "lustre", "source": "mgs@o2ib:/scratch"}]
+    before = Hello("gpu001", "1", None, 1.0, 0.0, [gpu],
+                   extra={"ports": ports, "filesystems": fs})
+    after = Hello("gpu001", "1", None, 1.0, 0.0, [dataclasses.replace(gpu, nvlinks=16)],
+                  extra={"ports": [{**ports[0], "rate_text": "200 Gb/sec (4X HDR)"}],
+                         "filesystems": []})
+    assert inventory_change(before, after) == (
+        "GPU 0 NVLinks 18 -> 16; port mlx5_1:1 gone; port mlx5_0:1 rate 400 Gb/sec (4X NDR) "
+        "-> 200 Gb/sec (4X HDR); file system /lustre/scratch gone")
+    many = Hello("gpu001", "1", None, 1.0, 0.0, [],
+                 extra={"ports": [{"id": f"p{i}"} for i in range(20)]})
+    assert inventory_change(before, many).endswith(f"and {20 + 4 - MAX_SAID} more")
