@@ -211,6 +211,10 @@ def test_truth_names_the_scenario_onset_and_components() -> None:
     assert truth["scenario"] == "thermal-straggler" and truth["fault_at"] == 60.0
     assert truth["onset"] == pytest.approx(sim.wall0 + 60.0)
     assert truth["components"][0].startswith("sim-node") and "GPU" in truth["components"][0]
+    # Nodes imaged with another driver differ from the start, whatever --fault-at says:
+    # the truth's onset is then, not 49 s after the skew was there to see.
+    skew = SimCluster(nodes=32, gpus=8, base_port=1, scenario="driver-skew", fault_at=60.0)
+    assert skew.truth()["onset"] == pytest.approx(skew.wall0)
     with pytest.raises(ValueError, match="unknown scenario"):
         SimCluster(nodes=2, base_port=1, scenario="meteor")
 

@@ -208,7 +208,8 @@ class SimCluster:
 
     def truth(self) -> dict[str, object]:
         """Ground truth for scoring a diagnosis: scenario, onset, components at fault."""
-        return {"scenario": self.scenario, "onset": self.wall0 + (self.onset - self.t0),
+        onset = self.t0 if self.plan.from_start else self.onset
+        return {"scenario": self.scenario, "onset": self.wall0 + (onset - self.t0),
                 "fault_at": self.fault_at, "components": list(self.plan.components),
                 "kinds": list(self.plan.kinds)}
 

@@ -42,6 +42,9 @@ class Scenario:
     kinds: list[str] = field(default_factory=list)  # which findings name them
     roce: bool = False  # the cluster's fabric is RoCE (Ethernet ports, PFC)
     restart: list[int] = field(default_factory=list)  # nodes whose agent restarts at onset
+    # There when the nodes start (how they were imaged), whatever --fault-at says: the
+    # truth's onset is the start.
+    from_start: bool = False
 
 
 def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
@@ -95,7 +98,8 @@ def build(name: str, nodes: int, gpus: int, seed: int, nodes_per_leaf: int,
     if name == "driver-skew":  # two nodes on another driver since they were imaged
         pair = [victim, (victim + 1) % nodes] if nodes > 2 else [victim]
         return Scenario(name, {i: NodeTrouble(driver=OTHER_DRIVER) for i in pair},
-                        components=[node_name(i) for i in pair], kinds=["fleet_skew"])
+                        components=[node_name(i) for i in pair], kinds=["fleet_skew"],
+                        from_start=True)
     if name == "gpu-missing":  # a GPU leaves NVML and stays on the PCI bus
         return Scenario(name, {victim: NodeTrouble(missing_gpu=gpu)},
                         components=[node_name(victim)], kinds=["gpu_missing"])
