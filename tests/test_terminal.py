@@ -89,8 +89,10 @@ def test_plain_outputs_escape_hostile_names(args: list[str]) -> None:
 ], ids=["NO_COLOR", "TERM=dumb", "16-colours"])
 def test_the_demo_draws_in_plain_terminals(env: dict[str, str], term: str) -> None:
     need_tmux()
-    with Tmux([str(BIN / "tuimon"), "demo", "--nodes", "8", "--scenario", "hot-node"],
-              width=100, height=30, env=env, term=term) as t:
+    # A port of its own: three test workers run demos at once.
+    with Tmux([str(BIN / "tuimon"), "demo", "--nodes", "8", "--scenario", "hot-node",
+               "--base-port", str(_free_port())], width=100, height=30, env=env,
+              term=term) as t:
         t.wait_for(lambda s: "sim-node000" in s and "diagnosis" in s, timeout=60,
                    what="the map and the diagnosis")
         t.keys("Enter")
