@@ -68,11 +68,12 @@ async def test_cluster_from_the_config_file_and_flags_win(tmp_path: Path,
                                        "--json")
         report = json.loads(out)
         assert report["nodes"]["up"] == 2
-        # The file's SLO applies: the healthy job's ~0.91 is below 0.95, so it burns its
-        # budget and the status is a warning (exit 1), not ok.
-        assert report["jobs"]["llm-pretrain"]["sli_1m"] < 0.95
-        assert code == 1 and report["status"] == "warning", err
-        assert any(a["kind"].startswith("burn_") for a in report["alerts"])
+        # The file's SLO applies: 0.95 over 720 h is 36 h of budget; the healthy job's
+        # ~0.91 burns it, said, but a few seconds of it raise no alert.
+        job = report["jobs"]["llm-pretrain"]
+        assert job["sli_1m"] < 0.95 and job["budget_hours"] == pytest.approx(36.0), job
+        assert job["burn_rates"]["5m"] > 1.0 and job["burn_alert"] is None, job
+        assert code == 0 and report["status"] == "ok", err
         code, out, err = await _tuimon("--config", str(f), "--cluster", "lab", "status",
                                        sim.targets[0], "--json")
         assert json.loads(out)["nodes"]["up"] == 1  # the flag's targets win

@@ -19,7 +19,14 @@ import pytest
 
 from tests.peers import require_promtool
 from tuimon.model.prom_rules import ALERT, WAIT_WINDOWS, rules_yaml, wait_share_record
-from tuimon.model.slo import ALERTS, BURN_WINDOWS_S, BurnTracker, Slo
+from tuimon.model.slo import (
+    ABOVE,
+    ALERTS,
+    BURN_WINDOWS_S,
+    COVERED_TO_ALERT,
+    BurnTracker,
+    Slo,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 HEALTHY = (0.97, 0.97)  # compute fraction of each of two ranks
@@ -222,14 +229,18 @@ def test_thresholds_are_the_apps(slo: Slo) -> None:
         assert rule.labels == {"severity": severity, "window": f"{long_w}/{short_w}",
                                "slo_target": repr(slo.target),
                                "slo_window_hours": f"{slo.window_hours:g}"}
-        long_side, op, short_side = rule.expr
-        assert op == "and"
+        long_side, op, short_side, on, seen = rule.expr
+        assert op == "and" and on == "and on (exported_job, job)"
         for side, window in ((long_side, long_w), (short_side, short_w)):
-            m = re.fullmatch(r"tuimon:job_error_ratio:rate(\w+) / \(1 - (\S+)\) >= (\S+)", side)
+            m = re.fullmatch(r"tuimon:job_error_ratio:rate(\w+) / \(1 - (\S+)\) > (\S+)", side)
             assert m, side
             assert m[1] == window
             assert float(m[2]) == slo.target
-            assert float(m[3]) == slo.alert_threshold(long_w, share)
+            assert float(m[3]) == slo.alert_threshold(long_w, share) * ABOVE
+        # As the app, only once the data covers most of the short window.
+        covered = COVERED_TO_ALERT * BURN_WINDOWS_S[short_w]
+        assert seen == ("max by (exported_job, job) (tuimon_job_wall_seconds_total offset "
+                        f"{covered:.0f}s)"), seen
 
 
 def test_records_cover_every_burn_window() -> None:
@@ -281,7 +292,8 @@ def test_half_the_time_computing_pages_a_one_week_run(promtool: str, tmp_path: P
     """Target 0.9 over a 168 h run: 2% of the budget in 1 h is 3.36x; a job computing
     50% of the time burns 5x. Healthy for 2 h (0.3x: no alert, no threshold is below
     1x), then 50%: the 1h/5m page needs the 1 h error ratio up to 0.336, 39 minutes in;
-    6h/30m (1.4x) comes first."""
+    6h/30m (1.4x) comes first. The tickets wait until the job's data goes back 5.4 h,
+    most of their 6 h short window (at 2.5 h a ticket would be a guess)."""
     slo = Slo(0.9, 168)
     assert slo.alert_threshold("1h", 0.02) == pytest.approx(3.36)
     assert slo.burn_rate(0.5) == pytest.approx(5.0)
@@ -289,8 +301,8 @@ def test_half_the_time_computing_pages_a_one_week_run(promtool: str, tmp_path: P
     minutes = [100, 150, 165, 420]
     assert windows_firing(slo, job, minutes) == {
         100: [],
-        150: ["1d/6h", "3d/6h"],
-        165: ["1h/5m", "6h/30m", "1d/6h", "3d/6h"],
+        150: [],
+        165: ["1h/5m", "6h/30m"],
         420: ["1h/5m", "6h/30m", "1d/6h", "3d/6h"],
     }
     text = rules_yaml(slo)
@@ -301,13 +313,14 @@ def test_half_the_time_computing_pages_a_one_week_run(promtool: str, tmp_path: P
 
 def test_a_stalled_job_pages_a_thirty_day_slo(promtool: str, tmp_path: Path) -> None:
     """At 0.9 over 30 days the 1h/5m page is capped at 9x (10x is the most there is), so it
-    takes a job computing 5% of the time (9.5x); 50% only tickets (next test)."""
+    takes a job computing 5% of the time (9.5x); 50% only tickets (next test). No ticket
+    before 5.4 h of the job's data (most of the tickets' 6 h short window)."""
     slo = Slo(0.9, 720)
     assert slo.alert_threshold("1h", 0.02) == pytest.approx(9.0)
     job = llama((120, HEALTHY), (300, (0.05, 0.05)))
     minutes = [60, 140, 190, 330]
     assert windows_firing(slo, job, minutes) == {
-        60: [], 140: ["3d/6h"], 190: ["1h/5m", "1d/6h", "3d/6h"],
+        60: [], 140: [], 190: ["1h/5m"],
         330: ["1h/5m", "6h/30m", "1d/6h", "3d/6h"],
     }
     text = rules_yaml(slo)
@@ -366,7 +379,7 @@ def test_job_label_job_for_honor_labels(promtool: str, tmp_path: Path) -> None:
               phases=[(120, HEALTHY), (300, HALF)])
     text = rules_yaml(slo, job_label="job")
     assert "sum by (job) (" in text and "exported_job" not in text
-    tests = alert_tests(slo, text, job, [165])
+    tests = alert_tests(slo, text, job, [400])  # 6.7 h in: the tickets' 6 h seen
     assert len(tests[0]["exp_alerts"]) == len(ALERTS)
     assert_ok(promtool_test(promtool, tmp_path, [text], [{
         "interval": "1m", "input_series": input_series(job), "alert_rule_test": tests}]))
@@ -384,7 +397,7 @@ def test_two_clusters_two_rule_files(promtool: str, tmp_path: Path) -> None:
                name="llama", phases=[(420, (1.0, 1.0))])
     a = rules_yaml(slo, selector='cluster="a"')
     b = rules_yaml(Slo(0.9, 720), selector='cluster="b"')
-    tests = alert_tests(slo, a, sick, [165])
+    tests = alert_tests(slo, a, sick, [400])  # 6.7 h in: the tickets' 6 h seen
     assert len(tests[0]["exp_alerts"]) == len(ALERTS)
     ratio = [{"expr": "tuimon:job_error_ratio:rate1h", "eval_time": "400m",
               "exp_samples": [

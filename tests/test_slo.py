@@ -119,7 +119,9 @@ def test_no_alert_threshold_is_under_1x_whatever_the_target(target: float) -> No
 def test_a_job_exactly_at_its_target_is_not_a_ticket_and_young_windows_say_so() -> None:
     """SLI equal to the target burns 1.0x: at the threshold, not above it, so nothing
     fires. A viewer with 90 s of data says how much of each window it knows instead of
-    printing a 3-day rate; a rate that rounds to its threshold shows two decimals."""
+    printing a 3-day rate, and raises nothing from it: an alert needs most of its short
+    window (the page 4.5 of 5 min, the tickets 5.4 of 6 h); a rate that rounds to its
+    threshold shows two decimals."""
     from tuimon.model.slo import BurnTracker
 
     slo = Slo(0.90, 720)
@@ -133,7 +135,15 @@ def test_a_job_exactly_at_its_target_is_not_a_ticket_and_young_windows_say_so() 
     for s in range(90):  # 90 s at SLI 0.70: 3x
         young.add(now - 90 + s + 1, 1.0, 0.7)
     text = young.text(now)
-    assert "3d 3.0x (90 s of 3d)" in text and "ticket at 1.0x" in text, text
+    assert young.firing(now) == [] and "ticket" not in text and "page" not in text, text
+    assert text == "1h 3.0x (90 s of 1h) 5m 3.0x (90 s of 5m)", text
+    for s in range(90, 5 * 3600 + 30 * 60):  # 5.5 h at 4x: the tickets' 6 h mostly seen
+        young.add(now + s - 89, 1.0, 0.6)
+    later = now + 5 * 3600 + 30 * 60 - 90
+    assert [f[:3] for f in young.firing(later)] == [("ticket", "1d", "6h"),
+                                                    ("ticket", "3d", "6h")]
+    assert "1d 4.0x (6 h of 1d) 6h 4.0x, ticket at 3.0x" in young.text(later), \
+        young.text(later)
     barely = BurnTracker(slo)
     for minute in range(4320):  # 1.04x: above the 1.0x floor, rounds to it
         barely.add(now - 259_200 + 60 * (minute + 1), 60.0, 60.0 * (1 - 0.104))

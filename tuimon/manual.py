@@ -17,7 +17,7 @@ SECTIONS: dict[str, str] = {
   tuimon --cluster prod                        # what the config file says of prod""",
     "Exit status": """\
   0    ok: every node answered and nothing was found (status, --once), or a clean exit
-  1    warning (status, --once): a job below its SLO or burning at a ticket rate
+  1    warning (status, --once): a job burning its budget at a ticket rate
   2    critical (status, --once): a node down or lost, a lost GPU, a page-rate burn;
        or, for any command but status, a usage error: the message says what to type
   3    unknown (status): no node was reached, nothing was checked, or a usage error

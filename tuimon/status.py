@@ -98,6 +98,11 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                                                  else {}).items() if round(v, 6) > 0},
                          "burn_rate_5m": burn.get("5m"), "burn_rate_1h": burn.get("1h"),
                          "burn_rates": burn,
+                         # Seconds of each burn window the data covers (None: unknown):
+                         # an alert needs most of its short window (slo.COVERED_TO_ALERT).
+                         "burn_covered_s": ({w: None if s is None else round(s, 1)
+                                             for w, s in job.burn.coverage(now).items()}
+                                            if job.burn else {}),
                          "burn": job.burn.text(now) if job.burn else "-",
                          "burn_alert": ({"severity": firing[0][0], "long": firing[0][1],
                                          "short": firing[0][2], "threshold": firing[0][3]}

@@ -6,8 +6,9 @@ the same definitions as tuimon.model.slo (docs/definitions.md):
 
 - SLI = effective compute time / wall time; error ratio = 1 - SLI;
 - burn rate = error ratio / (1 - target);
-- an alert fires when the burn rate is at or above `Slo.alert_threshold(long, share)` on
-  both its long and its short window, for each entry of `ALERTS`.
+- an alert fires when the burn rate is above `Slo.alert_threshold(long, share)` on both
+  its long and its short window, for each entry of `ALERTS`, once the job's counters
+  go back over `COVERED_TO_ALERT` of its short window (as the app's `BurnReadout.firing`).
 
 Names (stable; dashboards and routes may rely on them), one pair per window of
 `BURN_WINDOWS_S` (5m, 30m, 1h, 6h, 1d, 3d):
@@ -40,7 +41,7 @@ from __future__ import annotations
 import json
 import re
 
-from tuimon.model.slo import ALERTS, BURN_WINDOWS_S, Slo
+from tuimon.model.slo import ABOVE, ALERTS, BURN_WINDOWS_S, COVERED_TO_ALERT, Slo
 
 GROUP = "tuimon-training-slo"
 ALERT = "TuimonJobErrorBudgetBurn"
@@ -138,7 +139,8 @@ def _annotations(slo: Slo, severity: str, long_w: str, short_w: str, share: floa
                     f"{{{{ $value | printf \"%.1f\" }}}}x over {long_w} ({severity})"),
         "description": (
             f"Training job {job_name}: burn rate {{{{ $value | printf \"%.2f\" }}}}x over "
-            f"{long_w}, and over {short_w} too, at or above {threshold:.2f}x ({why}). "
+            f"{long_w}, and over {short_w} too, above {threshold:.2f}x ({why}), with the "
+            f"job's counters going back over {COVERED_TO_ALERT:.0%} of {short_w}. "
             f"SLO: compute time / wall time >= {_num(slo.target)} over "
             f"{_num(slo.window_hours)} h; burn rate = error ratio / (1 - target), from "
             f"{error_ratio_record(long_w)} and {error_ratio_record(short_w)}."),
@@ -170,7 +172,8 @@ def rules_yaml(slo: Slo, *, job_label: str = "exported_job", selector: str = "")
         f"# SLO target {target} (compute time / wall time) over {hours} h; error budget "
         f"{slo.budget_hours:g} h.",
         "# Burn rate = error ratio / (1 - target); each alert needs its long and its short",
-        "# window at or above the threshold tuimon itself uses (tuimon.model.slo.ALERTS).",
+        "# window above the threshold tuimon itself uses (tuimon.model.slo.ALERTS), and",
+        "# the job's counters going back over 90 % of the short window (as the app).",
         f"# Selector: {selector.strip() or '(none)'}; training job label: {job_label}.",
         "groups:",
         f"  - name: {quote_yaml(GROUP)}",
@@ -193,10 +196,16 @@ def rules_yaml(slo: Slo, *, job_label: str = "exported_job", selector: str = "")
                       *yaml_block("expr", waits, 8)]
     allowed = f"(1 - {target})"  # PromQL computes 1 - target as Python does: same floats
     for severity, long_w, short_w, share in ALERTS:
-        threshold = _num(slo.alert_threshold(long_w, share))
-        expr = (f"{error_ratio_record(long_w)}{record_sel} / {allowed} >= {threshold}\n"
+        threshold = _num(slo.alert_threshold(long_w, share) * ABOVE)
+        # As the app: only once the job's counters go back over most of the short window
+        # (its wall counter had a sample COVERED_TO_ALERT of the window ago), not from
+        # the first minutes of a run.
+        seen = f"{COVERED_TO_ALERT * BURN_WINDOWS_S[short_w]:.0f}s"
+        expr = (f"{error_ratio_record(long_w)}{record_sel} / {allowed} > {threshold}\n"
                 f"and\n"
-                f"{error_ratio_record(short_w)}{record_sel} / {allowed} >= {threshold}")
+                f"{error_ratio_record(short_w)}{record_sel} / {allowed} > {threshold}\n"
+                f"and on ({by})\n"
+                f"max by ({by}) ({WALL}{counter_sel} offset {seen})")
         labels = {"severity": severity, "window": f"{long_w}/{short_w}",
                   "slo_target": target, "slo_window_hours": hours}
         notes = _annotations(slo, severity, long_w, short_w, share,

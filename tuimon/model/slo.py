@@ -28,6 +28,14 @@ ALERTS = (
     ("ticket", "1d", "6h", 0.10),
     ("ticket", "3d", "6h", 0.10),
 )
+# An alert fires only once the data covers this much of its short window: the short
+# window is what says the budget burns now, and a rate over a few seconds of it (a
+# one-shot status, a viewer just opened, a run just begun) is a few samples' noise, not
+# a burn. So the 1h/5m page can fire after 4.5 min of data, the tickets after 5.4 h.
+COVERED_TO_ALERT = 0.9
+# "Above the threshold", beyond float dust: a job exactly at its target burns 1x, which
+# floats compute as 1.0000000000000002 (0.1 / 0.09999999999999998).
+ABOVE = 1 + 1e-9
 
 
 def burn_parts(rates: dict[str, float | None],
@@ -134,13 +142,17 @@ class BurnReadout:
 
     def firing(self, now: float) -> list[tuple[str, str, str, float]]:
         """Alerts whose long and short windows both burn above the threshold: above, not
-        at (a job exactly at its target burns 1x and is fine), beyond float dust."""
+        at (a job exactly at its target burns 1x and is fine), beyond float dust; and
+        whose short window the data covers enough of to say so (COVERED_TO_ALERT)."""
         rates = self.burn_rates(now)
         out = []
         for severity, long_w, short_w, share in ALERTS:
             threshold = self.slo.alert_threshold(long_w, share)
-            above = threshold * (1 + 1e-9)
+            above = threshold * ABOVE
             long_r, short_r = rates[long_w], rates[short_w]
+            seen = self.covered(short_w, now)
+            if seen is not None and seen < COVERED_TO_ALERT * BURN_WINDOWS_S[short_w]:
+                continue
             if long_r is not None and short_r is not None and long_r > above \
                     and short_r > above:
                 out.append((severity, long_w, short_w, threshold))
