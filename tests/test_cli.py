@@ -111,7 +111,8 @@ def test_a_second_demo_takes_free_ports_and_says_so() -> None:
         _wait_port(base + 1)
         second = subprocess.run(
             [sys.executable, "-m", "tuimon.cli", "demo", "--nodes", "2", "--gpus", "1",
-             "--base-port", str(base), "--once"], cwd=ROOT, capture_output=True, text=True,
+             "--base-port", str(base), "--once", "--scenario", "healthy"], cwd=ROOT,
+            capture_output=True, text=True,
             timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
     finally:
         first.terminate()
@@ -134,3 +135,23 @@ def test_once_text_shows_ports_file_systems_and_disks(tmp_path: Path) -> None:
     text = out.stdout
     assert "mlx5_0:1" in text and "ACTIVE" in text  # the port, from a real mlx5 tree
     assert "/data" in text and "xfs" in text and "nvme0n1" in text
+
+
+def test_once_gives_the_verdict_status_gives_for_nodes_never_reached() -> None:
+    """`connect --once` to an agent that never answers prints what `status` prints, the
+    node never reached, and exits as status does: nothing reached is UNKNOWN (3), not an
+    OK with an empty table."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]  # nothing listens here once the socket closes
+    runs = [subprocess.run([sys.executable, "-m", "tuimon.cli", command, f"127.0.0.1:{dead}",
+                            *extra], cwd=ROOT, capture_output=True, text=True, timeout=60,
+                           env={**os.environ, "PYTHONPATH": str(ROOT)})
+            for command, extra in (("connect", ["--once"]), ("status", []))]
+    for run in runs:
+        assert run.returncode == 3, (run.returncode, run.stdout, run.stderr)
+        assert "UNKNOWN: nodes 0 up / 0 stale / 0 down / 1 never reached" in run.stdout, \
+            run.stdout
+        assert f"critical 1 node never reached: 127.0.0.1:{dead}" in run.stdout, run.stdout

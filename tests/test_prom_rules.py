@@ -150,7 +150,8 @@ def app_firing(slo: Slo, job: Job, minutes: list[int]
         for _ in range(count):
             minute += 1
             if fractions is not None:
-                tracker.add(minute * 60, 60.0 * len(fractions), 60.0 * sum(fractions))
+                # Run time, as the app adds it: a minute, and the ranks' mean compute.
+                tracker.add(minute * 60, 60.0, 60.0 * sum(fractions) / len(fractions))
             if minute in minutes:
                 now = minute * 60
                 rates = tracker.burn_rates(now)
@@ -328,6 +329,22 @@ def test_a_stalled_job_pages_a_thirty_day_slo(promtool: str, tmp_path: Path) -> 
         "interval": "1m", "input_series": input_series(job),
         "alert_rule_test": alert_tests(slo, text, job, minutes)}]))
 
+
+def test_no_alert_before_most_of_its_short_window_in_the_app_and_the_rules(
+        promtool: str, tmp_path: Path) -> None:
+    """A job stalled from its first minute (5% computing, 9.5x): the app and the rules
+    page together once the data covers 90 % of the short window, not a minute before:
+    1h/5m at 4.5 min (at 5, not at 4), 6h/30m at 27 min; the tickets at 5.4 h (324)."""
+    slo = Slo(0.9, 720)
+    job = llama((400, (0.05, 0.05)))
+    minutes = [4, 5, 26, 27, 323, 325]
+    assert windows_firing(slo, job, minutes) == {
+        4: [], 5: ["1h/5m"], 26: ["1h/5m"], 27: ["1h/5m", "6h/30m"],
+        323: ["1h/5m", "6h/30m"], 325: ["1h/5m", "6h/30m", "1d/6h", "3d/6h"]}
+    text = rules_yaml(slo)
+    assert_ok(promtool_test(promtool, tmp_path, [text], [{
+        "interval": "1m", "input_series": input_series(job),
+        "alert_rule_test": alert_tests(slo, text, job, minutes)}]))
 
 def test_half_the_time_computing_tickets_but_does_not_page(promtool: str,
                                                           tmp_path: Path) -> None:

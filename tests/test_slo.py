@@ -142,9 +142,24 @@ def test_a_job_exactly_at_its_target_is_not_a_ticket_and_young_windows_say_so() 
     later = now + 5 * 3600 + 30 * 60 - 90
     assert [f[:3] for f in young.firing(later)] == [("ticket", "1d", "6h"),
                                                     ("ticket", "3d", "6h")]
-    assert "1d 4.0x (6 h of 1d) 6h 4.0x, ticket at 3.0x" in young.text(later), \
+    assert "1d 4.0x (5 h of 1d) 6h 4.0x, ticket at 3.0x" in young.text(later), \
         young.text(later)
     barely = BurnTracker(slo)
     for minute in range(4320):  # 1.04x: above the 1.0x floor, rounds to it
         barely.add(now - 259_200 + 60 * (minute + 1), 60.0, 60.0 * (1 - 0.104))
     assert "3d 1.04x" in barely.text(now) and "ticket at 1.0x" in barely.text(now)
+
+
+def test_a_budget_from_prometheus_raises_no_alert_from_the_first_minutes_of_a_run() -> None:
+    """Prometheus gives no run start: the run time its counters observed over the SLO
+    window stands for how much of each window is covered, so its first two minutes at
+    9.5x say so and page nobody, as the app's own count and `tuimon rules` do not."""
+    from tuimon.model.slo import BURN_WINDOWS_S, LedgerBurn
+
+    slo = Slo(0.90, 720)
+    ratios = dict.fromkeys(BURN_WINDOWS_S, 0.95)
+    young = LedgerBurn(slo, {"source": "prometheus", "observed_h": 2 / 60,
+                             "error_ratio": ratios})
+    assert young.firing(1e9) == [] and "(2 min of 5m)" in young.text(1e9), young.text(1e9)
+    old = LedgerBurn(slo, {"source": "prometheus", "observed_h": 7.0, "error_ratio": ratios})
+    assert [f[1] for f in old.firing(1e9)] == ["1h", "6h", "1d", "3d"]

@@ -772,12 +772,13 @@ async def _print_once(cluster: ClusterState, judge: Any) -> int:
     """The readout of `--once`, with the verdict `tuimon status` would give as its exit
     code: a condition seen but not yet held long enough is waited for, as status waits,
     so the text, `--once --json` and status name the same findings."""
-    from tuimon.status import EXIT, level, settle
+    from tuimon.status import EXIT, settle, snapshot_findings, verdict
 
-    await settle(judge)
-    judge.update()
-    print(render(cluster, max_rows=10_000, judge=judge))
-    return EXIT[level(judge.diagnosis.findings)]
+    if cluster.relayed_findings() is None:  # (a relay's come held from their onsets)
+        await settle(judge)
+    findings = snapshot_findings(judge, cluster, final=True)
+    print(render(cluster, max_rows=10_000, judge=judge, findings=findings))
+    return EXIT[verdict(cluster, findings)]
 
 
 def _node_labels(labels: list[str]) -> None:

@@ -10,7 +10,8 @@ import time
 
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.judgement import Judgement
-from tuimon.status import format_text, level, report
+from tuimon.status import format_text, report, verdict
+from tuimon_core.findings import Finding
 from tuimon_core.heat_levels import BUSY_FIELDS, gpu_busy
 from tuimon_core.protocol.fields import PORT_ACTIVE
 from tuimon_core.protocol.text import clean_lines
@@ -77,7 +78,7 @@ def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
 
 
 def render(cluster: ClusterState, max_rows: int = 40,
-           judge: Judgement | None = None) -> str:
+           judge: Judgement | None = None, findings: list[Finding] | None = None) -> str:
     """The node table, the shared file systems, the latest events and, with a judgement
     (run by the caller), what `tuimon status` says: jobs, SLI, budget, burn, diagnosis."""
     now = cluster.clock()
@@ -114,8 +115,10 @@ def render(cluster: ClusterState, max_rows: int = 40,
             lines.append(f"  {time.strftime('%H:%M:%S', time.localtime(ev.ts))} "
                          f"{ev.severity:<8} {ev.message}")
     if judge is not None:
-        findings = judge.diagnosis.findings
+        # (`findings`: a snapshot's, with the nodes it never reached; else the judgement's)
+        judged = judge.diagnosis.findings if findings is None else findings
         lines.append("")
-        lines.append(format_text(report(cluster, judge.efficiency, findings, level(findings))))
+        lines.append(format_text(report(cluster, judge.efficiency, judged,
+                                        verdict(cluster, judged))))
     # Names, reasons and messages came from the network: nothing raw reaches the terminal.
     return clean_lines("\n".join(lines))

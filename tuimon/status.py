@@ -53,6 +53,24 @@ def level(findings: list[Finding]) -> str:
     return "ok"
 
 
+def verdict(cluster: ClusterState, findings: list[Finding]) -> str:
+    """The check's verdict: the gravest finding's level, but unknown where no node was
+    reached at all (no verdict is possible) or part of the check failed and nothing
+    critical was found (its verdict is partial). status, --once and the readout's line
+    all say this one."""
+    now_level = level(findings)
+    if not any(n.last_seen is not None for n in cluster.nodes.values()):
+        return "unknown"
+    if now_level != "critical" and any(f.kind == "internal_error" for f in findings):
+        return "unknown"
+    return now_level
+
+
+def snapshot_findings(judge: Judgement, cluster: ClusterState, final: bool) -> list[Finding]:
+    """The judgement now, and at the end of a snapshot the nodes never reached."""
+    return judge.update() + _unreached(cluster, final)
+
+
 def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
            worst_seen: str) -> dict[str, Any]:
     now = eff.now
@@ -202,19 +220,13 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
         if not watch and cluster.relayed_findings() is None:
             await settle(judge)  # (a relay's findings come held from their onsets)
         while True:
-            findings = judge.update()
             final = not watch or time.monotonic() >= deadline
-            findings = findings + _unreached(cluster, final)
+            findings = snapshot_findings(judge, cluster, final)
             for f in findings:
                 before = seen.get(f.key)
                 seen[f.key] = f if before is None else dataclasses.replace(
                     f, first_seen=before.first_seen)
-            now_level = level(findings)
-            if not any(n.last_seen is not None for n in cluster.nodes.values()):
-                now_level = "unknown"  # reached nothing: no verdict is possible
-            elif now_level != "critical" and any(f.kind == "internal_error"
-                                                 for f in findings):
-                now_level = "unknown"  # part of the check failed: its verdict is partial
+            now_level = verdict(cluster, findings)
             if EXIT[now_level] > EXIT[worst]:
                 worst = now_level
             r = report(cluster, eff, findings, worst if watch else now_level)

@@ -4,23 +4,32 @@ same whichever reader shows them."""
 
 from __future__ import annotations
 
+import math
+
 
 def plural(n: int, word: str) -> str:
     """`1 node`, `3 nodes`, `0 times`: the count with its noun."""
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def duration_text(seconds: float, places: int = 1) -> str:
+def duration_text(seconds: float, places: int = 1, down: bool = False) -> str:
     """A span of time at the precision one reads it at: `45 s`, `12 min`, `5.0 h`, `3.0 d`
-    (`places` for hours and days: 0 where it sits beside a window's name, `2 h of 6h`)."""
+    (`places` for hours and days: 0 where it sits beside a window's name, `2 h of 6h`).
+    Each unit up to where it would round to the next (119.6 s is `2 min`); `down`
+    truncates instead of rounding, for "at least this much" (`2 d of 3d`, never `3 d`)."""
     seconds = max(0.0, seconds)
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 172800:
-        return f"{seconds / 3600:.{places}f} h"
-    return f"{seconds / 86400:.{places}f} d"
+
+    def shown(value: float, digits: int) -> float:
+        step = 10 ** digits
+        return (math.floor(value * step) if down else round(value * step)) / step
+
+    if shown(seconds, 0) < 120:
+        return f"{shown(seconds, 0):.0f} s"
+    if shown(seconds / 60, 0) < 120:
+        return f"{shown(seconds / 60, 0):.0f} min"
+    if shown(seconds / 3600, places) < 48:
+        return f"{shown(seconds / 3600, places):.{places}f} h"
+    return f"{shown(seconds / 86400, places):.{places}f} d"
 
 
 def hours_text(hours: float) -> str:

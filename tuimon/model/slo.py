@@ -59,8 +59,8 @@ def burn_parts(rates: dict[str, float | None],
         digits = 2 if severity and round(rate, 1) == round(threshold, 1) else 1
         text = f"{w} {rate:.{digits}f}x"
         seen = (covered or {}).get(w)
-        if seen is not None and seen < 0.9 * BURN_WINDOWS_S[w]:
-            text += f" ({duration_text(seen, places=0)} of {w})"
+        if seen is not None and seen < COVERED_TO_ALERT * BURN_WINDOWS_S[w]:
+            text += f" ({duration_text(seen, places=0, down=True)} of {w})"
         parts.append(text)
     return " ".join(parts) or "-", (f"{severity} at {threshold:.1f}x" if severity else "")
 
@@ -234,6 +234,10 @@ class LedgerBurn(BurnReadout):
         self.slo = slo
         self.consumed_hours = float(summary.get("consumed_h") or 0.0)
         self.since: float | None = summary.get("since")
+        # The run time the source observed over the SLO window (Prometheus: the job's
+        # wall counter's increase over its ranks), where it gives no `since`.
+        observed = summary.get("observed_h")
+        self.observed_s: float | None = None if observed is None else float(observed) * 3600
         self.window_hours: float | None = summary.get("window_h")
         self.error: str | None = summary.get("error")
         # Hours the relay credited from the agents' totals for time it missed.
@@ -256,9 +260,11 @@ class LedgerBurn(BurnReadout):
         self._ratios = summary.get("error_ratio") or {}
 
     def covered(self, window: str, now: float) -> float | None:
-        if self.since is None:
-            return None
-        return max(0.0, min(float(BURN_WINDOWS_S[window]), now - self.since))
+        if self.since is not None:
+            return max(0.0, min(float(BURN_WINDOWS_S[window]), now - self.since))
+        if self.observed_s is not None:
+            return max(0.0, min(float(BURN_WINDOWS_S[window]), self.observed_s))
+        return None
 
     def error_ratio(self, window: str, now: float) -> float | None:
         value = self._ratios.get(window)
