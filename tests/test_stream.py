@@ -127,7 +127,8 @@ async def test_inventory_change_resends_hello(proc_root: Path, fake_nvml: FakeNv
             if isinstance(msg, Hello):
                 break
         # What changed, not only how many there are now.
-        assert said["inventory_changed"] == "inventory changed: GPU 8 new", said
+        assert said["inventory_changed"] == "inventory changed: GPU 8 (00000000:98:00.0) new", \
+            said
         assert len(msg.gpus) == 9
         sample = await receive(ws)
         assert isinstance(sample, Sample) and len(sample.gpus) == 9
@@ -365,26 +366,37 @@ async def test_an_xid_event_and_the_nodes_finding_say_the_same_severity(
 
 
 def test_an_inventory_change_says_which_link_port_or_mount_moved() -> None:
-    """An NVLink down, a port gone, a port's rate fallen, a file system unmounted: each
-    named with what it was and is, in one line however much changed."""
+    """An NVLink down, a port gone, a port's rate fallen, a file system unmounted, the
+    GPUDirect module unloaded: each named with what it was and is; a GPU that leaves is
+    named by its bus id, not as the last index (NVML's indexes close up); one line however
+    much changed."""
     import dataclasses
 
     from agent.inventory_change import MAX_SAID, inventory_change
     from tuimon_core.protocol import GpuInfo
 
-    gpu = GpuInfo(0, "GPU-a", "NVIDIA H100", 80 << 30, 700.0, "0000:18:00.0", 1.98e9,
-                  2.6e9, nvlinks=18, nvlinks_total=18)
+    gpus = [GpuInfo(i, f"GPU-{i}", "NVIDIA H100", 80 << 30, 700.0, f"0000:{i:02x}:00.0",
+                    1.98e9, 2.6e9, nvlinks=18, nvlinks_total=18) for i in range(4)]
     ports = [{"id": "mlx5_0:1", "up": 1, "rate_text": "400 Gb/sec (4X NDR)"},
              {"id": "mlx5_1:1", "up": 1, "rate_text": "400 Gb/sec (4X NDR)"}]
     fs = [{"id": "/lustre/scratch", "fstype": "lustre", "source": "mgs@o2ib:/scratch"}]
-    before = Hello("gpu001", "1", None, 1.0, 0.0, [gpu],
-                   extra={"ports": ports, "filesystems": fs})
-    after = Hello("gpu001", "1", None, 1.0, 0.0, [dataclasses.replace(gpu, nvlinks=16)],
+    before = Hello("gpu001", "1", None, 1.0, 0.0, gpus,
+                   extra={"ports": ports, "filesystems": fs, "gpudirect": "nvidia_peermem"})
+    after = Hello("gpu001", "1", None, 1.0, 0.0, [dataclasses.replace(gpus[0], nvlinks=16)],
                   extra={"ports": [{**ports[0], "rate_text": "200 Gb/sec (4X HDR)"}],
                          "filesystems": []})
     assert inventory_change(before, after) == (
-        "GPU 0 NVLinks 18 -> 16; port mlx5_1:1 gone; port mlx5_0:1 rate 400 Gb/sec (4X NDR) "
-        "-> 200 Gb/sec (4X HDR); file system /lustre/scratch gone")
-    many = Hello("gpu001", "1", None, 1.0, 0.0, [],
-                 extra={"ports": [{"id": f"p{i}"} for i in range(20)]})
-    assert inventory_change(before, many).endswith(f"and {20 + 4 - MAX_SAID} more")
+        "GPUDirect nvidia_peermem -> none; GPU 1 (0000:01:00.0) gone; GPU 2 (0000:02:00.0) "
+        "gone; GPU 3 (0000:03:00.0) gone; GPU 0 (0000:00:00.0) NVLinks 18 -> 16; "
+        "port mlx5_1:1 gone; and 2 more")
+    # GPU 1 leaves NVML: 2 and 3 become 1 and 2; the one that went is named.
+    left = Hello("gpu001", "1", None, 1.0, 0.0,
+                 [gpus[0]] + [dataclasses.replace(g, index=g.index - 1) for g in gpus[2:]],
+                 extra=before.extra)
+    assert inventory_change(before, left) == (
+        "GPU 1 (0000:01:00.0) gone; GPU 1 (0000:02:00.0) index 2 -> 1; "
+        "GPU 2 (0000:03:00.0) index 3 -> 2")
+    many = Hello("gpu001", "1", None, 1.0, 0.0, gpus,
+                 extra={"ports": [{"id": f"p{i}"} for i in range(20)], "filesystems": fs,
+                        "gpudirect": "nvidia_peermem"})
+    assert inventory_change(before, many).endswith(f"and {20 + 2 - MAX_SAID} more")
