@@ -495,6 +495,10 @@ async def test_replay_keys_are_in_the_help() -> None:
         await pilot.press("question_mark")
         text = str(app.screen.query_one("Static").render())
         assert "Replay" in text and "pause" in text and "faster" in text
+        # The palette offers the player's keys and the map's alike.
+        titles = {c.title for c in app.get_system_commands(app.screen_stack[0])}
+        assert {"filter", "fleet", "findings"} <= titles, titles
+        assert len(titles & {b.description for b in ReplayApp.BINDINGS}) >= 3, titles
 
 
 async def test_findings_grouped_and_opened_from_the_diagnosis_pane() -> None:
@@ -827,9 +831,11 @@ async def test_colon_goes_to_a_node_or_a_leaf_by_name() -> None:
         await pilot.press("colon")
         await pilot.pause()
         assert isinstance(app.screen, CommandPalette)
-        titles = [c.title for c in app.get_system_commands(app.screen_stack[0])]
-        assert "history" not in titles  # a key this app cannot use is not offered
-        assert {"fleet", "job", "findings", "node sim-node011", f"leaf {leaf}"} <= set(titles)
+        commands = {c.title: c.help for c in app.get_system_commands(app.screen_stack[0])}
+        assert "history" not in commands  # a key this app cannot use is not offered
+        assert {"fleet", "job", "findings", "node sim-node011", f"leaf {leaf}"} <= \
+            set(commands)
+        assert commands["filter"] == "key /" and commands["help"] == "key ?", commands
         await pilot.press(*"node sim-node011")
         await pilot.pause(0.5)
         await pilot.press("enter")

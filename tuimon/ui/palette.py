@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from textual.app import SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding
 
 from tuimon.model.finding_groups import group
@@ -21,15 +21,26 @@ if TYPE_CHECKING:
 NAME_CHARS = 60
 
 
+def _own_bindings(app: TuimonApp) -> Iterable[Binding]:
+    """The keys the app's classes declare (a replay's and the map's), not Textual's own;
+    each action once, the subclass's first."""
+    seen: set[str] = set()
+    for cls in type(app).__mro__:
+        if cls is App:
+            break
+        for binding in cls.__dict__.get("BINDINGS", ()):
+            if isinstance(binding, Binding) and binding.action not in seen:
+                seen.add(binding.action)
+                yield binding
+
+
 def palette_commands(app: TuimonApp) -> Iterable[SystemCommand]:
     """The app's keys, then its nodes, leaves, jobs and findings; only the keys are
     listed before one types (the names are found by typing them)."""
-    for binding in app.BINDINGS:
-        if not isinstance(binding, Binding) or binding.action in ("quit", "go_to"):
+    for binding in _own_bindings(app):
+        if binding.action in ("quit", "go_to") or not app.offers(binding.action):
             continue
-        if not app.offers(binding.action):
-            continue
-        yield SystemCommand(binding.description, f"key {binding.key_display or binding.key}",
+        yield SystemCommand(binding.description, f"key {app.get_key_display(binding)}",
                             partial(app.run_action, binding.action))
     for node in sorted(app.cluster.nodes.values(), key=lambda n: n.name):
         yield SystemCommand(f"node {clean(node.name)[:NAME_CHARS]}", "open the node's screen",
