@@ -12,7 +12,8 @@ SECTIONS: dict[str, str] = {
   0    a clean exit; once: the node was read
   1    once: nothing could be read; sim: a port in use
   2    a usage error (a bad option, token, TLS or address): the message says which
-  130  interrupted""",
+  130  interrupted
+  141  once: the reader of standard output went away (`| head -1`), as SIGPIPE""",
     "Files": """\
   /run/tuimon/steps.sock               training step datagrams from the job's ranks, when
                                        /run/tuimon exists (else

@@ -110,7 +110,7 @@ def test_the_manual_renders_cleanly_and_documents_every_option(prog: str) -> Non
 
 def test_help_ends_with_the_exit_codes_and_files() -> None:
     out = run("tuimon", "--help").stdout
-    assert "exit status:" in out and "3    unknown (status)" in out
+    assert "exit status:" in out and "3    unknown (status, --once)" in out
     assert "$XDG_CONFIG_HOME/tuimon/config.toml" in out
     agent = run("tuimon-agent", "--help").stdout
     assert "exit status:" in agent and "tuimon-steps.sock" in agent

@@ -230,3 +230,15 @@ def test_a_reader_that_stops_reading_ends_the_command_quietly() -> None:
     p.stdout.close()
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 141 and err == "", err
+
+
+def test_a_broken_pipe_that_is_not_stdout_keeps_its_traceback() -> None:
+    """Only a reader gone from standard output is a quiet 141: a broken pipe of a socket
+    or a child (stdout still read) is a fault, raised with its traceback."""
+    from tuimon_core.closed_pipe import quiet_on_closed_pipe
+
+    def broken() -> int:
+        raise BrokenPipeError(32, "Broken pipe (a socket)")
+
+    with pytest.raises(BrokenPipeError):
+        quiet_on_closed_pipe(broken)

@@ -310,7 +310,7 @@ def test_the_job_screen_shows_the_run_long_causes_the_stop_and_the_burn_down(
         text = job_text(doc, width, plain=plain)
         assert "over the run:" in text and "] congestion n1 mlx5_0:1 100%" in text \
             if not plain else "over the run: congestion n1 mlx5_0:1 100%" in text
-        assert "stopped: no step from any rank for 330 min" in text and \
+        assert "stopped: no step from any rank for 5.5 h" in text and \
             "(node lost n1); the time counts as `stopped`" in text
         assert "budget left over the run" in text and "behind an even burn" in text
     plain = job_text(doc, 80, plain=True)

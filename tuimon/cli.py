@@ -312,19 +312,21 @@ REPORT_SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html",
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    parsed: dict[str, str] = {}  # the command, once the line is parsed
     try:
-        return quiet_on_closed_pipe(lambda: _main(argv))
+        return quiet_on_closed_pipe(lambda: _main(argv, parsed))
     except UsageError as exc:  # what the user typed or configured: no traceback
         if debug:
             raise
         print(f"tuimon: {exc}", file=sys.stderr)
-        command = next((a for a in argv if a in COMMANDS), None)
+        # (an error before the line is parsed: a config file's, a cluster's name)
+        command = parsed.get("command") or next((a for a in argv if a in COMMANDS), None)
         return STATUS_USAGE_EXIT if command == "status" else 2
     except KeyboardInterrupt:
         return 130
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], parsed: dict[str, str]) -> int:
     parser = build_parser()
     cluster = _cluster_of(argv)
     if cluster is not None:
@@ -336,6 +338,7 @@ def _main(argv: list[str]) -> int:
         # always wins, whatever its value.
         set_cluster_defaults(parser, cluster_defaults(cluster))
     args = parser.parse_args(argv)
+    parsed["command"] = args.command
     if cluster is not None:
         _fill_targets(args, cluster)
     if args.command in ("connect", "prom", "demo", "replay") and not (

@@ -17,13 +17,15 @@ SECTIONS: dict[str, str] = {
   tuimon --cluster prod                        # what the config file says of prod""",
     "Exit status": """\
   0    ok: every node answered and nothing was found (status, --once), or a clean exit
-  1    warning (status, --once): a job burning its budget at a ticket rate
+  1    warning (status, --once): a job burning its budget at a ticket rate, a GPU
+       throttling, symbol errors, congestion
   2    critical (status, --once): a node down or lost, a lost GPU, a page-rate burn;
        or, for any command but status, a usage error: the message says what to type
-  3    unknown (status): no node was reached, nothing was checked, or a usage error
-       (a monitoring system's UNKNOWN: the check itself is wrong, not the cluster);
+  3    unknown (status, --once): no node was reached, nothing was checked; (status) a
+       usage error (a monitoring system's UNKNOWN: the check is wrong, not the cluster);
        (report): the relay could not be read, or its ledger counts no such job
-  130  interrupted""",
+  130  interrupted
+  141  the reader of standard output went away (`tuimon status | head -1`), as SIGPIPE""",
     "Files": """\
   $XDG_CONFIG_HOME/tuimon/config.toml     clusters: targets, relay, prometheus, SLO
   $XDG_CONFIG_HOME/tuimon/themes/*.toml   your own themes (heat-0 .. heat-8 and more)

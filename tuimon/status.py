@@ -40,7 +40,7 @@ from tuimon.ui.job_text import job_text
 from tuimon_core import json_text
 from tuimon_core.protocol.text import clean_lines
 from tuimon_core.wait_kinds import said, said_hours
-from tuimon_core.wording import duration_text, plural
+from tuimon_core.wording import duration_text, hours_text, plural
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 
@@ -161,11 +161,11 @@ def format_text(r: dict[str, Any]) -> str:
                  if j["ranks_reporting"] < j["world"] else plural(j["world"], "rank"))
         stale = (f", no step reports for {j['steps_age_s']:.0f} s"
                  if j["verdict"] == "stale" else
-                 f", STOPPED {(j['steps_age_s'] or 0) / 60:.0f} min ago: "
+                 f", STOPPED {duration_text(j['steps_age_s'] or 0)} ago: "
                  f"{j.get('stopped_cause') or 'no finding'}"
                  if j["verdict"] == "stopped" else "")
         rate = f"{j['samples_per_s']:,.0f} samples/s" if j["samples_per_s"] else "- samples/s"
-        recovered = (f" ({j['budget_recovered_hours'] * 60:.1f} min the relay missed, "
+        recovered = (f" ({hours_text(j['budget_recovered_hours'])} the relay missed, "
                      "counted from the agents' totals)"
                      if j.get("budget_recovered_hours") else "")
         waits = said(j.get("waits_1h") or {})

@@ -11,7 +11,7 @@ from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import SPARKS, sparkline
 from tuimon_core.protocol.text import clean
 from tuimon_core.wait_kinds import said
-from tuimon_core.wording import hours_text
+from tuimon_core.wording import duration_text, hours_text, plural
 
 BAR = 30  # cells of the longest bar (the kind the most budget went to), 10 when narrow
 _SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$secondary"}
@@ -44,14 +44,14 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
     sli = "  ".join(f"{w} {b(f'{v:.2f}')}" if v is not None else f"{w} -"
                     for w, v in r["sli"].items())
     ranks = (f"{r['ranks_reporting']} of {r['world']} ranks reporting"
-             if r["ranks_reporting"] < r["world"] else f"{r['world']} ranks")
+             if r["ranks_reporting"] < r["world"] else plural(r["world"], "rank"))
     lines = [f"{b('job ' + out(r['job'], 60))}  {ranks}  {b(r['verdict'].upper())}",
              f"SLI         {sli}"
              + ("" if plain else f"  {st('$heat-4', sparkline(r['sli_series'], 40, 1.0))}")]
     if r["stopped"] is not None:
         stopped = r["stopped"]
         lines.insert(1, st("$error", f"stopped: no step from any rank for "
-                                     f"{(stopped['for_s'] or 0) / 60:.0f} min")
+                                     f"{duration_text(stopped['for_s'] or 0)}")
                      + f" ({out(stopped['cause'] or 'no finding', 120)}); the time counts "
                        "as `stopped`")
     eff = r["efficiency"]

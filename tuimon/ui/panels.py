@@ -23,10 +23,11 @@ from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import sparkline
 from tuimon.ui.units import rate, size
 from tuimon_core.wait_kinds import said, said_hours
+from tuimon_core.wording import duration_text
 
 SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$success"}
 # A job's verdict (tuimon.model.efficiency.JobVerdict) as the strip shows it.
-_VERDICT = {"stopped": "[$error]STOPPED {minutes:.0f} min[/]: {cause}",
+_VERDICT = {"stopped": "[$error]STOPPED {stopped}[/]: {cause}",
             "page": "[$error]PAGE[/]", "ticket": "[$warning]TICKET[/]",
             "stale": "[$warning]no step reports for {age:.0f} s[/]",
             "degraded": "[$warning]degraded[/]", "ok": "[$success]ok[/]"}
@@ -136,7 +137,7 @@ class SloStrip(Panel):
             burn_windows, burn_alert = burn_parts(
                 burn, verdict.firing, state.burn.coverage(now) if state.burn else None)
             status = _VERDICT[verdict.state].format(
-                age=verdict.steps_age or 0, minutes=(verdict.steps_age or 0) / 60,
+                age=verdict.steps_age or 0, stopped=duration_text(verdict.steps_age or 0),
                 cause=safe(verdict.cause or "no finding", 40))
             share = max(0.0, min(1.0, left / eff.slo.budget_hours))
             bar = "\u2588" * round(share * 10) + "\u2591" * (10 - round(share * 10))
