@@ -64,13 +64,13 @@ HELP = """\
   enter, dbl-click  open the node
   tab               GPU / fabric map (the same node stays selected)
   f                 to the diagnosis: up/down pick, enter opens its node
-  : or ctrl+p       go to a node, leaf, job or finding by name; any command
+  : or ctrl+p       go to a node, leaf, job, finding by name; commands
   pgup pgdn         a page up or down in a list or a screen of text
   esc               back; clear the filter
 [b]What the map shows[/b]
 {metric_keys}  s  S              sort by name / by the metric (worst first); reverse
   /                 filter: host list (gpu[008-015]), leaf, text, regex;
-                    text finds a Slurm job id, pod, user or training job too
+                    text also finds Slurm job ids, pods, users, jobs
 [b]Other[/b]
   J                 next job in the efficiency strip
   b, click strip    the job: what its budget went to, its ranks, nodes;
