@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +27,21 @@ async def test_healthy_cluster_is_ok(unused_tcp_port_factory) -> None:
                      scenario="healthy")
     async with sim:
         code, out = await _status(*sim.targets, "--json")
+        # `tuimon status ... | head -1` where head has gone before status prints: a quiet
+        # 141, not an internal error's traceback and UNKNOWN.
+        root = Path(__file__).resolve().parent.parent
+
+        def closed_reader() -> tuple[int, str]:
+            proc = subprocess.Popen([sys.executable, "-m", "tuimon.cli", "status",
+                                     *sim.targets], cwd=root, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE,
+                                    env={**os.environ, "PYTHONPATH": str(root)})
+            assert proc.stdout is not None and proc.stderr is not None
+            proc.stdout.close()
+            err = proc.stderr.read().decode()
+            return proc.wait(timeout=60), err
+        closed, err = await asyncio.to_thread(closed_reader)
+        assert closed == 141 and err == "", err[-2000:]
     report = json.loads(out)
     assert code == 0 and report["status"] == "ok"
     assert report["nodes"]["up"] == 4 and report["gpus"] == 8 and report["alerts"] == []

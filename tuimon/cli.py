@@ -695,6 +695,8 @@ def _status(args: argparse.Namespace) -> int:
                                       baselines=baselines, as_json=args.json, name=args.name,
                                       cpu_nodes=judge_config.cpu_nodes(args), feed=feed,
                                       job=getattr(args, "job", None)))
+    except BrokenPipeError:
+        raise  # the reader went away (`| head -1`): not the check's fault (closed_pipe)
     except Exception as exc:
         # A bug in the check is no verdict on the cluster: UNKNOWN, as a monitoring
         # system expects of a check that failed, with the traceback for the report.
