@@ -271,3 +271,58 @@ async def test_the_relays_incident_of_the_seed_fault_costs_what_the_job_lost_to_
     assert f"likely: congestion {leaf}" in drop.message
     assert incident.lost_s / 3600 == pytest.approx(causes["comm"][f"congestion {leaf}"],
                                                    rel=0.01)
+
+
+async def test_a_relay_gone_leaves_its_findings_unknown_not_cleared(
+        unused_tcp_port_factory) -> None:
+    """A viewer watching the seed incident through a judging relay; the relay stops. The
+    leaf's congestion is not said cleared (nobody knows it cleared): it stays, saying
+    since when there is no data, beside the relay's own loss; and it reads as before once
+    the relay is back."""
+    from tuimon.model.cluster import ClusterState
+    from tuimon.sources.agent_stream import StreamOptions, watching
+
+    sim = SimCluster(nodes=16, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
+                     scenario="spine-imbalance", fault_at=3.0)
+    leaf = sim.truth()["components"][0]
+    relay_port = unused_tcp_port_factory()
+    topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
+
+    def relay() -> Relay:
+        return Relay(RelayConfig(targets=sim.targets, listen=f"127.0.0.1:{relay_port}",
+                                 interval=0.2, judge=JudgeConfig(topology=topology)))
+
+    cluster = ClusterState()
+    judge = JudgeConfig().judgement(cluster)  # the viewer's own: no topology of its own
+    options = StreamOptions(min_backoff=0.2, max_backoff=1.0)
+
+    def congestion() -> Finding | None:
+        judge.update()
+        return next((f for f in judge.diagnosis.findings
+                     if f.kind == "congestion" and f.leaf == leaf), None)
+
+    async with sim:
+        first = relay()
+        await first.start()
+        try:
+            async with watching([], cluster, options, relays=[f"127.0.0.1:{relay_port}"]):
+                await until(lambda: congestion() is not None, "the leaf named")
+                await first.stop()
+                await until(lambda: bool(cluster.lost_relays), "the relay said lost")
+                held = congestion()
+                assert held is not None and "no data since" in held.message, held
+                assert f"relay 127.0.0.1:{relay_port} unreachable" in held.message
+                assert any(f.kind == "relay_lost" for f in judge.diagnosis.findings)
+                assert not any(e.message.startswith("cleared: congestion")
+                               for e in cluster.events), list(cluster.events)
+                second = relay()
+                await second.start()
+                try:
+                    await until(lambda: not cluster.lost_relays, "the relay back")
+                    await until(lambda: "no data since" not in (
+                        getattr(congestion(), "message", "") or "no data since"),
+                        "the leaf named as before")
+                finally:
+                    await second.stop()
+        finally:
+            await first.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tuimon.model.step_credit import merge_steps
@@ -436,7 +436,18 @@ class ClusterState:
         if not judging or not self.nodes or any(
                 n.owner not in judging for n in self.nodes.values()):
             return None
-        return [f for findings in judging.values() for f in findings]
+        out: list[Any] = []
+        for relay, findings in judging.items():
+            lost = self.lost_relays.get(relay)
+            if lost is None:
+                out += findings
+                continue
+            # Its relay is gone: what it last held is unknown now, not cleared (a GPU
+            # throttling then may throttle still); kept, saying since when it is not known.
+            note = (f" (no data since {time.strftime('%H:%M:%S', time.localtime(lost[1]))}: "
+                    f"relay {relay} unreachable)")
+            out += [replace(f, message=f.message + note) for f in findings]
+        return out
 
     def apply_budget(self, budget: dict[str, dict[str, Any]], source: str = "") -> None:
         """A ledger's summary per job, from `source` (a relay, Prometheus): it replaces
