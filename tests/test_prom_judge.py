@@ -162,6 +162,10 @@ async def test_the_seed_incident_through_prometheus_is_served_with_the_leaf_name
                 kinds = [(f["kind"], f["severity"]) for f in findings(families)]
                 assert ("source_lost", "critical") in kinds, kinds
                 assert not any(k == "node_lost" for k, _ in kinds), kinds
+                # The leaf's congestion is not known to have cleared: kept, saying so.
+                text = next(s.labels["text"] for s in families["tuimon_finding_info"]
+                            if s.labels["kind"] == "congestion")
+                assert f"under {leaf}" in text and "no data since" in text, text
                 nodes = {s.labels["status"]: s.value for s in families["tuimon_judge_nodes"]}
                 assert nodes["unknown"] == 16, nodes
                 assert proc.returncode is None

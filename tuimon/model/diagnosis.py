@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -70,9 +71,15 @@ def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
     reasons = {n.reason for n in nodes if n.reason}
     why = reasons.pop() if len(reasons) == 1 else (
         "no answer yet" if not reasons else f"{len(reasons)} different reasons")
-    count = f"{len(names)} node{'s' if len(names) != 1 else ''}"
-    return Finding("critical", "unreached", f"{count} {what}: {collect_hostlist(names)} "
+    return Finding("critical", "unreached", f"{plural(len(names), 'node')} {what}: "
+                   f"{collect_hostlist(names)} "
                    f"({why})", nodes=tuple(names))
+
+
+# What the viewer finds of its own sources (a scrape, a relay, Prometheus), not of the
+# cluster: the first findings of every pass.
+SOURCE_KINDS = frozenset({"scrape_failed", "relay_refused", "source_limit", "relay_lost",
+                          "source_lost"})
 
 
 class Diagnosis:
@@ -97,6 +104,9 @@ class Diagnosis:
         # target -> what the node rules judged here last: (the sample, the hello, the
         # node's status, when, the findings)
         self._judged: dict[str, tuple[Any, Any, str, float, list[Finding]]] = {}
+        # What the last pass with data found of the cluster (not of its sources): kept as
+        # unknown while the source everything comes from is gone.
+        self._last_known: list[Finding] = []
 
     def update(self, cluster: ClusterState, eff: EfficiencyView,
                storage: StorageView) -> list[Finding]:
@@ -122,6 +132,17 @@ class Diagnosis:
                         f" since {time.strftime('%H:%M:%S', time.localtime(since))}",
                         target=source, score=0.5)
                 for source, (reason, since, count) in cluster.lost_sources.items()]
+        if cluster.lost_sources:
+            # The source every node comes from is gone (Prometheus): what was found is not
+            # known to have cleared; kept, saying since when there is no data, and the
+            # book left as it was, so nothing is held anew or said cleared when it is back.
+            since = min(s for _, s, _ in cluster.lost_sources.values())
+            note = (f" (no data since {time.strftime('%H:%M:%S', time.localtime(since))}: "
+                    "its source is unreachable)")
+            self.findings = sorted(
+                out + [replace(f, message=f.message + note) for f in self._last_known],
+                key=sort_key)
+            return self.findings
         relayed = cluster.relayed_findings()
         if relayed is not None:
             # Every node is carried by a relay that judges it around the clock: its
@@ -140,6 +161,7 @@ class Diagnosis:
         out += run("the efficiency rule", lambda: self._efficiency(eff, out), [])
         # The parts' internal errors are added by the pass that ran them (Judgement).
         self.findings = self.book.update(out, now)
+        self._last_known = [f for f in self.findings if f.kind not in SOURCE_KINDS]
         return self.findings
 
     # -- rules -------------------------------------------------------------------------
