@@ -247,6 +247,19 @@ async def test_a_one_shot_status_during_an_incident_tells_what_the_app_tells(
         await asyncio.sleep(5.0)  # 200 s of the run: 80 s of it faulty
         outs = [await _status(*sim.targets, "--topology", str(topology), "--json")
                 for _ in range(2)]
+        _, job_out = await _status(*sim.targets, "--job", "llm-pretrain", "--json")
+        _, job_text = await _status(*sim.targets, "--job", "llm-pretrain")
+    # Each window's SLI as the nodes counted it where they did (their whole last minute,
+    # the 200 s of their hour), saying how much of its window it covers; the 5m, which
+    # only this one-shot's few seconds could say, is left out rather than said under a
+    # name it does not cover.
+    doc = json.loads(job_out)
+    seen = doc["sli_covered_s"]
+    assert set(seen) == {"1m", "1h"} and seen["1m"] == 60 and 100 < seen["1h"] < 3240, seen
+    sli_line = next(x for x in job_text.splitlines() if x.startswith("SLI"))
+    assert " of 1h)" in sli_line and "5m" not in sli_line and " of 1m)" not in sli_line, \
+        sli_line
+    assert json.loads(outs[-1][1])["jobs"]["llm-pretrain"]["sli_1m_covered_s"] == 60
     for code, out in outs:
         report = json.loads(out)
         kinds = {a["kind"]: a for a in report["alerts"]}

@@ -26,7 +26,7 @@ from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.finding_groups import group
 from tuimon.model.job_report import job_report
 from tuimon.model.judgement import Judgement
-from tuimon.model.slo import Slo
+from tuimon.model.slo import Slo, coverage_text
 from tuimon.model.storage import StorageView
 from tuimon.snapshot_waits import (
     FIRST_VERDICT_S,
@@ -85,7 +85,8 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                 hottest.append((g["temp"], f"{n.name} GPU {i}"))
     jobs = {}
     for job in eff.jobs.values():
-        sli, throughput = job.window(60, now)
+        sli, sli_seen = job.sli_window(60, now)  # as the strip says it
+        throughput = job.window(60, now)[1]
         used = job.burn.consumed_hours if job.burn else 0.0
         burn = job.burn.burn_rates(now) if job.burn else {}
         verdict = job.verdict(now)
@@ -94,6 +95,7 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         waited, wait_kinds = job.wait_shares(3600, now)
         versus = eff.efficiency(job, throughput)
         jobs[job.job] = {"world": job.world, "sli_1m": sli, "samples_per_s": throughput,
+                         "sli_1m_covered_s": round(sli_seen, 1),
                          # What the step time went to waiting on over the last hour
                          # (shares of the step time): the budget's loss, by its cause.
                          "waiting_1h": round(waited, 4),
@@ -155,7 +157,8 @@ def format_text(r: dict[str, Any]) -> str:
              f"{n['down']} down{extra}, {r['gpus']} GPUs; hottest: "
              f"{', '.join(r['hottest_gpus']) or '-'}"]
     for name, j in r["jobs"].items():
-        sli = f"{j['sli_1m']:.2f}" if j["sli_1m"] is not None else "-"
+        sli = (f"{j['sli_1m']:.2f}" + coverage_text(j.get("sli_1m_covered_s"), "1m", 60)
+               if j["sli_1m"] is not None else "-")
         burn = j["burn"]
         ranks = (f"{j['ranks_reporting']} of {j['world']} ranks reporting"
                  if j["ranks_reporting"] < j["world"] else plural(j["world"], "rank"))

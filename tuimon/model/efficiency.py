@@ -194,6 +194,30 @@ class JobState:
         rate = samples / run  # no rate from a run of 1e-300 s: it is no throughput
         return compute / wall, rate if math.isfinite(rate) else None
 
+    def sli_window(self, seconds: float, now: float) -> tuple[float | None, float]:
+        """(SLI, seconds of the window it covers) over the last `seconds`: as the job's
+        nodes counted it where they sent that window (they watched all along), else as
+        this viewer saw it since it first did. Every reader (the strip, status, a job's
+        screen) says a window's SLI from here, with its coverage where it is short."""
+        reported = self.reported_window(seconds, now)
+        if reported is not None and reported.sli is not None:
+            return reported.sli, min(float(seconds), reported.covered)
+        seen = now - self.history[0][0] if self.history else 0.0
+        return self.window(seconds, now)[0], max(0.0, min(float(seconds), seen))
+
+    def sli_windows(self, now: float) -> dict[str, tuple[float | None, float]]:
+        """The windows of WINDOWS worth saying, each (SLI, seconds covered): a window
+        only where it covers more than the shorter ones said (a longer name over the same
+        seconds would be one short window said under three names)."""
+        out: dict[str, tuple[float | None, float]] = {}
+        widest = -1.0
+        for name, seconds in WINDOWS.items():
+            sli, seen = self.sli_window(seconds, now)
+            if not out or (sli is not None and seen > widest + 1.0):
+                out[name] = (sli, seen)
+                widest = max(widest, seen)
+        return out
+
     def reported_window(self, seconds: float, now: float) -> Window | None:
         """The job's sums over the last `seconds` as its nodes counted them, added over the
         nodes that reported lately; None unless each of them sent that window."""

@@ -106,8 +106,8 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
     """The job's document; KeyError when no job of that name reports steps."""
     state = eff.jobs[name]
     now = eff.now
-    slis = {w: state.window(sec, now) for w, sec in WINDOWS.items()}
-    throughput = slis["1m"][1]
+    slis = state.sli_windows(now)
+    throughput = state.window(WINDOWS["1m"], now)[1]
     versus = eff.efficiency(state, throughput)
     burn = state.burn
     used = burn.consumed_hours if burn else 0.0
@@ -123,6 +123,9 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
         "ranks_reporting": verdict.reporting,
         "verdict": verdict.state,
         "sli": {w: v[0] for w, v in slis.items()},
+        # Seconds of each window its SLI covers (short where neither the nodes nor this
+        # viewer watched all of it).
+        "sli_covered_s": {w: round(v[1], 1) for w, v in slis.items()},
         "sli_series": eff.sli_series(state, 60),
         "samples_per_s": throughput,
         "efficiency": None if versus is None else {"value": versus[0], "against": versus[1]},

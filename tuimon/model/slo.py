@@ -38,6 +38,15 @@ COVERED_TO_ALERT = 0.9
 ABOVE = 1 + 1e-9
 
 
+def coverage_text(seen: float | None, window: str, seconds: float) -> str:
+    """` (90 s of 1h)` where the data covers less than most of the window (as an alert
+    needs it: COVERED_TO_ALERT), else nothing: a figure over a window it has not seen
+    says how much of it it saw, at least that much."""
+    if seen is None or seen >= COVERED_TO_ALERT * seconds:
+        return ""
+    return f" ({duration_text(seen, places=0, down=True)} of {window})"
+
+
 def burn_parts(rates: dict[str, float | None],
                firing: list[tuple[str, str, str, float]],
                covered: dict[str, float | None] | None = None) -> tuple[str, str]:
@@ -57,11 +66,8 @@ def burn_parts(rates: dict[str, float | None],
         if rate is None:
             continue
         digits = 2 if severity and round(rate, 1) == round(threshold, 1) else 1
-        text = f"{w} {rate:.{digits}f}x"
-        seen = (covered or {}).get(w)
-        if seen is not None and seen < COVERED_TO_ALERT * BURN_WINDOWS_S[w]:
-            text += f" ({duration_text(seen, places=0, down=True)} of {w})"
-        parts.append(text)
+        parts.append(f"{w} {rate:.{digits}f}x"
+                     + coverage_text((covered or {}).get(w), w, BURN_WINDOWS_S[w]))
     return " ".join(parts) or "-", (f"{severity} at {threshold:.1f}x" if severity else "")
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tuimon.model.efficiency import WINDOWS
+from tuimon.model.slo import coverage_text
 from tuimon.ui.burn_plot import burn_plot
 from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import SPARKS, sparkline
@@ -41,8 +43,9 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
     def out(text: str, most: int) -> str:  # text from outside: never markup
         return clean(text)[:most] if plain else safe(text, most)
 
-    sli = "  ".join(f"{w} {b(f'{v:.2f}')}" if v is not None else f"{w} -"
-                    for w, v in r["sli"].items())
+    seen = r.get("sli_covered_s") or {}
+    sli = "  ".join(f"{w} {b(f'{v:.2f}')}{coverage_text(seen.get(w), w, WINDOWS[w])}"
+                    if v is not None else f"{w} -" for w, v in r["sli"].items())
     ranks = (f"{r['ranks_reporting']} of {r['world']} ranks reporting"
              if r["ranks_reporting"] < r["world"] else plural(r["world"], "rank"))
     lines = [f"{b('job ' + out(r['job'], 60))}  {ranks}  {b(r['verdict'].upper())}",

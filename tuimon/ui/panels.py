@@ -17,7 +17,13 @@ from tuimon.model.diagnosis import Finding
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.finding_groups import FindingGroup, group
 from tuimon.model.map_kinds import GLYPHS, LEVELS, HeatMetric
-from tuimon.model.slo import BurnReadout, LedgerBurn, budget_scope, burn_parts
+from tuimon.model.slo import (
+    BurnReadout,
+    LedgerBurn,
+    budget_scope,
+    burn_parts,
+    coverage_text,
+)
 from tuimon.model.storage import StorageView
 from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import sparkline
@@ -115,10 +121,11 @@ class SloStrip(Panel):
         jobs = sorted(eff.jobs.values(), key=lambda s: s.job)
         selected %= len(jobs)
         for state in (jobs[selected:] + jobs[:selected])[:1]:
-            slis = {w: state.window(sec, now) for w, sec in WINDOWS.items()}
-            sli_texts = [f"{w} [b]{v[0]:.2f}[/b]" if v[0] is not None else f"{w} -"
-                         for w, v in slis.items()]
-            throughput = slis["1m"][1]
+            slis = state.sli_windows(now)
+            sli_texts = [f"{w} [b]{sli:.2f}[/b]{coverage_text(seen, w, WINDOWS[w])}"
+                         if sli is not None else f"{w} -"
+                         for w, (sli, seen) in slis.items()]
+            throughput = state.window(WINDOWS["1m"], now)[1]
             versus = eff.efficiency(state, throughput)
             sli_now = slis["1m"][0]
             ok = sli_now is not None and sli_now >= eff.slo.target
