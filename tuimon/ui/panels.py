@@ -171,7 +171,7 @@ class SloStrip(Panel):
                 (3, which), (6, f" ({ranks})"),
                 (9, f"  [{sli_color}]SLI[/]"),
                 (2, f" [$heat-4]{sparkline(eff.sli_series(state, 30), 30, 1.0)}[/]"),
-                (9, f" {sli_texts[0]}"), (6, " " + " ".join(sli_texts[1:])),
+                (9, f" {sli_texts[0]}"), (6, "".join(" " + t for t in sli_texts[1:])),
                 # Without a baseline the compute fraction is the SLI again: kept less.
                 (5 if versus is not None else 3, f"  {effic}"),
                 (6, f"  waiting 1h: {waits}" if waits else ""),
