@@ -22,7 +22,7 @@ from typing import Any
 
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis, Finding, sort_key, unreached
-from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.finding_groups import group
 from tuimon.model.job_report import job_report
 from tuimon.model.judgement import Judgement
@@ -85,8 +85,8 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                 hottest.append((g["temp"], f"{n.name} GPU {i}"))
     jobs = {}
     for job in eff.jobs.values():
-        sli, sli_seen = job.sli_window(60, now)  # as the strip says it
-        throughput = job.window(60, now)[1]
+        sli, sli_seen = job.sli_window(WINDOWS["1m"], now)  # as the strip says it
+        throughput = job.window(WINDOWS["1m"], now)[1]
         used = job.burn.consumed_hours if job.burn else 0.0
         burn = job.burn.burn_rates(now) if job.burn else {}
         verdict = job.verdict(now)
@@ -157,7 +157,8 @@ def format_text(r: dict[str, Any]) -> str:
              f"{n['down']} down{extra}, {r['gpus']} GPUs; hottest: "
              f"{', '.join(r['hottest_gpus']) or '-'}"]
     for name, j in r["jobs"].items():
-        sli = (f"{j['sli_1m']:.2f}" + coverage_text(j.get("sli_1m_covered_s"), "1m", 60)
+        sli = (f"{j['sli_1m']:.2f}"
+               + coverage_text(j.get("sli_1m_covered_s"), "1m", WINDOWS["1m"])
                if j["sli_1m"] is not None else "-")
         burn = j["burn"]
         ranks = (f"{j['ranks_reporting']} of {j['world']} ranks reporting"

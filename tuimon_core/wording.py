@@ -5,6 +5,7 @@ same whichever reader shows them."""
 from __future__ import annotations
 
 import math
+import time
 
 
 def plural(n: int, word: str) -> str:
@@ -30,6 +31,11 @@ def duration_text(seconds: float, places: int = 1, down: bool = False) -> str:
     if shown(seconds / 3600, places) < 48:
         return f"{shown(seconds / 3600, places):.{places}f} h"
     return f"{shown(seconds / 86400, places):.{places}f} d"
+
+
+def clock_text(ts: float) -> str:
+    """A moment as a finding's `since` says it: local time, to the second (`02:41:07`)."""
+    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
 def hours_text(hours: float) -> str:

@@ -22,7 +22,7 @@ from tuimon_core.protocol import Event, Hello, Sample
 from tuimon_core.protocol.overview_layout import BUSY_UNKNOWN, busy, metric_levels
 from tuimon_core.protocol.text import clean
 from tuimon_core.timing import aged_state, lost_state
-from tuimon_core.wording import plural
+from tuimon_core.wording import clock_text, plural
 
 HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
 MAX_EVENTS = 2000
@@ -135,6 +135,12 @@ def _name_of(target: str) -> str:
 def relay_lost_text(relay: str, reason: str, nodes: int) -> str:
     """What the event and the finding both say of a relay that stopped answering."""
     return f"relay {relay} unreachable: {reason}; its {plural(nodes, 'node')} unknown"
+
+
+def no_data_note(since: float, why: str) -> str:
+    """What a finding kept from before its data stopped adds: it is unknown now, not
+    cleared (a GPU throttling then may throttle still)."""
+    return f" (no data since {clock_text(since)}: {why})"
 
 
 class ClusterState:
@@ -442,10 +448,8 @@ class ClusterState:
             if lost is None:
                 out += findings
                 continue
-            # Its relay is gone: what it last held is unknown now, not cleared (a GPU
-            # throttling then may throttle still); kept, saying since when it is not known.
-            note = (f" (no data since {time.strftime('%H:%M:%S', time.localtime(lost[1]))}: "
-                    f"relay {relay} unreachable)")
+            # Its relay is gone: what it last held is kept, as unknown.
+            note = no_data_note(lost[1], f"relay {relay} unreachable")
             out += [replace(f, message=f.message + note) for f in findings]
         return out
 

@@ -17,7 +17,7 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
-from tuimon.model.cluster import ClusterState, NodeState, relay_lost_text
+from tuimon.model.cluster import ClusterState, NodeState, no_data_note, relay_lost_text
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.guard import Guard
 from tuimon.model.storage import StorageView
@@ -28,7 +28,7 @@ from tuimon_core.fleet import fleet_findings, hellos_of
 from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.node_rules import CONGESTED_WAIT, OUTLIER_FACTOR, NodeRules
 from tuimon_core.protocol.overview_layout import port_waits
-from tuimon_core.wording import plural
+from tuimon_core.wording import clock_text, plural
 
 __all__ = ["SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
 
@@ -123,22 +123,21 @@ class Diagnosis:
                 for source, text in cluster.source_limits.items()]
         out += [Finding("critical", "relay_lost",
                         f"{relay_lost_text(relay, reason, len(names))} "
-                        f"since {time.strftime('%H:%M:%S', time.localtime(since))}",
-                        target=relay, nodes=names, score=0.5)
+                        f"since {clock_text(since)}",
+                        target=relay, nodes=names, score=0.5, first_seen=since)
                 for relay, (reason, since, names) in cluster.lost_relays.items()]
         out += [Finding("critical", "source_lost",
                         f"{reason}; " + (f"its {plural(count, 'node')} unknown" if count else
                                          "no node read from it yet") +
-                        f" since {time.strftime('%H:%M:%S', time.localtime(since))}",
-                        target=source, score=0.5)
+                        f" since {clock_text(since)}",
+                        target=source, score=0.5, first_seen=since)
                 for source, (reason, since, count) in cluster.lost_sources.items()]
         if cluster.lost_sources:
             # The source every node comes from is gone (Prometheus): what was found is not
             # known to have cleared; kept, saying since when there is no data, and the
             # book left as it was, so nothing is held anew or said cleared when it is back.
             since = min(s for _, s, _ in cluster.lost_sources.values())
-            note = (f" (no data since {time.strftime('%H:%M:%S', time.localtime(since))}: "
-                    "its source is unreachable)")
+            note = no_data_note(since, "its source is unreachable")
             self.findings = sorted(
                 out + [replace(f, message=f.message + note) for f in self._last_known],
                 key=sort_key)
