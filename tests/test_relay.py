@@ -33,6 +33,7 @@ from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import SCHEMA_VERSION, Ledger, LedgerError
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.status import format_text, report
+from tuimon.ui.job_text import job_text
 from tuimon_core.findings import Finding
 from tuimon_core.protocol import Batch, Hello, Sample, Subscribe, decode, encode
 from tuimon_core.serving.security import ConfigError
@@ -563,7 +564,9 @@ async def test_a_relay_away_counts_the_run_time_it_missed_from_the_agents_totals
     """kill -9 of the relay while the job runs, four seconds away, then back: the ledger
     holds the whole run, the minutes it was away included (from the agents' cumulative
     step totals, not more than the time that passed), and viewers are told how much was
-    recovered so."""
+    recovered so, with its loss booked as the kinds the ranks reported meanwhile (this
+    job's ranks wait on nothing but their collectives: all of it `comm`, none `other`),
+    said in `status`, `status --job` and the job screen alike."""
     ledger_path = tmp_path / "ledger.db"
     sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
                      scenario="healthy")
@@ -588,7 +591,12 @@ async def test_a_relay_away_counts_the_run_time_it_missed_from_the_agents_totals
                 await until(lambda: (viewer.budgets.get("llm-pretrain") or {}).get(
                     "recovered_h"), timeout=20, what="the recovered time in the budget")
                 recovered = viewer.budgets["llm-pretrain"]["recovered_h"] * 3600
+                booked = viewer.budgets["llm-pretrain"]["recovered_spent_h"]
                 back = time.time()
+                eff = EfficiencyView()
+                eff.update(viewer)
+                job_lines = job_text(job_report(eff, "llm-pretrain", []), plain=True)
+                status_lines = format_text(report(viewer, eff, [], "ok"))
                 await asyncio.sleep(1.0)
                 end = time.time()
         finally:
@@ -598,6 +606,12 @@ async def test_a_relay_away_counts_the_run_time_it_missed_from_the_agents_totals
     # Away from the kill (less the last flush, at most 0.5 s, before it) to the first
     # sample after the restart: four seconds and the relay's start.
     assert 4.0 <= recovered <= back - killed + 1.0, (recovered, back - killed)
+    # The loss of the missed seconds (the step time the ranks spent in their collectives)
+    # booked as `comm`, as their totals say, not as `other`.
+    assert booked.get("comm", 0) > 0 and booked.get("other", 0) == 0, booked
+    said = "the relay missed, counted from the agents' totals; its loss"
+    assert said in job_lines and "booked as the ranks reported it: comm 100%" in job_lines
+    assert said in status_lines and "comm 100%" in status_lines
     with Ledger(ledger_path) as after:
         stored = sum(t for _, t, _ in after.buckets("llm-pretrain"))
     # Every second the job ran since the relay first counted it, the six away included
@@ -957,7 +971,8 @@ def test_a_damaged_ledger_is_a_clear_error_or_its_bad_rows_set_aside(
                    "VALUES ('llm', ?, 9e999, 0, 0, 0)", (int(t0 // 60) - 10,))
         db.execute("INSERT INTO causes VALUES ('llm', ?, 'comm', ?, 10.0)",
                    (int(t0 // 3600), b"\x00cause"))
-        db.execute("INSERT INTO totals VALUES ('n1', 'llm', 'then', 1.0, 1.0, 1.0, 1, 1)")
+        db.execute("INSERT INTO totals VALUES ('n1', 'llm', 'then', 1.0, 1.0, 1.0, 1, 1, "
+                       "'{not json')")
     with caplog.at_level("ERROR"), Ledger(path, clock=lambda: t0) as again:
         summary = again.summary(t0)
     assert set(summary) == {"llm"}

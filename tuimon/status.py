@@ -39,8 +39,8 @@ from tuimon.ui.incident_text import incident_lines
 from tuimon.ui.job_text import job_text
 from tuimon_core import json_text
 from tuimon_core.protocol.text import clean_lines
-from tuimon_core.wait_kinds import said, said_hours
-from tuimon_core.wording import duration_text, hours_text, plural
+from tuimon_core.wait_kinds import missed_text, said, said_hours
+from tuimon_core.wording import duration_text, plural
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 
@@ -112,6 +112,9 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
                          "budget_hours": eff.slo.budget_hours,
                          "budget_left_hours": eff.slo.remaining_hours(used),
                          "budget_recovered_hours": getattr(job.burn, "recovered_hours", 0.0),
+                         # What of it was lost, by the kinds the ranks' totals named.
+                         "budget_recovered_spent_hours": getattr(
+                             job.burn, "recovered_spent_hours", {}),
                          # What the consumed budget was spent waiting on, by kind.
                          "budget_spent_hours": {k: round(v, 6) for k, v in
                                                 (job.burn.spent_hours if job.burn
@@ -169,9 +172,9 @@ def format_text(r: dict[str, Any]) -> str:
                  f"{j.get('stopped_cause') or 'no finding'}"
                  if j["verdict"] == "stopped" else "")
         rate = f"{j['samples_per_s']:,.0f} samples/s" if j["samples_per_s"] else "- samples/s"
-        recovered = (f" ({hours_text(j['budget_recovered_hours'])} the relay missed, "
-                     "counted from the agents' totals)"
-                     if j.get("budget_recovered_hours") else "")
+        missed = missed_text(j.get("budget_recovered_hours") or 0.0,
+                             j.get("budget_recovered_spent_hours"))
+        recovered = f" ({missed})" if j.get("budget_recovered_hours") else ""
         waits = said(j.get("waits_1h") or {})
         waits = f", waiting 1h: {waits}" if waits else ""
         if j.get("efficiency") is not None:

@@ -89,3 +89,18 @@ def said_hours(hours: Mapping[str, float]) -> str:
     a minute left out."""
     shown = sorted(((v, k) for k, v in hours.items() if v >= 1 / 60), reverse=True)
     return ", ".join(f"{k} {hours_text(v)}" for v, k in shown)
+
+
+def missed_text(recovered_h: float, lost_h: Mapping[str, float] | None) -> str:
+    """The run time a relay missed and recovered from the agents' totals, with how its
+    loss was booked: `2 min the relay missed, counted from the agents' totals; its loss
+    booked as the ranks reported it: comm 100%`, or as `other` where they named no kind."""
+    text = f"{hours_text(recovered_h)} the relay missed, counted from the agents' totals"
+    lost = {k: v for k, v in (lost_h or {}).items() if v > 0}
+    whole = sum(lost.values())
+    if not whole:
+        return text
+    if set(lost) == {OTHER}:
+        return text + f"; its loss ({hours_text(whole)}) booked as {OTHER}: the totals name no kind"
+    return text + (f"; its loss ({hours_text(whole)}) booked as the ranks reported it: "
+                   + said({k: v / whole for k, v in lost.items()}))

@@ -135,6 +135,10 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
             "consumed_hours": used,
             "scope": budget_scope(burn),
             "burn": burn.text(now) if burn else "-",
+            # Run hours the relay missed and counted from the agents' totals, and what of
+            # them was lost by the kinds the ranks reported (a relay's ledger only).
+            "recovered_hours": ledger.recovered_hours if ledger else 0.0,
+            "recovered_spent_hours": dict(ledger.recovered_spent_hours) if ledger else {},
         },
         "spent": spent_rows(spent),
         "waiting_1h": {"share": waited, "kinds": waits},

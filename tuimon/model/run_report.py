@@ -13,7 +13,7 @@ traceback.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tuimon.model.job_report import burn_down, cause_rows, spent_rows
@@ -60,6 +60,8 @@ class Budget:
     window_h: float | None  # the window the relay's ledger counts over
     recovered_hours: float  # credited from the agents' totals for time the relay missed
     burn: str  # the burn rates as every view says them
+    # What of the recovered time was lost, by the kinds the ranks' totals named.
+    recovered_spent_hours: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -268,7 +270,8 @@ def run_report(doc: dict[str, Any], slo: Slo) -> RunReport:
         slo=slo,
         budget=Budget(slo.budget_hours, consumed, slo.remaining_hours(consumed),
                       _maybe(burn.window_hours, "summary.window_h"),
-                      _num(burn.recovered_hours, "summary.recovered_h"), text),
+                      _num(burn.recovered_hours, "summary.recovered_h"), text,
+                      dict(burn.recovered_spent_hours)),
         spent=rows,
         # Kinds in the order the budget went to them, each kind's causes largest first.
         causes=[CauseRow(kind, c["cause"], c["hours"], c["share"]) for kind in order

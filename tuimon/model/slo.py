@@ -248,6 +248,9 @@ class LedgerBurn(BurnReadout):
         self.error: str | None = summary.get("error")
         # Hours the relay credited from the agents' totals for time it missed.
         self.recovered_hours = float(summary.get("recovered_h") or 0.0)
+        # What of it was lost, by the kinds the agents' totals named (`other`: none).
+        self.recovered_spent_hours: dict[str, float] = {}
+        add_waits(self.recovered_spent_hours, summary.get("recovered_spent_h"))
         self.spent_hours = {}
         add_waits(self.spent_hours, summary.get("spent_h"))
         # The job's best per-GPU throughput over 10 minutes of the run, where known.

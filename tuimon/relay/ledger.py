@@ -74,6 +74,10 @@ CREATE TABLE IF NOT EXISTS totals (
 # (docs/security.md), as run time of the job as it was: a row without them (an older
 # layout) is bounded by the ranks the source holds when it is read, over the job's world.
 TOTALS_COLUMNS_4 = ("ranks", "run_ranks")
+# Added to `totals` in layout 6: the source's cumulative waits by kind (JSON), as last
+# counted, so the lost time of a gap the relay missed is booked as the kinds the ranks
+# reported meanwhile; NULL (an older layout, an agent that sends none): booked as `other`.
+TOTALS_COLUMN_6 = "waits"
 # What each minute's lost time (total - effective) was spent waiting on, by kind (since
 # schema 1): the budget's loss by its cause. Time no kind names is `other`.
 WAITS_SCHEMA = """
@@ -122,21 +126,22 @@ CREATE TABLE IF NOT EXISTS stops (
 BUCKET_COLUMNS_2 = ("samples", "rank_s")
 # The file's layout (PRAGMA user_version): 0, the first ledgers (buckets, totals); 1 adds
 # `waits`; 2 adds BUCKET_COLUMNS_2; 3 adds `causes` and `stops`; 4 adds TOTALS_COLUMNS_4;
-# 5 adds `episodes` (tuimon.relay.episodes: the incidents the relay's judgement held).
+# 5 adds `episodes` (tuimon.relay.episodes: the incidents the relay's judgement held);
+# 6 adds TOTALS_COLUMN_6.
 # An older file is brought
 # up to it in place, every minute kept; a newer one (a later relay's) is refused rather
 # than written in a layout this relay does not know.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 # The job's best: per-GPU throughput over this many consecutive minutes, every one counted
 # (the model's window: the viewer judges its own count by the same).
 BEST_MINUTES = int(BEST_WINDOW_S // 60)
 BEST_COVERED_S = BEST_COVERED * BEST_WINDOW_S
 TOTALS_UPSERT = """
-INSERT INTO totals (source, job, since, wall, compute, at, ranks, run_ranks)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+INSERT INTO totals (source, job, since, wall, compute, at, ranks, run_ranks, waits)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (source, job) DO UPDATE SET since = excluded.since, wall = excluded.wall,
     compute = excluded.compute, at = excluded.at, ranks = excluded.ranks,
-    run_ranks = excluded.run_ranks
+    run_ranks = excluded.run_ranks, waits = excluded.waits
 """
 UPSERT = """
 INSERT INTO buckets (job, minute, total_s, effective_s, samples, rank_s)
@@ -217,6 +222,7 @@ class Totals(NamedTuple):
     ranks: int | None  # ranks of the job the source held then (None: not kept)
     run_ranks: int | None  # the ranks the job's run time was divided by then
     counted: float = 0.0  # rank-seconds the relay had credited it then (this process)
+    waits: dict[str, float] | None = None  # cumulative rank-seconds by kind (None: unknown)
 
 
 class Grant(Protocol):
@@ -350,6 +356,9 @@ class Ledger:
         # job -> run seconds credited from the agents' totals for time this relay missed
         # (since it started); and what of it is not yet in the log.
         self.recovered_s: dict[str, float] = {}
+        # job -> kind -> run seconds of that recovered time lost, as the ranks' totals
+        # named it (`other`: what they did not name, or a source that sent no waits)
+        self.recovered_lost_s: dict[str, dict[str, float]] = {}
         self._unsaid: dict[str, list[Any]] = {}
         # A silence longer than this is taken as the job's end, not counted.
         self.stopped_most_s = stopped_most_h * 3600.0
@@ -399,15 +408,18 @@ class Ledger:
             for column in TOTALS_COLUMNS_4:
                 if column not in columns:  # NULL in the rows before: not known
                     self._db.execute(f"ALTER TABLE totals ADD COLUMN {column} INTEGER")
+            if TOTALS_COLUMN_6 not in columns:
+                self._db.execute(f"ALTER TABLE totals ADD COLUMN {TOTALS_COLUMN_6} TEXT")
             if version < SCHEMA_VERSION:
                 self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._set_aside_damaged()
             self._best_stored()
             self._stored = {
-                (source, job): Totals(since, wall, compute, at, ranks, run_ranks)
-                for source, job, since, wall, compute, at, ranks, run_ranks in self._db.execute(
-                    "SELECT source, job, since, wall, compute, at, ranks, run_ranks "
-                    "FROM totals")}
+                (source, job): Totals(since, wall, compute, at, ranks, run_ranks, 0.0,
+                                      _stored_waits(waits))
+                for source, job, since, wall, compute, at, ranks, run_ranks, waits
+                in self._db.execute("SELECT source, job, since, wall, compute, at, ranks, "
+                                    "run_ranks, waits FROM totals")}
             self._load_stops()
             self._load_episodes()
         except (OSError, sqlite3.Error) as exc:
@@ -701,7 +713,7 @@ class Ledger:
             self._recover(source, entry, last, now, credited, grant)
         self._last[key] = self._totals[key] = Totals(
             total["since"], total["wall"], total["compute"], now, grant.held(source),
-            credited.divisor, grant.counted(source))
+            credited.divisor, grant.counted(source), _kinds(total.get("waits")))
 
     def _recover(self, source: str, entry: dict[str, Any], last: Totals, now: float,
                  credited: JobCredit, grant: Grant) -> None:
@@ -724,6 +736,28 @@ class Ledger:
         if gap_wall < RECOVER_AT_LEAST_S:
             return
         gap_compute = min(max(0.0, compute - compute0), gap_wall)
+        # What the ranks reported waiting on meanwhile, by kind (their totals' growth,
+        # less this sample's own), in the share of the claim that was granted and at most
+        # the time lost: the gap's loss booked as they reported it, not as `other`.
+        gap_waits: dict[str, float] = {}
+        now_waits = _kinds(total.get("waits"))
+        if now_waits is not None and (last.waits is not None
+                                      or total["since"] != last.since):
+            before = last.waits if total["since"] == last.since and last.waits else {}
+            own: dict[str, float] = {}
+            for r in entry.get("ranks") or ():
+                for name, seconds in (r.get("waits") or {}).items():
+                    own[wait_kind(name)] = own.get(wait_kind(name), 0.0) + seconds
+            for kind, seconds in now_waits.items():
+                grown = seconds - own.get(kind, 0.0) - before.get(kind, 0.0)
+                if grown > 0:
+                    gap_waits[kind] = grown * gap_wall / claimed
+            named = sum(gap_waits.values())
+            lost = gap_wall - gap_compute
+            if named > lost > 0:
+                gap_waits = {k: v * lost / named for k, v in gap_waits.items()}
+            elif lost <= 0:
+                gap_waits = {}
         # Run time of the job as it was then (all its ranks ran while this relay heard
         # none): a relay back after an outage hears the first node before the others.
         ranks = last.run_ranks or credited.world
@@ -733,8 +767,16 @@ class Ledger:
             lo, hi = max(last.at, minute * 60.0), min(now, minute * 60.0 + 60.0)
             if hi > lo:
                 part = (hi - lo) / away
-                self._add_minute(job, lo, gap_wall * part / ranks, gap_compute * part / ranks)
+                self._add_minute(job, lo, gap_wall * part / ranks, gap_compute * part / ranks,
+                                 {k: v * part / ranks for k, v in gap_waits.items()})
         self.recovered_s[job] = self.recovered_s.get(job, 0.0) + gap_wall / ranks
+        lost_s = self.recovered_lost_s.setdefault(job, {})
+        lost_total = max(0.0, gap_wall - gap_compute) / ranks
+        for kind, seconds in gap_waits.items():
+            lost_s[kind] = lost_s.get(kind, 0.0) + seconds / ranks
+            lost_total -= seconds / ranks
+        if lost_total > RECOVER_AT_LEAST_S / ranks:
+            lost_s[OTHER] = lost_s.get(OTHER, 0.0) + lost_total
         stop = self._stops.get(job)
         if stop is not None:  # it ran meanwhile: that part of the silence was not stopped
             inside = sum(max(0.0, min(hi, now) - max(lo, last.at)) for lo, hi in stop.seen(now))
@@ -762,7 +804,8 @@ class Ledger:
                 self._note_best({})  # a job's last minute becomes whole after it stopped
             return self.error is None
         rows = [(job, minute, *sums) for (job, minute), sums in self._pending.items()]
-        totals = [(source, job, t.since, t.wall, t.compute, t.at, t.ranks, t.run_ranks)
+        totals = [(source, job, t.since, t.wall, t.compute, t.at, t.ranks, t.run_ranks,
+                   None if t.waits is None else json.dumps(t.waits))
                   for (source, job), t in self._totals.items()]
         waits = [(*key, seconds) for key, seconds in self._pending_waits.items()]
         causes = [(*key, seconds) for key, seconds in self._pending_causes.items()]
@@ -1020,6 +1063,8 @@ class Ledger:
                 "observed_h": total / 3600, "error_ratio": ratios, "error": self.error}
             if self.recovered_s.get(job):
                 doc["recovered_h"] = self.recovered_s[job] / 3600
+                doc["recovered_spent_h"] = {
+                    k: v / 3600 for k, v in (self.recovered_lost_s.get(job) or {}).items()}
             best = self._best.get(job)
             if best is not None and best.value is not None:
                 doc["best_per_gpu"] = best.value
@@ -1153,3 +1198,26 @@ class Ledger:
         return list(self._db.execute(
             "SELECT minute, total_s, effective_s FROM buckets WHERE job = ? ORDER BY minute",
             (job,)))
+
+
+def _kinds(waits: Any) -> dict[str, float] | None:
+    """A source's cumulative waits by kind (names folded as tuimon_core.wait_kinds does);
+    None where it sent none."""
+    if not isinstance(waits, dict):
+        return None
+    out: dict[str, float] = {}
+    for name, seconds in waits.items():
+        if isinstance(seconds, (int, float)) and seconds > 0:
+            kind = wait_kind(str(name))
+            out[kind] = out.get(kind, 0.0) + float(seconds)
+    return out
+
+
+def _stored_waits(text: object) -> dict[str, float] | None:
+    """The `waits` column as written by flush (None: an older layout, or none sent)."""
+    if not isinstance(text, str):
+        return None  # NULL, or a value no relay wrote
+    try:
+        return _kinds(json.loads(text))
+    except ValueError:
+        return None

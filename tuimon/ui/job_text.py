@@ -12,7 +12,7 @@ from tuimon.ui.burn_plot import burn_plot
 from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import SPARKS, sparkline
 from tuimon_core.protocol.text import clean
-from tuimon_core.wait_kinds import said
+from tuimon_core.wait_kinds import missed_text, said
 from tuimon_core.wording import duration_text, hours_text, plural
 
 BAR = 30  # cells of the longest bar (the kind the most budget went to), 10 when narrow
@@ -71,7 +71,11 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
     left = b(f"{budget['left_hours']:.1f}")
     lines += [f"budget      {left} of {budget['hours']:.0f} h left "
               f"({budget['scope']}), {hours_text(budget['consumed_hours'])} spent; burn "
-              f"{out(budget['burn'], 200)}", ""]
+              f"{out(budget['burn'], 200)}"]
+    if budget.get("recovered_hours"):
+        lines.append("            " + st("$secondary", missed_text(
+            budget["recovered_hours"], budget.get("recovered_spent_hours"))))
+    lines.append("")
     lines.append(b("what the budget was spent on") + (
         "" if r["spent"] else "  nothing yet"))
     top = r["spent"][0]["share"] if r["spent"] else 1.0

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tuimon.model.run_report import RunReport
+from tuimon_core.wait_kinds import missed_text
 from tuimon_core.wording import duration_text, hours_text
 
 
@@ -76,8 +77,7 @@ def _budget(r: RunReport) -> Section:
     text = [f"{b.left_hours:.1f} of {b.hours:.0f} h left (run), {hours_text(b.consumed_hours)} "
             f"spent; burn {b.burn}."]
     if b.recovered_hours:
-        text.append(f"{hours_text(b.recovered_hours)} of it the relay missed, counted from "
-                    "the agents' totals.")
+        text.append(f"Of the run time, {missed_text(b.recovered_hours, b.recovered_spent_hours)}.")
     table = Table(("Kind", "Spent", "Share", "What it is"),
                   [(s.kind, hours_text(s.hours), f"{s.share:.0%}", s.what) for s in r.spent],
                   frozenset({1, 2}))

@@ -747,10 +747,13 @@ BUDGET_FIELDS: tuple[Field, ...] = (
     Field("recovered_h", RATE, "h", "run hours the relay credited from the agents' step "
           "totals for time it missed (it was away, or samples were lost on the way), since "
           "it started (since 2026-12)"),
+    Field("recovered_spent_h", WAITS, "kind -> h", "the part of `recovered_h` that was "
+          "lost, by the kinds the agents' totals say the ranks waited on meanwhile; `other` "
+          "where they named none or sent no waits (since 2026-12)"),
     Field("spent_h", WAITS, "kind -> h", "what `consumed_h` was spent waiting on: `comm`, "
           "`data`, `checkpoint`, `stopped` (every rank silent, until the job reports again), "
-          "`other` (the rest: waiting no kind names, and time the relay recovered from "
-          "totals); they add up to `consumed_h` (since 2026-12)"),
+          "`other` (the rest: waiting no kind names, and recovered time whose kind the "
+          "agents' totals do not name); they add up to `consumed_h` (since 2026-12)"),
     Field("best_per_gpu", RATE, "samples/s", "the job's best per-GPU throughput sustained "
           "over 10 consecutive minutes of the ledger: its yardstick where no baseline is "
           "given (since 2026-12)"),
