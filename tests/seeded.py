@@ -43,10 +43,12 @@ async def seeded_cluster(nodes: int = 16, gpus: int = 8, seed: int = 7,
 
 
 async def run_scenario(name: str, *, nodes: int = 32, gpus: int = 8, fault_at: float = 30.0,
-                       seconds: float = 90.0, step: float = 1.0, seed: int = 3):
+                       seconds: float = 90.0, step: float = 1.0, seed: int = 3,
+                       provisioned: bool = True):
     """Run a scenario on fixed clocks through the real agents, model and diagnosis.
 
-    Yields (seconds since onset, findings, sim) once per step.
+    Yields (seconds since onset, findings, sim) once per step. `provisioned`: the shared
+    file system's provisioned throughput is known (as `--provisioned` tells it).
     """
     from tuimon.model.diagnosis import Diagnosis
     from tuimon.model.efficiency import EfficiencyView
@@ -59,7 +61,7 @@ async def run_scenario(name: str, *, nodes: int = 32, gpus: int = 8, fault_at: f
     topology = {m.name: sim.leaf_of(m.index) for m in sim.members}
     cluster = ClusterState(name, clock=mono)
     eff = EfficiencyView(wall=wall)
-    storage = StorageView({"/lustre/scratch": sim.lustre_provisioned})
+    storage = StorageView({"/lustre/scratch": sim.lustre_provisioned} if provisioned else {})
     diagnosis = Diagnosis(topology, wall=wall)
     for m in sim.members:
         m.agent.config.watch_xid = False

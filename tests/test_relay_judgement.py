@@ -268,7 +268,7 @@ async def test_the_relays_incident_of_the_seed_fault_costs_what_the_job_lost_to_
     assert (incident.where, incident.jobs) == (leaf, ["llm-pretrain"])
     assert incident.onset == 1_796_000_000.0 + 30.0  # the fault's own second
     [drop] = [e for e in incidents if e.kind == "efficiency_drop"]
-    assert f"likely: congestion {leaf}" in drop.message
+    assert drop.message.startswith(f"likely congestion {leaf} -> ")
     assert incident.lost_s / 3600 == pytest.approx(causes["comm"][f"congestion {leaf}"],
                                                    rel=0.01)
 

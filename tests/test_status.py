@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -245,6 +246,7 @@ async def test_a_one_shot_status_during_an_incident_tells_what_the_app_tells(
     topology.write_text(sim.topology_conf())
     async with sim:
         await asyncio.sleep(5.0)  # 200 s of the run: 80 s of it faulty
+        asked = time.time()
         outs = [await _status(*sim.targets, "--topology", str(topology), "--json")
                 for _ in range(2)]
         _, job_out = await _status(*sim.targets, "--job", "llm-pretrain", "--json")
@@ -267,6 +269,8 @@ async def test_a_one_shot_status_during_an_incident_tells_what_the_app_tells(
         drop = kinds["efficiency_drop"]["message"]
         before = float(drop.split("down from ")[1].split()[0])
         assert before >= 0.85, drop  # the healthy SLI, not one already mixed with the fault
+        # Its onset is the drop's as the nodes judged it, not when the one-shot began.
+        assert kinds["efficiency_drop"]["first_seen"] < asked - 10, out
         assert kinds.get("congestion", {}).get("leaf") == "leaf00", out
 
 

@@ -28,6 +28,7 @@ from tuimon_core.protocol.fields import (
     port_up,
 )
 from tuimon_core.wording import plural
+from tuimon_core.write_surge import WriteSurge
 
 # Congestion: sustained above this (xmit_wait ticks/s), senders starve; a port or a leaf
 # this many times its peers' median stands out (here: the node's other ports; in the
@@ -117,6 +118,7 @@ class NodeRules:
     _hello: Any = None
     _seq: int | None = None
     _links: LinkRules | None = None
+    _surge: WriteSurge | None = None
 
     def observe(self, hello: Any, sample: Any, now: float) -> None:
         """A sample arrived (the same one again is ignored)."""
@@ -132,6 +134,10 @@ class NodeRules:
         dt = now - self._last_t if self._last_t is not None else sample.interval
         dt = min(max(dt if isinstance(dt, (int, float)) else 0.0, 0.0), DROP_WINDOW_S)
         self._last_t = now
+        if self._surge is None or self._surge.node != self.name:
+            self._surge = WriteSurge(self.name)
+        self._surge.observe((sample.extra.get("storage") or {}).get("filesystems") or [],
+                            now, dt)
         for p in (sample.extra.get("fabric") or {}).get("ports") or []:
             if _up(p):
                 self._seen_up.add(p["id"])
@@ -174,6 +180,8 @@ class NodeRules:
         out += self._step_reports(now)
         if self._links is not None:
             out += self._links.conditions(self._hello, sample, now)
+        if self._surge is not None:
+            out += self._surge.conditions(now)
         return out
 
     # -- rules ------------------------------------------------------------------------

@@ -20,8 +20,12 @@ This is the viewer's count: the seconds it judged, as `JobState.causes`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from tuimon.model.efficiency import EfficiencyView, JobState
 from tuimon_core.findings import Finding, sort_key
+from tuimon_core.hostlist import collect_hostlist
+from tuimon_core.write_surge import KIND as SURGE
 
 NO_FINDING = "no finding"
 MAX_CAUSES = 256  # per job: names from outside cannot grow it without end
@@ -95,8 +99,37 @@ def add_causes(into: dict[tuple[str, str], float],
 
 
 def cause_name(f: Finding) -> str:
-    """A finding as a cause: its kind and where (`congestion leaf03`)."""
+    """A finding as a cause: its kind and where (`congestion leaf03`); a shared file
+    system written far above its level is one cause however many nodes write it."""
+    if f.kind == SURGE and f.fs is not None:
+        return f"{f.kind} {f.fs}"
     return f"{f.kind} {f.where}"
+
+
+def likely(shares: Mapping[str, float], findings: list[Finding], job: str,
+           nodes: set[str], most: int = 3) -> list[str]:
+    """The likely causes of a job's lost time, most likely first, as cause names: each
+    finding that concerns the job weighted by its score times the share of the job's
+    waiting (`shares`, kind -> share of the step time) of the kinds it explains, so a
+    job that waits on `checkpoint` is put down to a file system, one that waits in its
+    collectives to the fabric; with no waiting known, by score alone. The same finding
+    on several nodes about one file system is one cause, its nodes as a host list."""
+    weights: dict[str, float] = {}
+    members: dict[str, set[str]] = {}
+    signals = [f for f in findings if f.score > 0]
+    # Where its ranks run is not known (no rank placed yet): any of them may be it.
+    for f in concerning(signals, job, nodes) if nodes else signals:
+        weight = f.score * (sum(v for k, v in shares.items() if explains(k, f))
+                            if shares else 1.0)
+        if weight <= 0:
+            continue
+        name = cause_name(f)
+        weights[name] = max(weights.get(name, 0.0), weight)
+        if f.node is not None:
+            members.setdefault(name, set()).add(f.node)
+    order = sorted(weights, key=lambda n: -weights[n])[:most]
+    return [f"{n} ({collect_hostlist(members[n])})" if len(members.get(n, ())) > 1 else n
+            for n in order]
 
 
 def concerning(findings: list[Finding], job: str, nodes: set[str]) -> list[Finding]:

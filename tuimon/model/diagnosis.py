@@ -17,8 +17,9 @@ from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from tuimon.model.attribution import likely
 from tuimon.model.cluster import ClusterState, NodeState, no_data_note, relay_lost_text
-from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.guard import Guard
 from tuimon.model.storage import StorageView
 from tuimon_core.efficiency_drop import DropJudge
@@ -403,13 +404,19 @@ class Diagnosis:
             short = job.short_sli(now)
             if drop is None or short is None:
                 continue  # no drop; or no step reports now: the strip says so
-            causes = sorted((f for f in signals if f.score > 0), key=lambda f: -f.score)[:3]
-            because = "; likely: " + " > ".join(f"{c.kind} {c.where}" for c in causes) \
-                if causes else ""
+            # Cause first: a line cut at 80 columns keeps the answer.
+            causes = likely(job.wait_shares(WINDOWS["1m"], now)[1], signals, job.job,
+                            {node for node, _ in job.rank_where.values()})
             since = time.strftime("%H:%M", time.localtime(drop.since))
-            out.append(Finding("critical", "efficiency_drop",
-                               f"{job.job} SLI {short:.2f}, down from {drop.from_sli:.2f} "
-                               f"since {since}{because}", job=job.job))
+            said = (f"{job.job} SLI {short:.2f}, down from {drop.from_sli:.2f} "
+                    f"since {since}")
+            if causes:
+                said = f"likely {causes[0]} -> {said}" + (
+                    f"; else {' > '.join(causes[1:])}" if causes[1:] else "")
+            # Held since the drop began (the nodes' verdict, or this judge's), so its
+            # onset is the drop's, not when this reader first looked.
+            out.append(Finding("critical", "efficiency_drop", said, job=job.job,
+                               held_s=max(0.0, now - drop.since)))
         for gone in self._drops.keys() - eff.jobs.keys():
             del self._drops[gone]
         return out

@@ -17,8 +17,8 @@ from tuimon.model.guard import Guard
 from tuimon.model.map_kinds import gpu_busy, gpu_health
 from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import sparkline
-from tuimon.ui.units import rate, size
 from tuimon_core.protocol.fields import PORT_ACTIVE
+from tuimon_core.units import rate, size
 
 
 def _f(v: object, fmt: str = "{:.0f}", scale: float = 1.0) -> str:

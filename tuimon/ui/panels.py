@@ -27,7 +27,7 @@ from tuimon.model.slo import (
 from tuimon.model.storage import StorageView
 from tuimon.ui.markup import safe
 from tuimon.ui.sparkline import sparkline
-from tuimon.ui.units import rate, size
+from tuimon_core.units import rate, size
 from tuimon_core.wait_kinds import said, said_hours
 from tuimon_core.wording import duration_text
 
