@@ -220,3 +220,36 @@ def test_a_hung_statvfs_is_reported_and_not_called_again(tmp_path: Path) -> None
 def test_missing_mount_table_is_a_reason(tmp_path: Path) -> None:
     values, _ = collector(tmp_path).collect(0.0)
     assert "missing" in values["errors"]["mounts"]
+
+
+def test_a_write_surge_is_a_minute_held_far_above_the_nodes_own_level() -> None:
+    """Checkpoints of 20 s every 3 minutes at 4 GB/s are the node's normal: nothing; the
+    same writes without a pause are a surge once held a minute, and go when the writes
+    fall back to the normal pattern."""
+    from tuimon_core.write_surge import WriteSurge
+
+    surge = WriteSurge("gpu001")
+    fs = {"id": "/lustre/scratch", "fstype": "lustre"}
+    raised: list[float] = []
+    t = 0.0
+
+    def run(seconds: float, storm: bool) -> None:
+        nonlocal t
+        for _ in range(int(seconds)):
+            t += 1.0
+            writing = storm or t % 180 < 20
+            surge.observe([{**fs, "write_bytes_s": 4e9 if writing else 1e6},
+                           {"id": "/tmp", "fstype": "xfs", "write_bytes_s": 9e9}], t, 1.0)
+            if surge.conditions(t):
+                raised.append(t)
+
+    run(1800, storm=False)
+    assert raised == []
+    run(120, storm=True)
+    # Held a minute of 10-s buckets (the writes began with the checkpoint due at 1800).
+    assert raised and 1800 + 50 <= raised[0] <= 1800 + 75, raised[:3]
+    (finding,) = surge.conditions(t)
+    assert finding.fs == "/lustre/scratch" and finding.severity == "info"
+    assert "x40 its level (under 100.0 MB/s)" in finding.message, finding.message
+    run(40, storm=False)
+    assert not surge.conditions(t)
