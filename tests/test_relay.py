@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import os
+import re
 import signal
 import sqlite3
 import statistics
@@ -21,6 +23,7 @@ import aiohttp
 import pytest
 
 from agent.sim.cluster import SimCluster
+from tests.conftest import run_tuimon
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import BEST_RISE, EfficiencyView
@@ -618,6 +621,41 @@ async def test_a_relay_away_counts_the_run_time_it_missed_from_the_agents_totals
     # (the last flush before the terminate may be short of the end by its 0.5 s).
     assert end - counted_from - 1.0 <= stored, (stored, end - counted_from)
     assert "credited" in ledger_path.with_suffix(".stderr").read_text()
+
+
+async def test_status_job_through_a_relay_answers_efficiency_from_the_runs_best(
+        tmp_path: Path, unused_tcp_port_factory) -> None:
+    """A quick check over SSH during a run: `status --relay R --job NAME` answers "did
+    efficiency drop?" at once, against the job's best ten minutes as the relay's ledger
+    counted them (here 25 samples/s a GPU, twelve minutes ago), not "no baseline yet"
+    because this one-shot has watched seconds."""
+    ledger_path = tmp_path / "ledger.db"
+    start = time.time() - 13 * 60
+    with Ledger(ledger_path, clock=lambda: start + 12 * 60) as seed:
+        for i in range(12):
+            seed.add("llm-pretrain", start + 60 * i + 30, 60.0, 54.0, {"comm": 6.0},
+                     samples=25.0 * 240, rank_s=240.0)
+        seed.flush()
+    sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="healthy")
+    port = unused_tcp_port_factory()
+    async with sim:
+        relay = await _start_relay(sim.targets, port, ledger_path)
+        try:
+            await asyncio.sleep(2.0)
+            _, out = await run_tuimon("status", "--relay", f"127.0.0.1:{port}", "--job",
+                                      "llm-pretrain", "--json")
+            _, text = await run_tuimon("status", "--relay", f"127.0.0.1:{port}", "--job",
+                                       "llm-pretrain")
+        finally:
+            relay.terminate()
+            await asyncio.wait_for(relay.wait(), 30)
+    doc = json.loads(out)
+    assert doc["efficiency"]["against"] == "its best 10 min", out
+    thr = doc["samples_per_s"]
+    assert doc["efficiency"]["value"] == pytest.approx(thr / (4 * 25.0), rel=1e-3), out
+    assert re.search(r"efficiency 0\.\d\d vs its best 10 min", text), text
+    assert "no baseline yet" not in text
 
 
 async def _start_relay(targets: list[str], port: int, ledger: Path,
