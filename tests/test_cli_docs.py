@@ -51,6 +51,23 @@ def test_bash_completes_tuimons_commands_options_and_choices() -> None:
     assert "spine-imbalance" in complete(script, "_shtab_tuimon",
                                          ["tuimon", "demo", "--scenario", "sp"])
     assert "--job-label" in complete(script, "_shtab_tuimon", ["tuimon", "rules", "--j"])
+    # --theme completes to the themes there are: the packaged ones...
+    assert complete(script, "_shtab_tuimon", ["tuimon", "demo", "--theme", "tuimon-v"]) == [
+        "tuimon-viridis"]
+
+
+def test_theme_completion_offers_the_users_own_themes(tmp_path: Path) -> None:
+    """...and a theme file the user dropped in their themes folder, by its name."""
+    mine = tmp_path / "tuimon" / "themes"
+    mine.mkdir(parents=True)
+    packaged = (ROOT / "themes" / "dark.toml").read_text()
+    (mine / "mine.toml").write_text(packaged.replace('name = "tuimon-dark"',
+                                                     'name = "night-shift"'))
+    script = subprocess.run([*CLIS["tuimon"], "--print-completion", "bash"],
+                            capture_output=True, text=True, cwd=ROOT, timeout=60,
+                            env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)}).stdout
+    assert complete(script, "_shtab_tuimon", ["tuimon", "connect", "--theme", "ni"]) == [
+        "night-shift"]
 
 
 def test_bash_completes_the_agent() -> None:

@@ -42,7 +42,7 @@ from tuimon.sources.targets import (
     parse_targets,
     read_targets_file,
 )
-from tuimon_core.cli_docs import add_doc_options
+from tuimon_core.cli_docs import add_doc_options, complete_from
 from tuimon_core.cli_parser import Parser
 from tuimon_core.cli_types import (
     duration,
@@ -102,7 +102,15 @@ def _tls_options(p: argparse.ArgumentParser, whom: str, whose: str) -> None:
 
 
 def _theme_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--theme", help="theme name (t cycles them in the app)")
+    action = p.add_argument("--theme", help="theme name (t cycles them in the app): the "
+                            "packaged ones and the user's own files")
+    complete_from(action, _theme_names)
+
+
+def _theme_names() -> list[str]:
+    from tuimon.ui.theme_files import load_themes  # Textual: only when a script is printed
+
+    return sorted({t.name for t in load_themes()[0]})
 
 
 def _view_options(p: argparse.ArgumentParser) -> None:

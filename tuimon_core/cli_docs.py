@@ -12,7 +12,7 @@ import argparse
 import contextlib
 import datetime
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 from tuimon_core.version import __version__
@@ -35,10 +35,30 @@ def add_doc_options(parser: argparse.ArgumentParser, sections: dict[str, str]) -
     parser.set_defaults(_man_sections=sections)
 
 
+def complete_from(action: argparse.Action, names: Callable[[], list[str]]) -> None:
+    """The values an option completes to, asked for only when a completion script is
+    printed (`--theme`: the themes there are then), never checked at parse time."""
+    action.completion_names = names  # type: ignore[attr-defined]
+
+
 def completion(parser: argparse.ArgumentParser, shell: str) -> str:
     import shtab  # only when asked: not on the path of every start
 
+    for action in _actions(parser):
+        names = getattr(action, "completion_names", None)
+        if names is not None and action.choices is None:
+            action.choices = names()  # this parser prints the script and is done
     return str(shtab.complete(parser, shell=shell))
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    out = []
+    for action in parser._actions:
+        out.append(action)
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                out += _actions(sub)
+    return out
 
 
 def manpage(parser: argparse.ArgumentParser, sections: dict[str, str],
