@@ -383,6 +383,30 @@ async def test_a_node_known_only_by_fields_the_map_does_not_draw_is_there_until_
         assert node.status != "up" and "no series" in (node.reason or "")
 
 
+@pytest.mark.parametrize("drawn", [None, frozenset({"sm_active", "gr_active", "util"})])
+async def test_a_node_whose_exporter_gives_profiling_fields_only_is_a_node(
+        drawn: frozenset[str] | None) -> None:
+    """A dcgm-exporter configured with a profiling field alone (the memory interface's
+    activity, as one target of a real mixed scrape) answers none of the dense or busy
+    queries: the presence query, which asks it whatever the map draws, keeps the node in
+    the cluster, up."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        if promql.startswith("max by (node,") and "DCGM_FI_PROF_DRAM_ACTIVE" in promql:
+            return _vector([{"metric": {"Hostname": "prof001"}, "value": [1.0, "0.4"]}])
+        return _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        cluster.set_drawn(drawn)
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        await source.refresh()
+        assert cluster.nodes["prof001"].status == "up"
+
+
 async def test_a_new_gpu_reads_the_recorded_inventory_again_until_the_record_has_it() -> None:
     """With --recorded the inventory's records are up to a minute older than their read:
     a GPU new since, without its total, brings the inventory forward again while the

@@ -141,8 +141,10 @@ def recorded_queries(match: str, ids: Iterable[str],
 
 
 def presence_query(match: str, ids: Iterable[str]) -> str:
-    """prom_queries.presence_query, of the GPU record: one series a node."""
-    names = "|".join(q.gpu_names([q.PRESENCE_GPU]))
+    """prom_queries.presence_query, of the GPU record: one series a node (the record
+    holds the dense fields: of PRESENCE_GPU, the temperature; a profiling-only node is
+    not among them, docs/metrics.md)."""
+    names = "|".join(q.gpu_names([k for k in q.PRESENCE_GPU if k in q.DENSE_GPU]))
     return _folded(record_name("gpu"), "{ids}", ids, match, f'{NAME_LABEL}=~"{names}"')
 
 

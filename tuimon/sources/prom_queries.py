@@ -131,10 +131,13 @@ DENSE_GPU = frozenset({"mem_used", "temp", "power", "sm_clock", "_up", "pcie_gen
 # refresh asks one series of every GPU (how busy) where it asked five.
 DRAWN_ONLY_GPU = frozenset({"mem_used", "power", "sm_clock", "temp"})
 # A node whose GPUs answer none of what is asked now (MIG instances with no busy series,
-# an exporter without utilization) is still there: told by one series a node of the GPU
-# field every exporter read here has (dcgm-exporter's default counters, our agent),
-# asked while that field is not asked of every GPU. (Its GPUs are the inventory's.)
-PRESENCE_GPU = "temp"
+# an exporter without utilization, one whose dcgm-exporter gives profiling fields only)
+# is still there: told by one series a node of these fields, those of them not asked of
+# every GPU now. The temperature is in every exporter's default counters read here (and
+# our agent's); a profiling-only exporter without the busy fields (SM or engine active)
+# still has the memory interface's or the tensor pipe's activity (a real mixed scrape:
+# DCGM_FI_PROF_DRAM_ACTIVE alone). (Its GPUs are the inventory's.)
+PRESENCE_GPU = ("temp", "dram_active", "tensor_active")
 
 
 def dense_gpu(drawn: frozenset[str] | None) -> frozenset[str]:
@@ -240,9 +243,9 @@ def _nfs(kind: str) -> str:
     return f"({plain} + {direct}) or {plain}"
 
 
-def presence_query() -> str:
-    """The template of `gpu_nodes`: one series a node with a PRESENCE_GPU series."""
-    return 'max by ({ids}) ({{__name__=~"' + _names(gpu_names([PRESENCE_GPU])) + '"{m}}})'
+def presence_query(keys: Iterable[str] = PRESENCE_GPU) -> str:
+    """The template of `gpu_nodes`: one series a node with a series of these fields."""
+    return 'max by ({ids}) ({{__name__=~"' + _names(gpu_names(keys)) + '"{m}}})'
 
 
 # name -> PromQL template. A refresh runs them concurrently (a few at once), less those
@@ -254,7 +257,7 @@ LIVE_QUERIES: dict[str, str] = {
     "gpu": gpus_query(DENSE_GPU),
     "gpu_busy": _busy(),
     "gpu_sparse": gpus_query(SPARSE_GPU, " > 0"),
-    "gpu_nodes": presence_query(),  # only while PRESENCE_GPU is not asked of every GPU
+    "gpu_nodes": presence_query(),  # of the PRESENCE_GPU fields not asked of every GPU
     "clock_events": "tuimon_gpu_clock_event_active{{{mm}}} == 1",
     "host": 'max by (__name__, {ids}) ({{__name__=~"' + _names(HOST) + '"{m}}})',
     "host_cpu": ('1 - avg by ({ids}) (rate(node_cpu_seconds_total{{mode="idle"{m}}}'

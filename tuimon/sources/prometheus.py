@@ -484,10 +484,13 @@ class PromSource:
         if self.options.recorded:
             queries.update(live_rules.recorded_queries(
                 match, self._ids, {"gpu": q.gpu_names(keys)} if narrowed else {}))
-        if q.PRESENCE_GPU in keys:
+        presence = [k for k in q.PRESENCE_GPU if k not in keys]
+        if not presence:
             del queries["gpu_nodes"]
         elif self.options.recorded:
             queries["gpu_nodes"] = live_rules.presence_query(match, self._ids)
+        else:
+            queries["gpu_nodes"] = q.render(q.presence_query(presence), match, self._ids)
         for name in self._skipped:
             del queries[name]
         errors_every = self.options.errors_every
