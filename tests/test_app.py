@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -525,6 +526,38 @@ async def test_findings_grouped_and_opened_from_the_diagnosis_pane() -> None:
         await pilot.pause()
         assert len(app.active_map._hm_order) == 17
         assert "filter /sim-node[001-017]/" in str(app.query_one("#legend").render())
+
+
+async def test_the_picked_findings_host_list_is_copied_and_its_drain_command_shown(
+        ) -> None:
+    """`c` copies the picked finding's nodes as one host list (OSC 52, and shown for a
+    terminal that refuses it); `d` shows and copies Slurm's drain command for them,
+    quoted for the shell, never run; a hostile node name is left out of both."""
+    cluster, sim = await seeded_cluster(20, gpus=2)
+    for m in sim.members[1:18]:
+        cluster.mark_stale(m.target, "connection refused")
+    evil = sim.members[19].target
+    cluster.apply_hello(evil, replace(cluster.nodes[evil].hello, node="x;reboot"))
+    cluster.mark_stale(evil, "connection refused")
+    diagnosis, _ = judged(cluster)
+    app = TuimonApp(cluster, refresh=3600, diagnosis=diagnosis)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        pane = app.query_one("#diagnosis")
+        lost = next(g for g in pane.groups if g.kind == "node_lost")
+        assert "x;reboot" in lost.nodes
+        await pilot.press("f")
+        pane.highlighted = 1 + pane.groups.index(lost)
+        await pilot.press("c")
+        assert app.clipboard == "sim-node[001-017]"
+        shown = [n.message for n in app._notifications]
+        assert any("copied: sim-node[001-017]" in m and "1 name(s) left out" in m
+                   for m in shown), shown
+        await pilot.press("d")
+        assert app.clipboard == ("scontrol update NodeName='sim-node[001-017]' State=DRAIN "
+                                 "Reason='tuimon: node lost'"), app.clipboard
+        assert "reboot" not in app.clipboard and ";" not in app.clipboard
+        assert any("tuimon does not run it" in n.message for n in app._notifications)
 
 
 async def test_a_finding_on_one_node_opens_that_node() -> None:

@@ -77,6 +77,9 @@ class Finding:
                 out[name] = value
         if self.nodes:
             out["nodes"] = list(self.nodes)
+            from tuimon_core.hostlist import collect_hostlist
+
+            out["hosts"] = collect_hostlist(sorted(self.nodes))  # to paste: gpu[008-015]
         return out
 
 

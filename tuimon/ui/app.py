@@ -64,6 +64,8 @@ HELP = """\
   enter, dbl-click  open the node
   tab               GPU / fabric map (the same node stays selected)
   f                 to the diagnosis: up/down pick, enter opens its node
+                    (c copies its nodes' host list, d shows the Slurm
+                    command to drain them: copied, never run)
   : or ctrl+p       go to a node, leaf, job, finding by name; commands
   pgup pgdn         a page up or down in a list or a screen of text
   esc               back; clear the filter

@@ -16,6 +16,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Finding
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.finding_groups import FindingGroup, group
+from tuimon.model.host_actions import drain_command, host_list
 from tuimon.model.map_kinds import GLYPHS, LEVELS, HeatMetric
 from tuimon.model.slo import (
     BurnReadout,
@@ -292,7 +293,9 @@ class DiagnosisPane(OptionList):
                     text-overflow: ellipsis; }
     DiagnosisPane:focus { border: none; border-top: solid $primary; }
     """
-    BINDINGS = [Binding("escape", "app.focus_map", "back to the map", id="diagnosis_back")]
+    BINDINGS = [Binding("escape", "app.focus_map", "back to the map", id="diagnosis_back"),
+                Binding("c", "copy_hosts", "copy hosts", id="copy_hosts"),
+                Binding("d", "drain_command", "drain command", id="drain_command")]
 
     class Picked(Message):
         def __init__(self, group: FindingGroup) -> None:
@@ -308,7 +311,7 @@ class DiagnosisPane(OptionList):
         self.groups = group(findings)
         header = (f"[b]diagnosis[/b]  {len(findings)} finding{'s' if len(findings) != 1 else ''}"
                   f" in {len(self.groups)} line{'s' if len(self.groups) != 1 else ''}, worst "
-                  "first  (f: select, enter: open)") if findings else \
+                  "first  (f: select, enter: open, c: copy hosts, d: drain)") if findings else \
             "[b]diagnosis[/b]  nothing wrong found"
         lines = [header] + [
             f"[{SEVERITY.get(g.severity, '$foreground')}]{g.severity:<8}[/] "
@@ -328,6 +331,39 @@ class DiagnosisPane(OptionList):
         index = event.option_index - 1
         if 0 <= index < len(self.groups):
             self.post_message(self.Picked(self.groups[index]))
+
+    def _picked(self) -> FindingGroup | None:
+        index = (self.highlighted or 0) - 1
+        return self.groups[index] if 0 <= index < len(self.groups) else None
+
+    def action_copy_hosts(self) -> None:
+        """The picked finding's nodes as a host list, to the clipboard (OSC 52) and on
+        the screen (a terminal that refuses OSC 52 still shows it to select)."""
+        picked = self._picked()
+        hosts, odd = host_list(picked.nodes) if picked else ("", [])
+        if not hosts:
+            self.app.notify("this finding names no node" + _left_out(odd), markup=False)
+            return
+        self.app.copy_to_clipboard(hosts)
+        self.app.notify(f"copied: {hosts}{_left_out(odd)}", title="host list",
+                        timeout=20, markup=False)
+
+    def action_drain_command(self) -> None:
+        """Slurm's command to drain the picked finding's nodes: shown and copied, never
+        run."""
+        picked = self._picked()
+        command, odd = (drain_command(picked.nodes, picked.kind.replace("_", " "))
+                        if picked else ("", []))
+        if not command:
+            self.app.notify("this finding names no node" + _left_out(odd), markup=False)
+            return
+        self.app.copy_to_clipboard(command)
+        self.app.notify(f"{command}\n(copied; tuimon does not run it){_left_out(odd)}",
+                        title="drain with Slurm", timeout=30, markup=False)
+
+
+def _left_out(odd: list[str]) -> str:
+    return (f"\n{len(odd)} name(s) left out: not plain host names" if odd else "")
 
 
 class EventsPane(Panel):
