@@ -17,6 +17,7 @@ from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.ui.app import JUDGE_MAX_TICKS, HelpScreen, TuimonApp
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.node_screen import NodeScreen
+from tuimon.ui.panels import EventsPane
 
 
 async def make_app(nodes: int = 16) -> TuimonApp:
@@ -468,6 +469,24 @@ async def test_the_filter_is_never_cut_off_says_no_match_and_finds_jobs_and_user
                 assert "no node matches the filter /nobody-here/" in line_text(
                     app.active_map, 0)
             await pilot.press("escape")
+
+
+async def test_at_80x24_the_map_uses_the_room_the_other_panes_leave() -> None:
+    """32 nodes at 80x24: every GPU still drawn (the names without the `sim-node` they
+    all share: `sim-node0`), not folded to one line over empty rows; and the findings below it stay
+    on the screen, which never scrolls."""
+    app = await make_app(32)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        heat = app.active_map
+        assert not heat.folded
+        assert line_text(heat, 0).startswith("00 \u2587"[:3]), line_text(heat, 0)
+        assert heat.size.height >= 6
+        pane = app.query_one("#diagnosis")
+        assert pane.groups and pane.region.bottom <= 24 - 1 - EventsPane.MIN_ROWS
+        assert app.screen.virtual_size.height <= 24
+        await pilot.press("right")
+        assert "sim-node001" in str(app.query_one("#legend").render())
 
 
 async def test_help_fits_80x24_names_J_and_scrolls() -> None:

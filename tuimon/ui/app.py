@@ -84,9 +84,10 @@ HELP = """\
 
 Cells follow the metric in height and colour. [$error]\u2717[/] a failed GPU or
 port, or GPUs the agent cannot see; \u2591 a stale or lost node (old
-data); \u00b7 no data. Larger than the screen, the map folds to one cell
-per node. A stale node keeps its last values and its reason; tuimon
-reconnects on its own.{extra}
+data); \u00b7 no data. Larger than the room the panes below leave, the
+map drops what every node's name begins with (the cursor's whole name
+is in the legend), then folds to one cell per node. A stale node keeps
+its last values and its reason; tuimon reconnects on its own.{extra}
 
 esc or ? closes this."""
 
@@ -303,6 +304,7 @@ class TuimonApp(App[None]):
         self.active_map.focus()
         self._tell_drawn()
         self._layout_seen = -1
+        self._rows_elsewhere = -1  # what rows_elsewhere() said at the last fit
         self.tick()
         self.set_interval(self.refresh_every, self.tick)
         # Samples reach the map between judgements: at the judgement's own pace a node's
@@ -391,9 +393,27 @@ class TuimonApp(App[None]):
                 self.storage, width, compact), None)
             guard.run("the diagnosis pane", lambda: self.query_one(DiagnosisPane).update_from(
                 findings + guard.findings(), width), None)
+            guard.run("the map", self._fit_map, None)
         guard.run("the events pane", lambda: self.query_one(EventsPane).update_from(
             self.cluster, width), None)
         self._tell_internal_errors()
+
+    def rows_elsewhere(self) -> int:
+        """The rows the panes around the map want: the header, the strip, the legend and
+        the footer, the storage pane, the diagnosis's lines (up to its half of the
+        screen) and a line of events, with their rules. On a short terminal the map
+        gives them this room before it grows (and folds sooner)."""
+        storage = self.query_one(StoragePanel).outer_size.height
+        lines = 1 + len(self.query_one(DiagnosisPane).groups)
+        return 4 + storage + 1 + min(lines, self.size.height // 2) + EventsPane.MIN_ROWS
+
+    def _fit_map(self) -> None:
+        """Lay the map out again when what the other panes want changed."""
+        wanted = self.rows_elsewhere()
+        if wanted != self._rows_elsewhere:
+            self._rows_elsewhere = wanted
+            for view in self.query(HeatmapView):
+                view.relayout()
 
     def _redraw_maps(self) -> None:
         if self.cluster.layout_version != self._layout_seen or self.view.sort == "metric":

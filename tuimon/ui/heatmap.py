@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rich.cells import set_cell_size
+from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
@@ -50,7 +50,7 @@ class _Line:
     nodes: list[NodeState]
 
 
-MAP_SHARE = 0.45  # of the terminal's height, at most, for the map; the diagnosis gets the rest
+MAP_SHARE = 0.5  # of the terminal's height, at most, for the map; the diagnosis gets the rest
 MIN_ROWS = 2
 # Drawn lines kept: a few screens of a 200-row terminal; scrolling a 16k-node unfolded map
 # must not keep every line it ever drew.
@@ -129,6 +129,9 @@ class HeatmapView(ScrollView, can_focus=True):
                 Binding(str(i + 1), f"metric({i})", "metric", show=i == 0,
                         id=f"metric_{i + 1}", key_display=f"1-{count}"))
         self.folded = False
+        # How a node's name is drawn in an unfolded map: its width, the characters every
+        # name shares cut from its front, the gap after its cells (narrowed together).
+        self._name_w, self._cut, self._gap = NAME_W, 0, GAP
         self._hm_order: list[NodeState] = []
         self._hm_lines: list[_Line] = []
         self._hm_where: dict[str, tuple[int, int]] = {}  # target -> (line, x)
@@ -220,12 +223,24 @@ class HeatmapView(ScrollView, can_focus=True):
         height = self.row_budget()
         order = self._hm_order
         groups = self.view.groups(order) if self.map_kind.grouped else [("", order)]
+        self._name_w, self._cut, self._gap = NAME_W, 0, GAP
         lines = self._layout(groups, width, folded=False)
+        if len(lines) > height and len(order) > 1:
+            # Before folding a node to one cell: its name without what every name on the
+            # map shares (`sim-node` of `sim-node007`), the cursor's whole name in the
+            # legend; every GPU or port still drawn.
+            names = [n.name for n in order]
+            cut = _shared_front(names)
+            short = max(2, max(cell_len(name[cut:]) for name in names))
+            if cut and short < NAME_W:
+                self._name_w, self._cut, self._gap = short, cut, 1
+                lines = self._layout(groups, width, folded=False)
         if not order and self.view.filter_text:
             lines = [_Line(f"no node matches the filter /{clean(self.view.filter_text)[:60]}/ "
                            "(esc clears it)", [])]
         self.folded = len(lines) > height and len(self._hm_order) > 1
         if self.folded:
+            self._name_w, self._cut, self._gap = NAME_W, 0, GAP
             lines = self._layout(groups, width, folded=True)
         self._hm_lines = lines
         self._hm_where = {}
@@ -245,8 +260,11 @@ class HeatmapView(ScrollView, can_focus=True):
 
     def row_budget(self) -> int:
         """The most rows the map may take before it folds, then scrolls."""
-        screen = self.app.size.height if self.is_attached else 0
-        return max(MIN_ROWS, int((screen or 24) * MAP_SHARE))
+        screen = (self.app.size.height if self.is_attached else 0) or 24
+        # What the panes around it want (the app's; none where it says nothing).
+        elsewhere = getattr(self.app, "rows_elsewhere", None)
+        others = elsewhere() if callable(elsewhere) and self.is_mounted else 0
+        return max(MIN_ROWS, min(int(screen * MAP_SHARE), screen - others))
 
     def refresh_changed(self) -> None:
         """Redraw only the visible lines whose content changed since they were drawn."""
@@ -271,11 +289,11 @@ class HeatmapView(ScrollView, can_focus=True):
         return self.map_kind.key
 
     def _tile_width(self) -> int:
-        return 2 if self.folded else NAME_W + 1 + self._hm_cells + GAP
+        return 2 if self.folded else self._name_w + 1 + self._hm_cells + self._gap
 
     def _layout(self, groups: list[tuple[str, list[NodeState]]], width: int,
                 folded: bool) -> list[_Line]:
-        tile = 2 if folded else NAME_W + 1 + self._hm_cells + GAP
+        tile = 2 if folded else self._name_w + 1 + self._hm_cells + self._gap
         per_line = max(1, width // tile)
         lines: list[_Line] = []
         for label, nodes in groups:
@@ -359,11 +377,12 @@ class HeatmapView(ScrollView, can_focus=True):
                           self._style(self._lost_style(node) if node.old_data
                                       else f"fault-{fault}" if fault else "name"))
             # By cells, not characters: a wide (CJK) name must not push the row over.
-            segments.append(Segment(set_cell_size(node.name, NAME_W), name_style))
+            segments.append(Segment(set_cell_size(node.name[self._cut:], self._name_w),
+                                    name_style))
             segments.append(Segment(" ", self._style("name")))
             for level in levels:
                 segments.append(Segment(self._glyph(node, level), self._cell_style(node, level)))
-            pad = self._hm_cells - len(levels) + GAP
+            pad = self._hm_cells - len(levels) + self._gap
             segments.append(Segment(" " * pad, self._style("name")))
         return Strip(segments)
 
@@ -432,3 +451,13 @@ class HeatmapView(ScrollView, can_focus=True):
         node = self.current
         if node is not None:
             self.post_message(self.Opened(node))
+
+
+def _shared_front(names: list[str]) -> int:
+    """How many characters every name begins with (the first and last in order share
+    what all of them do)."""
+    first, last = min(names), max(names)
+    i = 0
+    while i < len(first) and first[i] == last[i]:
+        i += 1
+    return i

@@ -367,9 +367,11 @@ def _left_out(odd: list[str]) -> str:
 
 
 class EventsPane(Panel):
-    DEFAULT_CSS = """
-    EventsPane { height: 1fr; min-height: 3; border-top: solid $panel; color: $foreground;
-                 text-wrap: nowrap; text-overflow: ellipsis; }
+    # Its rule and one line at least: on a short terminal the map takes the rest.
+    MIN_ROWS = 2
+    DEFAULT_CSS = f"""
+    EventsPane {{ height: 1fr; min-height: {MIN_ROWS}; border-top: solid $panel;
+                 color: $foreground; text-wrap: nowrap; text-overflow: ellipsis; }}
     """
 
     def update_from(self, cluster: ClusterState, width: int = 200) -> None:
