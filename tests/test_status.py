@@ -249,13 +249,17 @@ async def test_a_one_shot_status_during_an_incident_tells_what_the_app_tells(
         asked = time.time()
         outs = [await _status(*sim.targets, "--topology", str(topology), "--json")
                 for _ in range(2)]
-        _, job_out = await _status(*sim.targets, "--job", "llm-pretrain", "--json")
+        _, job_out = await _status(*sim.targets, "--job", "llm-pretrain", "--json",
+                                   "--topology", str(topology))
         _, job_text = await _status(*sim.targets, "--job", "llm-pretrain")
     # Each window's SLI as the nodes counted it where they did (their whole last minute,
     # the 200 s of their hour), saying how much of its window it covers; the 5m, which
     # only this one-shot's few seconds could say, is left out rather than said under a
     # name it does not cover.
     doc = json.loads(job_out)
+    # The seconds it watched are put down to the leaf found, not to "no finding" while
+    # the leaf's condition was being held before it showed.
+    assert [c["cause"] for c in doc["causes"]["comm"]] == ["congestion leaf00"], doc["causes"]
     seen = doc["sli_covered_s"]
     assert set(seen) == {"1m", "1h"} and seen["1m"] == 60 and 100 < seen["1h"] < 3240, seen
     sli_line = next(x for x in job_text.splitlines() if x.startswith("SLI"))
@@ -269,6 +273,11 @@ async def test_a_one_shot_status_during_an_incident_tells_what_the_app_tells(
         drop = kinds["efficiency_drop"]["message"]
         before = float(drop.split("down from ")[1].split()[0])
         assert before >= 0.85, drop  # the healthy SLI, not one already mixed with the fault
+        # The burn over the hour the nodes counted (200 s of it), not the one-shot's few
+        # seconds: the rate a viewer that watched from the start shows.
+        job = report["jobs"]["llm-pretrain"]
+        assert 100 < job["burn_covered_s"]["1h"] < 3240, job["burn_covered_s"]
+        assert job["burn_rates"]["1h"] < job["burn_rates"]["5m"], job["burn_rates"]
         # Its onset is the drop's as the nodes judged it, not when the one-shot began.
         assert kinds["efficiency_drop"]["first_seen"] < asked - 10, out
         assert kinds.get("congestion", {}).get("leaf") == "leaf00", out

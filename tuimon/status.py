@@ -313,13 +313,17 @@ async def settle(judge: Judgement) -> None:
     a snapshot must not miss a finding only because it is young. Conditions the agents
     already held for long enough come raised (their `held`) and need no wait."""
     start = time.monotonic()
-    while True:
-        judge.update()
-        wait = judge.diagnosis.book.pending()
-        left = HOLD_WAIT_S - (time.monotonic() - start)
-        if wait <= 0 or left <= 0:
-            return
-        await asyncio.sleep(min(1.0, wait, left))
+    judge.attribute_each_pass = False  # the next pass, settled, puts all of it down
+    try:
+        while True:
+            judge.update()
+            wait = judge.diagnosis.book.pending()
+            left = HOLD_WAIT_S - (time.monotonic() - start)
+            if wait <= 0 or left <= 0:
+                return
+            await asyncio.sleep(min(1.0, wait, left))
+    finally:
+        judge.attribute_each_pass = True
 
 
 def _unreached(cluster: ClusterState, final: bool) -> list[Finding]:

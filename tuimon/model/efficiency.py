@@ -88,6 +88,11 @@ class Straggler:
     ratio: float  # compute time over the median of its peers
 
 
+# The windows a job's nodes sum its steps over and send (agent.steps: the last minute,
+# the last hour).
+REPORTED_SPANS = (SHORT_S, LONG_S)
+
+
 @dataclass(frozen=True, slots=True)
 class Window:
     """Sums over a window: how much of it they cover, rank-seconds of wall and compute."""
@@ -199,11 +204,33 @@ class JobState:
         nodes counted it where they sent that window (they watched all along), else as
         this viewer saw it since it first did. Every reader (the strip, status, a job's
         screen) says a window's SLI from here, with its coverage where it is short."""
-        reported = self.reported_window(seconds, now)
-        if reported is not None and reported.sli is not None:
-            return reported.sli, min(float(seconds), reported.covered)
-        seen = now - self.history[0][0] if self.history else 0.0
-        return self.window(seconds, now)[0], max(0.0, min(float(seconds), seen))
+        reported = self.reported_fit(seconds, now)
+        seen = max(0.0, min(float(seconds), now - self.history[0][0] if self.history else 0.0))
+        if reported is not None and reported.sli is not None and reported.covered >= seen:
+            return reported.sli, reported.covered
+        return self.window(seconds, now)[0], seen
+
+    def sli_from_nodes(self, seconds: float, now: float) -> tuple[float, float] | None:
+        """(SLI, seconds covered) of the last `seconds` as the nodes summed it."""
+        w = self.reported_fit(seconds, now)
+        return None if w is None or w.sli is None else (w.sli, w.covered)
+
+    def reported_fit(self, seconds: float, now: float) -> Window | None:
+        """The nodes' window that best stands for the last `seconds`: one that lies wholly
+        inside them (its span no longer, or the time it covers no longer, as for nodes
+        counting a job for three minutes of a 5-minute window), the one covering the most;
+        its `covered` is the seconds of the asked window it stands for. The burn
+        windows and the SLI windows read the nodes' sums through this one choice."""
+        best: Window | None = None
+        for span in REPORTED_SPANS:
+            w = self.reported_window(span, now)
+            if w is None or w.sli is None:
+                continue
+            covered = min(float(span), w.covered)
+            if (span <= seconds or covered <= seconds) and (
+                    best is None or covered > best.covered):
+                best = Window(covered, w.wall, w.compute, w.samples, w.waits)
+        return best
 
     def sli_windows(self, now: float) -> dict[str, tuple[float | None, float]]:
         """The windows of WINDOWS worth saying, each (SLI, seconds covered): a window
@@ -453,7 +480,9 @@ class EfficiencyView:
         state = self.jobs.get(name)
         if state is None:
             state = self.jobs[name] = JobState(name, self.slo, created=self.now)
-            state.burn = BurnTracker(self.slo)
+            # Its burn windows from the nodes' sums where they cover more than this
+            # viewer's own count (a one-shot's seconds against the nodes' hour).
+            state.burn = BurnTracker(self.slo, nodes_saw=state.sli_from_nodes)
         return state
 
     def _stragglers(self, state: JobState, now: float) -> list[Straggler]:

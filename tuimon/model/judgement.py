@@ -27,6 +27,10 @@ class Judgement:
     diagnosis: Diagnosis
     # The findings of the last pass, by key: a finding raised or cleared is an event.
     _held: dict[tuple[object, ...], Finding] = field(default_factory=dict)
+    # Put the waiting down to the findings at each pass; a one-shot that waits for
+    # conditions being held turns it off meanwhile, so its few seconds go to what it
+    # found once they showed, not to "no finding" while they were held back.
+    attribute_each_pass: bool = True
 
     def update(self) -> list[Finding]:
         """Call once a second; returns the findings that hold now. A part that fails (a
@@ -39,8 +43,9 @@ class Judgement:
         guard.run("efficiency windows", lambda: self.efficiency.update(self.cluster), None)
         findings = guard.run("the diagnosis", lambda: self.diagnosis.update(
             self.cluster, self.efficiency, self.storage), self.diagnosis.findings)
-        guard.run("what the waiting is put down to",
-                  lambda: attribute(self.efficiency, findings), None)
+        if self.attribute_each_pass:
+            guard.run("what the waiting is put down to",
+                      lambda: attribute(self.efficiency, findings), None)
         guard.end()
         self.diagnosis.findings = findings + guard.findings()
         self._events(findings)

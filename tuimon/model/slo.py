@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from tuimon_core.wait_kinds import add_waits, split_wait
@@ -179,8 +180,15 @@ class BurnReadout:
 class BurnTracker(BurnReadout):
     """Per-minute buckets of (total, effective) seconds, for burn rates over windows."""
 
-    def __init__(self, slo: Slo, keep_s: int = max(BURN_WINDOWS_S.values())) -> None:
+    def __init__(self, slo: Slo, keep_s: int = max(BURN_WINDOWS_S.values()),
+                 nodes_saw: Callable[[float, float], tuple[float, float] | None] | None = None
+                 ) -> None:
         self.slo = slo
+        # (SLI, seconds covered) of a window as the job's nodes summed it, where they
+        # send sums (JobState.sli_from_nodes): a window reads whichever covers more of
+        # it, theirs or this tracker's own count, so a one-shot that counted seconds
+        # says the hour its nodes counted, as a viewer that watched it does.
+        self.nodes_saw = nodes_saw
         self.keep = keep_s // 60 + 1
         self._buckets: deque[list[float]] = deque()  # [minute, total_s, effective_s]
         self.consumed_hours = 0.0
@@ -209,11 +217,23 @@ class BurnTracker(BurnReadout):
                                      split_wait(waits, total_s - effective_s).items()})
 
     def covered(self, window: str, now: float) -> float | None:
-        if not self._buckets:
-            return None
-        return max(0.0, min(float(BURN_WINDOWS_S[window]), now - self._first))
+        return self._read(window, now)[1]
 
     def error_ratio(self, window: str, now: float) -> float | None:
+        return self._read(window, now)[0]
+
+    def _read(self, window: str, now: float) -> tuple[float | None, float | None]:
+        """(error ratio, seconds covered) of the window: the nodes' or this count's,
+        whichever covers more."""
+        own = (self._own_ratio(window, now), max(0.0, min(
+            float(BURN_WINDOWS_S[window]), now - self._first)) if self._buckets else None)
+        theirs = (self.nodes_saw(float(BURN_WINDOWS_S[window]), now)
+                  if self.nodes_saw is not None else None)
+        if theirs is not None and theirs[1] >= (own[1] or 0.0):
+            return 1 - theirs[0], theirs[1]
+        return own
+
+    def _own_ratio(self, window: str, now: float) -> float | None:
         first = int(now // 60) - BURN_WINDOWS_S[window] // 60
         total = effective = 0.0
         for minute, t, e in reversed(self._buckets):
