@@ -44,7 +44,7 @@ from typing import Any
 import msgpack
 
 from agent.reporter import MAX_DATAGRAM
-from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, DropJudge
+from tuimon_core.efficiency_drop import LONG_S, SHORT_S, DropJudge, judge_windows
 from tuimon_core.protocol.fields import WAITS
 from tuimon_core.protocol.text import clean
 from tuimon_core.wait_kinds import add_waits, rank_kind, split_wait
@@ -208,15 +208,7 @@ class _JobHistory:
     def judge(self, windows: list[dict[str, Any]], now: float) -> dict[str, Any] | None:
         """This node's verdict on the job's efficiency: the last minute against the hour
         before it (tuimon_core.efficiency_drop), as the `drop` the sample carries."""
-        short, long = windows[0], windows[1]
-        sli = short["compute"] / short["wall"] if short["wall"] > 0 else None
-        wall = long["wall"] - short["wall"]
-        before = ((long["compute"] - short["compute"]) / wall
-                  if wall > 0 and long["covered"] - short["covered"] >= MIN_BEFORE_S else None)
-        drop = self.drop.update(sli, before, now)
-        # How long ago, not when: a reader's clock need not agree with this node's.
-        return None if drop is None else {"from": drop.from_sli,
-                                          "held": min(86400.0, round(now - drop.since, 1))}
+        return judge_windows(self.drop, windows[0], windows[1], now)
 
     def totals(self) -> dict[str, Any]:
         out: dict[str, Any] = {"steps": self.steps, "wall": self.wall, "compute": self.compute,

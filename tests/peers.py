@@ -40,6 +40,10 @@ def _require(found: str | None, name: str, package: str) -> str:
     return found
 
 
+def require_prometheus() -> str:
+    return _require(PROMETHEUS, "prometheus", "prometheus")
+
+
 def require_promtool() -> str:
     return _require(PROMTOOL, "promtool", "prometheus")
 

@@ -87,7 +87,7 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
     jobs = {}
     for job in eff.jobs.values():
         sli, sli_seen = job.sli_window(WINDOWS["1m"], now)  # as the strip says it
-        throughput = job.window(WINDOWS["1m"], now)[1]
+        throughput = job.throughput(WINDOWS["1m"], now)
         used = job.burn.consumed_hours if job.burn else 0.0
         burn = job.burn.burn_rates(now) if job.burn else {}
         verdict = job.verdict(now)

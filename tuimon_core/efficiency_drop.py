@@ -11,7 +11,9 @@ saw. docs/definitions.md says what the SLI is.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 SHORT_S = 60.0  # the last minute
 LONG_S = 3600.0  # against the hour before it
@@ -46,3 +48,19 @@ class DropJudge:
         elif short is not None and short >= self.drop.from_sli - RECOVER_POINTS:
             self.drop = None
         return self.drop
+
+
+def judge_windows(judge: DropJudge, short: Mapping[str, Any], long: Mapping[str, Any],
+                  now: float) -> dict[str, float] | None:
+    """A node's verdict from its windows as it sends them (`covered`, `wall`, `compute`
+    of the last minute and of the last hour): the last minute against the hour before
+    it; the `drop` a node's steps carry, or None. The agent judges its own ranks so, and
+    `tuimon prom` each node's from its counters, with one DropJudge a node and job."""
+    sli = short["compute"] / short["wall"] if short["wall"] > 0 else None
+    wall = long["wall"] - short["wall"]
+    before = ((long["compute"] - short["compute"]) / wall
+              if wall > 0 and long["covered"] - short["covered"] >= MIN_BEFORE_S else None)
+    drop = judge.update(sli, before, now)
+    # How long ago, not when: a reader's clock need not agree with this node's.
+    return None if drop is None else {"from": drop.from_sli,
+                                      "held": min(86400.0, round(now - drop.since, 1))}

@@ -199,19 +199,43 @@ class JobState:
         rate = samples / run  # no rate from a run of 1e-300 s: it is no throughput
         return compute / wall, rate if math.isfinite(rate) else None
 
+    def throughput(self, seconds: float, now: float) -> float | None:
+        """Samples/s over the last `seconds`, read as the SLI windows are: from the nodes'
+        window that best fits where it covers more than this reader's own count."""
+        reported = self.nodes_window(seconds, now)
+        if reported is not None and reported.wall > 0:
+            ranks = self.run_ranks or self.world or max(1, len(self.rank_last))
+            run = reported.wall / ranks
+            rate = reported.samples / run if run > 0 else math.inf
+            return rate if math.isfinite(rate) else None
+        return self.window(seconds, now)[1]
+
     def sli_window(self, seconds: float, now: float) -> tuple[float | None, float]:
         """(SLI, seconds of the window it covers) over the last `seconds`: as the job's
         nodes counted it where they sent that window (they watched all along), else as
         this viewer saw it since it first did. Every reader (the strip, status, a job's
         screen) says a window's SLI from here, with its coverage where it is short."""
-        reported = self.reported_fit(seconds, now)
-        seen = max(0.0, min(float(seconds), now - self.history[0][0] if self.history else 0.0))
-        if reported is not None and reported.sli is not None and reported.covered >= seen:
+        reported = self.nodes_window(seconds, now)
+        if reported is not None and reported.sli is not None:
             return reported.sli, reported.covered
-        return self.window(seconds, now)[0], seen
+        return self.window(seconds, now)[0], self.seen(seconds, now)
+
+    def seen(self, seconds: float, now: float) -> float:
+        """Seconds of the last `seconds` this reader's own count covers."""
+        return max(0.0, min(float(seconds), now - self.history[0][0] if self.history else 0.0))
+
+    def nodes_window(self, seconds: float, now: float) -> Window | None:
+        """The nodes' window that best fits the last `seconds` (reported_fit), where it
+        covers at least what this reader's own count does: every figure over a window
+        (SLI, throughput, waiting, burn) reads it or the own count by this one rule."""
+        reported = self.reported_fit(seconds, now)
+        if reported is None or reported.covered < self.seen(seconds, now):
+            return None
+        return reported
 
     def sli_from_nodes(self, seconds: float, now: float) -> tuple[float, float] | None:
-        """(SLI, seconds covered) of the last `seconds` as the nodes summed it."""
+        """(SLI, seconds covered) of the last `seconds` as the nodes summed it (the burn
+        tracker weighs it against its own count)."""
         w = self.reported_fit(seconds, now)
         return None if w is None or w.sli is None else (w.sli, w.covered)
 
@@ -271,7 +295,7 @@ class JobState:
         """(the share of the step time spent waiting, each kind's share of the step
         time) over the last `seconds`: as the job's nodes counted it where they sent
         that window, else as this viewer did."""
-        reported = self.reported_window(seconds, now)
+        reported = self.nodes_window(seconds, now)
         if reported is not None and reported.wall > 0:
             # As shares of the waiting the nodes counted: a node's kinds cannot say more
             # than that, and older agents' unnamed waiting is `other`.

@@ -107,7 +107,7 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
     state = eff.jobs[name]
     now = eff.now
     slis = state.sli_windows(now)
-    throughput = state.window(WINDOWS["1m"], now)[1]
+    throughput = state.throughput(WINDOWS["1m"], now)
     versus = eff.efficiency(state, throughput)
     burn = state.burn
     used = burn.consumed_hours if burn else 0.0

@@ -310,6 +310,18 @@ LIVE_QUERIES: dict[str, str] = {
 # window; run every `budget_every` seconds (they read a lot of data).
 JOB_BY = "exported_job, job"
 
+# Each node's last hour of each job, as its agent sends it (its steps' `windows`): the
+# counters' increase over the hour, summed over the node's ranks; read with the budget
+# and kept between. With the live rates (the last minute), the viewer reads a job's SLI
+# windows and judges its efficiency drop from these as from the agents' own.
+JOB_HOUR: dict[str, str] = {
+    f"hour_{key}": ("sum by (" + JOB_BY + ", {ids}) (increase(" + name + "{{{mm}}}[1h]))")
+    for key, name in (("wall", "tuimon_job_wall_seconds_total"),
+                      ("compute", "tuimon_job_compute_seconds_total"),
+                      ("samples", "tuimon_job_samples_total"))}
+JOB_HOUR["hour_waits"] = ("sum by (" + JOB_BY + ", kind, {ids}) (increase("
+                          "tuimon_job_wait_seconds_total{{{mm}}}[1h])) > 0")
+
 
 def budget_queries(window_hours: float) -> dict[str, str]:
     wall = "sum by (" + JOB_BY + ") (increase(tuimon_job_wall_seconds_total{{{mm}}}[{w}]))"

@@ -35,6 +35,7 @@ from tuimon.sources.agent_stream import describe_error
 from tuimon.sources.prom_answers import NotJson, Series, read_answer
 from tuimon.sources.prom_nodes import NodeNames, identity_labels
 from tuimon_core import heap
+from tuimon_core.efficiency_drop import LONG_S, SHORT_S, DropJudge, judge_windows
 from tuimon_core.protocol import (
     Batch,
     GpuInfo,
@@ -272,7 +273,14 @@ class PromSource:
         # error counters' queries in a task of their own (_take_later), whose _Later the
         # next refresh takes up.
         self._beside = False
-        self._budget_names = frozenset(q.budget_queries(self.options.slo_hours))
+        self._budget_names = frozenset(q.budget_queries(self.options.slo_hours)) | \
+            frozenset(q.JOB_HOUR)
+        # node -> job -> the last hour's sums on it (JOB_HOUR), as the last budget read
+        # found them; and a drop judge a node and job, as its agent would keep.
+        self._job_hours: dict[str, dict[str, dict[str, Any]]] = {}
+        self._drops: dict[tuple[str, str], DropJudge] = {}
+        # node -> (job, rank) -> the fraction of a step its rates counted, not yet sent
+        self._step_carry: dict[str, dict[tuple[str, int], float]] = {}
         self._later: asyncio.Task[_Later] | None = None
         # With --recorded, after a refresh that read the records: when the server last
         # evaluated them, what the refresh asked (the fields, the queries left out, the
@@ -500,6 +508,7 @@ class PromSource:
         if with_budget:
             queries.update({n: q.render(t, match) for n, t in
                             q.budget_queries(self.options.slo_hours).items()})
+            queries.update({n: q.render(t, match, self._ids) for n, t in q.JOB_HOUR.items()})
         with_inventory = now - self._last_inventory >= q.INVENTORY_EVERY_S or (
             self._inventory_due and now - self._last_inventory >= INVENTORY_SOONEST_S)
         # The whole inventory when due; else only what failed last time.
@@ -652,6 +661,7 @@ class PromSource:
                 self.cluster.mark_stale(name, clean(f"internal error: {type(exc).__name__}: "
                                                     f"{exc}")[:200])
         self._sent = {name: n for name, n in self._sent.items() if name in nodes}
+        self._step_carry = {name: c for name, c in self._step_carry.items() if name in nodes}
         if current:
             self.cluster.mark_current(current)
         self.cluster.set_scrape_failures(failures)
@@ -924,6 +934,26 @@ class PromSource:
 
     # -- answers to nodes -----------------------------------------------------------
 
+    @staticmethod
+    def _hours(a: dict[str, Series], node: Callable[[dict[str, str]], _Node | None]
+               ) -> dict[str, dict[str, dict[str, Any]]]:
+        """Each node's last hour of each job (JOB_HOUR's answers)."""
+        out: dict[str, dict[str, dict[str, Any]]] = {}
+        for key in ("wall", "compute", "samples"):
+            for labels, value in a.get(f"hour_{key}", []):
+                job = labels.get("exported_job") or labels.get("job")
+                n = node(labels) if job else None
+                if n is not None and job:
+                    out.setdefault(n.name, {}).setdefault(job, {"waits": {}})[key] = value
+        for labels, value in a.get("hour_waits", []):
+            job = labels.get("exported_job") or labels.get("job")
+            kind = labels.get("kind")
+            n = node(labels) if job and kind else None
+            if n is not None and job:
+                waits = out.setdefault(n.name, {}).setdefault(job, {"waits": {}})["waits"]
+                waits[rank_kind(kind)] = waits.get(rank_kind(kind), 0.0) + value
+        return out
+
     def _assemble(self, a: dict[str, Series], resolver: NodeNames) -> dict[str, _Node]:
         nodes: dict[str, _Node] = {}
         # Made only when a series carries something (a series with no GPU, port or host
@@ -987,6 +1017,10 @@ class PromSource:
                 rates = n.jobs.setdefault(job, {}).setdefault(rank, {})
                 key = f"wait:{rank_kind(kind)}"  # at most the known kinds, whatever comes
                 rates[key] = rates.get(key, 0.0) + value
+        if "hour_wall" in a:
+            self._job_hours = self._hours(a, node)
+            for gone in [k for k in self._drops if k[1] not in self._job_hours.get(k[0], ())]:
+                del self._drops[gone]  # a job gone from the node: its judge with it
         # `gpu001.cluster.local` and `gpu001` are one machine.
         for long, short in NodeNames.short_forms(nodes).items():
             _merge(nodes[short], nodes.pop(long))
@@ -1310,21 +1344,81 @@ class PromSource:
             extra["storage"] = {"filesystems": [dict(f) for f in n.filesystems.values()],
                                 "disks": [dict(d) for d in n.disks.values()]}
         if n.jobs:
-            dt = self._gap  # rates over the time since the last refresh, as sums
+            carry = self._step_carry.get(name, {})
+            kept: dict[tuple[str, int], float] = {}
             extra["steps"] = {"jobs": [
                 {"id": job, "world": worlds.get(job, 1),
-                 "ranks": [{"rank": r, "steps": max(1, _whole(v.get("steps", 0) * dt) or 0),
-                            "wall": v.get("wall", 0.0) * dt,
-                            "compute": min(v.get("compute", 0.0), v.get("wall", 0.0)) * dt,
-                            "samples": _whole(v.get("samples", 0.0) * dt),
-                            "waits": {k[5:]: w * dt for k, w in v.items()
-                                      if k.startswith("wait:")}}
-                           for r, v in sorted(ranks.items()) if v.get("wall", 0.0) > 0]}
+                 "ranks": self._ranks(job, ranks, carry, kept),
+                 **self._windows(name, job, ranks, ts)}
                 for job, ranks in n.jobs.items()], "received": 0, "rejected": 0}
+            self._step_carry[name] = kept
         host = {k: _as(_HOST_KIND[k], v) for k, v in n.host.items() if k in _HOST_KIND}
         sample = Sample(seq=self._seq, ts=ts, interval=self.options.every, gpus=gpus,
                         host=host, extra=extra)
         self._deliver(target, sample)
+
+    def _ranks(self, job: str, ranks: dict[int, dict[str, float]],
+               carry: dict[tuple[str, int], float], kept: dict[tuple[str, int], float]
+               ) -> list[dict[str, Any]]:
+        """The ranks' sums since the last refresh, from their rates: whole steps (the
+        fraction carried to the next refresh) and the time those steps took, so that a
+        rank's compute per step is its counters' (compute rate over step rate), not a
+        second's compute over a step rounded up: 0.67 s where a step computes 1.40 s.
+        A rank without a step counter is credited the time since the last refresh as one
+        step."""
+        dt = self._gap
+        out = []
+        for r, v in sorted(ranks.items()):
+            if v.get("wall", 0.0) <= 0:
+                continue
+            rate = v.get("steps", 0.0)
+            if rate > 0:
+                counted = carry.get((job, r), 0.0) + rate * dt
+                steps = min(int(counted), 1 << 30)
+                kept[(job, r)] = counted - steps
+                # Less than a step since: its time comes with the next (the rank still
+                # reports, and its node still speaks for the job's windows).
+                span = steps / rate
+            else:
+                steps, span = 1, dt
+            out.append({"rank": r, "steps": steps, "wall": v["wall"] * span,
+                        "compute": min(v.get("compute", 0.0), v["wall"]) * span,
+                        "samples": _whole(v.get("samples", 0.0) * span),
+                        "waits": {k[5:]: w * span for k, w in v.items()
+                                  if k.startswith("wait:")}})
+        return out
+
+    def _windows(self, name: str, job: str, ranks: dict[int, dict[str, float]],
+                 now: float) -> dict[str, Any]:
+        """The node's `windows` of the job and its `drop`, as its agent sends them: the
+        last minute from the live rates over [1m] (taken as the whole minute), the last
+        hour from JOB_HOUR (covering the run time its ranks counted in it), once read;
+        the drop judged from both."""
+        if not ranks:
+            return {}
+        minute: dict[str, Any] = {"s": SHORT_S, "covered": SHORT_S, "wall": 0.0,
+                                  "compute": 0.0, "samples": 0, "waits": {}}
+        for v in ranks.values():
+            wall = v.get("wall", 0.0) * SHORT_S
+            minute["wall"] += wall
+            minute["compute"] += min(v.get("compute", 0.0) * SHORT_S, wall)
+            minute["samples"] += _whole(v.get("samples", 0.0) * SHORT_S) or 0
+            for k, w in v.items():
+                if k.startswith("wait:"):
+                    minute["waits"][k[5:]] = minute["waits"].get(k[5:], 0.0) + w * SHORT_S
+        hour = self._job_hours.get(name, {}).get(job)
+        if hour is None:  # not read yet (or too young for an increase): the minute alone
+            return {"windows": [minute]}
+        wall = max(0.0, hour.get("wall", 0.0))
+        long = {"s": LONG_S, "covered": min(LONG_S, wall / len(ranks)), "wall": wall,
+                "compute": min(max(0.0, hour.get("compute", 0.0)), wall),
+                "samples": _whole(max(0.0, hour.get("samples", 0.0))) or 0,
+                "waits": {k: w for k, w in hour["waits"].items() if w > 0}}
+        judge = self._drops.get((name, job))
+        if judge is None:
+            judge = self._drops[(name, job)] = DropJudge()
+        drop = judge_windows(judge, minute, long, now)
+        return {"windows": [minute, long], **({"drop": drop} if drop else {})}
 
     def _deliver(self, target: str, frame: Hello | Sample) -> None:
         """One frame of a node, checked as an agent's is, and applied. Packed only for a

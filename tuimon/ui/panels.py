@@ -126,7 +126,7 @@ class SloStrip(Panel):
             sli_texts = [f"{w} [b]{sli:.2f}[/b]{coverage_text(seen, w, WINDOWS[w])}"
                          if sli is not None else f"{w} -"
                          for w, (sli, seen) in slis.items()]
-            throughput = state.window(WINDOWS["1m"], now)[1]
+            throughput = state.throughput(WINDOWS["1m"], now)
             versus = eff.efficiency(state, throughput)
             sli_now = slis["1m"][0]
             ok = sli_now is not None and sli_now >= eff.slo.target
