@@ -28,16 +28,16 @@ from tuimon.ui.app import TuimonApp
 from tuimon.ui.job_screen import JobScreen
 
 JOB = "llm-pretrain"
-SLI_TOLERANCE = 0.03  # one SLI read a scrape (a second) apart, 45 s into a fault
+SLI_TOLERANCE = 0.03  # one SLI read a scrape (a second) apart, 40 s into a fault
 BURN_TOLERANCE = 0.15  # of the rate: the same hour, counted up to a scrape apart
 
 
-@pytest.mark.timeout(300)  # two and a half minutes of a run, then the readers
+@pytest.mark.timeout(300)  # two minutes of a run, then the readers
 async def test_every_reader_tells_the_same_story_at_the_same_moment(
         tmp_path: Path, unused_tcp_port_factory) -> None:
     require_prometheus()
-    sim = SimCluster(nodes=8, gpus=2, base_port=unused_tcp_port_factory(), interval=0.5,
-                     scenario="spine-imbalance", fault_at=100.0, nodes_per_leaf=4)
+    sim = SimCluster(nodes=4, gpus=2, base_port=unused_tcp_port_factory(), interval=1.0,
+                     scenario="spine-imbalance", fault_at=90.0, nodes_per_leaf=2)
     leaf = sim.truth()["components"][0]
     topology = tmp_path / "topology.conf"
     topology.write_text(sim.topology_conf())
@@ -58,8 +58,9 @@ async def test_every_reader_tells_the_same_story_at_the_same_moment(
             app = TuimonApp(cluster, sources=sources, refresh=1.0,
                             topology={m.name: sim.leaf_of(m.index) for m in sim.members})
             async with app.run_test(size=(200, 50)) as pilot:
-                # 45 s into the fault: the drop is judged, the leaf's congestion held.
-                await asyncio.sleep(max(0.0, sim.truth()["onset"] + 45 - time.time()))
+                # 40 s into the fault: the drop is judged (the minute before it and more
+                # counted healthy on every path), the leaf's congestion held.
+                await asyncio.sleep(max(0.0, sim.truth()["onset"] + 40 - time.time()))
                 readers = await asyncio.gather(
                     run_tuimon("status", *sim.targets, *topo, "--json", timeout=90),
                     run_tuimon("status", *sim.targets, *topo, "--job", JOB, "--json",
