@@ -30,7 +30,7 @@ from tuimon.model.judge_config import (
     add_slo_options,
     slo_of,
 )
-from tuimon.model.slo import Slo
+from tuimon.model.slo import DEFAULT_HOURS, DEFAULT_TARGET, Slo
 from tuimon.prom_judge_command import judge_options, serve_flags_alone
 from tuimon.readout import ROW_READS, render
 from tuimon.relay.command import add_relay_options, run_relay
@@ -252,11 +252,13 @@ def build_parser() -> argparse.ArgumentParser:
     rules = sub.add_parser("rules", help="write Prometheus recording and burn-rate alerting "
                                          "rules for the training SLO (the app's windows and "
                                          "thresholds)")
-    rules.add_argument("--slo-target", type=slo_target, default=0.90,
-                       help="SLO target for the effective training time ratio (default 0.90)")
+    rules.add_argument("--slo-target", type=slo_target, default=DEFAULT_TARGET,
+                       help="SLO target for the effective training time ratio (default "
+                            f"{DEFAULT_TARGET:.2f})")
     window = rules.add_mutually_exclusive_group()
-    window.add_argument("--slo-hours", type=positive_float(1e6), default=720.0,
-                        help="SLO window in hours: the run's planned hours (default 720)")
+    window.add_argument("--slo-hours", type=positive_float(1e6), default=DEFAULT_HOURS,
+                        help="SLO window in hours: the run's planned hours (default "
+                             f"{DEFAULT_HOURS:.0f})")
     window.add_argument("--slo-days", type=positive_float(36500.0), metavar="DAYS",
                         help="SLO window in days (rolling), instead of --slo-hours")
     rules.add_argument("--job-label", default="exported_job", metavar="LABEL",

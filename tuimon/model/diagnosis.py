@@ -21,7 +21,7 @@ from tuimon.model.attribution import likely
 from tuimon.model.cluster import ClusterState, NodeState, no_data_note, relay_lost_text
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.guard import Guard
-from tuimon.model.storage import StorageView
+from tuimon.model.storage import StorageView, near_provisioned
 from tuimon_core.efficiency_drop import DropJudge
 from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
 from tuimon_core.findings_family import findings_from_wire
@@ -341,7 +341,7 @@ class Diagnosis:
         out = []
         for mount, fs in storage.filesystems.items():
             prov = storage.provisioned.get(mount)
-            if prov and fs.read + fs.write >= 0.9 * prov:
+            if prov is not None and near_provisioned(fs.read + fs.write, prov):
                 out.append(Finding("warning", "storage",
                                    f"{mount} at {100 * (fs.read + fs.write) / prov:.0f}% of "
                                    "its provisioned throughput", fs=mount, score=0.7))

@@ -16,7 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tuimon.model.cluster import ClusterState
-from tuimon.model.slo import BurnReadout, BurnTracker, LedgerBurn, Slo
+from tuimon.model.slo import (
+    DEFAULT_HOURS,
+    DEFAULT_TARGET,
+    BurnReadout,
+    BurnTracker,
+    LedgerBurn,
+    Slo,
+)
 from tuimon.model.step_credit import JobCredit, StepCredit
 from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, Drop
 from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
@@ -395,7 +402,7 @@ class EfficiencyView:
                  wall: Callable[[], float] = time.time,
                  flops_per_sample: dict[str, float] | None = None,
                  peak_flops: float | None = None) -> None:
-        self.slo = slo or Slo(0.90, 720)
+        self.slo = slo or Slo(DEFAULT_TARGET, DEFAULT_HOURS)
         self.baselines = dict(baselines or {})  # job -> samples/s of one GPU alone
         self.flops_per_sample = dict(flops_per_sample or {})
         self.peak_flops = peak_flops  # per GPU; else from the GPUs' product names

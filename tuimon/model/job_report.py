@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from tuimon.model.attribution import concerning
 from tuimon.model.efficiency import WINDOWS, EfficiencyView, JobState
 from tuimon.model.slo import LedgerBurn, Slo, budget_scope
 from tuimon_core.findings import Finding
@@ -157,8 +158,8 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
                        for s in state.stragglers],
         "nodes": nodes,
         "nodes_text": collect_hostlist(nodes) if nodes else "",
+        # The findings that concern the job, as its waiting is put down to them: its
+        # own, its nodes' (not another job's on a shared node), the cluster's.
         "findings": [{"severity": f.severity, "kind": f.kind, "where": f.where,
-                      "message": f.message} for f in findings
-                     if f.job == name or (f.node is not None and f.node in mine)
-                     or mine.intersection(f.nodes)],
+                      "message": f.message} for f in concerning(findings, name, mine)],
     }

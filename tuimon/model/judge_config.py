@@ -18,7 +18,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.judgement import Judgement
-from tuimon.model.slo import Slo
+from tuimon.model.slo import DEFAULT_HOURS, DEFAULT_TARGET, Slo
 from tuimon.model.storage import StorageView
 from tuimon.model.view_state import parse_topology_conf
 from tuimon_core.cli_types import positive_float, slo_target
@@ -44,11 +44,13 @@ def add_judge_options(p: argparse.ArgumentParser) -> None:
 def add_slo_options(p: argparse.ArgumentParser, hours: bool = True, jobs: bool = True) -> None:
     """--slo-target, --slo-hours (unless the caller has its own), and unless `jobs` is
     false (a command that judges no throughput), --baseline, --flops-per-sample."""
-    p.add_argument("--slo-target", type=slo_target, default=0.90,
-                   help="SLO target for the effective training time ratio (default 0.90)")
+    p.add_argument("--slo-target", type=slo_target, default=DEFAULT_TARGET,
+                   help="SLO target for the effective training time ratio (default "
+                        f"{DEFAULT_TARGET:.2f})")
     if hours:
-        p.add_argument("--slo-hours", type=positive_float(1e6), default=720.0,
-                       help="SLO window: the run's planned hours or rolling days x 24 (720)")
+        p.add_argument("--slo-hours", type=positive_float(1e6), default=DEFAULT_HOURS,
+                       help="SLO window: the run's planned hours or rolling days x 24 "
+                            f"({DEFAULT_HOURS:.0f})")
     if not jobs:
         return
     p.add_argument("--baseline", action="append", default=[], metavar="JOB=SAMPLES/S",
@@ -125,7 +127,7 @@ class JudgeConfig:
 
     topology: dict[str, str] = field(default_factory=dict)
     provisioned: dict[str, float] = field(default_factory=dict)
-    slo: Slo = field(default_factory=lambda: Slo(0.90, 720.0))
+    slo: Slo = field(default_factory=lambda: Slo(DEFAULT_TARGET, DEFAULT_HOURS))
     baselines: dict[str, float] = field(default_factory=dict)
     flops_per_sample: dict[str, float] = field(default_factory=dict)
     cpu_nodes: frozenset[str] = frozenset()

@@ -79,6 +79,12 @@ def burn_text(rates: dict[str, float | None],
     return f"{shown}, {alert}" if alert else shown
 
 
+# The SLO every command assumes unless told: a target of 0.90 over a 720-hour (30-day)
+# window; the one place these defaults are written.
+DEFAULT_TARGET = 0.90
+DEFAULT_HOURS = 720.0
+
+
 @dataclass(frozen=True, slots=True)
 class Slo:
     target: float  # e.g. 0.90

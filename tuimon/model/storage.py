@@ -13,6 +13,9 @@ from tuimon_core.protocol.overview_layout import fs_rows
 __all__ = ["SHARED_FSTYPES", "FsAggregate", "StorageView"]
 
 HISTORY = 120
+# A shared file system at this share of its provisioned throughput or more is near its
+# limit: the `storage` finding, and the storage pane's colour.
+NEAR_PROVISIONED = 0.9
 TOP = 3  # heaviest readers and writers named per file system
 
 
@@ -82,6 +85,13 @@ class StorageView:
             agg.top_readers = [(n, v) for v, n in readers]
             agg.top_writers = [(n, v) for v, n in writers]
         self.filesystems = fresh
+
+
+def near_provisioned(bytes_s: float, provisioned: float | None) -> bool:
+    """Whether reads and writes of `bytes_s` take a file system near its provisioned
+    throughput (a figure given with --provisioned; None: not known)."""
+    return provisioned is not None and provisioned > 0 and \
+        bytes_s >= NEAR_PROVISIONED * provisioned
 
 
 def _keep_top(top: list[tuple[float, str]], value: float, name: str) -> None:

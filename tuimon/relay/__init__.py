@@ -24,11 +24,11 @@ from pathlib import Path
 from aiohttp import web
 
 from tuimon.model.judge_config import JudgeConfig
-from tuimon.model.slo import Slo
+from tuimon.model.slo import DEFAULT_HOURS, Slo
 from tuimon.relay.fanout import FanOut
 from tuimon.relay.judging import RelayJudge
 from tuimon.relay.ledger import Ledger, LedgerError
-from tuimon.relay.server import RelayState, build_relay_app
+from tuimon.relay.server import BATCH_EVERY_S, RelayState, build_relay_app
 from tuimon.sources.agent_stream import StreamOptions
 from tuimon.sources.targets import parse_targets
 from tuimon_core.ports import DEFAULT_RELAY_PORT
@@ -55,11 +55,11 @@ class RelayConfig:
     ledger: str | Path | None = None
     ledger_keep_days: float = 30.0
     ledger_max_bytes: int | None = None
-    slo_hours: float = 720.0
+    slo_hours: float = DEFAULT_HOURS
     # A job silent longer than this has ended: its silence is not counted as `stopped`.
     stopped_most_h: float = 24.0
     # Seconds between batches to a viewer that asks for nothing slower.
-    interval: float = 0.25
+    interval: float = BATCH_EVERY_S
     flush_every: float = 10.0
     budget_every: float = 5.0
     max_viewers: int = 256

@@ -11,7 +11,9 @@ import socket
 from pathlib import Path
 
 from tuimon.model.judge_config import JudgeConfig, add_judge_options, add_slo_options
+from tuimon.model.slo import DEFAULT_HOURS
 from tuimon.relay import RelayConfig, build_relay
+from tuimon.relay.server import BATCH_EVERY_S
 from tuimon.sources.targets import read_targets_file
 from tuimon_core.cli_types import positive_float, positive_int
 from tuimon_core.logs import add_log_level_option
@@ -64,8 +66,8 @@ def add_relay_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flush-every", type=positive_float(3600.0), default=10.0, metavar="S",
                    help="seconds between ledger writes: at most this much is lost to a "
                         "kill -9 (default 10)")
-    p.add_argument("--slo-hours", type=positive_float(1e6), default=720.0,
-                   help="SLO window the budget is counted over (default 720)")
+    p.add_argument("--slo-hours", type=positive_float(1e6), default=DEFAULT_HOURS,
+                   help=f"SLO window the budget is counted over (default {DEFAULT_HOURS:.0f})")
     p.add_argument("--stopped-most", type=positive_float(1e6), default=24.0, metavar="H",
                    help="a job whose ranks all fall silent loses that time (`stopped`) until "
                         "they report again, unless they said the run is complete "
@@ -74,8 +76,9 @@ def add_relay_options(p: argparse.ArgumentParser) -> None:
     # What the relay judges its nodes with, as a viewer takes it.
     add_judge_options(p)
     add_slo_options(p, hours=False)
-    p.add_argument("--interval", type=positive_float(60.0, least=0.05), default=0.25, metavar="S",
-                   help="seconds between batches to each viewer (default 0.25)")
+    p.add_argument("--interval", type=positive_float(60.0, least=0.05), default=BATCH_EVERY_S,
+                   metavar="S",
+                   help=f"seconds between batches to each viewer (default {BATCH_EVERY_S:g})")
     p.add_argument("--max-viewers", type=positive_int(100_000), default=256,
                    help="viewers served at once; one more is refused with a reason "
                         "(default 256)")

@@ -27,7 +27,7 @@ from typing import Any, NamedTuple, Protocol
 
 from tuimon.model.attribution import FOLDED, share
 from tuimon.model.efficiency import BEST_COVERED, BEST_WINDOW_S, Best
-from tuimon.model.slo import BURN_WINDOWS_S
+from tuimon.model.slo import BURN_WINDOWS_S, DEFAULT_HOURS
 from tuimon.model.step_credit import JobCredit
 from tuimon.relay import episodes
 from tuimon_core.errors import UsageError
@@ -324,7 +324,7 @@ def _lock(path: Path) -> tuple[int, int]:
 
 class Ledger:
     def __init__(self, path: str | Path, *, keep_days: float = 30.0,
-                 window_hours: float = 720.0, max_bytes: int | None = None,
+                 window_hours: float = DEFAULT_HOURS, max_bytes: int | None = None,
                  stopped_most_h: float = 24.0,
                  clock: Callable[[], float] = time.time,
                  monotonic: Callable[[], float] = time.monotonic) -> None:

@@ -41,6 +41,11 @@ from tuimon_core.version import __version__
 log = logging.getLogger(__name__)
 
 
+# Seconds between batches to a viewer that asks for nothing slower (`--interval`): the
+# one default the relay's command, its configuration and its state take.
+BATCH_EVERY_S = 0.25
+
+
 @dataclass
 class RelayState:
     """Everything one relay holds; one per application, no module-level singletons."""
@@ -51,7 +56,7 @@ class RelayState:
     upstream: StreamOptions
     fanout: FanOut
     ledger: Ledger | None
-    interval: float = 0.5
+    interval: float = BATCH_EVERY_S
     max_viewers: int = 256
     budget_every: float = 5.0
     flush_every: float = 10.0

@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from tuimon.model.slo import BURN_WINDOWS_S
 from tuimon_core.filesystems import SHARED_FSTYPES as SHARED
 from tuimon_core.heat_levels import BUSY_FIELDS
 from tuimon_core.protocol.fields import (
@@ -339,7 +340,7 @@ def budget_queries(window_hours: float) -> dict[str, str]:
         "budget_waits": (f"{waits} / on ({JOB_BY}) group_left () {ranks} / 3600"
                          .replace("{w}", f"{int(window_hours)}h")),
     }
-    for w in ("5m", "30m", "1h", "6h", "1d", "3d"):
+    for w in BURN_WINDOWS_S:
         out[f"ratio_{w}"] = f"1 - {compute} / {wall}".replace("{w}", w)
     return out
 

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from tuimon.model.cluster import ClusterState
+from tuimon.model.slo import BURN_WINDOWS_S, DEFAULT_HOURS
 from tuimon.sources import prom_live_rules as live_rules
 from tuimon.sources import prom_queries as q
 from tuimon.sources.agent_stream import describe_error
@@ -132,7 +133,7 @@ class PromOptions:
     match: str = ""
     every: float = 5.0
     budget_every: float = 30.0
-    slo_hours: float = 720.0
+    slo_hours: float = DEFAULT_HOURS
     timeout: float = 10.0
     concurrency: int = 4
     recorder: Callable[[str, bytes], None] | None = None
@@ -1608,7 +1609,7 @@ def _budget(a: dict[str, Series], window_hours: float) -> dict[str, dict[str, An
     for e in out.values():  # as the ledger: shares of the hours lost, the rest `other`
         if "consumed_h" in e:
             e["spent_h"] = split_wait(e.get("spent_h"), e["consumed_h"])
-    for w in ("5m", "30m", "1h", "6h", "1d", "3d"):
+    for w in BURN_WINDOWS_S:
         for labels, value in a.get(f"ratio_{w}", []):
             e = entry(labels)
             if e is not None:

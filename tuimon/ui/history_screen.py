@@ -19,6 +19,7 @@ from textual.widgets.option_list import Option
 
 from tuimon.ui.incident_text import cost_text, span_text
 from tuimon.ui.markup import safe
+from tuimon.ui.severity import severity_style
 from tuimon_core.wording import duration_text
 
 History = Callable[[float], Awaitable[list[dict[str, Any]]]]
@@ -108,7 +109,7 @@ class HistoryScreen(ModalScreen[None]):
         options.clear_options()
         for i, incident in enumerate(self.incidents):
             severity = incident["severity"]
-            colour = {"critical": "$error", "warning": "$warning"}.get(severity, "$secondary")
+            colour = severity_style(severity)
             cost = cost_text(incident)
             line = (f"[{colour}]{bar(incident['onset'], incident['ended'], start, now)}[/] "
                     f"[{colour}]{severity:<8}[/] "

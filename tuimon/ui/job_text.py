@@ -10,13 +10,13 @@ from tuimon.model.efficiency import WINDOWS
 from tuimon.model.slo import coverage_text
 from tuimon.ui.burn_plot import burn_plot
 from tuimon.ui.markup import safe
+from tuimon.ui.severity import severity_style
 from tuimon.ui.sparkline import SPARKS, sparkline
 from tuimon_core.protocol.text import clean
 from tuimon_core.wait_kinds import missed_text, said
 from tuimon_core.wording import duration_text, hours_text, plural
 
 BAR = 30  # cells of the longest bar (the kind the most budget went to), 10 when narrow
-_SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$secondary"}
 
 
 def _bar(share: float, cells: int) -> str:
@@ -123,6 +123,6 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
                   f"{out(r['nodes_text'], max(20, width - 20)) or '-'}"]
     lines.append(b("found on them") + ("" if r["findings"] else "  nothing"))
     for f in r["findings"][:10]:
-        severity = st(_SEVERITY.get(f["severity"], "$foreground"), f"{f['severity']:<8}")
+        severity = st(severity_style(f["severity"]), f"{f['severity']:<8}")
         lines.append(f"  {severity} {out(f['message'], 300)}")  # wrapped, not cut
     return "\n".join(lines)

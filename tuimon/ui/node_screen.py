@@ -16,6 +16,7 @@ from tuimon.model.diagnosis import Finding
 from tuimon.model.guard import Guard
 from tuimon.model.map_kinds import gpu_busy, gpu_health
 from tuimon.ui.markup import safe
+from tuimon.ui.severity import severity_style
 from tuimon.ui.sparkline import sparkline
 from tuimon_core.protocol.fields import PORT_ACTIVE
 from tuimon_core.units import rate, size
@@ -134,9 +135,8 @@ class NodeScreen(Screen[None]):
         mine = [f for f in self.findings() if f.node == n.name or n.name in f.nodes]
         if not mine:
             return "[b]found here[/b]  nothing"
-        colour = {"critical": "$error", "warning": "$warning"}
         return "\n".join(["[b]found here[/b]"] + [
-            f" [{colour.get(f.severity, '$foreground')}]{f.severity:<8}[/] {safe(f.message, 200)}"
+            f" [{severity_style(f.severity)}]{f.severity:<8}[/] {safe(f.message, 200)}"
             for f in mine[:12]])
 
     def _gpus(self) -> str:

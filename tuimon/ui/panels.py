@@ -25,14 +25,14 @@ from tuimon.model.slo import (
     burn_parts,
     coverage_text,
 )
-from tuimon.model.storage import StorageView
+from tuimon.model.storage import StorageView, near_provisioned
 from tuimon.ui.markup import safe
+from tuimon.ui.severity import severity_style
 from tuimon.ui.sparkline import sparkline
 from tuimon_core.units import rate, size
 from tuimon_core.wait_kinds import said, said_hours
 from tuimon_core.wording import duration_text
 
-SEVERITY = {"critical": "$error", "warning": "$warning", "info": "$success"}
 # A job's verdict (tuimon.model.efficiency.JobVerdict) as the strip shows it.
 _VERDICT = {"stopped": "[$error]STOPPED {stopped}[/]: {cause}",
             "page": "[$error]PAGE[/]", "ticket": "[$warning]TICKET[/]",
@@ -255,7 +255,7 @@ class StoragePanel(Panel):
         for mount, fs in sorted(storage.filesystems.items()):
             prov = storage.provisioned.get(mount)
             total = fs.read + fs.write
-            share = (f"  [{'$error' if total > 0.9 * prov else '$foreground'}]"
+            share = (f"  [{'$error' if near_provisioned(total, prov) else '$foreground'}]"
                      f"{100 * total / prov:.0f}% of {rate(prov)} provisioned[/]" if prov else "")
             cap = (f"  {size(fs.size - fs.free)} / {size(fs.size)} used"
                    if fs.size and fs.free is not None else "")
@@ -314,7 +314,7 @@ class DiagnosisPane(OptionList):
                   "first  (f: select, enter: open, c: copy hosts, d: drain)") if findings else \
             "[b]diagnosis[/b]  nothing wrong found"
         lines = [header] + [
-            f"[{SEVERITY.get(g.severity, '$foreground')}]{g.severity:<8}[/] "
+            f"[{severity_style(g.severity)}]{g.severity:<8}[/] "
             f"{safe(g.text, max(20, width - 14))}" for g in self.groups]
         if lines == self._shown:
             return  # unchanged: keep the highlight where the user left it
@@ -383,7 +383,7 @@ class EventsPane(Panel):
         rows = max(2, self.content_size.height - 1)
         lines = [f" [b]events[/b]  newest first ({len(cluster.events)} kept)"]
         for ev in itertools.islice(cluster.events, rows):
-            color = SEVERITY.get(ev.severity, "$foreground")
+            color = severity_style(ev.severity)
             when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
             if width < 120:
                 lines.append(f" {when} [{color}]{safe(ev.severity, 4)}[/] "
