@@ -26,6 +26,8 @@ ONCE = {
     r'"critical": "\$error"': ("a severity's colour", "tuimon/ui/severity.py"),
     r"interval: float = 0\.(25|5)\b|default=0\.25": ("the relay's batch interval",
                                                    "tuimon/relay/server.py"),
+    r"min\(1\.0, [a-z_\[\]\"]*bytes_s|_bytes_s\"\] / rate": (
+        "a link's utilisation", "tuimon_core/protocol/fields.py"),
 }
 
 

@@ -25,6 +25,7 @@ from tuimon_core.protocol.fields import (
     PORT_ACTIVE,
     PORT_COUNTERS_READ,
     PORT_ERROR_COUNTERS,
+    link_util,
     port_up,
 )
 from tuimon_core.protocol.text import clean
@@ -367,8 +368,8 @@ class FabricCollector:
         p.prev, p.prev_t = cur, now
         rate = p.info.get("rate")
         tx, rx = v.get("tx_bytes_s"), v.get("rx_bytes_s")
-        v["tx_util"] = min(1.0, tx / rate) if rate and tx is not None else None
-        v["rx_util"] = min(1.0, rx / rate) if rate and rx is not None else None
+        v["tx_util"] = link_util(tx, rate)
+        v["rx_util"] = link_util(rx, rate)
         # Only counters that moved or could not be counted: most ports, most seconds, none.
         moved = {k: n for k, n in increments.items() if n != 0}
         if moved:
@@ -468,8 +469,6 @@ class FabricCollector:
                 v.setdefault("counter_errors", {})[counter] = reason
         self.nic_totals[info["id"]] = totals
         link_speed = info.get("speed")
-        v["rx_util"] = min(1.0, v["rx_bytes_s"] / link_speed) \
-            if link_speed and v["rx_bytes_s"] is not None else None
-        v["tx_util"] = min(1.0, v["tx_bytes_s"] / link_speed) \
-            if link_speed and v["tx_bytes_s"] is not None else None
+        v["rx_util"] = link_util(v["rx_bytes_s"], link_speed)
+        v["tx_util"] = link_util(v["tx_bytes_s"], link_speed)
         return v

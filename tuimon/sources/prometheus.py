@@ -54,6 +54,7 @@ from tuimon_core.protocol.fields import (
     PORT_PHYS_STATES,
     PORT_STATES,
     PORT_UNREADABLE_METRIC,
+    link_util,
 )
 from tuimon_core.protocol.schema import Int, WireType
 from tuimon_core.protocol.text import clean
@@ -1301,8 +1302,9 @@ class PromSource:
             rate = p.get("rate")
             out = {k: v for k, v in p.items() if k != "phys_state" or v is not None}
             for side in ("tx", "rx"):
-                if rate and p.get(f"{side}_bytes_s") is not None:
-                    out[f"{side}_util"] = p[f"{side}_bytes_s"] / rate
+                util = link_util(p.get(f"{side}_bytes_s"), rate)
+                if util is not None:  # at most 1, as the agent says it
+                    out[f"{side}_util"] = util
             for k, names in (("state", PORT_STATES), ("phys_state", PORT_PHYS_STATES)):
                 if k in out:  # named as the agent names it from sysfs
                     out[k] = int(out[k])

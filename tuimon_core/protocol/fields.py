@@ -551,6 +551,17 @@ def port_up(state: object, phys_state: object) -> bool:
     known (a source that gives the state alone, as some exporters do, is taken at it).
     Only then is its rate a rate: a Down or Disabled port still reads one (`40`)."""
     return state == PORT_ACTIVE and phys_state in (None, PORT_LINK_UP)
+
+
+def link_util(bytes_s: float | None, rate: float | None) -> float | None:
+    """A port's or NIC's `tx_util` / `rx_util`: its data rate over its link rate, at most
+    1 (counters read a moment apart can say a little more than the link carries), for
+    the agent and the Prometheus source alike; None where either is unknown."""
+    if bytes_s is None or not rate or rate <= 0:
+        return None
+    return min(1.0, max(0.0, bytes_s / rate))
+
+
 # Gauges of a port the agent exports beside its counters, and node_exporter's names.
 PORT_GAUGE_METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("rate", "tuimon_ib_port_rate_bytes_per_second", "node_infiniband_rate_bytes_per_second",
