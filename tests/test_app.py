@@ -473,14 +473,14 @@ async def test_the_filter_is_never_cut_off_says_no_match_and_finds_jobs_and_user
 
 async def test_at_80x24_the_map_uses_the_room_the_other_panes_leave() -> None:
     """32 nodes at 80x24: every GPU still drawn (the names without the `sim-node` they
-    all share: `sim-node0`), not folded to one line over empty rows; and the findings below it stay
+    all share: `sim-node`), not folded to one line over empty rows; and the findings below it stay
     on the screen, which never scrolls."""
     app = await make_app(32)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.pause()
         heat = app.active_map
         assert not heat.folded
-        assert line_text(heat, 0).startswith("00 \u2587"[:3]), line_text(heat, 0)
+        assert line_text(heat, 0).startswith("000 "), line_text(heat, 0)
         assert heat.size.height >= 6
         pane = app.query_one("#diagnosis")
         assert pane.groups and pane.region.bottom <= 24 - 1 - EventsPane.MIN_ROWS
@@ -904,3 +904,13 @@ async def test_colon_goes_to_a_node_or_a_leaf_by_name() -> None:
         await pilot.pause()
         shown = {n.name for n in app.view.visible(app.cluster)}
         assert shown == {name for name, lf in app.view.topology.items() if lf == leaf}, shown
+
+
+def test_a_shortened_name_keeps_its_whole_number() -> None:
+    """What every name begins with is cut before a number, never into it nor a whole
+    name: gpu1 and gpu10 read `1` and `10`; sim-node001 reads `001`."""
+    from tuimon.ui.heatmap import _shared_front
+
+    assert _shared_front(["gpu1", "gpu10", "gpu11", "gpu12"]) == 3
+    assert _shared_front(["sim-node001", "sim-node002", "sim-node031"]) == 8
+    assert _shared_front(["a", "ab"]) == 0

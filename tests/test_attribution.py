@@ -59,3 +59,21 @@ def test_names_from_outside_cannot_grow_the_causes_without_end() -> None:
     causes = eff.jobs["llm"].causes
     assert len(causes) <= MAX_CAUSES + 1 and ("comm", FOLDED) in causes
     assert sum(causes.values()) == pytest.approx(MAX_CAUSES + 50)
+
+
+def test_the_drops_likely_cause_is_the_one_the_waiting_is_put_down_to() -> None:
+    """Eight nodes writing one file system far above their level are one cause, weighed
+    once, by the drop's `likely` and the budget's split alike: the same first cause."""
+    from tuimon.model.attribution import likely, share
+    from tuimon_core.findings import Finding
+
+    surges = [Finding("info", "storage_surge", f"gpu00{i} writes /lustre", node=f"gpu00{i}",
+                      fs="/lustre", score=0.6) for i in range(8)]
+    slow = Finding("warning", "storage_latency", "NFS /home slow", fs="/home", score=0.5)
+    found = [*surges, slow]
+    split = share({"checkpoint": 100.0}, found)
+    top = max(split, key=split.__getitem__)[1]
+    assert top == "storage_surge /lustre"
+    assert split[("checkpoint", "storage_surge /lustre")] == pytest.approx(100 * 0.6 / 1.1)
+    first = likely({"checkpoint": 0.3}, found, "train", {f"gpu00{i}" for i in range(8)})[0]
+    assert first.startswith(top), first

@@ -1011,6 +1011,9 @@ def test_a_damaged_ledger_is_a_clear_error_or_its_bad_rows_set_aside(
                    (int(t0 // 3600), b"\x00cause"))
         db.execute("INSERT INTO totals VALUES ('n1', 'llm', 'then', 1.0, 1.0, 1.0, 1, 1, "
                        "'{not json')")
+        # A damaged_ table an older layout made, without the columns added since.
+        db.execute("CREATE TABLE damaged_totals AS SELECT source, job, since, wall, "
+                   "compute, at, ranks, run_ranks FROM totals WHERE 0")
     with caplog.at_level("ERROR"), Ledger(path, clock=lambda: t0) as again:
         summary = again.summary(t0)
     assert set(summary) == {"llm"}

@@ -407,6 +407,40 @@ async def test_a_node_whose_exporter_gives_profiling_fields_only_is_a_node(
         assert cluster.nodes["prof001"].status == "up"
 
 
+async def test_a_node_named_only_by_the_hours_increase_is_not_brought_back() -> None:
+    """A node whose series stopped is still named by its jobs' increase over the last
+    hour: that answer does not make it a node again (nor up); the live node's hour is
+    its windows, and a job's hour without its compute is no hour (no SLI of 0)."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    answer_compute = [True]
+
+    async def query(request: web.Request) -> web.Response:
+        promql = request.query["query"]
+        hour = "[1h]" in promql and "increase(tuimon_job_" in promql
+        if hour and ("wall" in promql or ("compute" in promql and answer_compute[0])):
+            return _vector([{"metric": {"Hostname": h, "job": "train"}, "value": [1.0, v]}
+                            for h, v in (("gpu001", "400"), ("gpu009", "400"))])
+        if promql.startswith("max by (node,") and "DCGM_FI_DEV_GPU_TEMP" in promql:
+            return _vector([{"metric": {"Hostname": "gpu001"}, "value": [1.0, "40"]}])
+        if "rate(tuimon_job_" in promql and "[1m]" in promql:
+            return _vector([{"metric": {"Hostname": "gpu001", "job": "train", "rank": "0"},
+                             "value": [1.0, "0.9" if "wall" in promql else "0.5"]}])
+        return _vector([])
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = ClusterState()
+        cluster.set_drawn(frozenset({"sm_active", "gr_active", "util"}))
+        source = PromSource(url, cluster, session, PromOptions())
+        await source.refresh()
+        assert "gpu009" not in cluster.nodes, list(cluster.nodes)
+        assert set(source._job_hours) == {"gpu001"}
+        answer_compute[0] = False
+        source._last_budget -= 3600
+        await source.refresh()
+        assert source._job_hours == {}
+
+
 async def test_a_new_gpu_reads_the_recorded_inventory_again_until_the_record_has_it() -> None:
     """With --recorded the inventory's records are up to a minute older than their read:
     a GPU new since, without its total, brings the inventory forward again while the

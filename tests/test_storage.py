@@ -253,3 +253,21 @@ def test_a_write_surge_is_a_minute_held_far_above_the_nodes_own_level() -> None:
     assert "x40 its level (under 100.0 MB/s)" in finding.message, finding.message
     run(40, storm=False)
     assert not surge.conditions(t)
+
+
+def test_a_write_surge_on_a_mount_that_no_longer_reports_is_not_said() -> None:
+    """A mount that stops giving its writes (unmounted, unreadable) does not keep its
+    surge for ever: not known to hold, it is not said."""
+    from tuimon_core.write_surge import STALE_S, WriteSurge
+
+    surge = WriteSurge("gpu001")
+    fs = {"id": "/lustre/scratch", "fstype": "lustre"}
+    t = 0.0
+    for writing in [False] * 120 + [True] * 90:
+        t += 1.0
+        surge.observe([{**fs, "write_bytes_s": 4e9 if writing else 1e6}], t, 1.0)
+    assert surge.conditions(t)
+    for _ in range(int(STALE_S) + 1):
+        t += 1.0
+        surge.observe([], t, 1.0)
+    assert surge.conditions(t) == []

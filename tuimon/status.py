@@ -38,7 +38,7 @@ from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.ui.incident_text import incident_lines
 from tuimon.ui.job_text import job_text
 from tuimon_core import json_text
-from tuimon_core.hostlist import collect_hostlist
+from tuimon_core.hostlist import paste_hostlist
 from tuimon_core.protocol.text import clean_lines
 from tuimon_core.wait_kinds import missed_text, said, said_hours
 from tuimon_core.wording import duration_text, plural
@@ -144,7 +144,7 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
         # The same findings grouped for a person, as the app's diagnosis pane shows them.
         "summary": [{"severity": g.severity, "text": g.text, "since": g.since,
                      # Its nodes as one host list to paste (pdsh, scontrol, the filter).
-                     "hosts": collect_hostlist(sorted(g.nodes)) if g.nodes else None}
+                     "hosts": paste_hostlist(g.nodes)[0] or None}
                     for g in group(findings)],
     }
 

@@ -77,9 +77,10 @@ class Finding:
                 out[name] = value
         if self.nodes:
             out["nodes"] = list(self.nodes)
-            from tuimon_core.hostlist import collect_hostlist
+            from tuimon_core.hostlist import paste_hostlist
 
-            out["hosts"] = collect_hostlist(sorted(self.nodes))  # to paste: gpu[008-015]
+            # To paste: gpu[008-015], the names a shell would read otherwise left out.
+            out["hosts"] = paste_hostlist(self.nodes)[0]
         return out
 
 

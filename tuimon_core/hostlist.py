@@ -149,3 +149,18 @@ def collect_hostlist(names: Iterable[str]) -> str:
         return str(hostlist.collect_hostlist(names))
     except Exception:  # an odd name the library cannot group: list them
         return ",".join(names)
+
+
+# A host name a shell, pdsh and Slurm take as it is: what goes into a host list someone
+# pastes. Node names come from the network; any other is left out (and said so) rather
+# than let `gpu[001-999]` or `a,b` stand for hosts it does not name.
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def paste_hostlist(names: Iterable[str]) -> tuple[str, list[str]]:
+    """(the host list of the plain names, the names left out)."""
+    plain: list[str] = []
+    odd: list[str] = []
+    for name in names:
+        (plain if _PLAIN.fullmatch(name) else odd).append(name)
+    return (collect_hostlist(sorted(set(plain))) if plain else ""), odd

@@ -31,6 +31,8 @@ SURGE_HOLD_S = 60.0
 SURGE_FACTOR = 5.0
 LEVEL_FLOOR = 100e6  # bytes/s
 THAW_S = 1800.0
+HELD_BUCKETS = int(SURGE_HOLD_S / BUCKET_S)
+STALE_S = 2 * BUCKET_S  # no write rate from the mount this long: its surge is not said
 KIND = "storage_surge"
 SCORE = 0.6  # below a leaf's congestion, above a straggler without a cause
 
@@ -39,12 +41,12 @@ SCORE = 0.6  # below a leaf's congestion, above a straggler without a cause
 class _Mount:
     level: deque[float] = field(default_factory=lambda: deque(
         maxlen=int(LEVEL_WINDOW_S / BUCKET_S)))
-    recent: deque[float] = field(default_factory=lambda: deque(
-        maxlen=int(SURGE_HOLD_S / BUCKET_S)))
+    recent: deque[float] = field(default_factory=lambda: deque(maxlen=HELD_BUCKETS))
     bucket_at: float | None = None  # when the open bucket began
     bucket_sum: float = 0.0  # bytes/s x seconds in the open bucket
     bucket_s: float = 0.0
     surge_since: float | None = None
+    seen_at: float = 0.0  # the last sample that gave its write rate
 
 
 class WriteSurge:
@@ -66,6 +68,7 @@ class WriteSurge:
                 if len(self._mounts) >= 64:
                     continue
                 m = self._mounts[f["id"]] = _Mount()
+            m.seen_at = now
             if m.bucket_at is None:
                 m.bucket_at = now
             m.bucket_sum += rate * dt
@@ -90,8 +93,13 @@ class WriteSurge:
 
     def conditions(self, now: float) -> list[Finding]:
         out = []
+        # A mount that no longer gives its writes (unmounted, unreadable) says nothing:
+        # its surge is not known to hold; one gone for the level's window is forgotten.
+        for gone in [k for k, m in self._mounts.items() if now - m.seen_at > LEVEL_WINDOW_S]:
+            del self._mounts[gone]
         for mount, m in self._mounts.items():
-            if m.surge_since is None or len(m.recent) < m.recent.maxlen:  # type: ignore[operator]
+            if m.surge_since is None or len(m.recent) < HELD_BUCKETS \
+                    or now - m.seen_at > STALE_S:
                 continue
             median = statistics.median(m.level) if m.level else 0.0
             level = max(LEVEL_FLOOR, median)

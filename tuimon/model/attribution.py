@@ -72,20 +72,32 @@ def share(seconds: dict[str, float], findings: list[Finding]) -> dict[tuple[str,
     """Seconds waited by kind, shared among `findings` (those that concern the job) by
     their score: (kind, cause) -> seconds; a kind nothing explains goes to `no finding`.
     The viewer's count and the relay ledger's run-long one both share by this."""
-    mine = [f for f in findings if f.score > 0]
-    slow = {f.node for f in mine if f.kind == "straggler" and f.node is not None}
-    mine = [f for f in mine if f.kind == "straggler" or f.node not in slow]
+    mine = _signals(findings)
     out: dict[tuple[str, str], float] = {}
     for kind, waited in seconds.items():
         if waited <= 0:
             continue
-        why = [f for f in mine if explains(kind, f)]
-        total = sum(f.score for f in why)
-        parts = ([(cause_name(f), waited * f.score / total) for f in why]
-                 if why and total > 0 else [(NO_FINDING, waited)])
+        # One weight a cause (the same finding on eight nodes is one cause, not eight),
+        # as the efficiency drop's `likely` weighs them.
+        weights: dict[str, float] = {}
+        for f in mine:
+            if explains(kind, f):
+                name = cause_name(f)
+                weights[name] = max(weights.get(name, 0.0), f.score)
+        total = sum(weights.values())
+        parts = ([(name, waited * w / total) for name, w in weights.items()]
+                 if total > 0 else [(NO_FINDING, waited)])
         for cause, part in parts:
             out[(kind, cause)] = out.get((kind, cause), 0.0) + part
     return out
+
+
+def _signals(findings: list[Finding]) -> list[Finding]:
+    """The findings that can explain lost time (a score), less a straggler's own node's
+    others: the straggler stands for them (its message names them)."""
+    mine = [f for f in findings if f.score > 0]
+    slow = {f.node for f in mine if f.kind == "straggler" and f.node is not None}
+    return [f for f in mine if f.kind == "straggler" or f.node not in slow]
 
 
 def add_causes(into: dict[tuple[str, str], float],
@@ -116,7 +128,7 @@ def likely(shares: Mapping[str, float], findings: list[Finding], job: str,
     on several nodes about one file system is one cause, its nodes as a host list."""
     weights: dict[str, float] = {}
     members: dict[str, set[str]] = {}
-    signals = [f for f in findings if f.score > 0]
+    signals = _signals(findings)
     # Where its ranks run is not known (no rank placed yet): any of them may be it.
     for f in concerning(signals, job, nodes) if nodes else signals:
         weight = f.score * (sum(v for k, v in shares.items() if explains(k, f))

@@ -340,8 +340,7 @@ class JobState:
 
     def short_sli(self, now: float) -> float | None:
         """The SLI of the last minute: as the nodes counted it, else as this viewer did."""
-        reported = self.reported_window(SHORT_S, now)
-        return reported.sli if reported is not None else self.window(SHORT_S, now)[0]
+        return self.sli_window(SHORT_S, now)[0]
 
     def drop_windows(self, now: float) -> tuple[float | None, float | None]:
         """(the SLI of the last minute, of the hour before it) from what this viewer saw,

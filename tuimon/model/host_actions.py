@@ -12,20 +12,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tuimon_core.hostlist import collect_hostlist
+from tuimon_core.hostlist import paste_hostlist
 
-_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _REASON = re.compile(r"[^A-Za-z0-9 ._:,/()+=-]")
 REASON_MOST = 120  # characters of a drain reason (Slurm keeps it in the node's record)
 
 
 def host_list(nodes: Iterable[str]) -> tuple[str, list[str]]:
-    """(the host list of the plain names, the names left out)."""
-    plain: list[str] = []
-    odd: list[str] = []
-    for name in nodes:
-        (plain if _PLAIN.fullmatch(name) else odd).append(name)
-    return (collect_hostlist(sorted(set(plain))) if plain else ""), odd
+    """(the host list of the plain names, the names left out: tuimon_core.hostlist)."""
+    return paste_hostlist(nodes)
 
 
 def drain_command(nodes: Iterable[str], reason: str) -> tuple[str, list[str]]:

@@ -41,7 +41,7 @@ from tuimon_core.protocol.fields import (
 from tuimon_core.protocol.schema import MAX_NUM
 from tuimon_core.protocol.text import clean
 from tuimon_core.timing import JOB_STOPPED_AFTER_S
-from tuimon_core.wait_kinds import OTHER, STOPPED, WAIT_KINDS, split_wait, wait_kind
+from tuimon_core.wait_kinds import OTHER, STOPPED, WAIT_KINDS, rank_kind, split_wait, wait_kind
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,8 @@ SOUND_ROWS = {
     "buckets": _sound(job=_NAME, minute=_WHOLE, total_s=_SUM, effective_s=_SUM,
                       samples=_SUM, rank_s=_SUM),
     "totals": _sound(source=_NAME, job=_NAME, since=_SUM, wall=_SUM, compute=_SUM, at=_SUM,
-                     ranks=_COUNT, run_ranks=_COUNT),
+                     ranks=_COUNT, run_ranks=_COUNT)
+    + " AND (waits IS NULL OR typeof(waits) = 'text')",
     "waits": _sound(job=_NAME, minute=_WHOLE, kind=_NAME, seconds=_SUM),
     "causes": _sound(job=_NAME, hour=_WHOLE, kind=_NAME, cause=_NAME, seconds=_SUM),
     "stops": _sound(job=_NAME, spans=_NAME, cause=_NAME),
@@ -447,8 +448,16 @@ class Ledger:
                     continue
                 self._db.execute(f"CREATE TABLE IF NOT EXISTS damaged_{table} AS "
                                  f"SELECT * FROM {table} WHERE 0")
-                self._db.execute(f"INSERT INTO damaged_{table} SELECT * FROM {table} "
-                                 f"WHERE {bad}")
+                # A damaged_ table an older layout made lacks the columns added since.
+                columns = [r[1] for r in self._db.execute(f"PRAGMA table_info({table})")]
+                kept = {r[1] for r in self._db.execute(
+                    f"PRAGMA table_info(damaged_{table})")}
+                for column in columns:
+                    if column not in kept:
+                        self._db.execute(f"ALTER TABLE damaged_{table} ADD COLUMN {column}")
+                names = ", ".join(columns)
+                self._db.execute(f"INSERT INTO damaged_{table} ({names}) SELECT {names} "
+                                 f"FROM {table} WHERE {bad}")
                 self._db.execute(f"DELETE FROM {table} WHERE {bad}")
                 moved[table] = count
         for table, count in moved.items():
@@ -747,7 +756,7 @@ class Ledger:
             own: dict[str, float] = {}
             for r in entry.get("ranks") or ():
                 for name, seconds in (r.get("waits") or {}).items():
-                    own[wait_kind(name)] = own.get(wait_kind(name), 0.0) + seconds
+                    own[rank_kind(name)] = own.get(rank_kind(name), 0.0) + seconds
             for kind, seconds in now_waits.items():
                 grown = seconds - own.get(kind, 0.0) - before.get(kind, 0.0)
                 if grown > 0:
@@ -1201,14 +1210,14 @@ class Ledger:
 
 
 def _kinds(waits: Any) -> dict[str, float] | None:
-    """A source's cumulative waits by kind (names folded as tuimon_core.wait_kinds does);
-    None where it sent none."""
+    """A source's cumulative waits by kind, folded as a rank's report is (a rank cannot
+    report `stopped`); None where it sent none."""
     if not isinstance(waits, dict):
         return None
     out: dict[str, float] = {}
     for name, seconds in waits.items():
         if isinstance(seconds, (int, float)) and seconds > 0:
-            kind = wait_kind(str(name))
+            kind = rank_kind(name)
             out[kind] = out.get(kind, 0.0) + float(seconds)
     return out
 
@@ -1219,5 +1228,5 @@ def _stored_waits(text: object) -> dict[str, float] | None:
         return None  # NULL, or a value no relay wrote
     try:
         return _kinds(json.loads(text))
-    except ValueError:
+    except (ValueError, RecursionError):
         return None

@@ -275,11 +275,12 @@ class PromSource:
         # error counters' queries in a task of their own (_take_later), whose _Later the
         # next refresh takes up.
         self._beside = False
-        self._budget_names = frozenset(q.budget_queries(self.options.slo_hours)) | \
-            frozenset(q.JOB_HOUR)
-        # node -> job -> the last hour's sums on it (JOB_HOUR), as the last budget read
-        # found them; and a drop judge a node and job, as its agent would keep.
+        self._budget_names = frozenset(q.budget_queries(self.options.slo_hours))
+        # node -> job -> the last hour's sums on it (JOB_HOUR), as the last read that
+        # answered both wall and compute found them, and when (monotonic); and a drop
+        # judge a node and job, as its agent would keep.
         self._job_hours: dict[str, dict[str, dict[str, Any]]] = {}
+        self._job_hours_at: float | None = None
         self._drops: dict[tuple[str, str], DropJudge] = {}
         # node -> (job, rank) -> the fraction of a step its rates counted, not yet sent
         self._step_carry: dict[str, dict[tuple[str, int], float]] = {}
@@ -750,7 +751,8 @@ class PromSource:
     def _goes_beside(self, name: str) -> bool:
         """Is this query asked in the task beside the refreshes (after run()'s first)?"""
         return self._beside and (
-            name in q.INVENTORY_QUERIES or name in self._budget_names or name == "ib_errors"
+            name in q.INVENTORY_QUERIES or name in self._budget_names or name in q.JOB_HOUR
+            or name == "ib_errors"
         ) and (
             # the GPUs known only by a drawn field, when the map first narrows: now
             name != "gpu_drawn" or name in self._inventory_answers)
@@ -954,7 +956,10 @@ class PromSource:
             if n is not None and job:
                 waits = out.setdefault(n.name, {}).setdefault(job, {"waits": {}})["waits"]
                 waits[rank_kind(kind)] = waits.get(rank_kind(kind), 0.0) + value
-        return out
+        # A job's hour only with both its wall and its compute: one alone is no SLI.
+        return {name: kept for name, jobs in out.items()
+                if (kept := {job: h for job, h in jobs.items()
+                             if "wall" in h and "compute" in h})}
 
     def _assemble(self, a: dict[str, Series], resolver: NodeNames) -> dict[str, _Node]:
         nodes: dict[str, _Node] = {}
@@ -1019,14 +1024,20 @@ class PromSource:
                 rates = n.jobs.setdefault(job, {}).setdefault(rank, {})
                 key = f"wait:{rank_kind(kind)}"  # at most the known kinds, whatever comes
                 rates[key] = rates.get(key, 0.0) + value
-        if "hour_wall" in a:
-            self._job_hours = self._hours(a, node)
-            for gone in [k for k in self._drops if k[1] not in self._job_hours.get(k[0], ())]:
-                del self._drops[gone]  # a job gone from the node: its judge with it
+        # Only the nodes the live answers made: the hour's increase still names a node
+        # for an hour after its series stopped, and must not bring it back up.
+        hours = (self._hours(a, lambda labels: nodes.get(resolver.of(labels) or ""))
+                 if "hour_wall" in a and "hour_compute" in a else None)
         # `gpu001.cluster.local` and `gpu001` are one machine.
         for long, short in NodeNames.short_forms(nodes).items():
             _merge(nodes[short], nodes.pop(long))
             self._matchers.setdefault(short, set()).update(self._matchers.pop(long, set()))
+            if hours is not None and long in hours:
+                hours[short] = {**hours.pop(long), **hours.get(short, {})}
+        if hours is not None:
+            self._job_hours, self._job_hours_at = hours, time.monotonic()
+            for gone in [k for k in self._drops if k[1] not in hours.get(k[0], ())]:
+                del self._drops[gone]  # a job gone from the node: its judge with it
         self._fill_active(nodes)
         if len(over) != self.nodes_over:
             self.nodes_over = len(over)
@@ -1397,8 +1408,10 @@ class PromSource:
         last minute from the live rates over [1m] (taken as the whole minute), the last
         hour from JOB_HOUR (covering the run time its ranks counted in it), once read;
         the drop judged from both."""
-        if not ranks:
-            return {}
+        at = self._job_hours_at
+        if not ranks or at is None or \
+                time.monotonic() - at > HOUR_FRESH_EVERY * self.options.budget_every:
+            return {}  # no hour known lately: no windows, the viewer judges its own
         minute: dict[str, Any] = {"s": SHORT_S, "covered": SHORT_S, "wall": 0.0,
                                   "compute": 0.0, "samples": 0, "waits": {}}
         for v in ranks.values():
@@ -1410,8 +1423,8 @@ class PromSource:
                 if k.startswith("wait:"):
                     minute["waits"][k[5:]] = minute["waits"].get(k[5:], 0.0) + w * SHORT_S
         hour = self._job_hours.get(name, {}).get(job)
-        if hour is None:  # not read yet (or too young for an increase): the minute alone
-            return {"windows": [minute]}
+        if hour is None:  # too young for an increase over the hour: the viewer judges
+            return {}
         wall = max(0.0, hour.get("wall", 0.0))
         long = {"s": LONG_S, "covered": min(LONG_S, wall / len(ranks)), "wall": wall,
                 "compute": min(max(0.0, hour.get("compute", 0.0)), wall),
@@ -1618,6 +1631,10 @@ def _budget(a: dict[str, Series], window_hours: float) -> dict[str, dict[str, An
                 e["error_ratio"][w] = min(1.0, max(0.0, value))
     return out
 
+
+# Each node's last hour (JOB_HOUR) stands for this many budget intervals after its read;
+# older (its queries failing since), no node's windows are sent.
+HOUR_FRESH_EVERY = 3
 
 # A GPU's index as its label writes it, read without int() for the usual ones.
 _INDEX = {str(i): i for i in range(1024)}

@@ -404,8 +404,10 @@ class TuimonApp(App[None]):
         screen) and a line of events, with their rules. On a short terminal the map
         gives them this room before it grows (and folds sooner)."""
         storage = self.query_one(StoragePanel).outer_size.height
-        lines = 1 + len(self.query_one(DiagnosisPane).groups)
-        return 4 + storage + 1 + min(lines, self.size.height // 2) + EventsPane.MIN_ROWS
+        strip = max(1, self.query_one(SloStrip).outer_size.height)
+        lines = max(DiagnosisPane.MIN_ROWS - 1, 1 + len(self.query_one(DiagnosisPane).groups))
+        return 3 + strip + storage + 1 + min(lines, self.size.height // 2) + \
+            EventsPane.MIN_ROWS
 
     def _fit_map(self) -> None:
         """Lay the map out again when what the other panes want changed."""

@@ -460,4 +460,9 @@ def _shared_front(names: list[str]) -> int:
     i = 0
     while i < len(first) and first[i] == last[i]:
         i += 1
-    return i
+    # Never into a number (gpu1 and gpu10 are `1` and `10`, not `` and `0`), never a
+    # whole name.
+    i = min(i, min(len(n) for n in names) - 1)
+    while i > 0 and first[i - 1].isdigit():
+        i -= 1
+    return max(0, i)

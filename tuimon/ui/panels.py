@@ -287,11 +287,12 @@ class DiagnosisPane(OptionList):
     then scrolls. `f` focuses it; up and down pick a finding, enter opens its node (or
     filters the map to its leaf); escape goes back to the map."""
 
-    DEFAULT_CSS = """
-    DiagnosisPane { height: auto; max-height: 50%; min-height: 3; border: none;
+    MIN_ROWS = 3  # its rule, its header and a finding
+    DEFAULT_CSS = f"""
+    DiagnosisPane {{ height: auto; max-height: 50%; min-height: {MIN_ROWS}; border: none;
                     border-top: solid $panel; padding: 0; background: $surface; text-wrap: nowrap;
-                    text-overflow: ellipsis; }
-    DiagnosisPane:focus { border: none; border-top: solid $primary; }
+                    text-overflow: ellipsis; }}
+    DiagnosisPane:focus {{ border: none; border-top: solid $primary; }}
     """
     BINDINGS = [Binding("escape", "app.focus_map", "back to the map", id="diagnosis_back"),
                 Binding("c", "copy_hosts", "copy hosts", id="copy_hosts"),
