@@ -161,3 +161,17 @@ async def run_relay_scenario(name: str, ledger_path: Any, *, nodes: int = 32, gp
         for m in sim.members:
             await m.agent.stop()
         ledger.close()
+
+
+def watched_by_app(targets: list[str], options: object):  # type: ignore[no-untyped-def]
+    """The app's `sources`: the agents at `targets` watched for the life of the app."""
+    import asyncio
+
+    from tuimon.sources.agent_stream import watching
+
+    def sources(state: object):  # type: ignore[no-untyped-def]
+        async def run() -> None:
+            async with watching(targets, state, options):  # type: ignore[arg-type]
+                await asyncio.Event().wait()
+        return [run()]
+    return sources

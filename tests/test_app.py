@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 
 from agent.sim.cluster import SimCluster
-from tests.seeded import judged, seeded_cluster
+from tests.seeded import judged, seeded_cluster, watched_by_app
 from tuimon.model.cluster import ClusterState
 from tuimon.model.map_kinds import GLYPHS
 from tuimon.model.storage import StorageView
-from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon.sources.agent_stream import StreamOptions
 from tuimon.ui.app import JUDGE_MAX_TICKS, HelpScreen, TuimonApp
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.node_screen import NodeScreen
@@ -247,13 +247,7 @@ async def test_a_stopped_node_goes_stale_and_comes_back_in_the_app(
         unused_tcp_port_factory) -> None:
     sim = SimCluster(nodes=3, gpus=2, base_port=unused_tcp_port_factory(), interval=0.2)
     cluster = ClusterState("live")
-    options = StreamOptions(min_backoff=0.1, max_backoff=0.3)
-
-    def sources(state: ClusterState):  # type: ignore[no-untyped-def]
-        async def run() -> None:
-            async with watching(sim.targets, state, options):
-                await asyncio.Event().wait()
-        return [run()]
+    sources = watched_by_app(sim.targets, StreamOptions(min_backoff=0.1, max_backoff=0.3))
 
     async with sim:
         app = TuimonApp(cluster, sources=sources, refresh=0.2)

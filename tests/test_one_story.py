@@ -21,9 +21,10 @@ import pytest
 from agent.sim.cluster import SimCluster
 from tests.conftest import run_tuimon
 from tests.peers import require_prometheus, running_prometheus
+from tests.seeded import watched_by_app
 from tuimon.model.cluster import ClusterState
 from tuimon.model.job_report import job_report
-from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon.sources.agent_stream import StreamOptions
 from tuimon.ui.app import TuimonApp
 from tuimon.ui.job_screen import JobScreen
 
@@ -44,13 +45,7 @@ async def test_every_reader_tells_the_same_story_at_the_same_moment(
     scrape = ("  - job_name: tuimon\n    static_configs:\n"
               f"      - targets: {sim.targets!r}\n").replace("'", '"')
     cluster = ClusterState("on-call")
-    options = StreamOptions(min_backoff=0.1, max_backoff=0.3)
-
-    def sources(state: ClusterState):  # type: ignore[no-untyped-def]
-        async def run() -> None:
-            async with watching(sim.targets, state, options):
-                await asyncio.Event().wait()
-        return [run()]
+    sources = watched_by_app(sim.targets, StreamOptions(min_backoff=0.1, max_backoff=0.3))
 
     async with sim:
         with running_prometheus(tmp_path, scrape, every=1.0) as prom:
