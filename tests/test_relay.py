@@ -623,6 +623,52 @@ async def test_a_relay_away_counts_the_run_time_it_missed_from_the_agents_totals
     assert "credited" in ledger_path.with_suffix(".stderr").read_text()
 
 
+async def test_viewers_before_and_after_a_relay_outage_read_the_same_hour(
+        tmp_path: Path, unused_tcp_port_factory) -> None:
+    """One viewer watched before the relay went away and stayed (reconnecting); another
+    opened after it came back. Both say the same 1h SLI, over the same seconds: the
+    hour the job's nodes counted, which neither viewer's own count covers, not two
+    different counts (a leaf's fault in the middle makes any mix-up show)."""
+    ledger_path = tmp_path / "ledger.db"
+    sim = SimCluster(nodes=2, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
+                     scenario="spine-imbalance", fault_at=12.0, nodes_per_leaf=1)
+    port = unused_tcp_port_factory()
+    options = StreamOptions(min_backoff=0.1, max_backoff=0.3)
+    async with sim:
+        relay = await _start_relay(sim.targets, port, ledger_path)
+        try:
+            before = ClusterState()
+            async with watching([], before, options, relays=[f"127.0.0.1:{port}"]):
+                eff_a = EfficiencyView()
+                for _ in range(30):  # it watches through the fault's onset
+                    eff_a.update(before)
+                    await asyncio.sleep(0.5)
+                relay.send_signal(signal.SIGKILL)
+                await asyncio.wait_for(relay.wait(), 30)
+                await asyncio.sleep(3.0)
+                relay = await _start_relay(sim.targets, port, ledger_path)
+                after = ClusterState()
+                async with watching([], after, options, relays=[f"127.0.0.1:{port}"]):
+                    eff_b = EfficiencyView()
+                    await until(lambda: "llm-pretrain" in after.budgets, timeout=20,
+                                what="the budget after the outage")
+                    for _ in range(6):
+                        eff_a.update(before)
+                        eff_b.update(after)
+                        await asyncio.sleep(0.5)
+                    hour_a = eff_a.jobs["llm-pretrain"].sli_window(3600, eff_a.now)
+                    hour_b = eff_b.jobs["llm-pretrain"].sli_window(3600, eff_b.now)
+        finally:
+            if relay.returncode is None:
+                relay.terminate()
+                await asyncio.wait_for(relay.wait(), 30)
+    assert hour_a[0] is not None and hour_b[0] is not None
+    assert abs(hour_a[0] - hour_b[0]) <= 0.01, (hour_a, hour_b)
+    assert abs(hour_a[1] - hour_b[1]) <= 2.0, (hour_a, hour_b)
+    # The nodes' hour (the whole run so far), not the second viewer's few seconds.
+    assert hour_b[1] > 15, hour_b
+
+
 async def test_status_job_through_a_relay_answers_efficiency_from_the_runs_best(
         tmp_path: Path, unused_tcp_port_factory) -> None:
     """A quick check over SSH during a run: `status --relay R --job NAME` answers "did

@@ -228,8 +228,15 @@ class JobState:
         return self.window(seconds, now)[0], self.seen(seconds, now)
 
     def seen(self, seconds: float, now: float) -> float:
-        """Seconds of the last `seconds` this reader's own count covers."""
-        return max(0.0, min(float(seconds), now - self.history[0][0] if self.history else 0.0))
+        """Seconds of the last `seconds` this reader's own count covers: the run time it
+        counted in them, so a gap (its relay away a while) is not taken as seen."""
+        wall = 0.0
+        for ts, w, _, _ in reversed(self.history):
+            if ts < now - seconds:
+                break
+            wall += w
+        ranks = self.run_ranks or self.world or max(1, len(self.rank_last))
+        return max(0.0, min(float(seconds), wall / ranks))
 
     def nodes_window(self, seconds: float, now: float) -> Window | None:
         """The nodes' window that best fits the last `seconds` (reported_fit), where it
