@@ -44,7 +44,7 @@ from typing import Any
 import msgpack
 
 from agent.reporter import MAX_DATAGRAM
-from tuimon_core.efficiency_drop import LONG_S, SHORT_S, DropJudge, judge_windows
+from tuimon_core.efficiency_drop import BURN_SHORT_S, LONG_S, SHORT_S, DropJudge, judge_windows
 from tuimon_core.protocol.fields import WAITS
 from tuimon_core.protocol.text import clean
 from tuimon_core.wait_kinds import add_waits, rank_kind, split_wait
@@ -62,8 +62,10 @@ LOG_EVERY_S = 60.0
 # The windows each job's sums are also sent over (seconds, and how often a point of the
 # history is kept): a viewer that connects now reads the last minute and the last hour
 # of the job at once, as this node saw it, instead of waiting an hour to know (a drop
-# in efficiency is the last minute against the hour before it).
-STEP_WINDOWS: tuple[tuple[float, float], ...] = ((SHORT_S, 1.0), (LONG_S, 10.0))
+# in efficiency is the last minute against the hour before it), and the burn page's
+# five minutes. The minute and the hour come first: the drop is judged from them.
+STEP_WINDOWS: tuple[tuple[float, float], ...] = ((SHORT_S, 1.0), (LONG_S, 10.0),
+                                                 (BURN_SHORT_S, 5.0))
 REFUSALS = ("invalid", "name_too_long", "too_many_jobs", "too_many_ranks", "not_owner",
             "flood")
 _UCRED = struct.Struct("iII")  # struct ucred: pid, uid, gid

@@ -322,9 +322,11 @@ def test_the_node_sends_its_last_minute_and_hour_and_judges_a_drop() -> None:
 
     for _ in range(600):
         job = second(0.9)
-    minute, hour = job["windows"]
-    assert (minute["s"], hour["s"]) == (60.0, 3600.0)
+    minute, hour, five = job["windows"]
+    assert (minute["s"], hour["s"], five["s"]) == (60.0, 3600.0, 300.0)
     assert minute["covered"] == 60.0 and 590 <= hour["covered"] <= 600  # 10 min old
+    # ...and the burn page's five minutes, whole, at the same SLI.
+    assert five["covered"] == 300.0 and five["compute"] / five["wall"] == pytest.approx(0.9)
     assert minute["compute"] / minute["wall"] == pytest.approx(0.9)
     assert "drop" not in job
     since = job["total"]["since"]

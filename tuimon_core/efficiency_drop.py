@@ -17,6 +17,9 @@ from typing import Any
 
 SHORT_S = 60.0  # the last minute
 LONG_S = 3600.0  # against the hour before it
+# The burn page's short window (tuimon.model.slo, `5m`): the nodes send their sums over it
+# too, so a reader that connects now can judge the page as one that watched.
+BURN_SHORT_S = 300.0
 MIN_BEFORE_S = 60.0  # the hour before must hold at least this much to compare with
 DROP_POINTS = 0.10  # the last minute this far below the hour before: a drop
 RECOVER_POINTS = 0.03  # a drop ends once the last minute is back within this of where it was

@@ -25,7 +25,7 @@ from tuimon.model.slo import (
     Slo,
 )
 from tuimon.model.step_credit import JobCredit, StepCredit
-from tuimon_core.efficiency_drop import LONG_S, MIN_BEFORE_S, SHORT_S, Drop
+from tuimon_core.efficiency_drop import BURN_SHORT_S, LONG_S, MIN_BEFORE_S, SHORT_S, Drop
 from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
 from tuimon_core.protocol.overview_layout import busy, busy_percents
 from tuimon_core.timing import JOB_STOPPED_AFTER_S
@@ -97,7 +97,7 @@ class Straggler:
 
 # The windows a job's nodes sum its steps over and send (agent.steps: the last minute,
 # the last hour).
-REPORTED_SPANS = (SHORT_S, LONG_S)
+REPORTED_SPANS = (SHORT_S, BURN_SHORT_S, LONG_S)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,11 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tuimon_core.efficiency_drop import BURN_SHORT_S
 from tuimon_core.wait_kinds import add_waits, split_wait
 from tuimon_core.wording import duration_text
 
-BURN_WINDOWS_S = {"5m": 300, "30m": 1800, "1h": 3600, "6h": 21600, "1d": 86400,
+BURN_WINDOWS_S = {"5m": int(BURN_SHORT_S), "30m": 1800, "1h": 3600, "6h": 21600, "1d": 86400,
                   "3d": 259200}
 
 # Multi-window alerts (long window, short window, share of the budget the long window

@@ -663,7 +663,7 @@ STEP_RANK_FIELDS: tuple[Field, ...] = (
           "`other`; since 2026-12)"),
 )
 STEP_WINDOW_FIELDS: tuple[Field, ...] = (
-    Field("s", Num(above=0, hi=86400), "s", "the window's length (60, 3600)", required=True),
+    Field("s", Num(above=0, hi=86400), "s", "the window's length (60, 3600, 300)", required=True),
     Field("covered", Num(0, 86400), "s", "how much of the window the agent counted the "
           "job (less than `s` when the agent or the job started within it)", required=True),
     Field("wall", RATE, "s", "wall time credited in the window, all ranks on the node",
@@ -693,7 +693,8 @@ STEP_JOB_FIELDS: tuple[Field, ...] = (
     Field("ranks", ListOf(Record("step rank", STEP_RANK_FIELDS), MAX_RANKS), "ranks",
           "per rank sums"),
     Field("windows", ListOf(Record("step window", STEP_WINDOW_FIELDS), 8), "windows",
-          "the node's sums for the job over the last minute and the last hour (below)"),
+          "the node's sums for the job over the last minute, the last hour and the last 5 "
+          "minutes (below)"),
     Field("total", Record("step totals", STEP_TOTAL_FIELDS), "totals",
           "the node's cumulative sums for the job (below)"),
     Field("drop", Record("step drop", STEP_DROP_FIELDS), "drop",
