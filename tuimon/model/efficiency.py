@@ -151,6 +151,10 @@ class JobState:
     # family's `windows` and `drop`).
     reported: dict[str, tuple[float, dict[float, Window], Drop | None]] = field(
         default_factory=dict)
+    # The nodes' sums by (window, now), as reported_window added them: every figure of a
+    # tick reads them (a few windows each, over thousands of nodes); emptied when the
+    # nodes' reports change (EfficiencyView.update).
+    summed: dict[tuple[float, float], Window | None] = field(default_factory=dict)
     # Waiting counted but not yet put down to a cause, by kind (run seconds: updates
     # between two judgements add up), and what the viewer has put the waiting down to so
     # far: (kind, cause) -> run seconds (tuimon.model.attribution).
@@ -286,6 +290,15 @@ class JobState:
     def reported_window(self, seconds: float, now: float) -> Window | None:
         """The job's sums over the last `seconds` as its nodes counted them, added over the
         nodes that reported lately; None unless each of them sent that window."""
+        key = (seconds, now)
+        if key in self.summed:
+            return self.summed[key]
+        if len(self.summed) > 64:
+            self.summed.clear()
+        out = self.summed[key] = self._sum_reported(seconds, now)
+        return out
+
+    def _sum_reported(self, seconds: float, now: float) -> Window | None:
         covered = math.inf
         wall = compute = 0.0
         samples = 0
@@ -426,6 +439,8 @@ class EfficiencyView:
         # its simulated clock and a replay its recording's, so windows keep their meaning.
         now = self._wall()
         self.now = now
+        for state in self.jobs.values():
+            state.summed.clear()  # the nodes' reports change below
         sums: dict[str, JobCredit] = {}
         busy_sum = busy_n = 0
         for node in cluster.nodes.values():
