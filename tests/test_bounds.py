@@ -327,9 +327,9 @@ async def test_a_prometheus_answer_over_the_bound_is_refused_in_bounded_memory(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer larger than MAX_ANSWER_BYTES (a quarter of a gigabyte took 11 GB to
     parse) is read no further than the bound: the refresh fails with the reason."""
-    from tuimon.sources import prometheus
+    from tuimon.sources import prom_client, prometheus
 
-    monkeypatch.setattr(prometheus, "MAX_ANSWER_BYTES", 2 << 20)
+    monkeypatch.setattr(prom_client, "MAX_ANSWER_BYTES", 2 << 20)
     big = b'{"status":"success","data":{"resultType":"vector","result":[' + b" " * (
         6 << 20) + b"]}}"
     runner, url = await _prom_server([big])
@@ -458,9 +458,9 @@ async def test_prometheus_naming_more_nodes_than_shown_is_a_finding(
     from tuimon.model.diagnosis import Diagnosis
     from tuimon.model.efficiency import EfficiencyView
     from tuimon.model.storage import StorageView
-    from tuimon.sources import prometheus
+    from tuimon.sources import prom_assembly, prometheus
 
-    monkeypatch.setattr(prometheus, "MAX_NODES", 200)
+    monkeypatch.setattr(prom_assembly, "MAX_NODES", 200)
     answers = {"many": _hosts_answer(300), "few": _hosts_answer(100)}
     which = ["many"]
 

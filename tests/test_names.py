@@ -14,23 +14,25 @@ from prometheus_client.parser import text_string_to_metric_families
 from agent.metrics import make_registry, render
 from agent.sim.fake_nvml import FakeGpu, FakeNvml
 from tests.conftest import make_agent
-from tuimon.model.cluster import ClusterState
 from tuimon.sources import prom_queries as q
+from tuimon.sources.prom_assembly import Assembler
+from tuimon.sources.prom_inventory import read_inventory
 from tuimon.sources.prom_nodes import NodeNames
-from tuimon.sources.prometheus import PromOptions, PromSource
 from tuimon_core.protocol.fields import GPU_FIELDS, HOST_FIELDS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
-def _assembled(source: PromSource, answers: dict[str, list[tuple[dict[str, str], float]]],
-               resolver: NodeNames | None = None) -> dict[str, Any]:
+def _assembled(answers: dict[str, list[tuple[dict[str, str], float]]],
+               resolver: NodeNames | None = None, detail: frozenset[str] = frozenset(),
+               assembler: Assembler | None = None) -> dict[str, Any]:
     """The nodes one refresh makes of these answers (the inventory's kept, as a refresh
-    keeps them)."""
+    keeps them), with no server: the assembler alone."""
     resolver = resolver or NodeNames()
-    source._inventory_answers = {n: s for n, s in answers.items() if n in q.INVENTORY_QUERIES}
-    source._kept = source._read_inventory(resolver)
-    return source._assemble(answers, resolver)
+    kept = read_inventory({n: s for n, s in answers.items() if n in q.INVENTORY_QUERIES},
+                          resolver)
+    return (assembler or Assembler()).assemble(answers, resolver, clock=0.0, kept=kept,
+                                                detail=detail).nodes
 
 
 def _series(text: str) -> list[tuple[dict[str, str], float]]:
@@ -65,8 +67,7 @@ def test_what_the_agent_exports_tuimon_prom_reads_back_as_the_same_values(
     answers = {"gpu": [(lab, v) for lab, v in series if lab["__name__"] in q.TUIMON_GPU],
                "host": [(lab, v) for lab, v in series if lab["__name__"] in q.HOST]}
     answers["gpu_info"] = answers["gpu"]
-    source = PromSource("http://unused", ClusterState(), None, PromOptions())  # type: ignore[arg-type]
-    nodes = _assembled(source, answers)
+    nodes = _assembled(answers)
     back = nodes["node-a"]
     checked = 0
     for f in GPU_FIELDS:
@@ -128,12 +129,6 @@ def _dcgm(host: str, name: str, gpu: int, value: float) -> tuple[dict[str, str],
              "instance": f"{host}:9400"}, value)
 
 
-def _source(detail: set[str] = frozenset()) -> PromSource:  # type: ignore[assignment]
-    cluster = ClusterState()
-    cluster.set_detail(detail)
-    return PromSource("http://unused", cluster, None, PromOptions())  # type: ignore[arg-type]
-
-
 def test_a_nodes_screen_open_counts_its_summed_fields_once() -> None:
     """Retired pages are single- plus double-bit retirements: with the node's screen open
     its every series comes in the detail answer as well as in the sparse one; counted
@@ -144,8 +139,8 @@ def test_a_nodes_screen_open_counts_its_summed_fields_once() -> None:
                "gpu_sparse": retired,
                "gpu_detail": [_dcgm("gpu001", "DCGM_FI_DEV_GPU_TEMP", 0, 60), *retired]}
     for detail in (set(), {"gpu001"}):
-        nodes = _assembled(_source(detail), {k: v for k, v in answers.items()
-                                             if detail or k != "gpu_detail"})
+        nodes = _assembled({k: v for k, v in answers.items() if detail or k != "gpu_detail"},
+                           detail=frozenset(detail))
         assert nodes["gpu001"].gpus[0]["retired_pages"] == 3, detail
 
 
@@ -158,7 +153,7 @@ def test_health_counters_a_node_exports_start_from_zero() -> None:
                                     1, 3)],
                "gpu_exported": [({"__name__": "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL",
                                   "Hostname": "gpu001", "instance": "gpu001:9400"}, 1.0)]}
-    nodes = _assembled(_source(), answers)
+    nodes = _assembled(answers)
     assert [g.get("nvlink_recovery_errors") for g in nodes["gpu001"].gpus.values()] == [0, 3]
     assert "nvlink_recovery_errors" not in nodes["gpu002"].gpus[0]  # not exported there
 
@@ -167,7 +162,7 @@ def test_the_kept_inventory_brings_back_no_gpu_that_has_gone() -> None:
     answers = {"gpu": [_dcgm("gpu001", "DCGM_FI_DEV_GPU_TEMP", 0, 60)],
                "gpu_slow": [_dcgm("gpu001", "DCGM_FI_DEV_POWER_MGMT_LIMIT", i, 700)
                             for i in range(2)] + [_dcgm("gone", "DCGM_FI_DEV_PSTATE", 0, 0)]}
-    nodes = _assembled(_source(), answers)
+    nodes = _assembled(answers)
     assert set(nodes) == {"gpu001"} and list(nodes["gpu001"].gpus) == [0]
     assert nodes["gpu001"].gpus[0]["power_limit"] == 700
 
@@ -175,17 +170,17 @@ def test_the_kept_inventory_brings_back_no_gpu_that_has_gone() -> None:
 def test_a_merged_node_keeps_the_matchers_that_fetch_its_screen() -> None:
     """dcgm-exporter says `gpu001.cluster.local`, node_exporter's uname `gpu001`: one
     node, and its screen's detail query still selects the exporter's series."""
-    source = _source({"gpu001"})
+    assembler = Assembler()
     resolver = NodeNames()
     fqdn = _dcgm("gpu001.cluster.local", "DCGM_FI_DEV_GPU_TEMP", 0, 60)
     answers = {"gpu": [fqdn], "gpu_info": [fqdn],
                "host": [({"__name__": "node_load1", "instance": "10.0.0.1:9100"}, 1.0)],
                "uname": [({"instance": "10.0.0.1:9100", "nodename": "gpu001"}, 1.0)]}
     resolver.learn_uname(answers["uname"])
-    nodes = _assembled(source, answers, resolver)
+    nodes = _assembled(answers, resolver, frozenset({"gpu001"}), assembler)
     assert set(nodes) == {"gpu001"}
-    assert source._matchers["gpu001"] == {'Hostname="gpu001.cluster.local"'}
-    detail = q.detail_query(source._matchers["gpu001"], "")
+    assert assembler.matchers["gpu001"] == {'Hostname="gpu001.cluster.local"'}
+    detail = q.detail_query(assembler.matchers["gpu001"], "")
     assert detail is not None and 'Hostname="gpu001.cluster.local"' in detail
 
 
@@ -203,10 +198,9 @@ def test_an_exporters_own_memory_total_wins_over_the_one_summed() -> None:
     answers = {"gpu": [_dcgm("gpu001", "DCGM_FI_DEV_FB_USED", 0, 1000),
                        _dcgm("gpu002", "DCGM_FI_DEV_FB_USED", 0, 1000)],
                "gpu_total": [made], "gpu_slow": [own]}
-    source = _source()
-    nodes = _assembled(source, answers)
+    nodes = _assembled(answers)
     assert nodes["gpu001"].gpus[0]["mem_total"] == 81559 * 2**20
     answers.pop("gpu_slow")
-    assert _assembled(source, answers)["gpu001"].gpus[0]["mem_total"] == \
+    assert _assembled(answers)["gpu001"].gpus[0]["mem_total"] == \
         81000 * 2**20
     assert "mem_total" not in nodes["gpu002"].gpus[0]

@@ -233,8 +233,8 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
                     views[recorded, drawn] = _view(cluster)
                     # The inventory read from its records: none lacked what its
                     # query finds.
-                    assert not source._said_unrecorded
-                    assert not recorded or all(source._answered_by_record.values())
+                    assert not source.records.said_unrecorded
+                    assert not recorded or all(source.records.answered_by_record.values())
                     failures = cluster.scrape_failures
                     assert any("127.0.0.10:1" in reason for _, reason in failures.values())
                     if drawn is not None:  # a node's screen opened: its ports' rates
@@ -248,7 +248,7 @@ async def test_recorded_reads_the_same_cluster_as_the_queries(tmp_path: Path) ->
                         assert source._later is not None
                         await source._later
                         await source.refresh()
-                        assert source._ports_read[here], recorded
+                        assert source.reader.assembler.ports.read[here], recorded
     finally:
         stop.set()
     assert {"gpu-k8s-07", "msxf-hpc-64-35-ai", "127.0.0.9", here} <= set(views[True, None])

@@ -30,6 +30,7 @@ from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.slo import LedgerBurn, Slo
 from tuimon.model.storage import StorageView
 from tuimon.sources import prom_queries
+from tuimon.sources.prom_client import PromClient
 from tuimon.sources.prom_live_rules import NAME_LABEL, live_rules_yaml, record_name
 from tuimon.sources.prometheus import PromOptions, PromSource, prom_watching
 
@@ -456,9 +457,9 @@ async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_cha
     from tuimon_core.heat_levels import NO_DATA
 
     asked: list[str] = []
-    original = PromSource.query
+    original = PromClient.query
 
-    async def query(self: PromSource, promql: str,  # type: ignore[no-untyped-def]
+    async def query(self: PromClient, promql: str,  # type: ignore[no-untyped-def]
                     name: str | None = None):
         asked.append(promql)
         return await original(self, promql, name)
@@ -485,7 +486,7 @@ async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_cha
     async with dcgm_exporter() as dcgm:
         with prometheus(tmp_path, [dcgm]) as url:
             await _until_series(url, "DCGM_FI_DEV_POWER_USAGE", 3)
-            PromSource.query = query  # type: ignore[method-assign]
+            PromClient.query = query  # type: ignore[method-assign]
             try:
                 app = TuimonApp(cluster, sources=sources, refresh=0.2)
                 async with app.run_test(size=(120, 30)) as pilot:
@@ -512,4 +513,4 @@ async def test_the_app_asks_the_maps_cells_it_draws_and_asks_again_when_they_cha
                     await pilot.pause(2.0)
                     assert len(asked) == refreshes
             finally:
-                PromSource.query = original  # type: ignore[method-assign]
+                PromClient.query = original  # type: ignore[method-assign]

@@ -236,14 +236,18 @@ def _gpu_node_tree(tmp: Path) -> tuple[Path, threading.Event]:
     return root, stop
 
 
-@need_peers
-async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
+@contextlib.asynccontextmanager
+async def real_scrapes_in_prometheus(tmp: Path) -> AsyncIterator[tuple[str, str, str]]:
+    """A real Prometheus scraping the real dcgm-exporter captures (each a target of its
+    own) and a real node_exporter on a /sys tree of real files, once every target has
+    been scraped: (its URL, this host's name (the L4's Hostname, node_exporter's
+    uname), the broken capture's address)."""
     here = os.uname().nodename  # node_exporter's node_uname_info{nodename}
     kops = real("dcgm_v4_l4_kops.prom").replace('Hostname="i-030791dc5a37cd257"',
                                                 f'Hostname="{here}"')
     a800 = real("dcgm_v3_a800_mig_2g20gb.prom")
     a800_clean = _without_family(a800, "DCGM_FI_DEV_VGPU_PER_PROCESS_UTILIZATION")
-    tree, stop = _gpu_node_tree(tmp_path)
+    tree, stop = _gpu_node_tree(tmp)
     try:
         async with contextlib.AsyncExitStack() as stack:
             serve = stack.enter_async_context
@@ -268,21 +272,31 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
                     ("dcgm-k8s", lower, {"kubernetes_node": "gpu-k8s-07"}),
                     ("dcgm-docker", container, {}), ("self", selfonly, {}),
                     ("dcgm-lke", linode, {}), ("dcgm-v2", podname, {})]
-            url = stack.enter_context(prometheus_scraping(tmp_path, jobs))
+            url = stack.enter_context(prometheus_scraping(tmp, jobs))
             await _until(url, "up == 1", 8)
             await _until(url, "up{job='dcgm-broken'} == 0", 1)
             await _until(url, "rate(node_mountstats_nfs_direct_read_bytes_total[1m]) > 0", 1)
             await _until(url, "node_filesystem_size_bytes", 2)
-            cluster = ClusterState()
-            async with aiohttp.ClientSession() as session:
-                source = PromSource(url, cluster, session, PromOptions(every=1.0))
-                await source.refresh()
-                # What only a node's screen shows comes while it is open.
-                assert cluster.nodes[here].sample.gpus[0].get("pcie_tx") is None
-                cluster.set_detail({here, "msxf-hpc-64-35-ai", "127.0.0.9"})
-                await source.refresh()
+            yield url, here, broken
     finally:
         stop.set()
+
+
+# The nodes whose screen the test opens, for their every value (the detail query).
+DETAIL = ("msxf-hpc-64-35-ai", "127.0.0.9")
+
+
+@need_peers
+async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
+    async with real_scrapes_in_prometheus(tmp_path) as (url, here, broken):
+        cluster = ClusterState()
+        async with aiohttp.ClientSession() as session:
+            source = PromSource(url, cluster, session, PromOptions(every=1.0))
+            await source.refresh()
+            # What only a node's screen shows comes while it is open.
+            assert cluster.nodes[here].sample.gpus[0].get("pcie_tx") is None
+            cluster.set_detail({here, *DETAIL})
+            await source.refresh()
 
     names = set(cluster.nodes)
     # One machine, one node: the GPUs (dcgm, Hostname) and the IB port and NFS mounts

@@ -193,9 +193,9 @@ async def test_a_multi_tenant_store_gets_the_tenant_asked_for() -> None:
         async with aiohttp.ClientSession() as session:
             plain = PromSource(url, ClusterState(), session, PromOptions())
             with pytest.raises(PromError, match="refused \\(401\\): no org id"):
-                await plain.query("up")
+                await plain.client.query("up")
             tenant = PromSource(url, ClusterState(), session, PromOptions(tenant="team-a"))
-            assert await tenant.query("up") == []
+            assert await tenant.client.query("up") == []
     finally:
         await runner.cleanup()
 
@@ -434,11 +434,11 @@ async def test_a_node_named_only_by_the_hours_increase_is_not_brought_back() -> 
         source = PromSource(url, cluster, session, PromOptions())
         await source.refresh()
         assert "gpu009" not in cluster.nodes, list(cluster.nodes)
-        assert set(source._job_hours) == {"gpu001"}
+        assert set(source.reader.frames.hours) == {"gpu001"}
         answer_compute[0] = False
         source._last_budget -= 3600
         await source.refresh()
-        assert source._job_hours == {}
+        assert source.reader.frames.hours == {}
 
 
 async def test_a_new_gpu_reads_the_recorded_inventory_again_until_the_record_has_it() -> None:
@@ -491,7 +491,8 @@ async def test_a_new_gpu_reads_the_recorded_inventory_again_until_the_record_has
         source._last_inventory -= INVENTORY_SOONEST_S + 1
         await source.refresh()
         assert reads[0] == 5
-        source._lacking_since = {k: t - 61 for k, t in source._lacking_since.items()}
+        lacking = source.reader.inventory.lacking_since
+        source.reader.inventory.lacking_since = {k: t - 61 for k, t in lacking.items()}
         for _ in range(3):
             source._last_inventory -= INVENTORY_SOONEST_S + 1
             await source.refresh()
@@ -1237,7 +1238,7 @@ async def test_recorded_refreshes_read_each_evaluation_once_it_is_stored_whole()
 
     async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
         _, source = await _standing_source(url, session)
-        assert set(source._probes) == {"gpu_busy", "ib_wait"}
+        assert set(source.records.probes) == {"gpu_busy", "ib_wait"}
 
         async def reads(count: int) -> list[bool]:
             out = []
@@ -1312,7 +1313,8 @@ async def test_a_port_whose_state_was_read_is_active_unless_the_live_query_says_
         assert state() == "ACTIVE"
         await source.refresh()  # between two reads of the counters
         assert state() == "ACTIVE"
-        source._ports_read_at -= 31  # the counters' read failing since: two intervals
+        # the counters' read failing since: two intervals
+        source.reader.assembler.ports.read_at -= 31
         await source.refresh()
         assert state() is None  # unknown, not ACTIVE on an old word
         down[0] = True

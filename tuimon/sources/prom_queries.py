@@ -34,20 +34,21 @@ import re
 from collections.abc import Iterable
 
 from tuimon.model.slo import BURN_WINDOWS_S
-from tuimon_core.filesystems import SHARED_FSTYPES as SHARED
+from tuimon_core.filesystems import SHARED_FSTYPES
 from tuimon_core.heat_levels import BUSY_FIELDS
 from tuimon_core.protocol.fields import (
     CLOCK_EVENT_REASONS,
     DISK_COUNTERS_READ,
     FS_COUNTERS_READ,
     GPU_FIELDS,
+    GPU_INFO_METRIC,
+    GPU_UP_METRIC,
     HOST_FIELDS,
     MIB,
-    PORT_ACTIVE,
     PORT_COUNTERS_READ,
     PORT_ERROR_COUNTERS,
     PORT_GAUGE_METRICS,
-    PORT_LINK_UP,
+    PORT_HEALTHY,
     PORT_UNREADABLE_METRIC,
     Counter,
 )
@@ -61,8 +62,8 @@ Mapping = dict[str, tuple[str, float, bool]]
 FB_TOTAL = "tuimon:dcgm_fb_total"
 
 TUIMON_GPU: Mapping = {f.exposed: (f.key, 1.0, False) for f in GPU_FIELDS if f.exposed}
-TUIMON_GPU.update({"tuimon_gpu_up": ("_up", 1.0, False),
-                   "tuimon_gpu_sm_clock_max_hertz": ("_max_sm_clock", 1.0, False)})
+TUIMON_GPU.update({GPU_UP_METRIC: ("_up", 1.0, False),
+                   GPU_INFO_METRIC["max_sm_clock"]: ("_max_sm_clock", 1.0, False)})
 DCGM_GPU: Mapping = {d.name: (f.key, d.scale, d.add) for f in GPU_FIELDS for d in f.dcgm}
 DCGM_GPU.update({
     "DCGM_FI_DEV_FB_FREE": ("_fb_free", MIB, False),
@@ -97,9 +98,6 @@ PORT_READ_SERIES: dict[str, bool] = {name: name == ours for key, ours, theirs, _
                                      in PORT_GAUGE_METRICS if key == "state"
                                      for name in (ours, theirs)}
 
-# A port's states when healthy: the live queries ask only the ports in others.
-PORT_HEALTHY = {"state": PORT_ACTIVE, "phys_state": PORT_LINK_UP}
-
 # dcgm-exporter's clock-event (throttle) bit mask, as NVML names the bits.
 THROTTLE_BITS = dict(CLOCK_EVENT_REASONS)
 
@@ -114,7 +112,7 @@ PORT_ERROR_SERIES: dict[str, tuple[str, bool]] = {
 # File systems worth showing from node_filesystem (capacity, and the mount point of an
 # NFS export, which node_exporter's mountstats metrics do not carry).
 # A regex in a PromQL string literal: `fuse\.weka`, its backslash escaped again.
-SHARED_FSTYPES = "|".join(re.escape(t).replace("\\", "\\\\") for t in sorted(SHARED))
+SHARED_FSTYPES_RE = "|".join(re.escape(t).replace("\\", "\\\\") for t in sorted(SHARED_FSTYPES))
 
 
 def _names(table: Iterable[str]) -> str:
@@ -295,8 +293,8 @@ LIVE_QUERIES: dict[str, str] = {
     "fs_write": f"irate({FS_COUNTERS_READ[1].metric}_total{{{{{{mm}}}}}}[1m]) or "
                 + _nfs("write"),
     "nfs_mounts": "node_mountstats_nfs_mountpoint_info{{{mm}}}",
-    "fs_size": 'node_filesystem_size_bytes{{fstype=~"' + SHARED_FSTYPES + '"{m}}}',
-    "fs_avail": 'node_filesystem_avail_bytes{{fstype=~"' + SHARED_FSTYPES + '"{m}}}',
+    "fs_size": 'node_filesystem_size_bytes{{fstype=~"' + SHARED_FSTYPES_RE + '"{m}}}',
+    "fs_avail": 'node_filesystem_avail_bytes{{fstype=~"' + SHARED_FSTYPES_RE + '"{m}}}',
     "disk_read": _counter(DISK_COUNTERS_READ[0]),
     "disk_write": _counter(DISK_COUNTERS_READ[1]),
     "job_wall": "rate(tuimon_job_wall_seconds_total{{{mm}}}[1m])",
