@@ -11,10 +11,13 @@ import pytest
 from agent.sim.cluster import SimCluster
 from tests.seeded import judged, seeded_cluster, watched_by_app
 from tuimon.model.cluster import ClusterState
+from tuimon.model.diagnosis import Diagnosis
+from tuimon.model.judge_config import JudgeConfig
+from tuimon.model.judgement import JUDGE_MAX_TICKS, Judgement
 from tuimon.model.map_kinds import GLYPHS
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions
-from tuimon.ui.app import JUDGE_MAX_TICKS, HelpScreen, TuimonApp
+from tuimon.ui.app import HelpScreen, TuimonApp
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.node_screen import NodeScreen
 from tuimon.ui.panels import EventsPane
@@ -27,8 +30,15 @@ async def make_app(nodes: int = 16) -> TuimonApp:
     storage = StorageView(provisioned)
     storage.update(cluster)
     diagnosis, _ = judged(cluster, topology, storage)  # as if watched for a few seconds
-    return TuimonApp(cluster, topology=topology, refresh=3600, clock_text=lambda: "12:00:00",
-                     provisioned=provisioned, diagnosis=diagnosis)
+    judgement = judging(cluster, diagnosis, JudgeConfig(topology=topology,
+                                                        provisioned=provisioned))
+    return TuimonApp(cluster, judgement=judgement, refresh=3600, clock_text=lambda: "12:00:00")
+
+
+def judging(cluster: ClusterState, diagnosis: Diagnosis,
+            config: JudgeConfig | None = None) -> Judgement:
+    """The app's judgement, its diagnosis one that has already watched the cluster."""
+    return replace((config or JudgeConfig()).judgement(cluster), diagnosis=diagnosis)
 
 
 def line_text(view: HeatmapView, y: int) -> str:
@@ -290,7 +300,7 @@ def test_snapshot_node_screen(snap_compare, size: tuple[int, int]) -> None:  # t
 
 
 def test_control_characters_in_names_are_escaped() -> None:
-    from tuimon.ui.markup import safe
+    from tuimon.text.markup import safe
 
     shown = safe("evil\x1b[2Jnode\x07")
     assert "\x1b" not in shown and "\x07" not in shown
@@ -524,7 +534,7 @@ async def test_findings_grouped_and_opened_from_the_diagnosis_pane() -> None:
     for m in sim.members[1:18]:
         cluster.mark_stale(m.target, "connection refused")
     diagnosis, _ = judged(cluster)
-    app = TuimonApp(cluster, refresh=3600, diagnosis=diagnosis)
+    app = TuimonApp(cluster, refresh=3600, judgement=judging(cluster, diagnosis))
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         pane = app.query_one("#diagnosis")
@@ -553,7 +563,7 @@ async def test_the_picked_findings_host_list_is_copied_and_its_drain_command_sho
     cluster.apply_hello(evil, replace(cluster.nodes[evil].hello, node="x;reboot"))
     cluster.mark_stale(evil, "connection refused")
     diagnosis, _ = judged(cluster)
-    app = TuimonApp(cluster, refresh=3600, diagnosis=diagnosis)
+    app = TuimonApp(cluster, refresh=3600, judgement=judging(cluster, diagnosis))
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         pane = app.query_one("#diagnosis")
@@ -616,9 +626,9 @@ async def test_a_cluster_too_large_to_judge_every_tick_is_judged_less_often_and_
         await pilot.pause(1.5)
         (fs, *_) = app.storage.filesystems.values()
         judgements = len(fs.read_hist)
-        assert app.judge_every > app.refresh_every
+        assert app.pace.every > app.refresh_every
         # whole ticks, and never past the cap (one stall must not stop it for minutes)
-        per = app.judge_every / app.refresh_every
+        per = app.pace.every / app.refresh_every
         assert abs(per - round(per)) < 1e-6 and per <= JUDGE_MAX_TICKS
         assert 1 <= judgements < ticks / 2, (judgements, ticks)
         assert "judged every" in str(app.query_one("#header").render())
@@ -818,7 +828,7 @@ async def test_the_history_screen_lists_the_relays_incidents_and_opens_one(
     the leaf; `1` asks for the last 6 hours."""
     import time
 
-    from tuimon.cli import _history
+    from tuimon.commands.connect import history
     from tuimon.relay import Relay, RelayConfig
     from tuimon.relay.ledger import Ledger
     from tuimon.ui.history_screen import HistoryScreen
@@ -845,7 +855,7 @@ async def test_the_history_screen_lists_the_relays_incidents_and_opens_one(
     app = await make_app(16)
     async with sim, Relay(RelayConfig(targets=sim.targets, listen="127.0.0.1:0",
                                       ledger=path)) as relay:
-        app.history = _history([f"127.0.0.1:{relay.port}"], StreamOptions())
+        app.history = history([f"127.0.0.1:{relay.port}"], StreamOptions())
         async with app.run_test(size=(160, 40)) as pilot:
             await pilot.press("H")
             screen = app.screen

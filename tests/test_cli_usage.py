@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import tuimon.cli
+import tuimon.commands.status
 from tuimon.cli import build_parser
 from tuimon.config import cluster_defaults, load, set_cluster_defaults
 from tuimon_core.version import __version__
@@ -120,19 +121,19 @@ def test_a_host_list_of_100000_agents_is_taken_but_said() -> None:
     import contextlib
     import io
 
-    from tuimon.cli import _connect_options
+    from tuimon.commands.connection import connect_options
 
     args = build_parser().parse_args(["connect", "gpu[1-100000]:9477"])
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        targets, _, _ = _connect_options(args)
+        targets, _, _ = connect_options(args)
     assert len(targets) == 100_000
     assert "watching 100,000 agents directly" in err.getvalue()
     assert "relay" in err.getvalue() and args.notes  # the app says it on screen too
     args = build_parser().parse_args(["connect", "gpu[1-64]:9477"])
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        _connect_options(args)
+        connect_options(args)
     assert err.getvalue() == ""
 
 
@@ -146,7 +147,7 @@ def test_a_bug_keeps_its_traceback(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(args: object) -> int:
         raise KeyError("a bug, not a usage error")
 
-    monkeypatch.setattr(tuimon.cli, "_status", broken)
+    monkeypatch.setattr(tuimon.commands.status, "run", broken)
     with pytest.raises(KeyError):
         tuimon.cli.main(["status", "127.0.0.1:1"])
 

@@ -104,7 +104,7 @@ async def test_a_hostile_node_behind_a_relay_is_refused_field_by_field_never_a_c
     the app (both maps, the node's screen), `tuimon status` and a replay of the
     recording. Each wrong frame is that node's refusal naming the field; markup is drawn
     as text; the honest node is up throughout; no part of any front end fails."""
-    from tuimon.model.slo import Slo
+    from tuimon.model.judge_config import JudgeConfig
     from tuimon.relay import Relay, RelayConfig
     from tuimon.sources.recording import RecordingWriter, read_recording
     from tuimon.status import run_status
@@ -161,8 +161,7 @@ async def test_a_hostile_node_behind_a_relay_is_refused_field_by_field_never_a_c
                     assert text in node_screen, text
 
                 code = await run_status([], StreamOptions(), relays=[relay_target], watch=0,
-                                        topology={}, provisioned={}, slo=Slo(0.9, 720.0),
-                                        baselines={}, as_json=False, name="s")
+                                        config=JudgeConfig(), as_json=False, name="s")
                 out = capsys.readouterr().out
                 assert code in (0, 1, 2) and "Traceback" not in out, out
     finally:
@@ -342,7 +341,7 @@ async def test_status_says_unknown_on_an_internal_error_never_a_traceback(
     """A rule that raises makes `status` print the internal error and exit 3 (unknown,
     the check failed), not end with a traceback and 1."""
     from tuimon.model import diagnosis
-    from tuimon.model.slo import Slo
+    from tuimon.model.judge_config import JudgeConfig
     from tuimon.status import run_status
 
     def broken(self: Any, cluster: Any) -> list[Any]:
@@ -352,8 +351,7 @@ async def test_status_says_unknown_on_an_internal_error_never_a_traceback(
     agent = make_agent(proc_root, FakeNvml(2), interval=0.2)
     async with serve(agent) as server:
         code = await run_status([f"{server.host}:{server.port}"], StreamOptions(), watch=0,
-                                topology={}, provisioned={}, slo=Slo(0.9, 720.0), baselines={},
-                                as_json=False, name="s")
+                                config=JudgeConfig(), as_json=False, name="s")
     out = capsys.readouterr().out
     assert code == 3, out
     assert out.startswith("UNKNOWN") and "internal error in the congestion rules" in out

@@ -24,6 +24,7 @@ from tests.peers import require_prometheus, running_prometheus
 from tests.seeded import watched_by_app
 from tuimon.model.cluster import ClusterState
 from tuimon.model.job_report import job_report
+from tuimon.model.judge_config import JudgeConfig
 from tuimon.sources.agent_stream import StreamOptions
 from tuimon.ui.app import TuimonApp
 from tuimon.ui.job_screen import JobScreen
@@ -50,8 +51,9 @@ async def test_every_reader_tells_the_same_story_at_the_same_moment(
     async with sim:
         with running_prometheus(tmp_path, scrape, every=1.0) as prom:
             topo = ("--topology", str(topology))
+            leaves = {m.name: sim.leaf_of(m.index) for m in sim.members}
             app = TuimonApp(cluster, sources=sources, refresh=1.0,
-                            topology={m.name: sim.leaf_of(m.index) for m in sim.members})
+                            judgement=JudgeConfig(topology=leaves).judgement(cluster))
             async with app.run_test(size=(200, 50)) as pilot:
                 # 40 s into the fault: the drop is judged (the minute before it and more
                 # counted healthy on every path), the leaf's congestion held.

@@ -29,11 +29,12 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tuimon.model.cluster import STATES, ClusterState
+from tuimon.model.cluster import ClusterState
 from tuimon.model.judge_config import JudgeConfig
 from tuimon.model.judgement import Judgement
 from tuimon.sources.prometheus import PromOptions, PromSource, prom_watching
 from tuimon_core.findings import Finding
+from tuimon_core.node_states import STATES
 from tuimon_core.serving.finding_metrics import finding_families
 from tuimon_core.serving.guard import guard_of
 from tuimon_core.serving.metrics import connection_metrics, metrics_response

@@ -21,13 +21,13 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from tuimon.model.cluster import ClusterState
-from tuimon.model.diagnosis import Diagnosis, Finding, sort_key, unreached
+from tuimon.model.diagnosis import Finding, sort_key, unreached
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.finding_groups import group
 from tuimon.model.job_report import job_report
+from tuimon.model.judge_config import JudgeConfig
 from tuimon.model.judgement import Judgement
-from tuimon.model.slo import Slo, coverage_text
-from tuimon.model.storage import StorageView
+from tuimon.model.slo import coverage_text
 from tuimon.snapshot_waits import (
     FIRST_VERDICT_S,
     HOLD_WAIT_S,
@@ -35,10 +35,11 @@ from tuimon.snapshot_waits import (
     STEPS_WAIT_S,
 )
 from tuimon.sources.agent_stream import StreamOptions, watching
-from tuimon.ui.incident_text import incident_lines
-from tuimon.ui.job_text import job_text
+from tuimon.text.incident_text import incident_lines
+from tuimon.text.job_text import job_text
 from tuimon_core import json_text
 from tuimon_core.hostlist import paste_hostlist
+from tuimon_core.node_states import CONNECTING, DOWN, STALE, UNKNOWN, UP
 from tuimon_core.protocol.text import clean_lines
 from tuimon_core.wait_kinds import missed_text, said, said_hours
 from tuimon_core.wording import duration_text, plural
@@ -76,7 +77,7 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
            worst_seen: str) -> dict[str, Any]:
     now = eff.now
     # Down means lost: a node never reached is counted apart (connecting or refused).
-    counts = {"up": 0, "stale": 0, "down": 0, "unknown": 0, "unreached": 0}
+    counts = {UP: 0, STALE: 0, DOWN: 0, UNKNOWN: 0, "unreached": 0}
     for n in cluster.nodes.values():
         counts["unreached" if n.last_seen is None else n.status] += 1
     hottest = []
@@ -157,10 +158,10 @@ def onset_text(since: float, now: float) -> str:
 
 def format_text(r: dict[str, Any]) -> str:
     n = r["nodes"]
-    extra = (f" / {n['unknown']} unknown" if n.get("unknown") else "") + (
+    extra = (f" / {n[UNKNOWN]} unknown" if n.get(UNKNOWN) else "") + (
         f" / {n['unreached']} never reached" if n.get("unreached") else "")
-    lines = [f"{r['status'].upper()}: nodes {n['up']} up / {n['stale']} stale / "
-             f"{n['down']} down{extra}, {r['gpus']} GPUs; hottest: "
+    lines = [f"{r['status'].upper()}: nodes {n[UP]} up / {n[STALE]} stale / "
+             f"{n[DOWN]} down{extra}, {r['gpus']} GPUs; hottest: "
              f"{', '.join(r['hottest_gpus']) or '-'}"]
     for name, j in r["jobs"].items():
         sli = (f"{j['sli_1m']:.2f}"
@@ -205,19 +206,17 @@ def format_text(r: dict[str, Any]) -> str:
 
 
 async def run_status(targets: list[str], options: StreamOptions, *, watch: float,
-                     relays: list[str] | None = None,
-                     topology: dict[str, str], provisioned: dict[str, float], slo: Slo,
-                     baselines: dict[str, float], as_json: bool, name: str,
-                     cpu_nodes: frozenset[str] = frozenset(),
+                     relays: list[str] | None = None, config: JudgeConfig, as_json: bool,
+                     name: str,
                      feed: Callable[[ClusterState], AbstractAsyncContextManager[Any]] | None
                      = None, job: str | None = None) -> int:
-    """`feed`: how the model is kept up to date (Prometheus); else the agents and relays
+    """`config`: what the cluster is judged with (the model builds the judgement).
+    `feed`: how the model is kept up to date (Prometheus); else the agents and relays
     given, watched directly. `job`: print that job's document (its screen's) instead of
     the cluster's; the exit code is the cluster's all the same."""
     cluster = ClusterState(name)
-    eff = EfficiencyView(slo, baselines)
-    storage = StorageView(provisioned)
-    judge = Judgement(cluster, storage, eff, Diagnosis(topology, cpu_nodes=cpu_nodes))
+    judge = config.judgement(cluster)
+    eff = judge.efficiency
     worst = "ok"
     seen: dict[tuple[object, ...], Finding] = {}  # every finding of the watch
     source = (feed(cluster) if feed is not None else
@@ -291,7 +290,7 @@ async def first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
                 counted[n.target] = counted.get(n.target, 0) + 1
         eff.update(cluster)  # takes the pending sums: counted above, credited here
         reporting = [n for n in cluster.nodes.values()
-                     if n.status == "up" and n.sample is not None and "steps" in n.sample.extra]
+                     if n.status == UP and n.sample is not None and "steps" in n.sample.extra]
         # Nobody reporting yet may be a long first step: wait for it, within the bound.
         if reporting and all(counted.get(n.target, 0) >= 2 for n in reporting):
             return
@@ -328,7 +327,7 @@ async def settle(judge: Judgement) -> None:
 
 def _unreached(cluster: ClusterState, final: bool) -> list[Finding]:
     """At the end, nodes still connecting were never reached either: down, with why."""
-    waiting = [n for n in cluster.nodes.values() if n.status == "connecting"]
+    waiting = [n for n in cluster.nodes.values() if n.status == CONNECTING]
     if not final or not waiting:
         return []
     for n in waiting:

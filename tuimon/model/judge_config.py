@@ -142,7 +142,8 @@ class JudgeConfig:
     def judgement(self, cluster: ClusterState,
                   wall: Callable[[], float] | None = None, **diagnosis: Any) -> Judgement:
         """A judgement of `cluster` on the clock `wall` (Unix time: a replay's or the
-        demo's own where given)."""
+        demo's own where given): the one builder of every front end's (the app's,
+        status's, a readout's, the relay's, `prom --serve`'s)."""
         clock = wall or time.time
         return Judgement(cluster, StorageView(self.provisioned),
                          EfficiencyView(self.slo, self.baselines, wall=clock,

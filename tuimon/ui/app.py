@@ -23,24 +23,19 @@ from textual.filter import LineFilter
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Input, Static
 
-from tuimon.app_log import current_log_path
 from tuimon.model.cluster import ClusterState
-from tuimon.model.diagnosis import Diagnosis, Finding
-from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.diagnosis import Finding
 from tuimon.model.guard import Guard
-from tuimon.model.job_report import job_nodes
-from tuimon.model.judgement import Judgement
+from tuimon.model.judge_config import JudgeConfig
+from tuimon.model.judgement import Judgement, JudgePace, marked_nodes
 from tuimon.model.map_kinds import FABRIC_MAP, GPU_MAP
-from tuimon.model.slo import Slo
-from tuimon.model.storage import StorageView
-from tuimon.model.view_state import FilterError, ViewState
-from tuimon.sources.recording import ReplayControl
+from tuimon.model.view_state import FilterError, ReplayControl, ViewState
+from tuimon.text.markup import safe
 from tuimon.ui.ascii_screen import AsciiScreen, locale_is_ascii
 from tuimon.ui.fleet_screen import FleetScreen
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.history_screen import History, HistoryScreen
 from tuimon.ui.job_screen import JobScreen
-from tuimon.ui.markup import safe
 from tuimon.ui.node_screen import NodeScreen
 from tuimon.ui.palette import palette_commands
 from tuimon.ui.panels import (
@@ -55,6 +50,8 @@ from tuimon.ui.text_screen import TextScreen
 from tuimon.ui.theme_files import DEFAULT_THEME, heat_variable_defaults, load_themes
 from tuimon_core import heap
 from tuimon_core.hostlist import collect_hostlist, expand_hostlist
+from tuimon_core.logs import current_log_path
+from tuimon_core.node_states import UP
 
 HELP = """\
 [b]tuimon[/b]: the whole cluster, live
@@ -112,14 +109,6 @@ REPLAY_HELP = """
   [ ]               a minute back / ahead   + -  faster / slower"""
 
 DRAW_EVERY_S = 0.5  # map lines of nodes with new samples, between the 1 Hz judgements
-# At most this share of wall time on the judgement (measured, smoothed): at 16,384 nodes
-# a judgement took ~0.4 s, and at one a second it held samples back (p95 past 2 s).
-JUDGE_SHARE = 0.10
-JUDGE_MAX_TICKS = 10
-# With nothing new from any node (a source that refreshes every few seconds, such as
-# Prometheus), the judgement waits for new data, but never longer than this: holds,
-# ages and burn windows move on with time alone.
-QUIET_JUDGE_S = 5.0
 # Keys that act on the map: not while another screen (a node, the help) is up.
 MAP_ACTIONS = frozenset({"switch_map", "sort", "reverse_sort", "filter", "clear_filter",
                          "next_job", "focus_diagnosis", "fleet"})
@@ -174,8 +163,9 @@ class TuimonApp(App[None]):
     TITLE = "tuimon"
     CSS = """
     Screen { layout: vertical; }
-    /* The map as tall as its rows (up to 70%), the diagnosis the rest: no blank map
-       rows above a clipped list of findings. */
+    /* The map as tall as its rows (up to half the screen, heatmap.MAP_SHARE, and no
+       more than the panes below leave: HeatmapView.row_budget), the diagnosis the
+       rest: no blank map rows above a clipped list of findings. */
     #maps { height: auto; }
     .hidden { display: none; }
     /* NO_COLOR: no colour at all is sent, so what colour marked is marked by style. */
@@ -217,16 +207,13 @@ class TuimonApp(App[None]):
 
     def __init__(self, cluster: ClusterState, *,
                  sources: Callable[[ClusterState], list[Coroutine[Any, Any, None]]] | None = None,
-                 theme: str | None = None, topology: dict[str, str] | None = None,
-                 provisioned: dict[str, float] | None = None, refresh: float = 1.0,
-                 clock_text: Callable[[], str] | None = None, slo: Slo | None = None,
-                 baselines: dict[str, float] | None = None,
-                 flops_per_sample: dict[str, float] | None = None,
-                 wall: Callable[[], float] | None = None,
-                 diagnosis: Diagnosis | None = None,
-                 cpu_nodes: frozenset[str] = frozenset(),
+                 theme: str | None = None, judgement: Judgement | None = None,
+                 refresh: float = 1.0, clock_text: Callable[[], str] | None = None,
                  ascii_only: bool | None = None, notes: list[str] | None = None,
                  history: History | None = None) -> None:
+        """`judgement`: the cluster's, as the model builds it (JudgeConfig.judgement: its
+        topology, provisioned throughput, SLO, baselines, CPU nodes and clock); none
+        given, one with none of them."""
         # NO_COLOR (no-color.org): no colour at all. Textual's own answer sends its
         # colours as 256-colour greys unless the colours are the terminal's (ANSI): so
         # the terminal's, which its NO_COLOR filter then drops altogether.
@@ -243,26 +230,22 @@ class TuimonApp(App[None]):
         self.history = history
         self._make_sources = sources
         self._tasks: list[asyncio.Task[None]] = []
-        self.view = ViewState(topology=dict(topology or {}), cpu_nodes=cpu_nodes)
-        self.storage = StorageView(provisioned)
-        # `wall`: the clock windows are kept on; the demo passes its simulated one.
-        self.efficiency = EfficiencyView(slo, baselines, flops_per_sample=flops_per_sample,
-                                         wall=wall if wall is not None else time.time)
+        self.cluster_watch = (judgement if judgement is not None
+                              else JudgeConfig().judgement(cluster))
+        self.storage = self.cluster_watch.storage
+        self.efficiency = self.cluster_watch.efficiency
+        self.diagnosis = self.cluster_watch.diagnosis
+        self.view = ViewState(topology=dict(self.diagnosis.topology),
+                              cpu_nodes=self.diagnosis.cpu_nodes)
         self.job_index = 0
-        self.diagnosis = diagnosis or Diagnosis(topology, cpu_nodes=cpu_nodes,
-                                                wall=wall if wall is not None else time.time)
-        self.cluster_watch = Judgement(cluster, self.storage, self.efficiency, self.diagnosis)
         # Panes and maps that failed (a bug): shown, logged, and the rest goes on.
         self.ui_guard = Guard()
         self._told_errors: set[str] = set()
         self.refresh_every = refresh
         # The judgement (ages, aggregates, diagnosis) reads every node: beyond a few
-        # thousand it runs less often than the map is drawn, so that it takes at most
-        # JUDGE_SHARE of the time and the loop stays free for samples and keys.
-        self.judge_every = refresh
-        self._judged_at = -math.inf
-        self._judged_version = -1  # the cluster's version the last judgement saw
-        self._judge_cost: float | None = None
+        # thousand it runs less often than the map is drawn, so that the loop stays free
+        # for samples and keys (the model's pace).
+        self.pace = JudgePace(quiet=self.quiet_judging)
         self._ticked_at = -math.inf
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()
@@ -355,35 +338,23 @@ class TuimonApp(App[None]):
             return  # shutting down: the timers outlive the screen's widgets
         start = time.perf_counter()
         guard = self.ui_guard
-        # Every tick while judging is cheap (it always is below a few thousand nodes).
-        judged = self.judge_every <= self.refresh_every or \
-            start - self._judged_at >= self.judge_every - self.refresh_every / 2
-        if judged and self.quiet_judging and self.cluster.version == self._judged_version \
-                and start - self._judged_at < QUIET_JUDGE_S - self.refresh_every / 2:
-            judged = False  # nothing new since the last judgement
+        version = self.cluster.version
+        judged = self.pace.due(start, self.refresh_every, version)
         if judged:
-            self._judged_version = self.cluster.version
             findings = guard.run("the judgement", self.cluster_watch.update,
                                  self.diagnosis.findings)
-            faults = guard.run("the map's fault marks", lambda: self._faults(findings), {})
+            faults = guard.run("the map's fault marks",
+                               lambda: marked_nodes(findings, self.view.topology), {})
             for view in self.query(HeatmapView):
                 view.faults = faults
-            took = time.perf_counter() - start
-            self._judged_at = start
-            self._judge_cost = took if self._judge_cost is None else \
-                0.7 * self._judge_cost + 0.3 * took
-            # Whole ticks (it runs on one), and never so rarely that ages and findings
-            # go stale after one stall (a swap storm, a stopped process).
-            ticks = min(JUDGE_MAX_TICKS, math.ceil(self._judge_cost / JUDGE_SHARE /
-                                                   self.refresh_every - 1e-9))
-            self.judge_every = self.refresh_every * max(1, ticks)
+            self.pace.judged(start, version, time.perf_counter() - start, self.refresh_every)
         self._ticked_at = time.perf_counter()
         guard.run("the map", self._redraw_maps, None)
         width, compact = self.size.width, self.size.height < 32
         guard.run("the header", lambda: self.query_one(HeaderBar).update_from(
             self.cluster, self.active_map.folded, width,
             self.clock_text() if self.clock_text else None,
-            judged_every=self.judge_every if self.judge_every > self.refresh_every else None),
+            judged_every=self.pace.slowed(self.refresh_every)),
             None)
         guard.run("the legend", self._update_legend, None)
         if judged:
@@ -436,29 +407,13 @@ class TuimonApp(App[None]):
                         markup=False)
         self._told_errors = set(errors)
 
-    def _faults(self, findings: list[Finding]) -> dict[str, str]:
-        """Nodes the diagnosis names (a leaf's finding names its nodes), worst severity
-        each, from the findings' fields."""
-        by_leaf: dict[str, list[str]] = {}
-        for node, leaf in self.view.topology.items():
-            by_leaf.setdefault(leaf, []).append(node)
-        out: dict[str, str] = {}
-        for f in findings:
-            if f.severity == "info":
-                continue
-            names = list(f.nodes) or ([f.node] if f.node else by_leaf.get(f.leaf or "", []))
-            for name in names:
-                if out.get(name) != "critical":
-                    out[name] = f.severity
-        return out
-
     def _update_legend(self) -> None:
         heat = self.active_map
         node = heat.current
         cursor = "no node selected"
         if node is not None:
             cursor = f"[b]{safe(node.name, 30)}[/b] {node.status}"
-            if node.status != "up" and node.reason:
+            if node.status != UP and node.reason:
                 age = node.age()
                 cursor += f" {age:.0f}s: {safe(node.reason, 60)}" if age else \
                     f": {safe(node.reason, 60)}"
@@ -531,7 +486,7 @@ class TuimonApp(App[None]):
     def show_job_nodes(self, job: str) -> None:
         """The map filtered to the nodes a job's ranks report from."""
         state = self.efficiency.jobs.get(job)
-        names = job_nodes(state) if state is not None else []
+        names = sorted(state.nodes()) if state is not None else []
         if not names:
             self.notify(f"job {safe(job, 40)}: no node reports its steps now", timeout=3)
             return
@@ -601,11 +556,11 @@ class TuimonApp(App[None]):
         self.push_screen(HelpScreen(self.help_extra))
 
     help_extra = ""
-    # Skip a tick's judgement while nothing new came (QUIET_JUDGE_S).
+    # Skip a tick's judgement while nothing new came (the model's JudgePace).
     quiet_judging = True
 
     def on_resize(self) -> None:
-        self._judged_version = -1  # the panes are fit to the width when judged: now
+        self.pace.changed()  # the panes are fit to the width when judged: now
 
     def on_heatmap_view_opened(self, message: HeatmapView.Opened) -> None:
         self.push_screen(NodeScreen(self.cluster, message.node, self._findings))
@@ -645,8 +600,7 @@ class TuimonApp(App[None]):
             self.job_index = sorted(self.efficiency.jobs).index(job)
             self.query_one(SloStrip).update_from(self.size.width, self.efficiency,
                                                  self.job_index)
-            names = sorted({node for node, _ in
-                            self.efficiency.jobs[job].rank_where.values()})
+            names = sorted(self.efficiency.jobs[job].nodes())
             if names:
                 self.view.show_names(names, f"job {job}")
         else:
