@@ -293,7 +293,7 @@ def test_safe_text_cannot_break_the_markup_around_it(text: str, width: int) -> N
     escaped, with nothing unprintable left."""
     from textual.markup import to_content
 
-    from tuimon.ui.markup import safe
+    from tuimon.text.markup import safe
     from tuimon_core.protocol.text import clean as printable
 
     shown = to_content(f"[b]node[/b] [red]{safe(text, width)}[/] [b]end[/b]").plain

@@ -31,7 +31,7 @@ from tuimon.relay import Relay, RelayConfig
 from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger
 from tuimon.relay.report import report_document
-from tuimon.ui.job_text import job_text
+from tuimon.text.job_text import job_text
 from tuimon.ui.report_html import report_html
 from tuimon.ui.report_markdown import report_markdown
 from tuimon.ui.report_parts import when_text

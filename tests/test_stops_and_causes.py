@@ -17,7 +17,7 @@ from tuimon.model.job_report import job_report
 from tuimon.model.slo import Slo
 from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import RETURN_S, STOP_AFTER_S, Ledger
-from tuimon.ui.job_text import job_text
+from tuimon.text.job_text import job_text
 from tuimon_core.findings import Finding
 from tuimon_core.findings_family import findings_to_wire
 from tuimon_core.protocol import Hello, Sample, decode, encode

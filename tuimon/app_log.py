@@ -3,8 +3,8 @@
 Warnings (a node's bad frame, a relay that speaks for what it may not) and internal
 errors with their tracebacks go to `$XDG_STATE_HOME/tuimon/tuimon.log` (by default
 `~/.local/state/tuimon/tuimon.log`, kept under 2 x 5 MiB) or `--log-file`; the app says
-where when something is worth reading there. `--once`, `--plain`, `status` and the relay
-log to standard error as before.
+where when something is worth reading there (it asks tuimon_core.logs.current_log_path).
+`--once`, `--plain`, `status` and the relay log to standard error as before.
 """
 
 from __future__ import annotations
@@ -43,11 +43,3 @@ def log_to_file(path: str | None) -> Path | None:
     root.addHandler(handler)
     root.setLevel(logging.WARNING)
     return target
-
-
-def current_log_path() -> str | None:
-    """The file the app logs to now, if any (for a message that points there)."""
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, RotatingFileHandler):
-            return handler.baseFilename
-    return None

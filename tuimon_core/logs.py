@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from logging.handlers import RotatingFileHandler
 from typing import Any
 
 from tuimon_core.protocol.text import clean, clean_lines
@@ -70,3 +71,12 @@ def log_to_stderr(level: str = "warning") -> None:
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+
+
+def current_log_path() -> str | None:
+    """The file the program logs to now, if any (tuimon.app_log's, where the full-screen
+    app logs): for a message that points there."""
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, RotatingFileHandler):
+            return handler.baseFilename
+    return None

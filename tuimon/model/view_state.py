@@ -1,7 +1,12 @@
-"""Which nodes a view shows, in which order: filter, sort, topology groups.
+"""What a view holds and tells, owned by the model: which nodes it shows, in which order
+(ViewState: filter, sort, topology groups); what it wants of the sources (ViewWants: the
+nodes it looks at closely, the fields its map draws), the one thing a view writes to the
+model's ClusterState; and a replay's controls (ReplayControl: the player's keys set them,
+the replay task obeys them).
 
 Plain Python, so the app's behaviour (filter by regex, sort by metric, group by leaf)
-is tested without a screen.
+is tested without a screen. The views read the model and write to it only through these
+(tests/test_boundaries.py holds them to it).
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.map_kinds import GPU_MAP, NO_DATA, HeatMetric, MapKind
@@ -16,6 +22,32 @@ from tuimon_core.hostlist import TargetError, expand_hostlists
 from tuimon_core.protocol.overview_layout import who
 
 _HOSTLIST = re.compile(r"\[[0-9,\-]+\]")
+
+
+class ViewWants(Protocol):
+    """What a view tells the model it shows, so the sources take no more than it draws:
+    ClusterState implements it (its `detail_targets` and `drawn` are what the sources
+    read, its listeners tell them). The node screen says which node it looks at; the app
+    says what its map draws. Everything else a view does with the model is a read."""
+
+    def set_detail(self, targets: set[str] | frozenset[str]) -> None:
+        """Take these nodes whole from now on, and the rest as overviews."""
+
+    def set_drawn(self, fields: frozenset[str] | None) -> None:
+        """The sample fields the maps draw from now on (None: every field)."""
+
+
+@dataclass
+class ReplayControl:
+    """A replay's controls, shared between the replay task (tuimon.sources.recording,
+    which obeys them) and the player's keys (tuimon.ui.app.ReplayApp, which sets them):
+    the command that replays makes one and gives it to both."""
+
+    speed: float = 1.0
+    paused: bool = False
+    position: float = 0.0  # seconds into the recording
+    seek_to: float | None = None
+    step_once: bool = False
 
 
 class FilterError(ValueError):

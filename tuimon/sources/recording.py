@@ -25,8 +25,10 @@ from typing import Any
 
 import msgpack
 
-from tuimon.model.cluster import STATES, ClusterState
+from tuimon.model.cluster import ClusterState
+from tuimon.model.view_state import ReplayControl  # the model's: the player sets it
 from tuimon_core.errors import UsageError
+from tuimon_core.node_states import STATES
 from tuimon_core.protocol import MAX_MESSAGE_BYTES, Batch, ProtocolError, Subscribe, decode
 from tuimon_core.protocol.fields import BUDGET, JUDGEMENT, MAX_STR
 from tuimon_core.protocol.schema import ListOf, MapOf, Str
@@ -207,17 +209,6 @@ def _checked_call(method: str, raw: bytes) -> list[Any]:
         else:
             out.append(kind.check(value, where))
     return out
-
-
-@dataclass
-class ReplayControl:
-    """Shared between the replay task and the app: pause, step and seek."""
-
-    speed: float = 1.0
-    paused: bool = False
-    position: float = 0.0  # seconds into the recording
-    seek_to: float | None = None
-    step_once: bool = False
 
 
 def apply_call(cluster: ClusterState, method: str, raw: bytes) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual.binding import Binding
 
 from tuimon.model.cluster import ClusterState
-from tuimon.ui.markup import safe
+from tuimon.text.markup import safe
 from tuimon.ui.text_screen import TextScreen
 from tuimon_core.fleet import fleet_table, hellos_of
 from tuimon_core.hostlist import collect_hostlist

@@ -38,6 +38,7 @@ from tuimon.model.map_kinds import (
     fold,
 )
 from tuimon.model.view_state import ViewState
+from tuimon_core.node_states import DOWN, STALE
 from tuimon_core.protocol.text import clean
 
 NAME_W = 12
@@ -392,7 +393,7 @@ class HeatmapView(ScrollView, can_focus=True):
     @staticmethod
     def _lost_style(node: NodeState) -> str:
         """Down is drawn struck; stale and unknown (behind a lost relay) as old data."""
-        return "down" if node.status == "down" else "stale"
+        return DOWN if node.status == DOWN else STALE
 
     def _glyph(self, node: NodeState, level: int) -> str:
         if node.old_data:

@@ -17,9 +17,9 @@ from textual.screen import ModalScreen
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
-from tuimon.ui.incident_text import cost_text, span_text
-from tuimon.ui.markup import safe
-from tuimon.ui.severity import severity_style
+from tuimon.text.incident_text import cost_text, span_text
+from tuimon.text.markup import safe
+from tuimon.text.severity import severity_style
 from tuimon_core.wording import duration_text
 
 History = Callable[[float], Awaitable[list[dict[str, Any]]]]

@@ -10,8 +10,8 @@ from textual.binding import Binding
 
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.job_report import job_report
-from tuimon.ui.job_text import job_text
-from tuimon.ui.markup import safe
+from tuimon.text.job_text import job_text
+from tuimon.text.markup import safe
 from tuimon.ui.text_screen import TextScreen
 from tuimon_core.findings import Finding
 

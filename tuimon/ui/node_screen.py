@@ -15,18 +15,28 @@ from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.diagnosis import Finding
 from tuimon.model.guard import Guard
 from tuimon.model.map_kinds import gpu_busy, gpu_health
-from tuimon.ui.markup import safe
-from tuimon.ui.severity import severity_style
-from tuimon.ui.sparkline import sparkline
-from tuimon_core.protocol.fields import PORT_ACTIVE
+from tuimon.model.view_state import ViewWants
+from tuimon.text.markup import safe
+from tuimon.text.severity import severity_style
+from tuimon.text.sparkline import sparkline
+from tuimon_core.node_states import DOWN, STALE, UNKNOWN, UP
+from tuimon_core.protocol.fields import port_down
+from tuimon_core.protocol.row_access import (
+    disk_rows,
+    filesystem_rows,
+    host_row,
+    port_info_rows,
+    port_rows,
+)
+from tuimon_core.protocol.rows import GpuRow, PortInfoRow, ProcessRow
 from tuimon_core.units import rate, size
 
 
-def _f(v: object, fmt: str = "{:.0f}", scale: float = 1.0) -> str:
-    return "-" if v is None else fmt.format(v / scale)  # type: ignore[operator]
+def _f(v: float | None, fmt: str = "{:.0f}", scale: float = 1.0) -> str:
+    return "-" if v is None else fmt.format(v / scale)
 
 
-def _process(p: dict[str, object], width: int) -> str:
+def _process(p: ProcessRow, width: int) -> str:
     """One process on a GPU: pid, user, GPU memory, its job or pod, then the command."""
     owner = "-"
     if p.get("job"):
@@ -43,7 +53,7 @@ def _process(p: dict[str, object], width: int) -> str:
     return f"{head} {safe(str(p.get('command') or '-'), room)}"
 
 
-def _links(g: dict[str, Any], info: Any) -> str:
+def _links(g: GpuRow, info: Any) -> str:
     """`Gen5 x16/5x16  18/18`: the GPU's PCIe link now and at most (an idle GPU may run
     lower), its NVLinks up of all; a link below its most while busy is marked."""
     gen, width = g.get("pcie_gen"), g.get("pcie_width")
@@ -68,6 +78,8 @@ class NodeScreen(Screen[None]):
                  findings: Callable[[], list[Finding]] = list) -> None:
         super().__init__()
         self.cluster = cluster
+        # What the screen tells the model (the one thing a view does): the node it shows.
+        self.wants: ViewWants = cluster
         self.node = node
         # What the diagnosis holds now: a port's errors over its window, not only the
         # latest sample's increments (read one sample in five).
@@ -89,23 +101,23 @@ class NodeScreen(Screen[None]):
     def on_mount(self) -> None:
         # Every value of this node from now on, not just its overview: the sources switch
         # its subscription (directly, or through the relay that carries it).
-        self.cluster.set_detail({self.node.target})
+        self.wants.set_detail({self.node.target})
         self.refresh_view()
         self.set_interval(1.0, self.refresh_view)
 
     def on_unmount(self) -> None:
-        self.cluster.set_detail(set())
+        self.wants.set_detail(set())
 
     def refresh_view(self) -> None:
         n = self.node
-        status = {"up": "$success", "stale": "$warning", "down": "$error",
-                  "unknown": "$warning"}.get(
+        status = {UP: "$success", STALE: "$warning", DOWN: "$error",
+                  UNKNOWN: "$warning"}.get(
             n.status, "$foreground")
         age = n.age()
         title = f"[b]{safe(n.name, 40)}[/b]  [{status}]{n.status}[/]  {safe(n.target, 40)}"
         self.query_one("#node-title", Static).update(title)
         why = self.query_one("#node-why", Static)
-        if n.status == "up":
+        if n.status == UP:
             why.display = False
         else:
             # Why it is not up, first and in full: what an on-call engineer came for.
@@ -157,10 +169,11 @@ class NodeScreen(Screen[None]):
                          "overview): the next sample brings them[/]")
         sources: set[str] = set()
         for i in range(len(n.hello.gpus)):
-            g = values[i] if i < len(values) else {}
+            g: GpuRow = values[i] if i < len(values) else {}
             hist = n.busy_history(i)
-            if g.get("failed"):
-                lines.append(f" {i:>2} [$error]FAILED: {safe(g['failed'], 100)}[/]")
+            failed = g.get("failed")
+            if failed:
+                lines.append(f" {i:>2} [$error]FAILED: {safe(failed, 100)}[/]")
                 continue
             health = gpu_health(g)
             mark = "[$error]!![/]" if health == 1.0 else "[$warning]! [/]" if health else "  "
@@ -183,9 +196,9 @@ class NodeScreen(Screen[None]):
                 row += f"  {_f(g.get('procs')):>5}"
             lines.append(row)
             for m in g.get("mig") or ():
-                active = " ".join(f"{label} {m[key] * 100:.0f}%" for key, label in (
-                    ("sm_active", "SM"), ("gr_active", "engine"), ("tensor_active", "tensor"))
-                    if isinstance(m.get(key), (int, float)))
+                active = " ".join(f"{label} {x * 100:.0f}%" for x, label in (
+                    (m.get("sm_active"), "SM"), (m.get("gr_active"), "engine"),
+                    (m.get("tensor_active"), "tensor")) if isinstance(x, (int, float)))
                 lines.append(
                     f"      MIG {m.get('gi')} {safe(str(m.get('profile') or '?'), 10):<10} "
                     f"mem {_f(m.get('mem_used'), '{:.1f}', 2**30)}/"
@@ -204,8 +217,8 @@ class NodeScreen(Screen[None]):
         n = self.node
         if n.detail is None or n.hello is None:
             return ""
-        info = {p["id"]: p for p in n.hello.extra.get("ports") or ()}
-        ports = (n.detail.extra.get("fabric") or {}).get("ports") or []
+        info = {p["id"]: p for p in port_info_rows(n.hello)}
+        ports = port_rows(n.detail)
         if not ports:
             return f"[b]fabric[/b]  no ports: {safe(n.hello.extra.get('fabric_status') or '-', 80)}"
         lines = ["[b]fabric[/b]  port        state     rate       tx          rx        "
@@ -218,17 +231,18 @@ class NodeScreen(Screen[None]):
                     prefix) else f.message
                 held.setdefault(f.port, []).append(text)
         for p in ports:
-            i = info.get(p["id"], {})
+            i: PortInfoRow = info.get(p["id"]) or {}
             errs = ", ".join(f"{safe(k, 30)} +{v}" if v is not None else f"{safe(k, 30)} ?"
                              for k, v in (p.get("errors_inc") or {}).items())
             if p["id"] in held:
                 errs = "; ".join([errs] * bool(errs) + [
                     f"[$warning]{safe(t, 120)}[/]" for t in held[p["id"]]])
-            if p.get("saturated"):
-                errs += f" [$warning]saturated: {safe(', '.join(p['saturated']), 80)}[/]"
-            state = p.get("state")  # none: not asked (Prometheus asks only ports not up)
-            state_color = ("$success" if state == PORT_ACTIVE else
-                           "$foreground" if state is None else "$error")
+            saturated = p.get("saturated")
+            if saturated:
+                errs += f" [$warning]saturated: {safe(', '.join(saturated), 80)}[/]"
+            # No state: not asked (Prometheus asks only the ports not up).
+            state_color = ("$error" if port_down(p.get("state"), p.get("phys_state")) else
+                           "$foreground" if p.get("state") is None else "$success")
             lines.append(
                 f"        {safe(p['id'], 12):<12} "
                 f"[{state_color}]{safe(p.get('state_name') or '-', 8):<8}[/]"
@@ -240,19 +254,17 @@ class NodeScreen(Screen[None]):
         n = self.node
         if n.detail is None:
             return ""
-        st = n.detail.extra.get("storage") or {}
         lines = ["[b]file systems[/b]  mount                 type    read        write       "
                  "used / size"]
-        for fs in st.get("filesystems") or []:
-            used = (f"{size(fs['size'] - fs['free'])} / {size(fs['size'])}"
-                    if fs.get("size") and fs.get("free") is not None else
+        for fs in filesystem_rows(n.detail):
+            total, free, error = fs.get("size"), fs.get("free"), fs.get("error")
+            used = (f"{size(total - free)} / {size(total)}" if total and free is not None else
                     safe(fs.get("capacity_error") or "-", 40))
             lines.append(f"              {safe(fs['id'], 20):<20} "
                          f"{safe(fs.get('fstype') or '-', 8):<6} "
                          f"{rate(fs.get('read_bytes_s')):>10}  {rate(fs.get('write_bytes_s')):>10}"
-                         f"  {used}" + (f"  [$error]{safe(fs['error'], 60)}[/]"
-                                        if fs.get("error") else ""))
-        for d in st.get("disks") or []:
+                         f"  {used}" + (f"  [$error]{safe(error, 60)}[/]" if error else ""))
+        for d in disk_rows(n.detail):
             lines.append(f"              {safe(d['id'], 20):<20} "
                          f"{safe(d.get('kind') or '-', 8):<6} "
                          f"{rate(d.get('read_bytes_s')):>10}  {rate(d.get('write_bytes_s')):>10}"
@@ -271,7 +283,7 @@ class NodeScreen(Screen[None]):
         if n.hello is None:
             return ""
         h = n.hello
-        host = (n.detail.host or {}) if n.detail else {}
+        host = host_row(n.detail)
         return (f"[b]agent[/b]  version {safe(h.agent_version, 20)}  interval {h.interval:g}s  "
                 f"boot id {safe(h.boot_id or '-', 40)}  families "
                 f"{safe(', '.join(h.families), 100)}\n"

@@ -26,9 +26,10 @@ from tuimon.model.slo import (
     coverage_text,
 )
 from tuimon.model.storage import StorageView, near_provisioned
-from tuimon.ui.markup import safe
-from tuimon.ui.severity import severity_style
-from tuimon.ui.sparkline import sparkline
+from tuimon.text.markup import safe
+from tuimon.text.severity import severity_style
+from tuimon.text.sparkline import sparkline
+from tuimon_core.node_states import CONNECTING, DOWN, STALE, UNKNOWN, UP
 from tuimon_core.units import rate, size
 from tuimon_core.wait_kinds import said, said_hours
 from tuimon_core.wording import duration_text
@@ -68,15 +69,15 @@ class HeaderBar(Panel):
         cluster large enough that the app judges it less often than it draws)."""
         c = cluster.counts()
         interval = cluster.interval()
-        down = f"[$error]{c['down']} down[/]" if c["down"] else "0 down"
-        stale = f"[$warning]{c['stale']} stale[/]" if c["stale"] else "0 stale"
+        down = f"[$error]{c[DOWN]} down[/]" if c[DOWN] else "0 down"
+        stale = f"[$warning]{c[STALE]} stale[/]" if c[STALE] else "0 stale"
         narrow = width < 100  # 80 columns: the counts and the clock, the name shortened
         sep = "/" if narrow else " / "
         parts = [
             f"[b]tuimon[/b] [$accent]{safe(cluster.name, 16 if narrow else 40)}[/]",
-            f"nodes [$success]{c['up']} up[/]{sep}{stale}{sep}{down}"
-            + (f"{sep}[$warning]{c['unknown']} unknown[/]" if c["unknown"] else "")
-            + (f" / {c['connecting']} connecting" if c["connecting"] else ""),
+            f"nodes [$success]{c[UP]} up[/]{sep}{stale}{sep}{down}"
+            + (f"{sep}[$warning]{c[UNKNOWN]} unknown[/]" if c[UNKNOWN] else "")
+            + (f" / {c[CONNECTING]} connecting" if c[CONNECTING] else ""),
             f"{cluster.gpu_total()} GPUs",
             (f"every {interval:g}s" if interval else "interval -")
             + (f", judged every {judged_every:.3g}s" if judged_every else ""),

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 
 from tuimon.model.run_report import RunReport
-from tuimon.ui.burn_plot import burn_plot
+from tuimon.text.burn_plot import burn_plot
+from tuimon.text.sparkline import SPARKS
 from tuimon.ui.report_parts import Table, sections, when_text
-from tuimon.ui.sparkline import SPARKS
 from tuimon_core.protocol.text import clean
 
 WIDTH = 100  # columns of the text plots

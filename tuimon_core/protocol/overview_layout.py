@@ -3,8 +3,11 @@ the two wire forms, and the typed reads the model and the views make of it.
 
 The overview (docs/protocol.md, "Overview and findings") is what a heatmap cell, the
 storage pane and the cluster rules read of a node, in a few hundred bytes. Its builder
-is `tuimon_core/overview.py`, its check is in the codec; everything about where a value
-lies in it is here, and nothing outside reads its keys or offsets directly.
+is `tuimon_core/overview.py`, its check and the first form's upgrade are
+`overview_checks.py` beside this file (the codec calls them); everything about where a
+value lies in it is here, and nothing outside reads or writes its keys or offsets
+directly: the builder writes by name (section_blob, FsRow and fs_row), readers read with
+the functions below.
 
 Form 2 (compact, what agents build): `gpu_levels` and `fabric_levels` are one bytes
 object each, a metric count k then k runs of level bytes, and `fs_rows` lists rows of
@@ -20,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
-from tuimon_core.protocol.fields import FS_COLUMNS
+from tuimon_core.protocol.fields import FS_COLUMNS, FS_ROW_FIELDS
 
 # The newest overview form this code reads and writes.
 OVERVIEW_FORM = 2
@@ -90,6 +93,25 @@ def level_bytes(levels: list[int]) -> bytes:
 def level_blob(runs: list[bytes]) -> bytes:
     """A section's blob from its runs (one per metric, in the section's order)."""
     return bytes([len(runs)]) + b"".join(runs)
+
+
+def section_blob(section: str, runs: dict[str, bytes]) -> bytes:
+    """A level section's blob (GPU_LEVELS or FABRIC_LEVELS) from metric -> its run of
+    level bytes: every metric of the section's order, in that order, as long as the
+    longest run; a metric missing or short is no data (byte 0) in the cells it lacks."""
+    cells = max(map(len, runs.values()), default=0)
+    return level_blob([runs.get(key, b"")[:cells].ljust(cells, b"\0")
+                       for key in LEVEL_SECTIONS[section]])
+
+
+_ROW_TYPES = tuple(f.type for f in FS_ROW_FIELDS)
+
+
+def fs_row(row: FsRow) -> list[Any]:
+    """A shared file system as `fs_rows` holds it: FsRow's columns in order, each as the
+    wire allows it (a mount path of escapes cut to its bound), so every reader's check
+    passes what the agent sends."""
+    return [None if v is None else t.fit(v) for t, v in zip(_ROW_TYPES, row)]
 
 
 def busy_byte(busy: float | None) -> int:
@@ -164,10 +186,27 @@ def who(overview: dict[str, Any]) -> list[str]:
 # -- the first form -----------------------------------------------------------------------
 
 
+# The first form's sections where form 2 has others: its level maps, its file systems.
+FIRST_FORM_LEVELS: dict[str, str] = {"gpu": GPU_LEVELS, "fabric": FABRIC_LEVELS}
+FIRST_FORM_FS = "fs"
+
+
 def level_map(blob: bytes, order: tuple[str, ...]) -> dict[str, bytes]:
-    """metric -> level bytes, for the metrics of `order` the blob holds."""
+    """metric -> level bytes, for the metrics of `order` the blob holds (section_blob's
+    inverse)."""
     return {key: run for i, key in enumerate(order)
             if (run := level_run(blob, i)) is not None}
+
+
+def fs_map(row: list[Any]) -> dict[str, Any]:
+    """A row of `fs_rows` as the first form's map of a file system."""
+    return dict(zip(FS_COLUMNS, row))
+
+
+def row_of_map(fs: dict[Any, Any]) -> list[Any]:
+    """The first form's map of a file system as a row of `fs_rows` (fs_map's inverse;
+    a column the map lacks is nil)."""
+    return [fs.get(c) for c in FS_COLUMNS]
 
 
 def first_form(overview: Any, port_ids: list[str]) -> Any:
@@ -179,13 +218,13 @@ def first_form(overview: Any, port_ids: list[str]) -> Any:
         return overview
     out = dict(overview)
     try:
-        for key, order in LEVEL_SECTIONS.items():
+        for first, key in FIRST_FORM_LEVELS.items():
             blob = out.get(key)
             if type(blob) is bytes and blob and blob[0] and (len(blob) - 1) % blob[0] == 0:
-                out[key.removesuffix("_levels")] = level_map(out.pop(key), order)
+                out[first] = level_map(out.pop(key), LEVEL_SECTIONS[key])
         rows = out.get(FS_ROWS)
         if type(rows) is list and all(type(r) is list for r in rows):
-            out["fs"] = [dict(zip(FS_COLUMNS, r)) for r in out.pop(FS_ROWS)]
+            out[FIRST_FORM_FS] = [fs_map(r) for r in out.pop(FS_ROWS)]
         if PORTS not in out and "fabric" in out:
             out[PORTS] = list(port_ids)
     except (TypeError, ValueError):
@@ -198,7 +237,7 @@ def readable(overview: dict[str, Any], port_ids: list[str]) -> dict[str, Any]:
     levels and percents as numbers (nil: unknown), for JSON and people
     (`tuimon-agent once --json`)."""
     out = first_form(overview, port_ids)
-    for section in ("gpu", "fabric"):
+    for section in FIRST_FORM_LEVELS:
         if isinstance(out.get(section), dict):
             out[section] = {k: levels_of(v) for k, v in out[section].items()}
     if isinstance(out.get(BUSY), bytes):

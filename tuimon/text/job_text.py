@@ -8,10 +8,10 @@ from typing import Any
 
 from tuimon.model.efficiency import WINDOWS
 from tuimon.model.slo import coverage_text
-from tuimon.ui.burn_plot import burn_plot
-from tuimon.ui.markup import safe
-from tuimon.ui.severity import severity_style
-from tuimon.ui.sparkline import SPARKS, sparkline
+from tuimon.text.burn_plot import burn_plot
+from tuimon.text.markup import safe
+from tuimon.text.severity import severity_style
+from tuimon.text.sparkline import SPARKS, sparkline
 from tuimon_core.protocol.text import clean
 from tuimon_core.wait_kinds import missed_text, said
 from tuimon_core.wording import duration_text, hours_text, plural
