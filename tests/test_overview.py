@@ -593,6 +593,29 @@ def test_the_relays_envelope_read_finds_each_familys_bytes() -> None:
     assert encode(Subscribe(detail=["a:1"])) != encode(Subscribe())
 
 
+def test_a_relay_that_checks_frames_whole_still_forwards_them_by_slicing() -> None:
+    """The judging relay decodes every frame whole; a viewer that asked for fewer
+    families still gets the agent's own bytes of those it keeps, sliced, not the frame
+    unpacked and encoded again (which cost the relay a re-encoding per frame)."""
+    from tuimon.relay.sample_frame import SampleFrame
+    from tuimon_core.protocol import unpack
+    from tuimon_core.protocol.families import FAMILY_KEYS
+
+    wire = {"v": 1, "t": "sample", "seq": 5, "ts": 1.0, "interval": 1.0,
+            "gpus": [{"util": 0.5}], "host": {"load1": 2.0}, "findings": [],
+            "steps": {"jobs": []}}
+    data = msgpack.packb(wire)
+    sample = decode(data)  # deep, as the judging relay reads
+    assert isinstance(sample, Sample) and sample.keys == tuple(wire)
+    frame = SampleFrame(sample, data)
+    assert frame.encoded(None) is data  # every family: the bytes as they came
+    host_only = frame.encoded(frozenset({"host"}))
+    assert sample.spans is not None  # found to slice, not unpacked
+    family_of = {key: family for family, key in FAMILY_KEYS.items()}
+    assert unpack(host_only) == {k: v for k, v in wire.items()
+                                 if family_of.get(k, "host") == "host"}
+
+
 async def test_the_relays_metrics_page_on_what_its_nodes_found(unused_tcp_port_factory) -> None:
     """A GPU falls off the bus: the agent's conditions reach the relay, whose /metrics
     exports the finding (one scrape of the relay covers the cluster)."""

@@ -36,7 +36,7 @@ from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import SCHEMA_VERSION, Ledger, LedgerError
 from tuimon.sources.agent_stream import StreamOptions, watching
 from tuimon.status import format_text, report
-from tuimon.ui.job_text import job_text
+from tuimon.text.job_text import job_text
 from tuimon_core.findings import Finding
 from tuimon_core.protocol import Batch, Hello, Sample, Subscribe, decode, encode
 from tuimon_core.serving.security import ConfigError
@@ -110,9 +110,9 @@ async def test_a_snapshot_split_over_several_batches_reaches_the_viewer_whole(
     """Past 1 MiB owed (about 110 full nodes: a viewer joining a 256-node relay) the relay
     splits what it sends; each part must declare the nodes whose frames it carries, or
     the viewer refuses them as undeclared, for good (it saw 0 nodes up)."""
-    import tuimon.relay.fanout as fanout
+    import tuimon.relay.viewer_feed as viewer_feed
 
-    monkeypatch.setattr(fanout, "BATCH_BYTES", 4000)  # a frame or two a batch
+    monkeypatch.setattr(viewer_feed, "BATCH_BYTES", 4000)  # a frame or two a batch
     sim = SimCluster(nodes=12, gpus=2, base_port=unused_tcp_port_factory(), interval=0.25,
                      scenario="healthy")
     async with sim, Relay(relay_config(sim.targets, interval=0.5)) as relay:
@@ -826,7 +826,8 @@ def test_relay_command_refuses_bad_settings(tmp_path: Path) -> None:
 
 def test_hello_only_sources_are_not_lost() -> None:
     """A viewer that connects sees hellos before samples of the same node."""
-    from tuimon.relay.fanout import FanOut, ViewerFeed
+    from tuimon.relay.fanout import FanOut
+    from tuimon.relay.viewer_feed import ViewerFeed
     from tuimon_core.protocol.families import Frame
 
     fan = FanOut()

@@ -26,8 +26,9 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
-from tuimon.relay.fanout import FanOut, ViewerFeed
+from tuimon.relay.fanout import FanOut
 from tuimon.relay.ledger import Ledger
+from tuimon.relay.viewer_feed import ViewerFeed
 from tuimon_core.protocol import MAX_BATCH_BYTES, Batch, decode, encode
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]

@@ -1,13 +1,12 @@
 """The relay's middle: the latest state of every upstream node, and what each viewer is
 still owed.
 
-Frames from agents arrive one node at a time; viewers get them in batches, at their own
-interval, restricted to the nodes and families they subscribed to. A viewer is owed at
-most one sample per node (a newer one replaces the older, and the step sums of the two
-are added so no training time is lost), the latest hello per node, and a bounded list of
-events: a slow viewer costs the relay a fixed amount of memory, never a growing queue.
-Frames are forwarded as the agent's own bytes unless the viewer asked for fewer
-families, and each filtered encoding is made once and shared.
+Frames from agents arrive one node at a time (the upstream streams' sink is `FanOut`);
+viewers get them in batches, at their own interval, restricted to the nodes and families
+they subscribed to (what each is owed: tuimon.relay.viewer_feed). Frames are forwarded
+as the agent's own bytes unless the viewer asked for fewer families, and each filtered
+encoding is made once and shared (tuimon.relay.sample_frame). Beside the frames, the
+jobs' steps are counted for the ledger, one source per rank (tuimon.model.step_credit).
 """
 
 from __future__ import annotations
@@ -16,38 +15,33 @@ import itertools
 import logging
 import math
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
-from functools import partial
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
-
-import msgpack
 
 from tuimon.model.attribution import concerning, stop_cause
 from tuimon.model.judge_config import JudgeConfig
-from tuimon.model.step_credit import JobCredit, JobGrant, StepCredit, merge_steps
+from tuimon.model.step_credit import JobCredit, JobGrant, StepCredit
 from tuimon.relay.judging import RelayJudge
+from tuimon.relay.sample_frame import SampleFrame
+from tuimon.relay.upstream import Source
+from tuimon.relay.viewer_feed import ViewerFeed
 from tuimon_core.findings import Finding
 from tuimon_core.findings_family import findings_to_wire
-from tuimon_core.hostlist import expand_hostlists
+from tuimon_core.identity import may_carry
 from tuimon_core.node_rules import NodeRules
+from tuimon_core.node_states import LOST, SOURCE_STATES, STALE, UP
 from tuimon_core.overview import OVERVIEW_FAMILIES, build_overview, hello_port_ids
 from tuimon_core.protocol import (
-    Batch,
     Event,
     Hello,
     ProtocolError,
     Sample,
     decode,
     encode,
-    encode_map,
-    unpack,
 )
-from tuimon_core.protocol.codec import map_header, sample_spans
-from tuimon_core.protocol.families import FAMILY_KEYS, Frame, keep_families, wants_events
+from tuimon_core.protocol.families import Frame
 from tuimon_core.protocol.fields import MAX_DETAIL
-from tuimon_core.protocol.overview_layout import OVERVIEW_FORM, first_form
 from tuimon_core.timing import aged_state, lost_state
 
 log = logging.getLogger(__name__)
@@ -57,174 +51,12 @@ JOB_NODES_S = 600.0
 # How long the nodes a job ran on are remembered: as long as a stop can last.
 JOB_SOURCES_KEEP_S = 86400.0
 
-# One batch message stays under this many bytes of frames; more makes another message.
-BATCH_BYTES = 1 << 20
-MAX_VIEWER_EVENTS = 1000
-
-
-_AS_SENT = object()
-_pack = partial(msgpack.packb, use_bin_type=True)
-
-
-# The sample keys each family owns, to drop for a subscriber without that family.
-_FAMILY_OF_KEY = {key: family for family, key in FAMILY_KEYS.items()}
-
-
-_FAMILIES_IN: dict[tuple[str, ...], frozenset[str]] = {}
-
-
-def _families_in(keys: tuple[str, ...]) -> frozenset[str]:
-    """The families a sample with these top-level keys carries (frames of one agent
-    version share their keys: a small cache)."""
-    found = _FAMILIES_IN.get(keys)
-    if found is None:
-        if len(_FAMILIES_IN) > 256:
-            _FAMILIES_IN.clear()
-        found = _FAMILIES_IN[keys] = frozenset(
-            _FAMILY_OF_KEY[k] for k in keys if k in _FAMILY_OF_KEY)
-    return found
-
-
-class SampleFrame:
-    """A sample as the agent's bytes. The relay read only its envelope, steps and findings
-    (`decode(deep=False)`, which also says where each top-level key's bytes lie), so an
-    encoding with fewer families is the agent's own bytes of the families kept, under a
-    new map header: nothing decoded, nothing encoded again. Only step sums merged from
-    samples it replaced, and the overview the relay built for an agent that predates
-    overviews (`added`), are encoded here. Each encoding is made once per family set.
-    A viewer that reads only the overview's first form gets it re-encoded (the slow,
-    general way: such viewers are the exception), naming the hello's `port_ids`."""
-
-    __slots__ = ("_cache", "_first", "added", "message", "port_ids", "raw", "steps")
-
-    def __init__(self, message: Sample, raw: bytes, steps: Any = _AS_SENT,
-                 added: dict[str, Any] | None = None,
-                 port_ids: list[str] | None = None) -> None:
-        self.message = message
-        self.raw = raw
-        self.steps = steps
-        self.added = added
-        self.port_ids = port_ids or []
-        self._cache: dict[frozenset[str] | None, bytes] = {}
-        self._first: dict[frozenset[str] | None, bytes] | None = None
-
-    def steps_sent(self) -> dict[str, Any] | None:
-        return self.message.extra.get("steps") if self.steps is _AS_SENT else self.steps
-
-    def encoded(self, families: frozenset[str] | None, form: int = OVERVIEW_FORM) -> bytes:
-        if form < OVERVIEW_FORM and self._sends_overview(families):
-            return self._first_form(families)
-        data = self._cache.get(families)
-        if data is None:
-            if self.steps is _AS_SENT and not self.added and (
-                    families is None or self._within(families)):
-                data = self.raw  # nothing to leave out: the agent's bytes as they came
-            else:
-                data = self._encode(families)
-            self._cache[families] = data
-        return data
-
-    def _sends_overview(self, families: frozenset[str] | None) -> bool:
-        if families is not None and "overview" not in families:
-            return False
-        keys = self.message.keys
-        return bool(self.added) or (
-            "overview" in keys if keys is not None else "overview" in self.message.extra)
-
-    def _first_form(self, families: frozenset[str] | None) -> bytes:
-        if self._first is None:
-            self._first = {}
-        data = self._first.get(families)
-        if data is None:
-            wire = unpack(self.raw)
-            wire.update(self.added or {})
-            if self.steps is not _AS_SENT:
-                wire["steps"] = self.steps
-            keep_families(wire, families)
-            if "overview" in wire:
-                wire["overview"] = first_form(wire["overview"], self.port_ids)
-            data = self._first[families] = encode_map(wire)
-        return data
-
-    def _within(self, families: frozenset[str]) -> bool:
-        keys = self.message.keys
-        return keys is not None and _families_in(keys) <= families
-
-    def _encode(self, families: frozenset[str] | None) -> bytes:
-        spans = self.message.spans
-        if spans is None and self.message.keys is not None:
-            spans = self.message.spans = sample_spans(self.raw)
-        replaced = dict(self.added or {})
-        if self.steps is not _AS_SENT:
-            replaced["steps"] = self.steps
-        if spans is None:  # not read by the envelope path: the slow, general way
-            wire = unpack(self.raw)
-            wire.update(replaced)
-            return encode_map(keep_families(wire, families))
-        parts = []
-        for key, (start, end) in spans.items():
-            family = _FAMILY_OF_KEY.get(key)
-            if key in replaced or (families is not None and family is not None
-                                   and family not in families):
-                continue
-            parts.append(self.raw[start:end])
-        for key, value in replaced.items():
-            family = _FAMILY_OF_KEY.get(key)
-            if value is not None and (families is None or family is None or family in families):
-                parts.append(_pack(key) + _pack(value))
-        return map_header(len(parts)) + b"".join(parts)
-
-
-@dataclass(slots=True)
-class Source:
-    """One upstream node, as the relay last saw it."""
-
-    name: str  # the target the relay connects to, e.g. gpu001:9477
-    state: str = "connecting"
-    reason: str | None = None
-    node: str | None = None  # the hello's node name
-    hello: Frame | None = None
-    port_ids: list[str] = field(default_factory=list)  # the hello's fabric ports
-    sample: SampleFrame | None = None
-    last_seen: float | None = None  # monotonic
-    frames: int = 0
-    owner: str | None = None  # the upstream relay that carries it; None: a direct target
-    # What the node's own rules found in its latest sample (its `findings` family).
-    conditions: list[dict[str, Any]] | None = None
-    # The relay's own rules for a node whose agent predates findings.
-    rules: NodeRules | None = None
-
-    def names(self) -> tuple[str, ...]:
-        host = self.name.rsplit(":", 1)[0]
-        return (self.name, host, self.node) if self.node else (self.name, host)
-
 
 def _lacks_overview(message: Sample) -> bool:
     """A full sample without an overview: an agent that predates them."""
     if message.keys is not None:
         return "gpus" in message.keys and "overview" not in message.keys
     return message.gpus is not None and "overview" not in message.extra
-
-
-def _declared(chunk: list[tuple[str, bytes]],
-              owed: dict[str, tuple[str, str, str | None]]) -> list[tuple[str, str, str | None]]:
-    """The owed states of the nodes this chunk has frames for, taken from `owed`."""
-    out = []
-    for name, _ in chunk:
-        state = owed.pop(name, None)
-        if state is not None:
-            out.append(state)
-    return out
-
-
-def _entry(entries: list[tuple[str, bytes]], name: str, encoded: Callable[..., bytes],
-           *args: Any) -> None:
-    """One node's frame for a batch, alone: a frame the relay cannot encode (a bug, or
-    values it cannot pack) is left out and logged, never the viewer's whole batch."""
-    try:
-        entries.append((name, encoded(*args)))
-    except Exception:
-        log.exception("relay: cannot encode a frame of %s; left out of the batch", name)
 
 
 def _fair_share(lists: list[list[str]], limit: int) -> set[str]:
@@ -238,151 +70,6 @@ def _fair_share(lists: list[list[str]], limit: int) -> set[str]:
         if len(out) >= limit:
             break
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class Shared:
-    """What the relay sends every viewer alike when it changes (its judgement): the
-    value, and a number that moves when it does, so each viewer is sent it once."""
-
-    value: dict[str, Any]
-    seq: int
-
-
-class ViewerFeed:
-    """What one viewer subscribed to and what it is still owed."""
-
-    def __init__(self, peer: str, interval: float) -> None:
-        self.peer = peer
-        self.default_interval = interval
-        self.interval = interval
-        self.families: frozenset[str] | None = None
-        self.form = 1  # the overview form it reads (overview_forms.py)
-        self.nodes: frozenset[str] | None = None
-        # Sources this viewer takes with every family whatever `families` says.
-        self.detail: frozenset[str] = frozenset()
-        self.hellos: dict[str, Frame] = {}
-        self.samples: dict[str, SampleFrame] = {}
-        self.events: deque[tuple[str, Frame]] = deque()
-        self.states: dict[str, tuple[str, str | None]] = {}
-        self.dropped = 0
-        self.budget_seq = -1
-        self.judgement_seq = -1
-        self.batches = 0
-        self.bytes = 0
-
-    def subscribe(self, interval: float | None, families: list[str] | None,
-                  nodes: list[str] | None, detail: list[str] | None = None,
-                  overview_form: int | None = None) -> bool:
-        """Take a subscription; True when more than the detail changed (the viewer is
-        then owed the whole picture again; a new detail only the detailed nodes)."""
-        before = (self.interval, self.families, self.nodes, self.form)
-        self.form = overview_form or 1
-        self.interval = max(self.default_interval, interval or self.default_interval)
-        self.families = frozenset(families) if families is not None else None
-        if nodes is None:
-            self.nodes = None
-        else:
-            # Counted before expanded, all items together: a small subscribe cannot make
-            # the relay build millions of names (tuimon.sources.targets).
-            self.nodes = frozenset(expand_hostlists(nodes))
-        self.detail = frozenset(detail or ())
-        return before != (self.interval, self.families, self.nodes, self.form)
-
-    def families_for(self, name: str) -> frozenset[str] | None:
-        return None if name in self.detail else self.families
-
-    def wants(self, source: Source) -> bool:
-        return self.nodes is None or any(n in self.nodes for n in source.names())
-
-    def wants_events(self) -> bool:
-        return wants_events(self.families)
-
-    def offer_state(self, source: Source) -> None:
-        self.states[source.name] = (source.state, source.reason)
-
-    def offer_hello(self, source: Source) -> None:
-        assert source.hello is not None
-        self.hellos[source.name] = source.hello
-        # Samples after a hello follow its inventory: an older one would be misread.
-        self.samples.pop(source.name, None)
-
-    def offer_sample(self, name: str, frame: SampleFrame) -> None:
-        older = self.samples.get(name)
-        if older is not None:
-            old_steps = older.steps_sent()
-            if old_steps:
-                steps = merge_steps(old_steps, frame.steps_sent())
-                frame = SampleFrame(frame.message, frame.raw, steps, frame.added,
-                                    frame.port_ids)
-        self.samples[name] = frame
-
-    def offer_event(self, name: str, frame: Frame) -> None:
-        if len(self.events) >= MAX_VIEWER_EVENTS:
-            self.events.popleft()
-            self.dropped += 1
-        self.events.append((name, frame))
-
-    def take(self, ts: float, relay: str, budget: dict[str, dict[str, Any]] | None,
-             budget_seq: int, judgement: Shared | None = None) -> Iterator[bytes]:
-        """Everything owed, as one or more encoded batch messages (always at least one:
-        an empty batch tells the viewer the relay is alive). What is owed is taken at
-        once; the messages are encoded one at a time as the caller sends them, so a
-        snapshot of thousands of nodes never sits in memory encoded whole."""
-        entries: list[tuple[str, bytes]] = []
-        families, detail, form = self.families, self.detail, self.form
-        for name, frame in self.hellos.items():
-            _entry(entries, name, frame.encoded, families)
-        for name, frame in self.events:
-            _entry(entries, name, frame.encoded, families)
-        for name, sample_frame in self.samples.items():
-            _entry(entries, name, sample_frame.encoded,
-                   None if name in detail else families, form)
-        states = [(name, state, reason) for name, (state, reason) in self.states.items()]
-        self.hellos.clear()
-        self.events.clear()
-        self.samples.clear()
-        self.states.clear()
-        send_budget = budget if budget is not None and budget_seq != self.budget_seq else None
-        self.budget_seq = budget_seq
-        send_judgement = None
-        if judgement is not None and judgement.seq != self.judgement_seq:
-            send_judgement = judgement.value
-            self.judgement_seq = judgement.seq
-        return self._messages(ts, relay, entries, states, send_budget, send_judgement)
-
-    def _messages(self, ts: float, relay: str, entries: list[tuple[str, bytes]],
-                  states: list[tuple[str, str, str | None]],
-                  budget: dict[str, dict[str, Any]] | None,
-                  judgement: dict[str, Any] | None = None) -> Iterator[bytes]:
-        """Batches of at most BATCH_BYTES of frames. A viewer accepts a node's frames only
-        from a relay that declared the node (announced its state) in the same or an
-        earlier batch, so each message carries the states of the nodes its frames are
-        for; the last carries the rest, and the budget."""
-        owed = {name: (name, state, reason) for name, state, reason in states}
-        chunk: list[tuple[str, bytes]] = []
-        size = 0
-        for entry in entries:
-            if chunk and size + len(entry[1]) > BATCH_BYTES:
-                yield self._count(self._encode(ts, relay, chunk, _declared(chunk, owed), None))
-                chunk, size = [], 0
-            chunk.append(entry)
-            size += len(entry[1])
-        yield self._count(self._encode(ts, relay, chunk, list(owed.values()), budget,
-                                       judgement))
-
-    def _count(self, data: bytes) -> bytes:
-        self.batches += 1
-        self.bytes += len(data)
-        return data
-
-    def _encode(self, ts: float, relay: str, frames: list[tuple[str, bytes]],
-                states: list[tuple[str, str, str | None]],
-                budget: dict[str, dict[str, Any]] | None,
-                judgement: dict[str, Any] | None = None) -> bytes:
-        batch = Batch(ts=ts, frames=frames, sources=states, budget=budget, relay=relay,
-                      dropped=self.dropped, judgement=judgement)
-        return encode_map(batch.to_wire())
 
 
 @dataclass
@@ -452,7 +139,7 @@ class FanOut:
             feed.offer_state(source)
             if source.hello is not None:
                 feed.offer_hello(source)
-            if source.sample is not None and source.state == "up":
+            if source.sample is not None and source.state == UP:
                 feed.offer_sample(source.name, source.sample)
 
     def refill_detail(self, feed: ViewerFeed, names: Iterable[str]) -> None:
@@ -479,11 +166,7 @@ class FanOut:
     def claim(self, source: str, relay: str) -> bool:
         """May upstream `relay` speak for `source`? Not for one of this relay's own
         targets, nor for a node another upstream relay carries."""
-        known = self.sources.get(source)
-        if known is None:
-            self.add_target(source).owner = relay
-            return True
-        return known.owner == relay
+        return may_carry(self.sources.get(source), relay, lambda: self.add_target(source))
 
     def owner_of(self, source: str) -> str | None:
         known = self.sources.get(source)
@@ -534,8 +217,8 @@ class FanOut:
         self.stats.frames_in += 1
         source.frames += 1
         source.last_seen = self.clock()
-        if source.state != "up":
-            self._set_state(source, "up", None)
+        if source.state != UP:
+            self._set_state(source, UP, None)
         if isinstance(message, Sample):
             raw = raw or encode(message)
             added = None
@@ -573,7 +256,7 @@ class FanOut:
         source.hello = source.sample = None
         source.node = source.conditions = source.rules = None
         source.port_ids = []
-        self._set_state(source, "stale", self.names.message(target))
+        self._set_state(source, STALE, self.names.message(target))
 
     def mark_stale(self, target: str, reason: str) -> None:
         source = self.add_target(target)
@@ -716,7 +399,7 @@ class FanOut:
                 continue
             node = source.node or source.name
             nodes.add(node)
-            if source.state in ("stale", "down"):
+            if source.state in LOST:
                 lost.append(node)
         return nodes, lost
 
@@ -755,7 +438,7 @@ class FanOut:
                 self._ended_by.pop(job, None)
 
     def counts(self) -> dict[str, int]:
-        out = {"connecting": 0, "up": 0, "stale": 0, "down": 0}
+        out = dict.fromkeys(SOURCE_STATES, 0)
         for source in self.sources.values():
             out[source.state] = out.get(source.state, 0) + 1
         return out

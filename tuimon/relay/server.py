@@ -23,9 +23,10 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tuimon.relay.fanout import JOB_SOURCES_KEEP_S, FanOut, Shared, ViewerFeed
+from tuimon.relay.fanout import JOB_SOURCES_KEEP_S, FanOut
 from tuimon.relay.ledger import Ledger
 from tuimon.relay.report import report_document
+from tuimon.relay.viewer_feed import Shared, ViewerFeed
 from tuimon.sources.agent_stream import AgentStream, StreamOptions, watching
 from tuimon_core import heap, json_text
 from tuimon_core.findings_family import judgement_to_wire

@@ -1,9 +1,10 @@
 """The families a viewer may subscribe to, and a message's encodings per family set.
 
 A sample carries one top-level key per family; a subscriber that asked for fewer gets
-the sample without the others. The agent's hub and the relay's fan-out both send
-through `Frame`, so a sample is encoded once per distinct family set, however many
-subscribers share it.
+the sample without the others. The agent's hub sends every frame through `Frame`, and
+the relay's fan-out its hellos and events (its samples go through
+tuimon.relay.sample_frame.SampleFrame, which works from the agent's bytes), so a message
+is encoded once per distinct family set, however many subscribers share it.
 """
 
 from __future__ import annotations

@@ -98,12 +98,13 @@ class Sample:
     dropped: int = 0
     # Families that later work adds (fabric, storage, steps, overview, findings), by name.
     extra: dict[str, Any] = field(default_factory=dict)
-    # Not on the wire: where each top-level key's bytes lie in the message as received,
-    # set by decode(deep=False) so a relay can forward a subset of the families as the
-    # agent's own bytes, without decoding or encoding them again.
-    spans: dict[str, tuple[int, int]] | None = None
-    # Not on the wire: the top-level keys as received (decode(deep=False)).
-    keys: tuple[str, ...] | None = None
+    # Not on the wire, nor part of the message's value (compare=False): where each
+    # top-level key's bytes lie in the message as received, so a relay can forward a
+    # subset of the families as the agent's own bytes, without encoding them again
+    # (set by decode(deep=False), or found by sample_spans when needed).
+    spans: dict[str, tuple[int, int]] | None = field(default=None, compare=False)
+    # Not on the wire: the top-level keys as received (set by decode).
+    keys: tuple[str, ...] | None = field(default=None, compare=False)
 
     def to_wire(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -181,9 +182,6 @@ class Subscribe:
         if self.overview_form is not None:
             out["overview_form"] = self.overview_form
         return out
-
-
-SOURCE_STATES = ("connecting", "up", "stale", "down")
 
 
 @dataclass(slots=True)
