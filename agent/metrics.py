@@ -18,6 +18,9 @@ from tuimon_core.protocol.fields import (
     DISK_COUNTERS_READ,
     FS_COUNTERS_READ,
     GPU_FIELDS,
+    GPU_INFO_METRICS,
+    GPU_UP_METRIC,
+    HCA_INFO_METRICS,
     HOST_FIELDS,
     NIC_COUNTERS_READ,
     PORT_COUNTERS_READ,
@@ -118,7 +121,7 @@ class AgentCollector(Collector):
         for i in range(len(gpus)):
             uuid = inventory[i].uuid if i < len(inventory) and inventory[i].uuid else ""
             labels.append([node, str(i), uuid])
-        up = GaugeMetricFamily("tuimon_gpu_up", "1 when the GPU could be read", labels=GPU_LABELS)
+        up = GaugeMetricFamily(GPU_UP_METRIC, "1 when the GPU could be read", labels=GPU_LABELS)
         for values, lab in zip(gpus, labels):
             up.add_metric(lab, 0 if values.get("failed") else 1)
         yield up
@@ -129,15 +132,7 @@ class AgentCollector(Collector):
                 if v is not None:
                     fam.add_metric(lab, v)
             yield fam
-        maxes = (("max_sm_clock", "tuimon_gpu_sm_clock_max_hertz", "Maximum SM clock"),
-                 ("max_mem_clock", "tuimon_gpu_memory_clock_max_hertz", "Maximum memory clock"),
-                 ("pcie_gen_max", "tuimon_gpu_pcie_link_generation_max",
-                  "The highest PCIe generation the GPU and its slot support together"),
-                 ("pcie_width_max", "tuimon_gpu_pcie_link_width_max",
-                  "The widest PCIe link the GPU and its slot support"),
-                 ("nvlinks", "tuimon_gpu_nvlinks_active", "NVLinks active"),
-                 ("nvlinks_total", "tuimon_gpu_nvlinks", "NVLinks the GPU has"))
-        for attr, name, doc in maxes:
+        for attr, name, doc in GPU_INFO_METRICS:  # the inventory's facts
             fam = GaugeMetricFamily(name, doc, labels=GPU_LABELS)
             for g, lab in zip(inventory, labels):
                 if getattr(g, attr) is not None:
@@ -330,22 +325,18 @@ def _platform_metrics(node: str, hello: Any) -> Iterator[Metric]:
                             "the node (what NVML should see)", labels=["node"])
     bus.add_metric([node], len(extra.get("pci_gpus") or ()))
     yield bus
-    links = [GaugeMetricFamily(f"tuimon_hca_pcie_link_{what}", f"The HCA's PCIe link {doc}",
-                               labels=["node", "device"])
-             for what, doc in (("generation", "generation"), ("width", "width"),
-                               ("generation_max", "generation at most"),
-                               ("width_max", "width at most"))]
+    links = [(key, GaugeMetricFamily(name, doc, labels=["node", "device"]))
+             for key, name, doc in HCA_INFO_METRICS]
     seen = set()
     for p in extra.get("ports") or ():
         device = p.get("device")
         if device in seen:
             continue
         seen.add(device)
-        for fam, key in zip(links, ("pcie_gen", "pcie_width", "pcie_gen_max",
-                                    "pcie_width_max")):
+        for key, fam in links:
             if p.get(key) is not None:
                 fam.add_metric([node, str(device)], p[key])
-    yield from links
+    yield from (fam for _, fam in links)
 
 
 def _roce_metrics(node: str, collector: Any) -> Iterator[Metric]:

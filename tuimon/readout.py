@@ -13,7 +13,9 @@ from tuimon.model.judgement import Judgement
 from tuimon.status import format_text, report, verdict
 from tuimon_core.findings import Finding
 from tuimon_core.heat_levels import BUSY_FIELDS, gpu_busy
-from tuimon_core.protocol.fields import PORT_ACTIVE
+from tuimon_core.node_states import DOWN, STALE, UNKNOWN, UP
+from tuimon_core.protocol.fields import port_down
+from tuimon_core.protocol.row_access import host_row, port_rows
 from tuimon_core.protocol.text import clean_lines
 
 
@@ -43,28 +45,28 @@ def name_width(names: list[str]) -> int:
 # The sample fields a node's row reads: a source that asks only for what is drawn
 # (tuimon prom, ClusterState.set_drawn) asks no more for a readout.
 ROW_READS = frozenset({*(key for key, _ in BUSY_FIELDS), "temp", "power", "clock_events",
-                       "failed", "cpu_util", "tx_util", "state", "errors_inc"})
+                       "failed", "cpu_util", "tx_util", "state", "phys_state", "errors_inc"})
 
 
 def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
     gpus = node.gpu_values()
     utils = [b for b in (gpu_busy(g)[0] for g in gpus) if b is not None]
-    temps = [g["temp"] for g in gpus if g.get("temp") is not None]
-    power = [g["power"] for g in gpus if g.get("power") is not None]
+    temps = [t for g in gpus if (t := g.get("temp")) is not None]
+    power = [w for g in gpus if (w := g.get("power")) is not None]
     throttled = sum(1 for g in gpus if set(g.get("clock_events") or ()) - {"gpu_idle"})
     failed = sum(1 for g in gpus if g.get("failed"))
-    host = (node.detail.host or {}) if node.detail else {}
+    host = host_row(node.detail)
     mean = _mean(utils)
     status = node.status
-    if status != "up":
+    if status != UP:
         age = node.age(now)
         status += f" {age:.0f}s" if age is not None else ""
     cpu = host.get("cpu_util")
-    ports = ((node.detail.extra.get("fabric") or {}).get("ports") or []) if node.detail else []
-    ib = [p["tx_util"] for p in ports if p.get("tx_util") is not None]
+    ports = port_rows(node.detail)
+    ib = [u for p in ports if (u := p.get("tx_util")) is not None]
     ib_mean = _mean(ib)
     ib_bad = sum(1 for p in ports
-                 if p.get("state") not in (None, PORT_ACTIVE) or p.get("errors_inc"))
+                 if port_down(p.get("state"), p.get("phys_state")) or p.get("errors_inc"))
     row = (f"{shown_name(node.name, width):<{width}} {status:<10} {node.gpu_count:>4} "
            f"{(f'{mean * 100:.0f}%' if mean is not None else '-'):>5} "
            f"{(f'{max(temps):.0f}C' if temps else '-'):>5} "
@@ -72,7 +74,7 @@ def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
            f"{throttled:>4} {failed:>4} {node.xids:>4} "
            f"{(f'{cpu * 100:.0f}%' if cpu is not None else '-'):>5} "
            f"{(f'{ib_mean * 100:.0f}%' if ib_mean is not None else '-'):>5} {ib_bad:>5}")
-    if node.reason and node.status != "up":
+    if node.reason and node.status != UP:
         row += f"  {node.reason}"
     return row
 
@@ -85,8 +87,8 @@ def render(cluster: ClusterState, max_rows: int = 40,
     counts = cluster.counts()
     interval = cluster.interval()
     lines = [
-        f"tuimon  {cluster.name}  nodes up {counts['up']} / stale {counts['stale']} / down "
-        f"{counts['down']}" + (f" / unknown {counts['unknown']}" if counts["unknown"] else "")
+        f"tuimon  {cluster.name}  nodes up {counts[UP]} / stale {counts[STALE]} / down "
+        f"{counts[DOWN]}" + (f" / unknown {counts[UNKNOWN]}" if counts[UNKNOWN] else "")
         + f"  GPUs {cluster.gpu_total()}  interval "
         f"{f'{interval:g}s' if interval else '-'}  {time.strftime('%H:%M:%S')}",
     ]

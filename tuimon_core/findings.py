@@ -96,45 +96,92 @@ MAX_HELD_S = 86400.0
 # Findings one node may have held at once (a node has 64 GPUs and a few hundred ports at
 # most; its agent sends 256 conditions a sample at most).
 MAX_PER_NODE = 1024
-# By kind. Conditions over counters (symbol errors, link flaps, XIDs) already look back
-# over their own window; these add the hold and the hysteresis.
-TIMINGS: dict[str, Timing] = {
-    "node_lost": Timing(0.0, 0.0),  # the node's up/stale/down state has its own timing
-    "relay_lost": Timing(0.0, 0.0),  # as its connection stands
-    "source_lost": Timing(0.0, 0.0),  # as its last refresh stands (Prometheus)
-    "scrape_failed": Timing(0.0, 30.0),
-    # Held a few samples before they show (a burst is not a fault), short enough that a
-    # one-shot `tuimon status` sees a fault that is already there.
-    "thermal": Timing(3.0, 60.0),
-    "power": Timing(5.0, 60.0),
-    "link_down": Timing(3.0, 60.0),
-    "congestion": Timing(5.0, 60.0),
-    "storage": Timing(5.0, 60.0),
-    "storage_latency": Timing(5.0, 120.0),
-    # Held over its own window (tuimon_core.write_surge); cleared with the next normal
-    # minute's grace, so a storm that pauses between saves stays one finding.
-    "storage_surge": Timing(0.0, 120.0),
-    "ecc": Timing(0.0, 300.0),
-    "remap": Timing(0.0, 300.0),
-    "remap_pending": Timing(0.0, 300.0),
-    "efficiency_drop": Timing(0.0, 120.0),
-    "burn_page": Timing(0.0, 300.0),
-    "burn_ticket": Timing(0.0, 300.0),
-    "steps_refused": Timing(0.0, 600.0),
-    # A link below its speed while the GPU is busy, held: a GPU that just woke up is still
-    # raising its link.
-    "pcie_downtrained": Timing(10.0, 120.0),
-    "pcie_replays": Timing(0.0, 300.0),
-    "nvlink_errors": Timing(0.0, 600.0),
-    "nvlink_down": Timing(0.0, 120.0),
-    "gpu_missing": Timing(0.0, 60.0),
-    "pfc_pausing": Timing(10.0, 120.0),
-    "pfc_storm": Timing(0.0, 600.0),
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A finding kind, beside its name: its hold and hysteresis, and what the viewer
+    makes of it."""
+
+    timing: Timing = DEFAULT_TIMING
+    many: str | None = None  # a line of many nodes with it: `17 {many}: gpu[001-017]`
+    # It can make one rank slower than its peers when found on the rank's node at the
+    # same time: a straggler's likely cause.
+    slows_rank: bool = False
+    # About the reader's own sources (a scrape, a relay, Prometheus), not the cluster.
+    source: bool = False
+    # Its coming and going is an event of its own (a node lost or back), or it is not
+    # about the cluster (a bug in a part): no event for it raised or cleared.
+    own_event: bool = False
+
+
+# Every kind of finding, the one list: the rules that raise them (tuimon_core.node_rules,
+# link_rules, fleet, write_surge; the model's diagnosis; the sources), the finding
+# book's timings, the groups' words, a straggler's causes and the viewer's events read
+# it. A kind not here (from a newer agent) is NO_KIND. Conditions over counters (symbol
+# errors, link flaps, XIDs) already look back over their own window; the timings add the
+# hold and the hysteresis.
+KINDS: dict[str, Kind] = {
+    # The viewer's sources and the nodes it reads.
+    "node_lost": Kind(Timing(0.0, 0.0), "nodes lost", own_event=True),  # as its state
+    "unreached": Kind(many="nodes never reached", own_event=True),
+    "relay_lost": Kind(Timing(0.0, 0.0), source=True, own_event=True),  # as it stands
+    "source_lost": Kind(Timing(0.0, 0.0), source=True, own_event=True),  # Prometheus
+    "scrape_failed": Kind(Timing(0.0, 30.0), "failed scrapes", source=True),
+    "relay_refused": Kind(source=True),
+    "source_limit": Kind(source=True),
+    "duplicate_name": Kind(),
+    "no_topology": Kind(),
+    "internal_error": Kind(own_event=True),
+    # GPUs. Held a few samples before they show (a burst is not a fault), short enough
+    # that a one-shot `tuimon status` sees a fault that is already there.
+    "gpu_init_failed": Kind(many="nodes without their GPUs"),
+    "gpu_failed": Kind(many="GPUs failed"),
+    "gpu_missing": Kind(Timing(0.0, 60.0)),
+    "thermal": Kind(Timing(3.0, 60.0), "thermal throttling", slows_rank=True),
+    "power": Kind(Timing(5.0, 60.0), "power-capped", slows_rank=True),
+    "hw_slowdown": Kind(slows_rank=True),
+    "xid": Kind(many="XIDs", slows_rank=True),
+    "ecc": Kind(Timing(0.0, 300.0), slows_rank=True),
+    "remap": Kind(Timing(0.0, 300.0)),
+    "remap_pending": Kind(Timing(0.0, 300.0), slows_rank=True),
+    # The links inside a node. A link below its speed while the GPU is busy, held: a GPU
+    # that just woke up is still raising its link.
+    "pcie_downtrained": Kind(Timing(10.0, 120.0), slows_rank=True),
+    "pcie_slot_limited": Kind(slows_rank=True),
+    "pcie_replays": Kind(Timing(0.0, 300.0), slows_rank=True),
+    "nvlink_errors": Kind(Timing(0.0, 600.0), slows_rank=True),
+    "nvlink_down": Kind(Timing(0.0, 120.0), slows_rank=True),
+    "gpudirect_off": Kind(),
+    # The fabric.
+    "link_down": Kind(Timing(3.0, 60.0), "links down", slows_rank=True),
+    "flapping": Kind(many="links flapping", slows_rank=True),
+    "symbol_errors": Kind(many="ports with symbol errors", slows_rank=True),
+    "port_errors": Kind(slows_rank=True),
+    "counter_saturated": Kind(),
+    "congestion": Kind(Timing(5.0, 60.0), "congested", slows_rank=True),
+    "pfc_pausing": Kind(Timing(10.0, 120.0), slows_rank=True),
+    "pfc_storm": Kind(Timing(0.0, 600.0), slows_rank=True),
     # Judged over its own window (node_rules.DROP_WINDOW_S): raised as it holds there.
-    "port_drops": Timing(0.0, 120.0),
-    "port_disabled": Timing(3.0, 60.0),
-    "steps_lost": Timing(0.0, 600.0),
+    "port_drops": Kind(Timing(0.0, 120.0), "ports dropping packets", slows_rank=True),
+    "port_disabled": Kind(Timing(3.0, 60.0), "ports disabled", slows_rank=True),
+    # Storage. A surge is held over its own window (tuimon_core.write_surge); cleared with
+    # the next normal minute's grace, so a storm that pauses between saves stays one.
+    "storage": Kind(Timing(5.0, 60.0)),
+    "storage_latency": Kind(Timing(5.0, 120.0), "slow NFS reads", slows_rank=True),
+    "storage_surge": Kind(Timing(0.0, 120.0)),
+    # The fleet, the jobs, their step reports.
+    "fleet_skew": Kind(slows_rank=True),
+    "straggler": Kind(many="stragglers"),
+    "efficiency_drop": Kind(Timing(0.0, 120.0)),
+    "burn_page": Kind(Timing(0.0, 300.0)),
+    "burn_ticket": Kind(Timing(0.0, 300.0)),
+    "steps_refused": Kind(Timing(0.0, 600.0)),
+    "steps_lost": Kind(Timing(0.0, 600.0)),
 }
+NO_KIND = Kind()
+# By kind: what the finding book holds each for (DEFAULT_TIMING where not said).
+TIMINGS: dict[str, Timing] = {name: k.timing for name, k in KINDS.items()}
 # The longest hold of any kind: how long a one-shot check may wait for a finding that is
 # being held to be raised.
 LONGEST_HOLD_S = max(t.raise_after for t in TIMINGS.values())

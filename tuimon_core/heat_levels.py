@@ -9,12 +9,13 @@ for agents that predate overviews, and folds a node to one cell). A level is an 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from tuimon_core.gpu_state import BUSY_FIELDS, gpu_busy, throttle
-from tuimon_core.protocol.fields import PORT_ACTIVE
+from tuimon_core.protocol.fields import port_down
+from tuimon_core.protocol.rows import GpuRow, PortRow
 
 LEVELS = 9  # heat-0 .. heat-8 in the themes
 FAILED = -1  # the GPU or port failed: drawn as a red cross whatever the metric
@@ -22,13 +23,16 @@ NO_DATA = -2
 _TOP = LEVELS - 1.0
 _TOP_LEVEL = LEVELS - 1
 
+# A cell's values: a GPU's row (GpuRow) or a fabric port's (PortRow).
+Row = TypeVar("Row", bound=Mapping[str, object])
+
 
 @dataclass(frozen=True, slots=True)
-class HeatMetric:
+class HeatMetric(Generic[Row]):
     key: str
     label: str
     legend: tuple[str, str]  # what the low and high ends mean
-    value: Callable[[dict[str, Any], Any], float | None]  # 0..1, or None when unknown
+    value: Callable[[Row, Any], float | None]  # 0..1, or None when unknown
     # The sample's fields `value` reads (besides `failed`, which every level reads): what
     # a source that asks only for what the maps draw must ask to draw this metric
     # (tuimon prom, ClusterState.drawn).
@@ -37,10 +41,10 @@ class HeatMetric:
     # not called (a source that asks only what is drawn leaves most maps' fields out).
     needs: str | None = None
 
-    def level(self, values: dict[str, Any], info: Any = None) -> int:
+    def level(self, values: Row, info: Any = None) -> int:
         return self.levels(((values, info),))[0]
 
-    def levels(self, cells: Iterable[tuple[dict[str, Any], Any]]) -> list[int]:
+    def levels(self, cells: Iterable[tuple[Row, Any]]) -> list[int]:
         """The levels of many cells, each (its values, its static facts): one loop, as
         an overview takes a node's GPUs or ports at once."""
         value, needs = self.value, self.needs
@@ -63,7 +67,7 @@ class HeatMetric:
         return out
 
 
-def _ratio(a: Any, b: Any) -> float | None:
+def _ratio(a: float | None, b: float | None) -> float | None:
     if a is None or not b:
         return None
     return a / b
@@ -74,7 +78,7 @@ _HEALTH_READS = frozenset({"remap_failed", "ecc_uncorrected", "last_xid", "clock
                            *(key for key, _ in BUSY_FIELDS)})
 
 
-def gpu_health(v: dict[str, Any], info: Any = None) -> float | None:
+def gpu_health(v: GpuRow, info: Any = None) -> float | None:
     """0 healthy, 0.5 degraded (throttling, corrected ECC growth, pending remap), 1 bad."""
     if v.get("remap_failed") or (v.get("ecc_uncorrected") or 0) > 0 or v.get("last_xid"):
         return 1.0
@@ -88,7 +92,7 @@ def gpu_health(v: dict[str, Any], info: Any = None) -> float | None:
     return 0.0
 
 
-GPU_METRICS: tuple[HeatMetric, ...] = (
+GPU_METRICS: tuple[HeatMetric[GpuRow], ...] = (
     HeatMetric("util", "GPU busy (SM active, else utilization)",
                ("0 %", "100 %"), lambda v, i: gpu_busy(v)[0],
                frozenset(key for key, _ in BUSY_FIELDS)),
@@ -96,8 +100,8 @@ GPU_METRICS: tuple[HeatMetric, ...] = (
                lambda v, i: _ratio(v.get("mem_used"), v.get("mem_total")),
                frozenset({"mem_used", "mem_total"}), needs="mem_used"),
     HeatMetric("temp", "temperature", ("30 °C", "90 °C"),
-               lambda v, i: None if v.get("temp") is None
-               else min(1.0, max(0.0, (v["temp"] - 30) / 60)), frozenset({"temp"}),
+               lambda v, i: None if (t := v.get("temp")) is None
+               else min(1.0, max(0.0, (t - 30) / 60)), frozenset({"temp"}),
                needs="temp"),
     HeatMetric("power", "power vs limit", ("0 %", "100 %"),
                lambda v, i: _ratio(v.get("power"), v.get("power_limit")),
@@ -109,14 +113,14 @@ GPU_METRICS: tuple[HeatMetric, ...] = (
 )
 
 
-def _port_util(v: dict[str, Any], info: Any = None) -> float | None:
+def _port_util(v: PortRow, info: Any = None) -> float | None:
     tx, rx = v.get("tx_util"), v.get("rx_util")
     if tx is None and rx is None:
         return None
     return max(tx or 0.0, rx or 0.0)
 
 
-def _congestion(v: dict[str, Any], info: Any = None) -> float | None:
+def _congestion(v: PortRow, info: Any = None) -> float | None:
     """InfiniBand: xmit_wait ticks/s on a log scale, 1e2 quiet .. 1e6 starved of credits.
     RoCE (no xmit_wait): the share of time the peer held the port off with PFC pauses,
     half the time or more at the top."""
@@ -127,9 +131,9 @@ def _congestion(v: dict[str, Any], info: Any = None) -> float | None:
     return min(1.0, max(0.0, (math.log10(wait + 1) - 2) / 4))
 
 
-def _port_errors(v: dict[str, Any], info: Any = None) -> float | None:
-    if v.get("state") not in (None, PORT_ACTIVE):
-        return 1.0  # link not ACTIVE
+def _port_errors(v: PortRow, info: Any = None) -> float | None:
+    if port_down(v.get("state"), v.get("phys_state")):
+        return 1.0  # the link carries nothing
     inc = v.get("errors_inc") or {}
     bad = sum(n for n in inc.values() if n)
     if inc.get("link_downed"):
@@ -141,13 +145,13 @@ def _port_errors(v: dict[str, Any], info: Any = None) -> float | None:
     return 0.0
 
 
-FABRIC_METRICS: tuple[HeatMetric, ...] = (
+FABRIC_METRICS: tuple[HeatMetric[PortRow], ...] = (
     HeatMetric("util", "link utilization", ("0 %", "100 %"), _port_util,
                frozenset({"tx_util", "rx_util"})),
     HeatMetric("congestion", "congestion (xmit_wait; RoCE: time paused)", ("quiet", "starved"),
                _congestion, frozenset({"xmit_wait_s", "paused_rx"})),
     HeatMetric("errors", "link errors", ("none", "link down"), _port_errors,
-               frozenset({"state", "errors_inc", "saturated"})),
+               frozenset({"state", "phys_state", "errors_inc", "saturated"})),
 )
 
 

@@ -6,11 +6,17 @@ host is the name: `gpu042:9477` for `gpu042`), else the first to say the name in
 hello. A second target that says a held name is a duplicate: refused (its frames are not
 merged into the node's), and named as a finding, so a hostile agent that calls itself
 `gpu042` can neither raise a finding on gpu042 nor hide a difference of its fleet.
+
+Who speaks for a node's frames (`may_carry`): an agent only for itself, a relay only for
+the nodes it carries, never for one the reader watches directly or another relay
+carries (and a rank only for its own steps: tuimon.model.step_credit).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from tuimon_core.findings import Finding
 
@@ -30,6 +36,24 @@ def named_by(target: str, name: str) -> bool:
     its first label: `gpu042.cluster:9477` names `gpu042`)?"""
     host, name = _host(target), name.lower()
     return host == name or host.split(".", 1)[0] == name.split(".", 1)[0] == name
+
+
+class Carried(Protocol):
+    """A node as a reader (the viewer's NodeState, the relay's Source) knows it."""
+
+    owner: str | None  # the relay that carries it; None: watched directly
+
+
+def may_carry(known: Carried | None, relay: str, add: Callable[[], Carried]) -> bool:
+    """May `relay` speak for a node (its frames in the relay's batches)? Yes for a node
+    new to the reader (`add` makes it, and it is the relay's from then on) or already
+    that relay's; no for one watched directly or carried by another relay. The one rule
+    of the viewer (ClusterState.claim) and of a relay for its upstream relays
+    (FanOut.claim)."""
+    if known is None:
+        add().owner = relay
+        return True
+    return known.owner == relay
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,12 +21,13 @@ from tuimon_core.findings import Finding
 from tuimon_core.gpu_state import Throttle, throttle
 from tuimon_core.link_rules import LinkRules
 from tuimon_core.protocol.fields import (
-    PORT_ACTIVE,
     PORT_DISABLED,
     PORT_ERROR_COUNTERS,
-    PORT_LINK_UP,
+    port_down,
     port_up,
 )
+from tuimon_core.protocol.row_access import filesystem_rows, gpu_rows, port_rows
+from tuimon_core.protocol.rows import PortRow
 from tuimon_core.wording import plural
 from tuimon_core.write_surge import WriteSurge
 
@@ -62,7 +63,7 @@ PORT_ERRORS = ("rcv_errors", "link_error_recovery", "remote_physical_errors",
                "xmit_discards", "buffer_overruns", "local_link_integrity_errors")
 
 
-def _up(p: dict[str, Any]) -> bool:
+def _up(p: PortRow) -> bool:
     return port_up(p.get("state"), p.get("phys_state"))
 
 
@@ -72,7 +73,7 @@ def _share(n: float, of: float) -> str:
     return f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%"
 
 
-def _pause_words(p: dict[str, Any]) -> str:
+def _pause_words(p: PortRow) -> str:
     """Which pause held the peer, as the port's counters say: PFC only where its
     per-priority pause counters moved, global pause where the 802.3x ones did."""
     by = p.get("pause_by")
@@ -136,9 +137,8 @@ class NodeRules:
         self._last_t = now
         if self._surge is None or self._surge.node != self.name:
             self._surge = WriteSurge(self.name)
-        self._surge.observe((sample.extra.get("storage") or {}).get("filesystems") or [],
-                            now, dt)
-        for p in (sample.extra.get("fabric") or {}).get("ports") or []:
+        self._surge.observe(filesystem_rows(sample), now, dt)
+        for p in port_rows(sample):
             if _up(p):
                 self._seen_up.add(p["id"])
             self._note_drops(p, now, dt)
@@ -149,7 +149,7 @@ class NodeRules:
                 if isinstance(n, (int, float)) and n > 0:
                     self._errors.setdefault((p["id"], kind), deque()).append((now, int(n)))
                     self._error_ports.add(p["id"])
-        for i, g in enumerate(sample.gpus or ()):
+        for i, g in enumerate(gpu_rows(sample)):
             total, code = g.get("xid_total"), g.get("last_xid")
             before = self._xid.get(i)
             if code is None and not total:
@@ -192,7 +192,7 @@ class NodeRules:
         capped: list[tuple[int, Throttle]] = []
         infos = list(self._hello.gpus) if self._hello is not None else []
         slowed: dict[tuple[str, ...], list[tuple[int, Throttle]]] = {}
-        for i, g in enumerate(sample.gpus or ()):
+        for i, g in enumerate(gpu_rows(sample)):
             where = f"{node} GPU {i}"
             if g.get("failed"):
                 out.append(Finding("critical", "gpu_failed", f"{where} failed: {g['failed']}",
@@ -203,7 +203,7 @@ class NodeRules:
             if found is None:
                 pass
             elif found.kind == "thermal":
-                temp = g.get("temp")
+                temp: float | None = g.get("temp")
                 at = f" at {temp:.0f} °C" if temp is not None else ""
                 clocks = f" ({found.clocks()})" if found.clocks() else ""
                 out.append(Finding("warning", "thermal",
@@ -246,17 +246,15 @@ class NodeRules:
 
     def _ports(self, sample: Any, now: float) -> list[Finding]:
         node = self.name
-        ports = (sample.extra.get("fabric") or {}).get("ports") or []
+        ports = port_rows(sample)
         out = self._congestion(ports)
         for p in ports:
             pid = p["id"]
             where = f"{node} {pid}"
             counted = pid in self._error_ports
             downs = self._count(pid, "link_downed", now) if counted else 0
-            phys = p.get("phys_state")
-            if p.get("state") not in (None, PORT_ACTIVE) or phys not in (None, PORT_LINK_UP):
-                # ACTIVE (4) and LinkUp (5): anything else and the port carries nothing.
-                out.append(self._not_up(p, where))
+            if port_down(p.get("state"), p.get("phys_state")):
+                out.append(self._not_up(p, where))  # it carries nothing
             elif downs >= FLAPS:
                 out.append(Finding("warning", "flapping", f"{where} link went down {downs} "
                                    "times in 10 min", node=node, port=pid, score=0.6))
@@ -286,7 +284,7 @@ class NodeRules:
                                    node=node, port=pid, score=0.3))
         return out
 
-    def _not_up(self, p: dict[str, Any], where: str) -> Finding:
+    def _not_up(self, p: PortRow, where: str) -> Finding:
         """A port that carries nothing: a link fault, or a port someone turned off.
 
         `Disabled` is what management set: an InfiniBand port disabled by the subnet
@@ -314,13 +312,12 @@ class NodeRules:
         if phys == PORT_DISABLED:
             why = " (Disabled, no carrier while its netdev is up: cable, transceiver or " \
                 "the switch port)"
-        else:
-            why = f" ({p.get('phys_state_name') or phys})" if phys not in (None,
-                                                                          PORT_LINK_UP) else ""
+        else:  # the physical state where it is itself down (port_down of it alone)
+            why = f" ({p.get('phys_state_name') or phys})" if port_down(None, phys) else ""
         return Finding("critical", "link_down", f"{where} link {state}{why}",
                        node=self.name, port=pid, score=0.8)
 
-    def _note_drops(self, p: dict[str, Any], now: float, dt: float) -> None:
+    def _note_drops(self, p: PortRow, now: float, dt: float) -> None:
         """Keep a RoCE port's drops and arrivals of this sample, as counts over its
         interval, in the port's window (started by its first drop)."""
         pid = p["id"]
@@ -330,16 +327,17 @@ class NodeRules:
             return
         if q is None:
             q = self._drops[pid] = deque()
-        d, a, ld, la = (n * dt if isinstance(n, (int, float)) else 0.0 for n in (
-            dropped, p.get("arrived_s"), p.get("lossless_discards_s"),
-            p.get("lossless_arrived_s")))
+        rates: tuple[float | None, ...] = (dropped, p.get("arrived_s"),
+                                           p.get("lossless_discards_s"),
+                                           p.get("lossless_arrived_s"))
+        d, a, ld, la = (n * dt if isinstance(n, (int, float)) else 0.0 for n in rates)
         q.append((now, d, a, ld, la))
         while q and q[0][0] <= now - DROP_WINDOW_S:
             q.popleft()
         if not any(e[1] for e in q):  # no drop left in the window: back to the cheap path
             del self._drops[pid]
 
-    def _dropping(self, p: dict[str, Any], where: str, now: float) -> Finding | None:
+    def _dropping(self, p: PortRow, where: str, now: float) -> Finding | None:
         """A RoCE port dropping what arrives for lack of buffer, over DROP_WINDOW_S: at
         DROP_RATE a second and DROP_SHARE of the traffic both. On its PFC priorities that
         is lossless traffic lost: a warning. Elsewhere (no PFC on the port, or drops on
@@ -373,7 +371,7 @@ class NodeRules:
                            port=p["id"])
         return None
 
-    def _lossless(self, p: dict[str, Any], where: str, now: float,
+    def _lossless(self, p: PortRow, where: str, now: float,
                   counted: bool) -> list[Finding]:
         """A RoCE port's PFC: a storm (the NIC's watchdog stopped sending pauses), a port
         that holds its peer off much of the time (it cannot take what arrives, and its
@@ -387,7 +385,7 @@ class NodeRules:
                                f"{plural(storms, 'time')} in 10 min (pauses stopped to break "
                                "it; lossless traffic may have been dropped)",
                                node=self.name, port=pid, score=0.7))
-        paused = p.get("paused_tx")
+        paused: float | None = p.get("paused_tx")
         if isinstance(paused, (int, float)) and paused >= PAUSING_SHARE:
             out.append(Finding("warning", "pfc_pausing",
                                f"{where} holds its peer off {paused * 100:.0f}% of the time"
@@ -397,7 +395,7 @@ class NodeRules:
             out.append(dropping)
         return out
 
-    def _congestion(self, ports: list[dict[str, Any]]) -> list[Finding]:
+    def _congestion(self, ports: list[PortRow]) -> list[Finding]:
         """A port far above the node's other ports: what a node can judge of congestion
         alone (a cable, a port's peer on the switch, a job's traffic pinned to one rail).
         A whole node or leaf waiting is the viewer's cluster rule: it compares nodes."""
@@ -435,7 +433,7 @@ class NodeRules:
 
     def _storage(self, sample: Any) -> list[Finding]:
         out = []
-        for f in (sample.extra.get("storage") or {}).get("filesystems") or []:
+        for f in filesystem_rows(sample):
             lat = (f.get("latency") or {}).get("READ")
             if isinstance(lat, (int, float)) and lat > SLOW_NFS_S:
                 out.append(Finding("warning", "storage_latency",

@@ -22,7 +22,6 @@ from agent.rates import RateTracker
 from tuimon_core.protocol.fields import (
     HW_COUNTERS,
     NIC_COUNTERS_READ,
-    PORT_ACTIVE,
     PORT_COUNTERS_READ,
     PORT_ERROR_COUNTERS,
     link_util,
@@ -316,7 +315,7 @@ class FabricCollector:
         dt = now - p.prev_t if p.prev_t is not None else 0.0
         prev, cur = p.prev, {}
         old_totals = self.totals.get(p.id, {})
-        read_errors = errors_due or p.prev_t is None or v["state"] != PORT_ACTIVE
+        read_errors = errors_due or p.prev_t is None or up != 1  # not up: each sample
         totals: dict[str, int | None] = {}
         increments: dict[str, int | None] = {}
         saturated: list[str] = []

@@ -63,7 +63,7 @@ def attribute(eff: EfficiencyView, findings: list[Finding]) -> None:
 
 
 def _share(state: JobState, candidates: list[Finding]) -> None:
-    nodes = {node for node, _ in state.rank_where.values()}
+    nodes = state.nodes()
     mine = [f for f in candidates if _concerns(f, state.job, nodes)]
     add_causes(state.causes, share(state.unattributed, mine))
 

@@ -1,25 +1,31 @@
 """The cluster as the viewer knows it: one `NodeState` per target, and recent events.
 
-Sources call `apply_hello`, `apply_sample`, `apply_event` and `mark_stale`; views read.
-Every change bumps the node's `version` so a view redraws only what changed.
+Sources call it through their sink protocols (`StreamSink` in
+tuimon/sources/agent_stream.py, `PromSink` in tuimon/sources/prometheus.py, the replay's
+`SINK_CALLS` in tuimon/sources/recording.py); views read it, and tell it only what they
+want (`ViewWants` in tuimon/model/view_state.py). Every change bumps the node's `version`
+so a view redraws only what changed.
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tuimon.model.step_credit import merge_steps
 from tuimon_core.findings_family import findings_from_judgement
 from tuimon_core.heat_levels import HeatMetric
-from tuimon_core.identity import NameHolders
+from tuimon_core.identity import NameHolders, may_carry
+from tuimon_core.node_states import CONNECTING, LOST, STALE, STATES, UNKNOWN, UP
 from tuimon_core.overview import build_overview, hello_port_ids, sample_levels
 from tuimon_core.ports import DEFAULT_PORT
 from tuimon_core.protocol import Event, Hello, Sample
 from tuimon_core.protocol.overview_layout import BUSY_UNKNOWN, busy, metric_levels
+from tuimon_core.protocol.row_access import gpu_rows
+from tuimon_core.protocol.rows import GpuRow
 from tuimon_core.protocol.text import clean
 from tuimon_core.timing import aged_state, lost_state
 from tuimon_core.wording import clock_text, plural
@@ -27,11 +33,6 @@ from tuimon_core.wording import clock_text, plural
 HISTORY = 300  # samples kept per GPU for sparklines: 5 minutes at 1 Hz
 MAX_EVENTS = 2000
 MAX_RELAY_PROBLEMS = 16
-# A node's states. Lost: the viewer stopped hearing from it (stale, then down). Unknown:
-# the relay that carries it is unreachable, so nothing is known of the node itself.
-LOST = frozenset({"stale", "down"})
-UNKNOWN = "unknown"
-STATES = ("up", "stale", "down", UNKNOWN, "connecting")
 
 
 @dataclass(slots=True)
@@ -52,7 +53,7 @@ class NodeState:
     name: str
     hello: Hello | None = None
     sample: Sample | None = None
-    status: str = "connecting"  # one of STATES
+    status: str = CONNECTING  # one of STATES (tuimon_core.node_states)
     reason: str | None = None
     last_seen: float | None = None  # monotonic
     version: int = 0
@@ -107,8 +108,8 @@ class NodeState:
         return [b[gpu] if gpu < len(b) and b[gpu] != BUSY_UNKNOWN else 0
                 for b in self.busy_hist]
 
-    def gpu_values(self) -> list[dict[str, Any]]:
-        return (self.detail.gpus or []) if self.detail is not None else []
+    def gpu_values(self) -> list[GpuRow]:
+        return gpu_rows(self.detail)
 
     def levels(self, section: str, metric: HeatMetric) -> list[int] | None:
         """One metric's levels of one map's cells (GPU_LEVELS or FABRIC_LEVELS), a level
@@ -212,11 +213,7 @@ class ClusterState:
     def claim(self, source: str, relay: str) -> bool:
         """May `relay` speak for `source`? Yes for a node new to the view or already its
         own; no for a node watched directly or carried by another relay."""
-        node = self.nodes.get(source)
-        if node is None:
-            self.add_target(source).owner = relay
-            return True
-        return node.owner == relay
+        return may_carry(self.nodes.get(source), relay, lambda: self.add_target(source))
 
     def owner_of(self, source: str) -> str | None:
         """The relay that carries `source` (None: watched directly, or unknown)."""
@@ -344,6 +341,7 @@ class ClusterState:
             self._hellos_version += 1
 
     # -- what the viewer looks at closely -------------------------------------------
+    # set_detail and set_drawn are view_state.ViewWants: the one thing a view writes here.
 
     def set_detail(self, targets: set[str] | frozenset[str]) -> None:
         """Take these nodes whole from now on, and the rest as overviews."""
@@ -422,7 +420,7 @@ class ClusterState:
     def apply_source_state(self, source: str, state: str, reason: str | None) -> None:
         """A relay says how its connection to one node stands."""
         self._record("apply_source_state", source, state, reason)
-        if state in ("stale", "down"):
+        if state in LOST:
             self.mark_stale(source, reason or state)
         else:
             self.add_target(source)
@@ -541,6 +539,22 @@ class ClusterState:
             finding.message if raised else f"cleared: {finding.message}", finding.gpu))
         self.version += 1
 
+    # -- what a source that reads the whole cluster at once asks (sources.PromSink) --
+
+    def known_targets(self) -> Collection[str]:
+        return self.nodes.keys()
+
+    def up_targets(self) -> list[str]:
+        return [t for t, node in self.nodes.items() if node.status == UP]
+
+    def holds_sample(self, target: str) -> bool:
+        """Is the node up, with its latest whole sample held (not its overview only)?"""
+        node = self.nodes.get(target)
+        return node is not None and node.status == UP and node.detail is not None
+
+    def source_is_lost(self, source: str) -> bool:
+        return source in self.lost_sources
+
     def set_scrape_failures(self, failures: dict[str, tuple[str, str]]) -> None:
         """The Prometheus targets whose last scrape failed, replacing the last set:
         "job instance" -> (node, reason)."""
@@ -555,7 +569,7 @@ class ClusterState:
         now = self.clock()
         for target in targets:
             node = self.nodes.get(target)
-            if node is not None and node.status == "up":
+            if node is not None and node.status == UP:
                 node.last_seen = now
 
     def mark_stale(self, target: str, reason: str) -> None:
@@ -566,7 +580,7 @@ class ClusterState:
         node.status = lost_state(node.last_seen, self.clock())
         node.version += 1
         self.version += 1
-        if was in ("up", UNKNOWN):  # unknown: its relay is back and says it is lost
+        if was in (UP, UNKNOWN):  # unknown: its relay is back and says it is lost
             self._event(node, ClusterEvent(node.name, time.time(), "node_lost", "critical",
                                            f"{node.name}: lost contact: {reason}"))
 
@@ -582,8 +596,8 @@ class ClusterState:
         node._levels.clear()
         node.name = clean(_name_of(target))
         node.reason = self.names.message(target)
-        if node.status != "stale":
-            node.status = "stale"
+        if node.status != STALE:
+            node.status = STALE
             self._event(node, ClusterEvent(node.name, time.time(), "duplicate_name",
                                            "warning", f"{node.name}: {node.reason}"))
         node.version += 1
@@ -635,11 +649,11 @@ class ClusterState:
         return self._hellos_read[1]
 
     def _seen(self, node: NodeState) -> None:
-        if node.status != "up":
-            if node.status in ("stale", "down") and node.last_seen is not None:
+        if node.status != UP:
+            if node.status in LOST and node.last_seen is not None:
                 self._event(node, ClusterEvent(node.name, time.time(), "node_back", "info",
                                                f"{node.name}: back"))
-            node.status = "up"
+            node.status = UP
             node.reason = None
         node.last_seen = self.clock()
         node.version += 1

@@ -23,11 +23,12 @@ from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.guard import Guard
 from tuimon.model.storage import StorageView, near_provisioned
 from tuimon_core.efficiency_drop import DropJudge
-from tuimon_core.findings import SEVERITY_ORDER, Finding, FindingBook, sort_key
+from tuimon_core.findings import KINDS, SEVERITY_ORDER, Finding, FindingBook, sort_key
 from tuimon_core.findings_family import findings_from_wire
 from tuimon_core.fleet import fleet_findings, hellos_of
 from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.node_rules import CONGESTED_WAIT, OUTLIER_FACTOR, NodeRules
+from tuimon_core.node_states import UP
 from tuimon_core.protocol.overview_layout import port_waits
 from tuimon_core.wording import clock_text, plural
 
@@ -48,11 +49,7 @@ def _median(values: list[float]) -> float:
 REJUDGE_S = 15.0
 
 # What can make one rank slower than its peers, found on its node at the same time.
-STRAGGLER_CAUSES = frozenset({
-    "thermal", "power", "hw_slowdown", "pcie_downtrained", "pcie_slot_limited",
-    "pcie_replays", "nvlink_down", "nvlink_errors", "link_down", "flapping", "symbol_errors",
-    "port_errors", "congestion", "pfc_pausing", "pfc_storm", "port_drops", "port_disabled",
-    "xid", "ecc", "remap_pending", "storage_latency", "fleet_skew"})
+STRAGGLER_CAUSES = frozenset(name for name, k in KINDS.items() if k.slows_rank)
 
 
 def _cause(f: Finding) -> str:
@@ -79,8 +76,7 @@ def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
 
 # What the viewer finds of its own sources (a scrape, a relay, Prometheus), not of the
 # cluster: the first findings of every pass.
-SOURCE_KINDS = frozenset({"scrape_failed", "relay_refused", "source_limit", "relay_lost",
-                          "source_lost"})
+SOURCE_KINDS = frozenset(name for name, k in KINDS.items() if k.source)
 
 
 class Diagnosis:
@@ -189,7 +185,7 @@ class Diagnosis:
         out = []
         for n in cluster.nodes.values():
             h = n.hello
-            if (n.status != "up" or h is None or h.gpus or not h.gpu_status
+            if (n.status != UP or h is None or h.gpus or not h.gpu_status
                     or n.name in self.cpu_nodes or h.extra.get("pci_gpus")):
                 continue  # (GPUs on its bus and none usable: the node's own gpu_missing)
             if "Library Not Found" in h.gpu_status and not gpus_elsewhere:
@@ -207,7 +203,7 @@ class Diagnosis:
         read = self._read_conditions
         for n in cluster.nodes.values():
             if n.conditions is not None:
-                if n.status == "up" and n.conditions:
+                if n.status == UP and n.conditions:
                     # Read again only when they changed: each sample brings a new list,
                     # but a standing condition's is equal (compared in C).
                     held = read.get(n.target)
@@ -243,7 +239,7 @@ class Diagnosis:
             return last[4]
         if n.detail is not None:
             rules.observe(n.hello, n.detail, now)
-        found = rules.conditions(now) if n.status == "up" else []
+        found = rules.conditions(now) if n.status == UP else []
         self._judged[n.target] = (n.detail, n.hello, n.status, now, found)
         return found
 
@@ -258,7 +254,7 @@ class Diagnosis:
         every: list[float] = []
         for n in cluster.nodes.values():
             ov = n.overview
-            if ov is None or n.status != "up":
+            if ov is None or n.status != UP:
                 continue
             read = port_waits(ov, n.port_ids)
             if read is None:
@@ -406,7 +402,7 @@ class Diagnosis:
                 continue  # no drop; or no step reports now: the strip says so
             # Cause first: a line cut at 80 columns keeps the answer.
             causes = likely(job.wait_shares(WINDOWS["1m"], now)[1], signals, job.job,
-                            {node for node, _ in job.rank_where.values()})
+                            job.nodes())
             since = time.strftime("%H:%M", time.localtime(drop.since))
             said = (f"{job.job} SLI {short:.2f}, down from {drop.from_sli:.2f} "
                     f"since {since}")

@@ -26,6 +26,7 @@ from tuimon.model.slo import (
 )
 from tuimon.model.step_credit import JobCredit, StepCredit
 from tuimon_core.efficiency_drop import BURN_SHORT_S, LONG_S, MIN_BEFORE_S, SHORT_S, Drop
+from tuimon_core.node_states import UP
 from tuimon_core.protocol.fields import MAX_BUDGET_JOBS
 from tuimon_core.protocol.overview_layout import busy, busy_percents
 from tuimon_core.timing import JOB_STOPPED_AFTER_S
@@ -162,6 +163,12 @@ class JobState:
     causes: dict[tuple[str, str], float] = field(default_factory=dict)
     # The best per-GPU throughput sustained over BEST_WINDOW_S (samples/s), and when.
     best: Best = field(default_factory=Best)
+
+    def nodes(self) -> set[str]:
+        """The nodes the job's ranks report from (as the step reports place them): the
+        one rule of a job's nodes for the viewer (its screen, the map filtered to them,
+        what its waiting and a drop are put down to)."""
+        return {node for node, _ in self.rank_where.values()}
 
     @property
     def best_per_gpu(self) -> float | None:
@@ -444,7 +451,7 @@ class EfficiencyView:
         sums: dict[str, JobCredit] = {}
         busy_sum = busy_n = 0
         for node in cluster.nodes.values():
-            if node.sample is None or node.status != "up":
+            if node.sample is None or node.status != UP:
                 node.pending_steps = None  # steps of a node that is not up do not count
                 continue
             if node.overview is not None:

@@ -7,17 +7,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tuimon_core.findings import SEVERITY_ORDER, Finding, sort_key
+from tuimon_core.findings import KINDS, NO_KIND, SEVERITY_ORDER, Finding, sort_key
 from tuimon_core.hostlist import collect_hostlist
 
 MANY = 3  # this many nodes with the same kind of fault make one line
-_WORDS = {"node_lost": "nodes lost", "unreached": "nodes never reached",
-          "gpu_init_failed": "nodes without their GPUs", "gpu_failed": "GPUs failed",
-          "thermal": "thermal throttling", "xid": "XIDs", "straggler": "stragglers",
-          "symbol_errors": "ports with symbol errors", "link_down": "links down",
-          "flapping": "links flapping", "congestion": "congested", "power": "power-capped",
-          "port_disabled": "ports disabled", "port_drops": "ports dropping packets",
-          "storage_latency": "slow NFS reads", "scrape_failed": "failed scrapes"}
 
 
 @dataclass
@@ -67,7 +60,7 @@ def group(findings: list[Finding]) -> list[FindingGroup]:
             # Many nodes, one finding each: one line naming them as a host list.
             members = [fs[0] for fs in single]
             names = collect_hostlist(sorted(f.node or "" for f in members))
-            word = _WORDS.get(kind, kind.replace("_", " "))
+            word = KINDS.get(kind, NO_KIND).many or kind.replace("_", " ")
             text = f"{len(members)} {word}: {names} (e.g. {members[0].message})"
             out.append(FindingGroup(severity, kind, text, members))
             single_nodes = {f.node for f in members}

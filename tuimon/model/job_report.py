@@ -98,11 +98,6 @@ def burn_down(burn: LedgerBurn, slo: Slo, now: float) -> dict[str, Any] | None:
             "window_end": end_of_window}
 
 
-def job_nodes(state: JobState) -> list[str]:
-    """The nodes the job's ranks report from (as the step reports place them)."""
-    return sorted({node for node, _ in state.rank_where.values()})
-
-
 def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[str, Any]:
     """The job's document; KeyError when no job of that name reports steps."""
     state = eff.jobs[name]
@@ -116,7 +111,7 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
     waited, waits = state.wait_shares(WINDOWS["1h"], now)
     verdict = state.verdict(now)
     ledger = burn if isinstance(burn, LedgerBurn) else None
-    nodes = job_nodes(state)
+    nodes = sorted(state.nodes())
     mine = set(nodes)
     return {
         "job": name,

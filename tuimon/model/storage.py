@@ -8,6 +8,7 @@ from typing import Any
 
 from tuimon.model.cluster import ClusterState
 from tuimon_core.filesystems import SHARED_FSTYPES
+from tuimon_core.node_states import UP
 from tuimon_core.protocol.overview_layout import fs_rows
 
 __all__ = ["SHARED_FSTYPES", "FsAggregate", "StorageView"]
@@ -45,27 +46,28 @@ class StorageView:
     def update(self, cluster: ClusterState) -> None:
         # Per mount: [fstype, read, write, metadata ops, nodes, size, free, top readers,
         # top writers], summed from the overviews' shared file systems (their rows,
-        # overview_layout.FsRow). Every node, every second: at 4096
+        # overview_layout.FsRow, read by column name: the columns' order is the name
+        # table's, FS_ROW_FIELDS). Every node, every second: at 4096
         # nodes this loop is a third of the app's judgement, so the top three are kept
         # as it goes, not sorted out of a list of every node.
         sums: dict[str, list[Any]] = {}
         for node in cluster.nodes.values():
             ov = node.overview
-            if ov is None or node.status != "up":
+            if ov is None or node.status != UP:
                 continue
             name = node.name
-            for fid, fstype, r, w, md_ops, size, free in fs_rows(ov):
-                acc = sums.get(fid)
+            for row in fs_rows(ov):
+                acc = sums.get(row.id)
                 if acc is None:
-                    acc = sums[fid] = [fstype or "?", 0, 0, 0.0, 0, None, None, [], []]
-                r = r or 0
-                w = w or 0
+                    acc = sums[row.id] = [row.fstype or "?", 0, 0, 0.0, 0, None, None, [], []]
+                r = row.read or 0
+                w = row.write or 0
                 acc[1] += r
                 acc[2] += w
-                acc[3] += md_ops or 0.0
+                acc[3] += row.md_ops or 0.0
                 acc[4] += 1
-                if size is not None:
-                    acc[5], acc[6] = size, free
+                if row.size is not None:
+                    acc[5], acc[6] = row.size, row.free
                 top = acc[7]
                 if len(top) < TOP or r > top[-1][0]:
                     _keep_top(top, r, name)

@@ -53,6 +53,7 @@ class Field:
     dcgm: tuple[Dcgm, ...] = ()
     node_exporter: str | None = None
     required: bool = False
+    help: str | None = None  # the `/metrics` HELP text, where it is not `doc`
 
     @property
     def kind(self) -> str:
@@ -63,6 +64,11 @@ class Field:
         """The field's row in docs/protocol.md's tables (tests/test_docs.py checks each)."""
         kind = f"{self.kind}, required" if self.required else self.kind
         return f"| `{self.key}` | {kind} | {self.unit} | {self.doc} |"
+
+    @property
+    def metric_help(self) -> str:
+        """The metric's HELP text in the agent's `/metrics`."""
+        return self.help or self.doc
 
     @property
     def exposed(self) -> str | None:
@@ -317,22 +323,35 @@ GPU_INFO_FIELDS: tuple[Field, ...] = (
     Field("mem_total", INT, "bytes", "device memory"),
     Field("power_limit", NUM, "W", "power management limit"),
     Field("pci_bus_id", STR, "", "PCI bus id"),
-    Field("max_sm_clock", NUM, "Hz", "maximum SM clock"),
-    Field("max_mem_clock", NUM, "Hz", "maximum memory clock"),
+    Field("max_sm_clock", NUM, "Hz", "maximum SM clock", "tuimon_gpu_sm_clock_max_hertz",
+          help="Maximum SM clock"),
+    Field("max_mem_clock", NUM, "Hz", "maximum memory clock",
+          "tuimon_gpu_memory_clock_max_hertz", help="Maximum memory clock"),
     Field("vbios", STR, "", "VBIOS version (since 2026-12)"),
     Field("pcie_gen_max", GEN, "generation", "the highest PCIe generation this GPU "
-          "and its slot support together (NVML's `Max`: a Gen4 GPU in a Gen5 host is 4)"),
+          "and its slot support together (NVML's `Max`: a Gen4 GPU in a Gen5 host is 4)",
+          "tuimon_gpu_pcie_link_generation_max",
+          help="The highest PCIe generation the GPU and its slot support together"),
     Field("pcie_width_max", LANES, "lanes", "the widest PCIe link the GPU and slot "
-          "support"),
+          "support", "tuimon_gpu_pcie_link_width_max",
+          help="The widest PCIe link the GPU and its slot support"),
     Field("nvlinks", Int(hi=64), "links", "NVLinks active (nil: the GPU has none, or NVML "
-          "cannot say)"),
-    Field("nvlinks_total", Int(hi=64), "links", "NVLinks the GPU has, active or not"),
+          "cannot say)", "tuimon_gpu_nvlinks_active", help="NVLinks active"),
+    Field("nvlinks_total", Int(hi=64), "links", "NVLinks the GPU has, active or not",
+          "tuimon_gpu_nvlinks", help="NVLinks the GPU has"),
     Field("pcie_path", PCIE_PATH, "links", "the PCIe links from the GPU up to its root port, "
           "its own first (`pcie_path[]`, below), read from sysfs with the inventory; nil "
           "where not read (since 2026-12)"),
 )
 
 GPU_INFO = Record("gpu info", GPU_INFO_FIELDS)
+# The inventory's GPU facts the agent's `/metrics` exports (labels node, gpu, uuid):
+# (key, metric name, HELP); and by key their names.
+GPU_INFO_METRICS: tuple[tuple[str, str, str], ...] = tuple(
+    (f.key, f.metric, f.metric_help) for f in GPU_INFO_FIELDS if f.metric)
+GPU_INFO_METRIC: dict[str, str] = {key: name for key, name, _ in GPU_INFO_METRICS}
+# 1 when the GPU could be read, 0 when it failed (a sample's `failed`), in `/metrics`.
+GPU_UP_METRIC = "tuimon_gpu_up"
 
 # -- fabric ------------------------------------------------------------------------------
 
@@ -352,12 +371,16 @@ PORT_INFO_FIELDS: tuple[Field, ...] = (
           "that changes): only then is `rate` a rate (a Down port reads one, `40`); nil: "
           "its state could not be read"),
     Field("pcie_gen", GEN, "generation", "the HCA's PCIe link generation, from "
-          "sysfs `current_link_speed` (since 2026-12)"),
-    Field("pcie_width", LANES, "lanes", "the HCA's PCIe link width"),
+          "sysfs `current_link_speed` (since 2026-12)", "tuimon_hca_pcie_link_generation",
+          help="The HCA's PCIe link generation"),
+    Field("pcie_width", LANES, "lanes", "the HCA's PCIe link width",
+          "tuimon_hca_pcie_link_width", help="The HCA's PCIe link width"),
     Field("pcie_gen_max", GEN, "generation", "the most the HCA itself supports "
           "(`max_link_speed`); its link trains at most at the lower of this and its slot's "
-          "(`pcie_path`)"),
-    Field("pcie_width_max", LANES, "lanes", "the widest the HCA itself supports"),
+          "(`pcie_path`)", "tuimon_hca_pcie_link_generation_max",
+          help="The HCA's PCIe link generation at most"),
+    Field("pcie_width_max", LANES, "lanes", "the widest the HCA itself supports",
+          "tuimon_hca_pcie_link_width_max", help="The HCA's PCIe link width at most"),
     Field("pcie_path", PCIE_PATH, "links", "the PCIe links from the HCA up to its root port, "
           "its own first, each with its state now (`pcie_path[]`, below), read with the "
           "link rate (since 2026-12)"),
@@ -546,11 +569,24 @@ PORT_PHYS_STATES = {1: "Sleep", 2: "Polling", PORT_DISABLED: "Disabled",
                     6: "LinkErrorRecovery", 7: "PhyTest"}
 
 
-def port_up(state: object, phys_state: object) -> bool:
-    """Whether a port carries traffic: ACTIVE, and LinkUp where the physical state is
-    known (a source that gives the state alone, as some exporters do, is taken at it).
-    Only then is its rate a rate: a Down or Disabled port still reads one (`40`)."""
-    return state == PORT_ACTIVE and phys_state in (None, PORT_LINK_UP)
+# A port's states when it is healthy (carries traffic). The one rule of whether a port is
+# up, for every reader: the agent's `up`, the node rules, the maps, the node screen, the
+# readout, and the Prometheus queries (which ask only the ports in other states).
+PORT_HEALTHY = {"state": PORT_ACTIVE, "phys_state": PORT_LINK_UP}
+
+
+def port_down(state: int | None, phys_state: int | None) -> bool:
+    """Whether a port is known not to carry traffic: a state read and not ACTIVE, or a
+    physical state read and not LinkUp. A state not read says nothing (Prometheus's
+    source asks only the ports not up: a healthy port's states come unread)."""
+    return state not in (None, PORT_ACTIVE) or phys_state not in (None, PORT_LINK_UP)
+
+
+def port_up(state: int | None, phys_state: int | None) -> bool:
+    """Whether a port carries traffic: ACTIVE, and not down (port_down; a source that
+    gives the state alone, as some exporters do, is taken at it). Only then is its rate
+    a rate: a Down or Disabled port still reads one (`40`)."""
+    return state == PORT_ACTIVE and not port_down(state, phys_state)
 
 
 def link_util(bytes_s: float | None, rate: float | None) -> float | None:
@@ -578,6 +614,10 @@ PORT_GAUGE_METRICS: tuple[tuple[str, str, str, str], ...] = (
 PORT_UNREADABLE_METRIC = "tuimon_ib_port_counter_unreadable"
 
 PORT_INFO = Record("port info", PORT_INFO_FIELDS)
+# An HCA's PCIe link, as the agent's `/metrics` exports it (labels node, device: once an
+# HCA, its ports share the link): (key, metric name, HELP).
+HCA_INFO_METRICS: tuple[tuple[str, str, str], ...] = tuple(
+    (f.key, f.metric, f.metric_help) for f in PORT_INFO_FIELDS if f.metric)
 NIC_INFO = Record("nic info", NIC_INFO_FIELDS)
 FABRIC_FIELDS: tuple[Field, ...] = (
     Field("ports", ListOf(Record("port", PORT_FIELDS), MAX_PORTS), "ports",
