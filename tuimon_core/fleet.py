@@ -25,6 +25,7 @@ from typing import Any
 from tuimon_core.findings import Finding
 from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.link_rules import bandwidth, link_text, path_most
+from tuimon_core.protocol.row_access import port_info_rows
 
 MIN_NODES = 3
 
@@ -55,7 +56,7 @@ def _hca_devices(h: Any, key: str, only_up: bool = False) -> dict[str, dict[str,
     `only_up` leaves out ports that are not ACTIVE and LinkUp (`up` 0): their rate is
     none (a Down port reads `40`), and their link_down says the rest."""
     out: dict[str, dict[str, Any]] = {}
-    for p in h.extra.get("ports") or ():
+    for p in port_info_rows(h):
         model, v = p.get("hca_type"), p.get(key)
         if not model or v is None or (only_up and p.get("up") == 0):
             continue
@@ -88,7 +89,7 @@ def _paths(h: Any) -> dict[str, Any]:
     """Each GPU and HCA model's narrowest PCIe path on the node (the models' names do
     not meet: `NVIDIA H100 80GB HBM3`, `MT4129`)."""
     out = _per_model(h, lambda g: _path(g.pcie_path))
-    for port in h.extra.get("ports") or ():
+    for port in port_info_rows(h):
         model, v = port.get("hca_type"), _path(port.get("pcie_path"))
         if model and v is not None:
             out[model] = min(out.get(model, v), v)

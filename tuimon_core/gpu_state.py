@@ -28,15 +28,18 @@ power drawn (`gpu_work`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from tuimon_core.protocol.rows import GpuRow
 
 # Where DCGM profiling gives it, SM activity says how busy a GPU is better than NVML's
 # utilization (which counts a single running kernel as 100 %); in MIG mode it is all
 # there is. The first present wins; views say which one they show.
-BUSY_FIELDS = (("sm_active", "SM active"), ("gr_active", "engine active"), ("util", "util"))
+BUSY_FIELDS: tuple[tuple[Literal["sm_active", "gr_active", "util"], str], ...] = (
+    ("sm_active", "SM active"), ("gr_active", "engine active"), ("util", "util"))
 
 
-def gpu_busy(v: dict[str, Any]) -> tuple[float | None, str | None]:
+def gpu_busy(v: GpuRow) -> tuple[float | None, str | None]:
     """How busy a GPU is (0..1) and what measured it."""
     for key, label in BUSY_FIELDS:
         value = v.get(key)
@@ -52,7 +55,7 @@ POWER_IDLE_SHARE = 0.25
 POWER_BUSY_SHARE = 0.75
 
 
-def gpu_work(v: dict[str, Any], info: Any = None) -> tuple[float | None, str | None]:
+def gpu_work(v: GpuRow, info: Any = None) -> tuple[float | None, str | None]:
     """How busy a GPU is for the rules that judge it only while it has work (a link
     downtrained while busy, a clock held down): `gpu_busy`; else, in MIG mode where NVML
     has no utilization, the busiest instance's activity (DCGM profiling), else the power
@@ -98,7 +101,7 @@ class Throttle:
         return f"SM {self.sm_clock / 1e6:.0f}{top} MHz"
 
 
-def throttle(values: dict[str, Any], info: Any = None) -> Throttle | None:
+def throttle(values: GpuRow, info: Any = None) -> Throttle | None:
     """The GPU's throttling as its effect shows it, or None (`info`: its GpuInfo, for
     the maximum SM clock)."""
     reasons = set(values.get("clock_events") or ()) & (THERMAL | HW_SLOWDOWN | POWER)

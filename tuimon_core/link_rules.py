@@ -46,10 +46,12 @@ from __future__ import annotations
 import math
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from tuimon_core.findings import Finding
 from tuimon_core.gpu_state import gpu_work
+from tuimon_core.protocol.row_access import gpu_rows, port_info_rows
+from tuimon_core.protocol.rows import GpuRow, PcieHopRow, PortInfoRow
 
 BUSY_FOR_LINK = 0.5  # a GPU this busy keeps its link at full speed
 # GT/s per lane by PCIe generation (index: generation - 1): what a link's bandwidth is
@@ -61,6 +63,10 @@ REPLAY_WINDOW_S = 60.0
 NVLINK_WINDOW_S = 600.0
 NVLINK_CRC_PER_S = 100.0
 MIN_SPAN_S = 30.0  # a rate over less than this is not judged
+# A GPU's link counters (totals) whose growth the rules judge over their windows.
+LINK_TOTALS: tuple[Literal["pcie_replays", "nvlink_replay_errors", "nvlink_recovery_errors",
+                           "nvlink_crc_errors"], ...] = (
+    "pcie_replays", "nvlink_replay_errors", "nvlink_recovery_errors", "nvlink_crc_errors")
 
 
 def bus_address(text: str) -> str | None:
@@ -79,17 +85,17 @@ def bus_address(text: str) -> str | None:
 Link = tuple[int | None, int | None]  # (generation, width); None: not known
 
 
-def _known(value: Any) -> int | None:
+def _known(value: int | None) -> int | None:
     return value if type(value) is int and value > 0 else None
 
 
-def _lower(a: Any, b: Any) -> int | None:
+def _lower(a: int | None, b: int | None) -> int | None:
     """The lower of two maxima; not known where either is not."""
     a, b = _known(a), _known(b)
     return None if a is None or b is None else min(a, b)
 
 
-def hop_most(hop: dict[str, Any]) -> Link:
+def hop_most(hop: PcieHopRow) -> Link:
     """The most a link on a PCIe path can train at: the lower of its two ends' maxima."""
     return (_lower(hop.get("up_gen_max"), hop.get("down_gen_max")),
             _lower(hop.get("up_width_max"), hop.get("down_width_max")))
@@ -145,7 +151,7 @@ class _PathOf:
     name: str  # `GPU 2`, `mlx5_0`: how a finding names it
     gpu: int | None
     port: str | None
-    hops: tuple[dict[str, Any], ...]  # its own link first, then up to the root port
+    hops: tuple[PcieHopRow, ...]  # its own link first, then up to the root port
     now: tuple[Link, ...]  # each link's state now, in the same order
     busy: bool | None  # a GPU: busy now; an HCA: None (its links are judged always)
 
@@ -156,7 +162,7 @@ class _PathOf:
                 _known(self.hops[0].get("down_width_max")))
 
 
-def _gpu_paths(infos: list[Any], gpus: list[dict[str, Any]]) -> list[_PathOf]:
+def _gpu_paths(infos: list[Any], gpus: list[GpuRow]) -> list[_PathOf]:
     out = []
     for i, info in enumerate(infos):
         hops = getattr(info, "pcie_path", None)
@@ -173,7 +179,7 @@ def _gpu_paths(infos: list[Any], gpus: list[dict[str, Any]]) -> list[_PathOf]:
     return out
 
 
-def _hca_paths(ports: Any) -> list[_PathOf]:
+def _hca_paths(ports: list[PortInfoRow]) -> list[_PathOf]:
     out = []
     for device, p in _hcas(ports):
         hops = p.get("pcie_path")
@@ -183,20 +189,30 @@ def _hca_paths(ports: Any) -> list[_PathOf]:
     return out
 
 
-def _hcas(ports: Any) -> list[tuple[Any, dict[str, Any]]]:
+def _hcas(ports: list[PortInfoRow]) -> list[tuple[Any, PortInfoRow]]:
     """(device, its first port's facts) for each HCA: its ports share its PCIe link."""
-    seen: dict[Any, dict[str, Any]] = {}
-    for p in ports or ():
+    seen: dict[Any, PortInfoRow] = {}
+    for p in ports:
         seen.setdefault(p.get("device") or p.get("id"), p)
     return list(seen.items())
 
 
-def _port_name(hop: dict[str, Any], upper: bool) -> str:
+def _port_name(hop: PcieHopRow, upper: bool) -> str:
     """An end of a link above a device, in words: the port above, or (the lower end of a
     link above the device's own) a switch's upstream port."""
     if not upper:
         return f"switch upstream port {hop.get('down')}"
     return f"{'root' if hop.get('up_kind') == 'root' else 'switch'} port {hop.get('up')}"
+
+
+def _end(hop: PcieHopRow, upper: bool) -> tuple[str, Link]:
+    """An end of a link: the port above (`upper`) or the device below, as (its address,
+    the most it supports)."""
+    if upper:
+        return str(hop.get("up")), (_known(hop.get("up_gen_max")),
+                                    _known(hop.get("up_width_max")))
+    return str(hop.get("down")), (_known(hop.get("down_gen_max")),
+                                  _known(hop.get("down_width_max")))
 
 
 def _narrowest_end(p: _PathOf) -> tuple[str, str, Link] | None:
@@ -207,13 +223,12 @@ def _narrowest_end(p: _PathOf) -> tuple[str, str, Link] | None:
     ends = []
     for k, hop in enumerate(p.hops):
         for upper in (True, False) if k else (True,):
-            side = "up" if upper else "down"
-            most = (_known(hop.get(f"{side}_gen_max")), _known(hop.get(f"{side}_width_max")))
+            address, most = _end(hop, upper)
             if _below(most, own):
                 # Ranked by what it lets through; a maximum not known is taken as the
                 # device's own.
                 gen, width = (m if m is not None else o for m, o in zip(most, own))
-                ends.append((bandwidth((gen, width)) or 0.0, str(hop.get(side)),
+                ends.append((bandwidth((gen, width)) or 0.0, address,
                              _port_name(hop, upper), most))
     if not ends:
         return None
@@ -231,10 +246,9 @@ class LinkRules:
     _nvlinks_most: dict[str, int] = field(default_factory=dict)
 
     def observe(self, sample: Any, now: float) -> None:
-        for i, g in enumerate(sample.gpus or ()):
-            for key in ("pcie_replays", "nvlink_replay_errors", "nvlink_recovery_errors",
-                        "nvlink_crc_errors"):
-                value = g.get(key)
+        for i, g in enumerate(gpu_rows(sample)):
+            for key in LINK_TOTALS:
+                value: int | None = g.get(key)
                 if not isinstance(value, int):
                     continue
                 q = self._totals.setdefault((i, key), deque())
@@ -245,10 +259,10 @@ class LinkRules:
     def conditions(self, hello: Any, sample: Any, now: float) -> list[Finding]:
         out: list[Finding] = []
         infos = list(hello.gpus) if hello is not None else []
-        gpus = sample.gpus or []
+        gpus = gpu_rows(sample)
         out += self._gpu_links(infos, gpus, now)
         if hello is not None:
-            paths = _gpu_paths(infos, gpus) + _hca_paths(hello.extra.get("ports"))
+            paths = _gpu_paths(infos, gpus) + _hca_paths(port_info_rows(hello))
             out += self._nvlinks_present(infos)
             out += self._hca_links(hello)
             out += self._path_links(paths)
@@ -259,7 +273,7 @@ class LinkRules:
 
     # -- rules ------------------------------------------------------------------------
 
-    def _gpu_links(self, infos: list[Any], gpus: list[dict[str, Any]],
+    def _gpu_links(self, infos: list[Any], gpus: list[GpuRow],
                    now: float) -> list[Finding]:
         node = self.name
         out = []
@@ -352,10 +366,11 @@ class LinkRules:
 
     def _hca_links(self, hello: Any) -> list[Finding]:
         out = []
-        for device, p in _hcas(hello.extra.get("ports")):
+        for device, p in _hcas(port_info_rows(hello)):
             gen, width = p.get("pcie_gen"), p.get("pcie_width")
             gmax, wmax = p.get("pcie_gen_max"), p.get("pcie_width_max")
-            slot: dict[str, Any] = (p.get("pcie_path") or ({},))[0]
+            hops = p.get("pcie_path")
+            slot: PcieHopRow = hops[0] if hops else {}
             # Its link at most is the lower of its own and its slot's, where known.
             gmax = _lower(gmax, slot.get("up_gen_max")) or gmax
             wmax = _lower(wmax, slot.get("up_width_max")) or wmax
@@ -371,7 +386,7 @@ class LinkRules:
         """Each link above a device (its own is judged by `_gpu_links`, `_hca_links`)
         below what both its ends support; one finding per link, for the devices behind
         it."""
-        behind: dict[tuple[Any, Any], list[tuple[_PathOf, dict[str, Any], Link]]] = {}
+        behind: dict[tuple[Any, Any], list[tuple[_PathOf, PcieHopRow, Link]]] = {}
         for p in paths:
             for hop, now in zip(p.hops[1:], p.now[1:]):
                 behind.setdefault((hop.get("up"), hop.get("down")), []).append((p, hop, now))

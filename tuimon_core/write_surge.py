@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from tuimon_core.filesystems import SHARED_FSTYPES
 from tuimon_core.findings import Finding
+from tuimon_core.protocol.rows import FsRow
 from tuimon_core.units import rate
 from tuimon_core.wording import duration_text
 
@@ -56,11 +58,11 @@ class WriteSurge:
         self.node = node
         self._mounts: dict[str, _Mount] = {}
 
-    def observe(self, filesystems: list[dict], now: float, dt: float) -> None:
+    def observe(self, filesystems: Iterable[FsRow], now: float, dt: float) -> None:
         for f in filesystems:
             if f.get("fstype") not in SHARED_FSTYPES:
                 continue
-            rate = f.get("write_bytes_s")
+            rate: float | None = f.get("write_bytes_s")
             if not isinstance(rate, (int, float)) or isinstance(rate, bool):
                 continue
             m = self._mounts.get(f["id"])
