@@ -14,7 +14,7 @@ from tuimon.sources import prom_queries as q
 from tuimon.sources.prom_answers import Series
 from tuimon.sources.prom_nodes import NodeNames
 from tuimon.sources.prom_port_errors import PortReadings
-from tuimon.sources.prom_values import DCGM_INT32_BLANK, as_int, dcgm_blank, gpu_index, whole
+from tuimon.sources.prom_values import DCGM_INT32_BLANK, INDEX, as_int, dcgm_blank, whole
 from tuimon_core.protocol.fields import PORT_ERROR_COUNTERS, PORT_UNREADABLE_METRIC
 from tuimon_core.wait_kinds import rank_kind
 
@@ -126,7 +126,11 @@ def read_gpus(series: Series, node: Callable[[dict[str, str]], Node | None],
     table = q.GPU_SERIES
     for labels, value in series:
         entry = table.get(labels.get("__name__", ""))
-        index = gpu_index(labels.get("gpu"))
+        # A quarter of a million series a refresh at 4096 nodes: no call per index.
+        text = labels.get("gpu")
+        index = INDEX.get(text) if text is not None else None
+        if index is None:
+            index = as_int(text)
         if index is None or entry is None:
             continue
         n = node(labels)

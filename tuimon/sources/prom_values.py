@@ -19,7 +19,7 @@ _SMALL_FIELDS = frozenset(f.key for f in GPU_FIELDS if isinstance(f.type, Int)
                           and f.type.hi is not None and f.type.hi < DCGM_INT32_BLANK)
 
 # A GPU's index as its label writes it, read without int() for the usual ones.
-_INDEX = {str(i): i for i in range(1024)}
+INDEX = {str(i): i for i in range(1024)}
 
 
 def dcgm_blank(key: str, value: float) -> bool:
@@ -31,14 +31,6 @@ def as_int(text: str | None) -> int | None:
         return int(text) if text is not None else None
     except ValueError:
         return None
-
-
-def gpu_index(text: str | None) -> int | None:
-    """A `gpu` label's index (a quarter of a million a refresh at 4096 nodes)."""
-    if text is None:
-        return None
-    index = _INDEX.get(text)
-    return index if index is not None else as_int(text)
 
 
 def whole(v: float | None) -> int | None:
