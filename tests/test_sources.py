@@ -1385,3 +1385,30 @@ async def test_a_machine_named_twice_keeps_each_names_port_values() -> None:
         await source.refresh()
         assert port()["state_name"] == "DOWN" and port()["xmit_wait_s"] == 5
         assert set(cluster.nodes) == {"gpu001"} and cluster.nodes["gpu001"].status == "up"
+
+
+async def test_a_node_the_model_cannot_take_is_marked_and_the_others_arrive() -> None:
+    """A bug met by one node's frames (in building them or in the model taking them)
+    is that node's: it is stale with the reason, and every other node of the refresh
+    arrives as usual."""
+    from tuimon.sources.prometheus import PromOptions, PromSource
+
+    async def query(request: web.Request) -> web.Response:
+        if "DCGM_FI_DEV_GPU_TEMP" in request.query["query"]:
+            return _vector([{"metric": {"__name__": "DCGM_FI_DEV_GPU_TEMP", "gpu": "0",
+                                        "Hostname": h}, "value": [1.0, "60"]}
+                            for h in ("gpu001", "gpu002", "gpu003")])
+        return _vector([])
+
+    class Picky(ClusterState):
+        def apply_message(self, target: str, message: Any, raw: bytes = b"") -> None:
+            if target == "gpu002":
+                raise ValueError("a value no check foresaw")
+            super().apply_message(target, message, raw)
+
+    async with _prometheus_answering(query) as url, aiohttp.ClientSession() as session:
+        cluster = Picky()
+        await PromSource(url, cluster, session, PromOptions()).refresh()
+    assert [cluster.nodes[h].status for h in ("gpu001", "gpu003")] == ["up", "up"]
+    assert cluster.nodes["gpu002"].status != "up"
+    assert "ValueError: a value no check foresaw" in (cluster.nodes["gpu002"].reason or "")

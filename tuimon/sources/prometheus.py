@@ -435,10 +435,17 @@ class PromSource:
             with_budget=with_budget)
         self._note_over(read.over)
         failures = await self._failures(answers.get("up", []), resolver)
+        broken = dict(read.broken)
         for name, frame in read.frames:
-            if name not in read.broken:
+            if name in broken:
+                continue
+            try:  # one node's frames, alone: a value the model did not foresee is its
                 self._deliver(name, frame)
-        for name, reason in read.broken.items():
+            except Exception as exc:
+                log.error("prometheus %s: the series of %s failed", self.url, name,
+                          exc_info=exc)
+                broken[name] = clean(f"internal error: {type(exc).__name__}: {exc}")[:200]
+        for name, reason in broken.items():
             self.cluster.mark_stale(name, reason)
         if read.current:
             self.cluster.mark_current(read.current)
