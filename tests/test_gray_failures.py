@@ -21,6 +21,7 @@ from tests.nvidia_smi import fake_gpus, read_xml
 from tests.trees import write
 from tuimon_core.findings import Finding
 from tuimon_core.fleet import fleet_findings, fleet_table
+from tuimon_core.heat_levels import FABRIC_METRICS, LEVELS
 from tuimon_core.link_rules import allowed_replays
 from tuimon_core.protocol import Sample
 from tuimon_core.protocol.messages import Hello
@@ -365,10 +366,17 @@ def test_a_port_disabled_while_in_use_is_a_warning_and_polling_a_link_fault(
     assert {p["device"]: p["up"] for p in node.hello().extra["ports"]}["mlx5_5"] == 0
 
     ib_tree(tmp_path / "p", fixture_rows("infiniband_h100_some_down_polling.txt"))
-    found = said(FabricNode(tmp_path / "p", "h100-p").run(10))
+    polling = FabricNode(tmp_path / "p", "h100-p")
+    found = said(polling.run(10))
     assert found == ["critical link_down: h100-p mlx5_11:1 link DOWN (Polling)",
                      "info port_disabled: h100-p mlx5_5:1 disabled since first seen: "
                      "configured off, not a link fault"], found
+    # The map's errors level says the same of the real ports as the rules: the two that
+    # carry nothing at the top, every other port clean (one rule, port_down).
+    (errors,) = (m for m in FABRIC_METRICS if m.key == "errors")
+    at_top = sorted(pid for pid, p in polling.ports.items() if errors.level(p) == LEVELS - 1)
+    assert at_top == ["mlx5_11:1", "mlx5_5:1"], at_top
+    assert all(errors.level(p) == 0 for pid, p in polling.ports.items() if pid not in at_top)
 
 
 def test_a_roce_port_without_carrier_is_a_link_fault_one_set_down_is_not(
