@@ -14,6 +14,9 @@ from pathlib import Path
 
 MAX_FILE_BYTES = 1 << 20
 MAX_CACHED_FDS = 2048
+# A first read's size: a sysfs attribute is at most a page; /proc files grow past it
+# (a big machine's /proc/stat, a container host's mounts) and are read on in chunks.
+READ_CHUNK = 4096
 # The reason of a file that is not there (this hardware or driver has none), unlike one
 # that is there and cannot be read.
 MISSING = "missing"
@@ -35,14 +38,21 @@ class FileTree:
         self.root = Path(root)
         self._root = os.fspath(root)
         self._fds: dict[str, int] = {}
+        # The file each kept descriptor was opened on (device, inode), to tell a path
+        # that now names another file (`revalidate`).
+        self._opened: dict[str, tuple[int, int]] = {}
+        self._sizes: dict[str, int] = {}  # the last size of each kept whole file
 
     def path(self, rel: str) -> Path:
         return self.root / rel.lstrip("/")
 
-    def _open(self, rel: str) -> int:
+    def _full(self, rel: str) -> str:
         # Plain strings, not pathlib: this runs for every file on every sample.
+        return os.path.join(self._root, rel.lstrip("/"))
+
+    def _open(self, rel: str) -> int:
         try:
-            return os.open(os.path.join(self._root, rel.lstrip("/")), os.O_RDONLY | os.O_CLOEXEC)
+            return os.open(self._full(rel), os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
             raise ReadError(rel, MISSING) from None
         except PermissionError:
@@ -50,16 +60,71 @@ class FileTree:
         except OSError as exc:
             raise ReadError(rel, exc.strerror or type(exc).__name__) from None
 
+    def _read_all(self, rel: str, fd: int, first: int) -> bytes:
+        """The whole file from offset 0: one pread for a file that fits `first` bytes
+        (a short read is the end: sysfs and procfs fill what was asked for)."""
+        try:
+            data = os.pread(fd, first, 0)
+            if len(data) == first:
+                parts = [data]
+                size = first
+                while True:
+                    more = os.pread(fd, max(READ_CHUNK, size), size)
+                    if not more:
+                        break
+                    parts.append(more)
+                    size += len(more)
+                    if size > MAX_FILE_BYTES:
+                        raise ReadError(rel, f"larger than {MAX_FILE_BYTES} bytes")
+                data = b"".join(parts)
+        except OSError as exc:  # EISDIR, EIO, ENODEV from a device going away
+            if isinstance(exc, ReadError):
+                raise
+            raise ReadError(rel, exc.strerror or type(exc).__name__) from None
+        return data
+
     def read_text(self, rel: str) -> str:
+        """A file read once or seldom (firmware, a process's status): opened and closed."""
         fd = self._open(rel)
         try:
-            with open(fd, "rb", closefd=True) as fh:
-                data = fh.read(MAX_FILE_BYTES + 1)
-        except OSError as exc:  # EISDIR, EIO, ENODEV from a device going away
-            raise ReadError(rel, exc.strerror or type(exc).__name__) from None
-        if len(data) > MAX_FILE_BYTES:
-            raise ReadError(rel, f"larger than {MAX_FILE_BYTES} bytes")
+            return self._read_all(rel, fd, READ_CHUNK).decode("utf-8", errors="replace")
+        finally:
+            os.close(fd)
+
+    def read_often(self, rel: str) -> str:
+        """A whole file read on every sample (/proc/stat, diskstats, mounts, a client's
+        statistics), through a kept descriptor like `read_counter`; its first read asks
+        for the size it had last time, so one pread reads it."""
+        fd = self._fds.get(rel)
+        if fd is not None:
+            try:
+                data = self._read_all(rel, fd, self._sizes.get(rel, 0) + READ_CHUNK)
+            except ReadError:
+                self._drop(rel)
+            else:
+                self._sizes[rel] = len(data)
+                return data.decode("utf-8", errors="replace")
+        fd = self._open(rel)
+        try:
+            data = self._read_all(rel, fd, READ_CHUNK)
+        except ReadError:
+            os.close(fd)
+            raise
+        self._keep(rel, fd)
+        self._sizes[rel] = len(data)
         return data.decode("utf-8", errors="replace")
+
+    def _keep(self, rel: str, fd: int) -> None:
+        if len(self._fds) >= MAX_CACHED_FDS:
+            os.close(fd)
+            return
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            os.close(fd)
+            return
+        self._fds[rel] = fd
+        self._opened[rel] = (st.st_dev, st.st_ino)
 
     def read_counter(self, rel: str) -> bytes | str:
         """Read a small, often-read file (a sysfs counter) through a cached descriptor.
@@ -83,10 +148,7 @@ class FileTree:
         except OSError as exc:
             os.close(fd)
             raise ReadError(rel, exc.strerror or type(exc).__name__) from None
-        if len(self._fds) < MAX_CACHED_FDS:
-            self._fds[rel] = fd
-        else:
-            os.close(fd)
+        self._keep(rel, fd)
         return data
 
     def forget(self, prefix: str) -> None:
@@ -94,11 +156,32 @@ class FileTree:
         for rel in [r for r in self._fds if r.startswith(prefix)]:
             self._drop(rel)
 
+    def revalidate(self) -> int:
+        """Close each kept descriptor whose path no longer names the file it was opened
+        on (removed, or replaced by a rename), so the next read opens it afresh; returns
+        how many. A device that goes away fails its reads at once (sysfs answers ENODEV);
+        a regular file that is replaced or removed does not, and is noticed here, on the
+        agent's slow cadence: one stat a file, not an open and close a file a sample."""
+        stale = []
+        for rel, opened in self._opened.items():
+            try:
+                st = os.stat(self._full(rel))
+            except (OSError, ValueError):
+                stale.append(rel)
+                continue
+            if (st.st_dev, st.st_ino) != opened:
+                stale.append(rel)
+        for rel in stale:
+            self._drop(rel)
+        return len(stale)
+
     def close(self) -> None:
         for rel in list(self._fds):
             self._drop(rel)
 
     def _drop(self, rel: str) -> None:
+        self._opened.pop(rel, None)
+        self._sizes.pop(rel, None)
         fd = self._fds.pop(rel, None)
         if fd is not None:
             with contextlib.suppress(OSError):
@@ -106,7 +189,7 @@ class FileTree:
 
     def listdir(self, rel: str) -> list[str]:
         try:
-            return sorted(os.listdir(self.path(rel)))
+            return sorted(os.listdir(self._full(rel)))
         except FileNotFoundError:
             raise ReadError(rel, MISSING) from None
         except PermissionError:
@@ -115,13 +198,13 @@ class FileTree:
             raise ReadError(rel, exc.strerror or type(exc).__name__) from None
 
     def exists(self, rel: str) -> bool:
-        return self.path(rel).exists()
+        return os.path.exists(self._full(rel))  # False for a NUL in a name, too
 
     def link_target(self, rel: str) -> str | None:
         """Where a symlink points, as written (sysfs writes relative paths), None if it is
         not a symlink or cannot be read."""
         try:
-            return os.readlink(self.path(rel))
+            return os.readlink(self._full(rel))
         except (OSError, ValueError):  # ValueError: a NUL in a name built from input
             return None
 
@@ -151,9 +234,13 @@ class GeneratedTree(FileTree):
         return make()
 
     read_counter = read_text
+    read_often = read_text
 
     def close(self) -> None:
         pass
+
+    def revalidate(self) -> int:
+        return 0
 
     def listdir(self, rel: str) -> list[str]:
         names = self._dirs.get(rel.strip("/"))

@@ -40,7 +40,9 @@ from tuimon_core.version import __version__
 log = logging.getLogger(__name__)
 _STEPS = FAMILY_TYPES["steps"]
 # The platform (kernel, GPUs on the PCI bus, GPUDirect module) is read this many samples
-# apart: it changes with a reboot or an admin's hand, and a read lists the PCI bus.
+# apart: it changes with a reboot or an admin's hand, and a read lists the PCI bus. On
+# the same cadence, kept file descriptors are checked against their paths (a file
+# replaced or removed under a descriptor the agent keeps open).
 PLATFORM_EVERY = 60
 
 
@@ -236,6 +238,7 @@ class NodeAgent:
         if self.gpu.device_count_changed():
             inventory_changed = self.gpu.refresh_inventory()
         if self._seq % PLATFORM_EVERY == PLATFORM_EVERY - 1:
+            self.files.revalidate()
             platform = self.platform.read()
             inventory_changed = inventory_changed or platform != self._platform
             self._platform = platform

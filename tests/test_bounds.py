@@ -117,6 +117,7 @@ async def test_a_failed_read_of_the_mount_table_keeps_the_file_systems(
         await agent.sample_once()
         (proc_root / "proc/self/mounts").unlink()
         (proc_root / "proc/self/mounts").mkdir()  # reading it now fails
+        agent.files.revalidate()  # the agent's slow cadence: its kept descriptor goes
         sample = await agent.sample_once()
     finally:
         await agent.stop()

@@ -337,6 +337,8 @@ class GpuCollector:
                                         f"error(s), {ecc} in all", gpu=i, source="gpu"))
                 self._last_ecc[i] = ecc
             gpus.append(values)
+        if self._names is not None:
+            self._names.end_sample()
         return gpus, events
 
     def _read_gpu(self, i: int, h: Any, now: float) -> dict[str, Any]:

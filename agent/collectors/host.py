@@ -114,7 +114,7 @@ class HostCollector:
         def attempt(fields: tuple[str, ...], path: str, fn: Any) -> None:
             self.reads += 1
             try:
-                fn(self.files.read_text(path))
+                fn(self.files.read_often(path))
             except (ReadError, ParseError) as exc:
                 self.failed_reads += 1
                 reason = f"{path}: {exc.reason if isinstance(exc, ReadError) else exc}"

@@ -126,10 +126,20 @@ class ProcessNames:
         self._users: dict[int, str] | None = None
         self._pods: dict[str, tuple[str, str]] | None = None
         self._pods_read = 0
+        # The pids described since the last `end_sample`, and before it: each one's stat
+        # is read through a kept descriptor, closed when the process leaves the GPUs.
+        self._seen: set[int] = set()
+        self._seen_before: set[int] = set()
 
     def describe(self, pid: int) -> dict[str, Any]:
+        # A kept descriptor answers for the process it was opened on: once that process
+        # is gone its reads fail (ESRCH) and the pid is opened afresh, so a reused pid is
+        # a new process with a new start time.
+        self._seen.add(pid)
         try:
-            start = _start_time(self.files.read_text(f"proc/{pid}/stat"))
+            raw = self.files.read_counter(f"proc/{pid}/stat")
+            start = _start_time(raw.decode("utf-8", errors="replace")
+                                if isinstance(raw, bytes) else raw)
         except ReadError:
             return {}  # gone already, or in a pid namespace we cannot see
         cached = self._cache.get(pid)
@@ -168,6 +178,12 @@ class ProcessNames:
             self._cache.clear()
         self._cache[pid] = (start, info)
         return info
+
+    def end_sample(self) -> None:
+        """Close the descriptors of the processes no GPU lists any more."""
+        for pid in self._seen_before - self._seen:
+            self.files.forget(f"proc/{pid}/stat")
+        self._seen_before, self._seen = self._seen, set()
 
     def _user(self, uid: int) -> str:
         if self._users is None:
