@@ -4,10 +4,17 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agent.collectors.fabric import FabricCollector, parse_counter, parse_rate, parse_state
+from agent.collectors.fabric import (
+    DISCOVER_EVERY,
+    FabricCollector,
+    parse_counter,
+    parse_rate,
+    parse_state,
+)
 from agent.files import FileTree
 from tests.trees import HW, ib_port, nic, read_as_unprivileged, write
 
@@ -139,17 +146,48 @@ def test_no_pma_missing_and_garbage_counters_have_reasons(tmp_path: Path) -> Non
     assert c.totals["i40iw0:1"]["tx_packets"] == 10  # the rest of the port still reads
 
 
+def _until_changed(c: FabricCollector, t: float) -> tuple[dict[str, Any], int]:
+    for n in range(1, 3 * DISCOVER_EVERY):
+        values, changed = c.collect(t + n)
+        if changed:
+            return values, n
+    raise AssertionError("the inventory change was never seen")
+
+
 def test_a_device_appearing_and_disappearing_between_samples(tmp_path: Path) -> None:
+    # The device directories are listed every DISCOVER_EVERY samples, not each second:
+    # a device that comes or goes is in the next listing.
     ib_port(tmp_path, "mlx5_0")
     c = FabricCollector(FileTree(tmp_path), errors_every=1)
     c.collect(0.0)
     ib_port(tmp_path, "mlx5_1")
-    values, changed = c.collect(1.0)
-    assert changed and [p["id"] for p in values["ports"]] == ["mlx5_0:1", "mlx5_1:1"]
+    values, n = _until_changed(c, 0.0)
+    assert n <= DISCOVER_EVERY
+    assert [p["id"] for p in values["ports"]] == ["mlx5_0:1", "mlx5_1:1"]
     shutil.rmtree(tmp_path / "sys/class/infiniband/mlx5_0")
-    values, changed = c.collect(2.0)
-    assert changed and [p["id"] for p in values["ports"]] == ["mlx5_1:1"]
+    values, n = _until_changed(c, 100.0)
+    assert n <= DISCOVER_EVERY
+    assert [p["id"] for p in values["ports"]] == ["mlx5_1:1"]
     assert [p["id"] for p in c.inventory()["ports"]] == ["mlx5_1:1"]
+    assert not [rel for rel in c.files._fds if "mlx5_0" in rel]  # its descriptors closed
+
+
+def test_a_port_whose_files_stop_answering_is_listed_again_at_once(tmp_path: Path) -> None:
+    # sysfs fails the reads of a device that went away (ENODEV): the port is dropped at
+    # the next sample, not at the next listing. A port whose state file is gone reads
+    # the same way.
+    ib_port(tmp_path, "mlx5_0")
+    ib_port(tmp_path, "mlx5_1")
+    files = FileTree(tmp_path)
+    c = FabricCollector(files, errors_every=1)
+    c.collect(0.0)
+    c.collect(1.0)
+    shutil.rmtree(tmp_path / "sys/class/infiniband/mlx5_0")
+    files.forget("sys/class/infiniband/mlx5_0")  # what ENODEV does to a kept descriptor
+    values, changed = c.collect(2.0)  # the read fails: the port reads nil, and is noted
+    assert values["ports"][0]["state"] is None
+    values, changed = c.collect(3.0)
+    assert changed and [p["id"] for p in values["ports"]] == ["mlx5_1:1"]
 
 
 def test_no_infiniband_at_all_says_so(tmp_path: Path) -> None:

@@ -32,6 +32,10 @@ from tuimon_core.protocol.text import clean
 IB = "sys/class/infiniband"
 NET = "sys/class/net"
 RATE_EVERY = 10  # samples between re-reads of link rate, firmware, board id
+# The device directories are listed again this many samples apart, and at once when a
+# port's or NIC's files stop answering (a device that went away): a new HCA or NIC is
+# seen within that many seconds, and a second is not spent listing a dozen directories.
+DISCOVER_EVERY = RATE_EVERY
 # Error counters are read every ERRORS_EVERY samples (and at once when a link leaves
 # ACTIVE): they move rarely, there are 8 a port, and their increments lose nothing by
 # covering a few seconds. Data, packet and xmit_wait counters are read every sample.
@@ -105,12 +109,15 @@ class _Port:
     reasons: dict[str, str] = field(default_factory=dict)  # why a counter could not be read
     stuck: set[str] = field(default_factory=set)  # counters saturated when last read
     storms: int | None = None  # PFC storm events as last read (RoCE ports)
+    # Cleaned: the id is what leaves the agent (wire, /metrics); paths use the raw
+    # device name.
+    id: str = ""
+    hw_paths: list[tuple[str, str]] = field(default_factory=list)  # (name, path)
+    hw_prev: dict[str, int] = field(default_factory=dict)
+    hw_prev_t: float | None = None
 
-    @property
-    def id(self) -> str:
-        # Cleaned: the id is what leaves the agent (wire, /metrics); paths use the raw
-        # device name.
-        return clean(f"{self.device}:{self.port}")
+    def __post_init__(self) -> None:
+        self.id = clean(f"{self.device}:{self.port}")
 
 
 class StatsReader(Protocol):
@@ -137,6 +144,8 @@ class FabricCollector:
         self._paths = pci.PciPaths(files)  # each HCA's PCIe links up to its root port
         self._reads = 0
         self._info_changed = False
+        self._lost = False  # a port's or NIC's files stopped answering: list again
+        self._states: dict[bytes | str, tuple[int | None, str]] = {}  # text -> parsed
         self.status: str | None = None
         # Cumulative counters by port or NIC id, for /metrics. Kept off the wire: viewers
         # need rates, and a node's frame stays small. A port's counter that is there and
@@ -199,6 +208,7 @@ class FabricCollector:
         except ReadError:
             present = set()
         p.hw = [h for h in HW_COUNTERS if h in present]
+        p.hw_paths = [(h, f"{base}/hw_counters/{h}") for h in p.hw]
         netdevs: list[str] = []
         with contextlib.suppress(ReadError):
             netdevs = self.files.listdir(f"{IB}/{dev}/device/net")
@@ -254,7 +264,10 @@ class FabricCollector:
 
     def collect(self, now: float) -> tuple[dict[str, Any], bool]:
         """One reading of every port and NIC; also says whether the inventory changed."""
-        changed = self._discover()
+        changed = False
+        if self._lost or self._reads % DISCOVER_EVERY == 0:
+            self._lost = False
+            changed = self._discover()
         self._info_changed = False
         refresh = self._reads % RATE_EVERY == 0
         errors_due = self._reads % self.errors_every == 0
@@ -296,10 +309,17 @@ class FabricCollector:
         errors: dict[str, str] = {}
         for name in ("state", "phys_state"):
             try:
-                num, label = parse_state(_text(self.files.read_counter(f"{p.base}/{name}")))
+                printed = self.files.read_counter(f"{p.base}/{name}")
+                parsed = self._states.get(printed)
+                if parsed is None:
+                    parsed = parse_state(_text(printed))
+                    if len(self._states) < 64:  # a handful of states, as the kernel prints
+                        self._states[printed] = parsed
+                num, label = parsed
             except ReadError as exc:
                 num, label = None, None
                 errors[name] = exc.reason
+                self._lost = True  # gone, or going: see at the next sample
             v[name] = num
             v[f"{name}_name"] = label
         # Whether the port is up goes in the inventory: only an up port's rate is a rate
@@ -376,22 +396,41 @@ class FabricCollector:
         self.totals[p.id] = totals
         if saturated:
             v["saturated"] = saturated
-        if p.hw:
-            hw: dict[str, float | None] = {}
-            hw_totals: dict[str, int | None] = {}
-            for name in p.hw:
-                raw, reason = self._read_raw(f"{p.base}/hw_counters/{name}")
-                hw_totals[name] = raw
-                hw[name] = self._rates.rate((p.id, "hw", name), raw, now, wrap_bits=32)
-                if reason:
-                    errors[name] = reason
-            v["hw"] = hw
-            self.hw_totals[p.id] = hw_totals
+        if p.hw_paths:
+            v["hw"] = self._read_hw(p, now, errors)
         if netdev and p.info.get("link_layer") == "Ethernet":
             self._read_pauses(p, v, netdev, now, dt, errors)
         if errors:
             v["counter_errors"] = errors
         return v
+
+    def _read_hw(self, p: _Port, now: float, errors: dict[str, str]) -> dict[str, float | None]:
+        """The mlx5 hw_counters' rates: 32-bit counters that wrap (a decrease is one wrap);
+        one that cannot be read is nil with its reason, and its next read starts again."""
+        hw: dict[str, float | None] = {}
+        totals: dict[str, int | None] = {}
+        prev, cur = p.hw_prev, {}
+        dt = now - p.hw_prev_t if p.hw_prev_t is not None else 0.0
+        read = self._read_raw
+        for name, path in p.hw_paths:
+            raw, reason = read(path)
+            totals[name] = raw
+            if raw is None:
+                hw[name] = None
+                errors[name] = reason or "unreadable"
+                continue
+            cur[name] = raw
+            before = prev.get(name)
+            if before is None or dt <= 0:
+                hw[name] = None
+                continue
+            delta = raw - before
+            if delta < 0:
+                delta += 1 << 32
+            hw[name] = delta / dt if delta >= 0 else None
+        p.hw_prev, p.hw_prev_t = cur, now
+        self.hw_totals[p.id] = totals
+        return hw
 
     def _admin_up(self, netdev: str, errors: dict[str, str]) -> int | None:
         """1 when a RoCE port's netdev is administratively up (IFF_UP in its sysfs
@@ -457,6 +496,7 @@ class FabricCollector:
             v["operstate"] = _text(self.files.read_counter(f"{base}/operstate")).strip()
         except ReadError:
             v["operstate"] = None
+            self._lost = True
         totals: dict[str, int | None] = {}
         for c in NIC_COUNTERS_READ:
             counter = c.key
