@@ -60,3 +60,25 @@ class RateTracker:
         """Drop every counter whose key is a tuple starting with `prefix` (device gone)."""
         for key in [k for k in self._last if isinstance(k, tuple) and k and k[0] == prefix]:
             del self._last[key]
+
+
+class CounterSet:
+    """Rates of several counters read together (a disk's line of /proc/diskstats): one
+    remembered read per entity, each counter's rate by RateTracker's rules without wrap
+    (a decrease is a reset: None this time, and the baseline restarts)."""
+
+    def __init__(self) -> None:
+        self._last: dict[Hashable, tuple[float, tuple[int | float | None, ...]]] = {}
+
+    def rates(self, key: Hashable, values: tuple[int | float | None, ...],
+              t: float) -> list[float | None]:
+        last = self._last.get(key)
+        self._last[key] = (t, values)
+        if last is None or t - last[0] <= 0:
+            return [None] * len(values)
+        dt = t - last[0]
+        return [None if new is None or old is None or new < old else (new - old) / dt
+                for new, old in zip(values, last[1])]
+
+    def forget(self, key: Hashable) -> None:
+        self._last.pop(key, None)

@@ -31,11 +31,14 @@ from agent.collectors.storage_parsers import (
     parse_mountstats,
 )
 from agent.files import FileTree, ReadError
-from agent.rates import RateTracker
+from agent.rates import CounterSet, RateTracker
 from tuimon_core.filesystems import DATA_FSTYPES
 from tuimon_core.protocol.text import clean
 
 LLITE_DIRS = ("proc/fs/lustre/llite", "sys/kernel/debug/lustre/llite")  # before / from 2.12
+# Lustre client instances are listed again this many samples apart (and when the Lustre
+# mounts change or a read fails): listing them each second would find the same ones.
+LIST_EVERY = 10
 DEFAULT_MMPMON = "/usr/lpp/mmfs/bin/mmpmon"
 SECTOR = 512
 _IDLE_SKIP = re.compile(r"^(loop|ram|zram|sr|fd)\d")
@@ -101,6 +104,7 @@ class StorageCollector:
         self.files = files
         self.config = config or StorageConfig()
         self._rates = RateTracker()
+        self._disk_rates = CounterSet()
         # The host's mount namespace: our own, or PID 1's when the host is mounted under
         # a root prefix (a container agent).
         self._pids = ("self",) if str(files.root) == "/" else ("1", "self")
@@ -120,6 +124,9 @@ class StorageCollector:
         self.fs_totals: dict[str, dict[str, int]] = {}
         self.disk_totals: dict[str, dict[str, int]] = {}
         self._seen_disks: set[str] = set()
+        self._llite: list[tuple[str, str]] | None = None
+        self._llite_mounts: list[tuple[str, int]] = []
+        self._llite_reads = 0
 
     def close(self) -> None:
         self._capacity.close()
@@ -164,7 +171,7 @@ class StorageCollector:
         for pid in self._pids:
             path = f"proc/{pid}/{name}"
             try:
-                return path, self.files.read_text(path)
+                return path, self.files.read_often(path)
             except ReadError as exc:
                 error = error or exc
         assert error is not None
@@ -205,25 +212,19 @@ class StorageCollector:
                 filesystems.pop(extra.mountpoint, None)
         sums: dict[str, dict[str, int]] = {}
         errors: dict[str, str] = {}
-        for base in LLITE_DIRS:
+        for fsname, path in self._llite_instances(by_fs):
             try:
-                instances = self.files.listdir(base)
-            except ReadError:
+                st = parse_llite_stats(self.files.read_often(path))
+            except (ReadError, FormatError) as exc:
+                errors[fsname] = f"{path}: {getattr(exc, 'reason', exc)}"
+                self._llite_reads = -1  # an instance that went away: list them again
                 continue
-            for instance in instances:
-                fsname = lustre_fsname(instance)
-                path = f"{base}/{instance}/stats"
-                try:
-                    st = parse_llite_stats(self.files.read_text(path))
-                except (ReadError, FormatError) as exc:
-                    errors[fsname] = f"{path}: {getattr(exc, 'reason', exc)}"
-                    continue
-                acc = sums.setdefault(fsname, {})
-                for key, value in (("read_bytes", st.read_bytes), ("write_bytes", st.write_bytes),
-                                   ("read_ops", st.reads), ("write_ops", st.writes),
-                                   ("metadata_ops", st.metadata_ops),
-                                   ("instances", 1)):
-                    acc[key] = acc.get(key, 0) + (value or 0)
+            acc = sums.setdefault(fsname, {})
+            for key, value in (("read_bytes", st.read_bytes), ("write_bytes", st.write_bytes),
+                               ("read_ops", st.reads), ("write_ops", st.writes),
+                               ("metadata_ops", st.metadata_ops),
+                               ("instances", 1)):
+                acc[key] = acc.get(key, 0) + (value or 0)
         for fsname in sorted(set(sums) | set(errors)):
             fs_mounts = by_fs.get(fsname, [])
             mountpoint = fs_mounts[0].mountpoint if fs_mounts else f"lustre:{fsname}"
@@ -242,6 +243,28 @@ class StorageCollector:
             entry["totals"] = {"read_bytes": summed["read_bytes"],
                                "write_bytes": summed["write_bytes"]}
             self._rate_fields(entry, mountpoint, now, summed)
+
+    def _llite_instances(self, by_fs: dict[str, list[Mount]]) -> list[tuple[str, str]]:
+        """Each Lustre client instance's (file system, stats path): listed again every
+        LIST_EVERY samples, when the Lustre mounts change, or when a read fails (a client
+        instance comes with a mount and goes with it)."""
+        mounted = sorted((name, len(ms)) for name, ms in by_fs.items())
+        self._llite_reads += 1
+        if (self._llite is not None and mounted == self._llite_mounts
+                and self._llite_reads % LIST_EVERY):
+            return self._llite
+        self._llite_reads = 0
+        found: list[tuple[str, str]] = []
+        for base in LLITE_DIRS:
+            try:
+                instances = self.files.listdir(base)
+            except ReadError:
+                continue
+            found.extend((lustre_fsname(i), f"{base}/{i}/stats") for i in instances)
+        for _, gone in set(self._llite or ()) - set(found):
+            self.files.forget(gone)  # its kept descriptor would read the unmounted one
+        self._llite, self._llite_mounts = found, mounted
+        return found
 
     def _nfs(self, filesystems: dict[str, dict[str, Any]], now: float) -> None:
         try:
@@ -344,7 +367,7 @@ class StorageCollector:
 
     def _disks(self, now: float) -> list[dict[str, Any]]:
         try:
-            stats = parse_diskstats(self.files.read_text("proc/diskstats"))
+            stats = parse_diskstats(self.files.read_often("proc/diskstats"))
         except (ReadError, FormatError) as exc:
             self.errors["disks"] = f"proc/diskstats: {getattr(exc, 'reason', exc)}"
             return []
@@ -355,21 +378,19 @@ class StorageCollector:
                     and d.name not in self._seen_disks and _IDLE_SKIP.match(d.name)):
                 continue  # unused loop, ram and optical devices
             self._seen_disks.add(d.name)
-            key = ("disk", d.name)
-            entry: dict[str, Any] = {"id": d.name, "kind": kind}
             rb, wb = d.read_sectors * SECTOR, d.write_sectors * SECTOR
-            entry["totals"] = {"read_bytes": rb, "written_bytes": wb}
-            entry["read_bytes_s"] = self._rates.rate((key, "rb"), rb, now)
-            entry["write_bytes_s"] = self._rates.rate((key, "wb"), wb, now)
-            entry["read_iops"] = self._rates.rate((key, "r"), d.reads, now)
-            entry["write_iops"] = self._rates.rate((key, "w"), d.writes, now)
-            d_ms = self._rates.rate((key, "ms"), d.read_ms + d.write_ms, now)
-            d_io = self._rates.rate((key, "n"), d.reads + d.writes, now)
-            entry["await"] = (d_ms / d_io / 1000.0) if d_io and d_ms is not None else (
-                0.0 if d_io == 0 else None)
-            busy = self._rates.rate((key, "io"), d.io_ms, now)
-            entry["busy"] = min(1.0, busy / 1000.0) if busy is not None else None
-            out.append(entry)
+            # One remembered read a disk: its line's counters are read at one moment.
+            rb_s, wb_s, r_s, w_s, d_ms, d_io, busy = self._disk_rates.rates(d.name, (
+                rb, wb, d.reads, d.writes, d.read_ms + d.write_ms, d.reads + d.writes,
+                d.io_ms), now)
+            out.append({
+                "id": d.name, "kind": kind,
+                "totals": {"read_bytes": rb, "written_bytes": wb},
+                "read_bytes_s": rb_s, "write_bytes_s": wb_s,
+                "read_iops": r_s, "write_iops": w_s,
+                "await": (d_ms / d_io / 1000.0) if d_io and d_ms is not None else (
+                    0.0 if d_io == 0 else None),
+                "busy": min(1.0, busy / 1000.0) if busy is not None else None})
         return out
 
     def _kind(self, name: str) -> str:

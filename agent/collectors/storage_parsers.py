@@ -228,13 +228,16 @@ def parse_diskstats(text: str) -> list[DiskStats]:
             continue
         if len(parts) < 14:
             raise FormatError(f"diskstats line with {len(parts)} fields: {line[:60]!r}")
-        try:
-            n = [_uint(x) for x in parts[3:14]]
-            out.append(DiskStats(parts[2], _uint(parts[0]), _uint(parts[1]), reads=n[0],
-                                 read_sectors=n[2], read_ms=n[3], writes=n[4],
-                                 write_sectors=n[6], write_ms=n[7], io_ms=n[9]))
-        except ValueError:
-            raise FormatError(f"non-numeric diskstats line: {line[:60]!r}") from None
+        # Every counter ASCII digits (as _uint), tested once for the line's fields joined:
+        # split() leaves no empty field, so the join is digits only when each field is.
+        fields = parts[3:14]
+        digits = "".join(fields) + parts[0] + parts[1]
+        if not (digits.isascii() and digits.isdigit()):
+            raise FormatError(f"non-numeric diskstats line: {line[:60]!r}")
+        n = list(map(int, fields))
+        out.append(DiskStats(parts[2], int(parts[0]), int(parts[1]), reads=n[0],
+                             read_sectors=n[2], read_ms=n[3], writes=n[4],
+                             write_sectors=n[6], write_ms=n[7], io_ms=n[9]))
     return out
 
 
