@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -27,6 +27,7 @@ from tuimon_core.protocol.fields import (
     PORT_GAUGE_METRICS,
     PORT_UNREADABLE_METRIC,
 )
+from tuimon_core.serving import exposition
 from tuimon_core.serving.finding_metrics import finding_families
 from tuimon_core.serving.metrics import connection_metrics
 from tuimon_core.version import __version__
@@ -382,4 +383,4 @@ def make_registry(agent: NodeAgent, guard: Any = None) -> CollectorRegistry:
 
 
 def render(registry: CollectorRegistry) -> bytes:
-    return generate_latest(registry)
+    return exposition.render(registry)

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from tuimon_core.serving.exposition import render
 from tuimon_core.serving.guard import ConnectionGuard
 
 
@@ -33,5 +34,5 @@ def connection_metrics(prefix: str, node: str | None, guard: ConnectionGuard) ->
 
 def metrics_response(registry: CollectorRegistry) -> web.Response:
     """`GET /metrics`: the registry's collectors, built now, in the text format."""
-    return web.Response(body=generate_latest(registry), headers={
+    return web.Response(body=render(registry), headers={
         "Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
