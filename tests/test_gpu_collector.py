@@ -92,6 +92,35 @@ def test_other_nvml_errors_are_nil_with_the_reason() -> None:
     assert values[0]["errors"] == {"power": "Insufficient Permissions"}
 
 
+def test_ecc_and_energy_come_with_the_field_values_call_or_by_their_own() -> None:
+    gpus = [FakeGpu(0, energy_mj=5_000, ecc_corrected=3, ecc_uncorrected=1),
+            FakeGpu(1, errors={"nvmlDeviceGetTotalEccErrors": NVML_ERROR_NO_PERMISSION}),
+            FakeGpu(2, energy_mj=7_000, ecc_corrected=4,
+                    unsupported={"nvmlDeviceGetFieldValues"})]  # an older binding
+    values, _ = started(FakeNvml(gpus)).collect(1.0, 0)
+    assert (values[0]["energy"], values[0]["ecc_corrected"], values[0]["ecc_uncorrected"]) \
+        == (5.0, 3, 1)
+    # A field the call does not answer is read by its own call: the reason is kept.
+    assert values[1]["ecc_corrected"] is None and values[1]["ecc_uncorrected"] is None
+    assert values[1]["errors"] == {"ecc_corrected": "Insufficient Permissions",
+                                   "ecc_uncorrected": "Insufficient Permissions"}
+    assert (values[2]["energy"], values[2]["ecc_corrected"]) == (7.0, 4)
+    assert "errors" not in values[2]
+
+    def calls(gpu: FakeGpu) -> int:  # NVML calls a sample of this one GPU makes
+        fake = FakeNvml([gpu])
+        c = started(fake)
+        c.collect(1.0, 0)
+        before = fake.calls
+        c.collect(2.0, 0)
+        return fake.calls - before
+
+    answered = calls(FakeGpu(0))
+    assert answered <= 14  # the three ride on the field values call
+    assert calls(FakeGpu(0, errors={"nvmlDeviceGetTotalEccErrors": 4})) == answered + 2
+    assert calls(FakeGpu(0, unsupported={"nvmlDeviceGetFieldValues"})) == answered + 3
+
+
 def test_gpu_lost_mid_run_fails_that_gpu_only_and_recovers(fake_nvml: FakeNvml) -> None:
     c = started(fake_nvml)
     c.collect(1.0, 100.0)

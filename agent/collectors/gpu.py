@@ -40,6 +40,19 @@ FI_NVLINK_REPLAY = 52  # NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
 FI_NVLINK_RECOVERY = 59  # NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL
 FI_PCIE_REPLAY = 94  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
 FI_NVLINK_DATA_RX = 139
+# The same call reads what would otherwise be three calls of their own: the ECC totals
+# (single and double bit aggregate: nvmlDeviceGetTotalEccErrors' corrected and
+# uncorrected aggregate counts) and the energy counter (mJ). A field the driver does
+# not answer is read by its own call, which keeps the reason as before.
+FI_ECC_SBE_AGG = 5  # NVML_FI_DEV_ECC_SBE_AGG_TOTAL
+FI_ECC_DBE_AGG = 6  # NVML_FI_DEV_ECC_DBE_AGG_TOTAL
+FI_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+_FIELD_IDS = (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX, FI_NVLINK_CRC_FLIT, FI_NVLINK_CRC_DATA,
+              FI_NVLINK_REPLAY, FI_NVLINK_RECOVERY, FI_PCIE_REPLAY, FI_ECC_SBE_AGG,
+              FI_ECC_DBE_AGG, FI_ENERGY)
+# (field id, scope): NVLink data summed over all links; the rest ignore the scope.
+_FIELD_REQUEST = [(fid, UINT_MAX if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) else 0)
+                  for fid in _FIELD_IDS]
 
 # NVML return codes (stable across releases; pynvml names them NVML_ERROR_*).
 NOT_SUPPORTED = 3
@@ -364,7 +377,9 @@ class GpuCollector:
             limit = r("power_limit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
             self._slow[(i, "power_limit")] = limit / 1000.0 if limit is not None else None
         v["power_limit"] = self._slow.get((i, "power_limit"))
-        energy = r("energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)  # mJ
+        counters = self._field_counters(r, h)
+        energy = counters[FI_ENERGY] if FI_ENERGY in counters else r(
+            "energy", nvml.nvmlDeviceGetTotalEnergyConsumption, h)  # mJ
         v["energy"] = energy / 1000.0 if energy is not None else None
 
         sm = r("sm_clock", nvml.nvmlDeviceGetClockInfo, h, 1)  # NVML_CLOCK_SM, MHz
@@ -380,8 +395,10 @@ class GpuCollector:
         v["pstate"] = int(pstate) if pstate is not None and 0 <= pstate <= 15 else None
 
         # Memory error type 0/1 = corrected/uncorrected; counter type 1 = aggregate.
-        corr = r("ecc_corrected", nvml.nvmlDeviceGetTotalEccErrors, h, 0, 1)
-        unc = r("ecc_uncorrected", nvml.nvmlDeviceGetTotalEccErrors, h, 1, 1)
+        corr = counters[FI_ECC_SBE_AGG] if FI_ECC_SBE_AGG in counters else r(
+            "ecc_corrected", nvml.nvmlDeviceGetTotalEccErrors, h, 0, 1)
+        unc = counters[FI_ECC_DBE_AGG] if FI_ECC_DBE_AGG in counters else r(
+            "ecc_uncorrected", nvml.nvmlDeviceGetTotalEccErrors, h, 1, 1)
         v["ecc_corrected"] = int(corr) if corr is not None else None
         v["ecc_uncorrected"] = int(unc) if unc is not None else None
 
@@ -405,7 +422,6 @@ class GpuCollector:
         v["pcie_tx"] = tx * 1000.0 if tx is not None else None
         v["pcie_rx"] = rx * 1000.0 if rx is not None else None
 
-        counters = self._field_counters(r, h)
         tx_total, rx_total = counters[FI_NVLINK_DATA_TX], counters[FI_NVLINK_DATA_RX]
         v["nvlink_tx_total"] = tx_total
         v["nvlink_rx_total"] = rx_total
@@ -514,20 +530,21 @@ class GpuCollector:
         return n % SLOW_EVERY == 0
 
     def _field_counters(self, r: _Reader, h: Any) -> dict[int, int | None]:
-        """NVLink data (bytes), NVLink error totals and PCIe replays in one NVML call;
-        None for each the GPU does not have."""
-        ids = (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX, FI_NVLINK_CRC_FLIT, FI_NVLINK_CRC_DATA,
-               FI_NVLINK_REPLAY, FI_NVLINK_RECOVERY, FI_PCIE_REPLAY)
-        values = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h,
-                   [(fid, UINT_MAX if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) else 0)
-                    for fid in ids])
-        out: dict[int, int | None] = dict.fromkeys(ids)
-        for fid, fv in zip(ids, values or ()):
+        """NVLink data (bytes), NVLink error totals, PCIe replays, ECC totals and energy in
+        one NVML call. NVLink and PCIe fields the GPU does not answer are None; an ECC or
+        energy field the call did not answer (or a binding without the call) is left out,
+        for the caller to read by its own call."""
+        values = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h, _FIELD_REQUEST)
+        out: dict[int, int | None] = dict.fromkeys(_FIELD_IDS[:7])
+        for fid, fv in zip(_FIELD_IDS, values or ()):
             if fv.nvmlReturn == 0:
                 value = int(fv.value.ullVal)
-                # The data counters are KiB; the rest are counts.
+                # The data counters are KiB; the rest are counts (energy: mJ).
                 out[fid] = value * 1024 if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) \
                     else value
+            elif fid in (FI_ECC_SBE_AGG, FI_ECC_DBE_AGG, FI_ENERGY) and \
+                    fv.nvmlReturn in QUIET_CODES:
+                out[fid] = None  # not on this GPU: what its own call would say, quietly
         return out
 
     def _check_links(self, i: int, h: Any) -> None:

@@ -159,6 +159,11 @@ class FakeGpu:
             self.uuid = f"GPU-{self.index:08x}-fake-0000-0000-{self.index:012x}"
 
 
+# The field values that have a call of their own (agent.collectors.gpu reads them in one).
+_FIELD_CALLS = {5: "nvmlDeviceGetTotalEccErrors", 6: "nvmlDeviceGetTotalEccErrors",
+                83: "nvmlDeviceGetTotalEnergyConsumption"}
+
+
 class FakeNvml(types.ModuleType):
     """A module object with pynvml's names; put it in sys.modules['pynvml'] to use."""
 
@@ -333,12 +338,19 @@ class FakeNvml(types.ModuleType):
                   38: g.nvlink_crc_flit if nvlink else None,
                   45: g.nvlink_crc_data if nvlink else None,
                   52: g.nvlink_replay if nvlink else None,
-                  59: g.nvlink_recovery if nvlink else None, 94: g.pcie_replays}
+                  59: g.nvlink_recovery if nvlink else None, 94: g.pcie_replays,
+                  5: g.ecc_corrected, 6: g.ecc_uncorrected, 83: g.energy_mj}
         out = []
         for fid in ids:
             fid = fid[0] if isinstance(fid, tuple) else fid
             v = values.get(fid)
             ret = NVML_SUCCESS if v is not None else NVML_ERROR_NOT_SUPPORTED
+            # A field answers as the call of its own would (a GPU set to fail one).
+            own = _FIELD_CALLS.get(fid)
+            if own in g.unsupported:
+                ret = NVML_ERROR_NOT_SUPPORTED
+            elif own in g.errors:
+                ret = g.errors[own]
             out.append(_FieldValue(fid, ret, types.SimpleNamespace(ullVal=v or 0)))
         return out
 
