@@ -229,6 +229,10 @@ class ListOf(WireType):
     def fit(self, v: Any) -> Any:
         if type(v) is not list and type(v) is not tuple:
             return None
+        item: Any = self.item
+        if item.code == STR and item.choices is None and len(v) <= self.max_items and all(
+                type(x) is str and len(x) <= item.max_len and x.isprintable() for x in v):
+            return list(v)  # printable names that fit, the usual case, in one pass
         out: list[Any] = []
         for x in v:
             if len(out) == self.max_items:
@@ -281,6 +285,16 @@ class MapOf(WireType):
     def fit(self, v: Any) -> Any:
         if type(v) is not dict:
             return None
+        value: Any = self.value
+        if len(v) <= self.max_items and value.code == NUM and value.above is None:
+            # The agent's usual map (a port's hw counters): printable names of numbers
+            # within bounds, kept as they are after one pass.
+            lo, hi, key_len = value.lo, value.hi, self.key_len
+            if all(type(k) is str and len(k) <= key_len and k.isprintable() and (
+                    (x is None and self.nil)
+                    or ((type(x) is float or type(x) is int) and lo <= x <= hi))
+                   for k, x in v.items()):
+                return dict(v)
         out: dict[str, Any] = {}
         for k, x in v.items():
             if len(out) == self.max_items:
@@ -289,7 +303,7 @@ class MapOf(WireType):
             if key is None:
                 continue
             key = key[:self.key_len]
-            fitted = None if x is None else self.value.fit(x)
+            fitted = None if x is None else value.fit(x)
             if fitted is not None or self.nil:
                 out[key] = fitted
         return out
