@@ -146,6 +146,28 @@ def test_no_pma_missing_and_garbage_counters_have_reasons(tmp_path: Path) -> Non
     assert c.totals["i40iw0:1"]["tx_packets"] == 10  # the rest of the port still reads
 
 
+def test_retransmission_counters_are_read_on_the_error_cadence(tmp_path: Path) -> None:
+    """Congestion notifications are read every second; the sequence-error and
+    retransmission counters when the error counters are, their rate over those
+    seconds standing between."""
+    ib_port(tmp_path, "mlx5_0", link_layer="Ethernet", hw=HW)
+    base = tmp_path / "sys/class/infiniband/mlx5_0/ports/1"
+    c = FabricCollector(FileTree(tmp_path), errors_every=5)
+    c.collect(0.0)
+    rates = []
+    for t in range(1, 11):
+        write(base / "hw_counters/np_cnp_sent", f"{HW['np_cnp_sent'] + 10 * t}\n")
+        write(base / "hw_counters/local_ack_timeout_err",
+              f"{HW['local_ack_timeout_err'] + 3 * t}\n")
+        values, _ = c.collect(float(t))
+        hw = values["ports"][0]["hw"]
+        rates.append((hw["np_cnp_sent"], hw["local_ack_timeout_err"]))
+        assert c.hw_totals["mlx5_0:1"]["np_cnp_sent"] == HW["np_cnp_sent"] + 10 * t
+    assert [cnp for cnp, _ in rates] == [10.0] * 10
+    # Read at samples 0, 5 and 10: nothing known until the second read, then 3/s.
+    assert [timeouts for _, timeouts in rates] == [None] * 4 + [3.0] * 6
+
+
 def _until_changed(c: FabricCollector, t: float) -> tuple[dict[str, Any], int]:
     for n in range(1, 3 * DISCOVER_EVERY):
         values, changed = c.collect(t + n)

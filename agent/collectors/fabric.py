@@ -21,6 +21,7 @@ from agent.files import MISSING, FileTree, ReadError
 from agent.rates import RateTracker
 from tuimon_core.protocol.fields import (
     HW_COUNTERS,
+    HW_ERROR_COUNTERS,
     NIC_COUNTERS_READ,
     PORT_COUNTERS_READ,
     PORT_ERROR_COUNTERS,
@@ -112,9 +113,10 @@ class _Port:
     # Cleaned: the id is what leaves the agent (wire, /metrics); paths use the raw
     # device name.
     id: str = ""
-    hw_paths: list[tuple[str, str]] = field(default_factory=list)  # (name, path)
-    hw_prev: dict[str, int] = field(default_factory=dict)
-    hw_prev_t: float | None = None
+    # (name, path, read on the error cadence only)
+    hw_paths: list[tuple[str, str, bool]] = field(default_factory=list)
+    hw_prev: dict[str, tuple[int, float]] = field(default_factory=dict)  # (raw, when)
+    hw_rates: dict[str, float | None] = field(default_factory=dict)  # as last read
 
     def __post_init__(self) -> None:
         self.id = clean(f"{self.device}:{self.port}")
@@ -208,7 +210,7 @@ class FabricCollector:
         except ReadError:
             present = set()
         p.hw = [h for h in HW_COUNTERS if h in present]
-        p.hw_paths = [(h, f"{base}/hw_counters/{h}") for h in p.hw]
+        p.hw_paths = [(h, f"{base}/hw_counters/{h}", h in HW_ERROR_COUNTERS) for h in p.hw]
         netdevs: list[str] = []
         with contextlib.suppress(ReadError):
             netdevs = self.files.listdir(f"{IB}/{dev}/device/net")
@@ -397,39 +399,45 @@ class FabricCollector:
         if saturated:
             v["saturated"] = saturated
         if p.hw_paths:
-            v["hw"] = self._read_hw(p, now, errors)
+            v["hw"] = self._read_hw(p, now, errors, read_errors)
         if netdev and p.info.get("link_layer") == "Ethernet":
             self._read_pauses(p, v, netdev, now, dt, errors)
         if errors:
             v["counter_errors"] = errors
         return v
 
-    def _read_hw(self, p: _Port, now: float, errors: dict[str, str]) -> dict[str, float | None]:
+    def _read_hw(self, p: _Port, now: float, errors: dict[str, str],
+                 errors_due: bool) -> dict[str, float | None]:
         """The mlx5 hw_counters' rates: 32-bit counters that wrap (a decrease is one wrap);
-        one that cannot be read is nil with its reason, and its next read starts again."""
+        one that cannot be read is nil with its reason, and its next read starts again.
+        The sequence-error and retransmission counters are read when the port's error
+        counters are, their last rate standing between."""
         hw: dict[str, float | None] = {}
-        totals: dict[str, int | None] = {}
-        prev, cur = p.hw_prev, {}
-        dt = now - p.hw_prev_t if p.hw_prev_t is not None else 0.0
+        totals = self.hw_totals.setdefault(p.id, {})
+        prev, rates = p.hw_prev, p.hw_rates
         read = self._read_raw
-        for name, path in p.hw_paths:
+        for name, path, slow in p.hw_paths:
+            if slow and not errors_due and name in rates:
+                hw[name] = rates[name]
+                if totals.get(name) is None and name in p.reasons:
+                    errors[name] = p.reasons[name]
+                continue
             raw, reason = read(path)
             totals[name] = raw
+            rate = None
             if raw is None:
-                hw[name] = None
-                errors[name] = reason or "unreadable"
-                continue
-            cur[name] = raw
-            before = prev.get(name)
-            if before is None or dt <= 0:
-                hw[name] = None
-                continue
-            delta = raw - before
-            if delta < 0:
-                delta += 1 << 32
-            hw[name] = delta / dt if delta >= 0 else None
-        p.hw_prev, p.hw_prev_t = cur, now
-        self.hw_totals[p.id] = totals
+                prev.pop(name, None)
+                errors[name] = p.reasons[name] = reason or "unreadable"
+            else:
+                p.reasons.pop(name, None)
+                before = prev.get(name)
+                prev[name] = (raw, now)
+                if before is not None and now > before[1]:
+                    delta = raw - before[0]
+                    if delta < 0:
+                        delta += 1 << 32
+                    rate = delta / (now - before[1]) if delta >= 0 else None
+            hw[name] = rates[name] = rate
         return hw
 
     def _admin_up(self, netdev: str, errors: dict[str, str]) -> int | None:

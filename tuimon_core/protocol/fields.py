@@ -416,7 +416,9 @@ PORT_FIELDS: tuple[Field, ...] = (
     Field("hw", MapOf(RATE, 64), "counter -> 1/s", "mlx5 `hw_counters` rates "
           "(`np_cnp_sent`, `rp_cnp_handled`, `np_ecn_marked_roce_packets`, "
           "`out_of_sequence`, `packet_seq_err`, `local_ack_timeout_err`, "
-          "`rnr_nak_retry_err`, `out_of_buffer`, ...), read across their 2^32 wrap"),
+          "`rnr_nak_retry_err`, `out_of_buffer`, ...), read across their 2^32 wrap; the "
+          "sequence-error and retransmission ones are read every few samples, their rate "
+          "over those seconds"),
     Field("counter_errors", REASONS, "counter -> reason", "counters that could not be read: "
           "`N/A (no PMA)`, `missing`, `permission denied`, `not a counter: ...`, `ethtool` "
           "(a RoCE netdev's driver statistics)"),
@@ -535,6 +537,12 @@ HW_COUNTERS = (
     "out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err",
     "out_of_buffer", "implied_nak_seq_err", "duplicate_request", "roce_adp_retrans",
 )
+# Of those, the sequence-error and retransmission counters: they move rarely, and the
+# agent reads them on its error counters' cadence (their rate then covers those seconds).
+# Congestion notifications and drops for lack of buffer are read every sample.
+HW_ERROR_COUNTERS = frozenset({
+    "out_of_sequence", "packet_seq_err", "local_ack_timeout_err", "rnr_nak_retry_err",
+    "implied_nak_seq_err", "duplicate_request", "roce_adp_retrans"})
 NIC_COUNTERS_READ: tuple[Counter, ...] = tuple(
     Counter(key, f"statistics/{key}", f"tuimon_net_{metric}", doc,
             f"node_network_{metric}_total")
