@@ -110,12 +110,19 @@ async def _child(seconds: float, interval: float, gpus: int, tree: str,
 
 
 async def _client(port: int, scrape_every: float) -> int:
-    """Read every frame and scrape /metrics as Prometheus would, until the agent goes away."""
+    """Read every frame and scrape /metrics as Prometheus would, until the agent goes away.
+    It subscribes as today's viewer does (every family, the current overview form), so
+    the agent sends the frame it encoded once."""
     import aiohttp
+
+    from tuimon_core.protocol.codec import encode
+    from tuimon_core.protocol.messages import Subscribe
+    from tuimon_core.protocol.overview_layout import OVERVIEW_FORM
 
     frames = 0
     async with aiohttp.ClientSession() as s, s.ws_connect(
             f"http://127.0.0.1:{port}/v1/stream") as ws:
+        await ws.send_bytes(encode(Subscribe(overview_form=OVERVIEW_FORM)))
         next_scrape = time.monotonic() + scrape_every
         async for _ in ws:
             frames += 1
