@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from agent.collectors import pci
 from agent.collectors.ethtool_stats import DROP_TOTALS, EthtoolStats, pause_summary
 from agent.files import MISSING, FileTree, ReadError
-from agent.rates import RateTracker
+from agent.rates import CounterSet, RateTracker
 from tuimon_core.protocol.fields import (
     HW_COUNTERS,
     HW_ERROR_COUNTERS,
@@ -141,6 +141,7 @@ class FabricCollector:
         self.ethtool: StatsReader = ethtool if ethtool is not None else EthtoolStats()
         self.errors_every = max(1, errors_every)
         self._rates = RateTracker()
+        self._nic_rates = CounterSet()
         self._ports: dict[str, _Port] = {}
         self._nics: dict[str, dict[str, Any]] = {}
         self._paths = pci.PciPaths(files)  # each HCA's PCIe links up to its root port
@@ -507,13 +508,14 @@ class FabricCollector:
             self._lost = True
         totals: dict[str, int | None] = {}
         for c in NIC_COUNTERS_READ:
-            counter = c.key
             raw, reason = self._read_raw(f"{base}/{c.file}")
-            totals[counter] = raw
-            r = self._rates.rate(("nic", name, counter), raw, now)
-            v[f"{counter}_s"] = r
+            totals[c.key] = raw
             if reason:
-                v.setdefault("counter_errors", {})[counter] = reason
+                v.setdefault("counter_errors", {})[c.key] = reason
+        # The NIC's counters as one read: one remembered read a NIC (rates.CounterSet).
+        for c, r in zip(NIC_COUNTERS_READ,
+                        self._nic_rates.rates(name, tuple(totals.values()), now)):
+            v[f"{c.key}_s"] = r
         self.nic_totals[info["id"]] = totals
         link_speed = info.get("speed")
         v["rx_util"] = link_util(v["rx_bytes_s"], link_speed)
