@@ -113,6 +113,13 @@ class _Port:
     # Cleaned: the id is what leaves the agent (wire, /metrics); paths use the raw
     # device name.
     id: str = ""
+    # The rate counters alone (read every sample), and the error counters as last read,
+    # carried between their reads.
+    rate_counters: dict[str, tuple[str, int | None, int]] = field(default_factory=dict)
+    carry_cur: dict[str, int] = field(default_factory=dict)
+    carry_totals: dict[str, int | None] = field(default_factory=dict)
+    carry_reasons: dict[str, str] = field(default_factory=dict)
+    carry_stuck: list[str] = field(default_factory=list)
     # (name, path, read on the error cadence only)
     hw_paths: list[tuple[str, str, bool]] = field(default_factory=list)
     hw_prev: dict[str, tuple[int, float]] = field(default_factory=dict)  # (raw, when)
@@ -120,6 +127,22 @@ class _Port:
 
     def __post_init__(self) -> None:
         self.id = clean(f"{self.device}:{self.port}")
+
+    def set_counters(self, counters: dict[str, tuple[str, int | None, int]]) -> None:
+        self.counters = counters
+        self.rate_counters = {k: c for k, c in counters.items() if k not in _ERROR_SET}
+
+    def widen(self, name: str) -> None:
+        """A legacy counter found 64 bits wide: it no longer saturates."""
+        path, _, scale = self.counters[name]
+        self.set_counters({**self.counters, name: (path, None, scale)})
+
+    def carry(self, cur: dict[str, int], totals: dict[str, int | None]) -> None:
+        """The error counters as just read, to stand until their next read."""
+        self.carry_cur = {k: n for k, n in cur.items() if k in _ERROR_SET}
+        self.carry_totals = {k: n for k, n in totals.items() if k in _ERROR_SET}
+        self.carry_reasons = {k: r for k, r in self.reasons.items() if k in _ERROR_SET}
+        self.carry_stuck = [k for k in self.stuck if k in _ERROR_SET]
 
 
 class StatsReader(Protocol):
@@ -201,11 +224,13 @@ class FabricCollector:
             ext = set(self.files.listdir(f"{base}/counters_ext"))
         except ReadError:
             ext = set()
+        counters: dict[str, tuple[str, int | None, int]] = {}
         for c in PORT_COUNTERS_READ:
             if c.ext_file and c.ext_file in ext:
-                p.counters[c.key] = (f"{base}/counters_ext/{c.ext_file}", None, c.scale)
+                counters[c.key] = (f"{base}/counters_ext/{c.ext_file}", None, c.scale)
             else:
-                p.counters[c.key] = (f"{base}/counters/{c.file}", c.width, c.scale)
+                counters[c.key] = (f"{base}/counters/{c.file}", c.width, c.scale)
+        p.set_counters(counters)
         try:
             present = set(self.files.listdir(f"{base}/hw_counters"))
         except ReadError:
@@ -337,31 +362,31 @@ class FabricCollector:
         # Every counter of a port is read at the same moment: one elapsed time for all.
         dt = now - p.prev_t if p.prev_t is not None else 0.0
         prev, cur = p.prev, {}
-        old_totals = self.totals.get(p.id, {})
         read_errors = errors_due or p.prev_t is None or up != 1  # not up: each sample
         totals: dict[str, int | None] = {}
         increments: dict[str, int | None] = {}
         saturated: list[str] = []
-        for name, (path, width, scale) in p.counters.items():
+        if read_errors:
+            counters = p.counters
+        else:
+            # The error counters as last read, carried whole: read every errors_every
+            # samples, they cost nothing in between.
+            counters = p.rate_counters
+            cur.update(p.carry_cur)
+            totals.update(p.carry_totals)
+            errors.update(p.carry_reasons)
+            saturated.extend(p.carry_stuck)
+        reasons, stuck, read = p.reasons, p.stuck, self._read_raw
+        for name, (path, width, scale) in counters.items():
             is_error = name in _ERROR_SET
-            if is_error and not read_errors:
-                if name in prev:
-                    cur[name] = prev[name]
-                if name in old_totals:
-                    totals[name] = old_totals[name]
-                if name in p.reasons:
-                    errors[name] = p.reasons[name]  # still unreadable, as last read
-                if name in p.stuck:
-                    saturated.append(name)
-                continue
-            raw, reason = self._read_raw(path)
-            p.reasons.pop(name, None)
+            raw, reason = read(path)
+            reasons.pop(name, None)
             if raw is None:
                 there = reason != MISSING  # no file: nothing to count, ever
                 if there:  # and unreadable: None (its mark on /metrics); no file: absent
                     totals[name] = None
-                errors[name] = p.reasons[name] = reason or "unreadable"
-                p.stuck.discard(name)  # not known to be stuck now
+                errors[name] = reasons[name] = reason or "unreadable"
+                stuck.discard(name)  # not known to be stuck now
                 if not is_error:
                     v[f"{name}_s"] = None
                 elif there:  # could not be counted (a port with no file of it has none)
@@ -372,14 +397,14 @@ class FabricCollector:
             if width is not None and raw >= 1 << width:
                 # Wider than the legacy PMA counter: the kernel shows the extended
                 # 64-bit counter in this file, which does not saturate.
-                p.counters[name] = (path, None, scale)
+                p.widen(name)
                 width = None
             is_saturated = width is not None and raw == (1 << width) - 1
             if is_saturated:
                 saturated.append(name)
-                p.stuck.add(name)
+                stuck.add(name)
             else:
-                p.stuck.discard(name)
+                stuck.discard(name)
             before = prev.get(name)
             # Unknown when saturated, read for the first time, or reset.
             delta = None if is_saturated or before is None or raw < before else raw - before
@@ -387,6 +412,8 @@ class FabricCollector:
                 increments[name] = delta
             else:
                 v[f"{name}_s"] = None if delta is None or dt <= 0 else delta * scale / dt
+        if read_errors:
+            p.carry(cur, totals)
         p.prev, p.prev_t = cur, now
         rate = p.info.get("rate")
         tx, rx = v.get("tx_bytes_s"), v.get("rx_bytes_s")
