@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.collectors.gpu import GpuCollector
-from agent.collectors.processes import ProcessNames, parse_cgroup
+from agent.collectors.processes import CHECK_EVERY, ProcessNames, parse_cgroup
 from agent.files import FileTree
 from agent.sim.fake_nvml import FakeGpu, FakeMig, FakeNvml
 from tests.trees import write
@@ -133,6 +133,11 @@ def test_a_reused_pid_is_read_afresh_and_a_known_one_from_cache(host: Path) -> N
     (host / "proc/4242/cmdline").write_text("changed\0")  # same process: cached
     assert names.describe(4242)["command"] == "python3 train.py --lr 3e-4"
     proc(host, 4242, uid=2179, argv=["bash"], cgroup="0::/user.slice\n", start=2000)
+    # A known process's start time is checked every CHECK_EVERY samples, not each one.
+    for _ in range(CHECK_EVERY - 1):
+        names.end_sample()
+        assert names.describe(4242)["user"] == "alice"
+    names.end_sample()
     again = names.describe(4242)
     assert again["user"] == "bob" and again["command"] == "bash" and "job" not in again
 

@@ -117,6 +117,10 @@ def _start_time(stat: str) -> str | None:
     return fields[19] if len(fields) > 19 else None
 
 
+# A process on a GPU is checked against its pid's start time every this many samples.
+CHECK_EVERY = 10
+
+
 class ProcessNames:
     """Per-process facts, cached by pid and start time."""
 
@@ -130,12 +134,20 @@ class ProcessNames:
         # is read through a kept descriptor, closed when the process leaves the GPUs.
         self._seen: set[int] = set()
         self._seen_before: set[int] = set()
+        self._samples = 0
+        self._checked: dict[int, int] = {}  # pid -> the sample its stat was last read
 
     def describe(self, pid: int) -> dict[str, Any]:
         # A kept descriptor answers for the process it was opened on: once that process
         # is gone its reads fail (ESRCH) and the pid is opened afresh, so a reused pid is
-        # a new process with a new start time.
+        # a new process with a new start time. A process known a moment ago is the same
+        # process: its stat is read again every CHECK_EVERY samples, not every second.
         self._seen.add(pid)
+        cached = self._cache.get(pid)
+        if cached is not None and self._samples - self._checked.get(pid, -CHECK_EVERY) \
+                < CHECK_EVERY:
+            return cached[1]
+        self._checked[pid] = self._samples
         try:
             raw = self.files.read_counter(f"proc/{pid}/stat")
             start = _start_time(raw.decode("utf-8", errors="replace")
@@ -183,7 +195,9 @@ class ProcessNames:
         """Close the descriptors of the processes no GPU lists any more."""
         for pid in self._seen_before - self._seen:
             self.files.forget(f"proc/{pid}/stat")
+            self._checked.pop(pid, None)
         self._seen_before, self._seen = self._seen, set()
+        self._samples += 1
 
     def _user(self, uid: int) -> str:
         if self._users is None:
