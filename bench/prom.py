@@ -1,6 +1,8 @@
 """`tuimon prom` at fleet scale: a real Prometheus (or VictoriaMetrics) scraping N GPU
 nodes' dcgm-exporter and node_exporter series (bench/prom_fleet.py: about 300 series a
-node), and the app reading it.
+node), and the app reading it; the fleet laid out as each `--layout` says (one target
+per node, `instance` naming it; one target for all, labels naming each node; one
+target per node, some with one exporter only), each measured in turn.
 
 Measured, each in its own process, side by side in one run:
   - `tuimon prom URL --once`: wall time and CPU (median of 3);
@@ -10,10 +12,14 @@ Measured, each in its own process, side by side in one run:
   - the server's and the fleet's own CPU over the same window, beside it.
 
     .venv/bin/python bench/prom.py [--nodes 1024 4096] [--seconds 60] [--every 5]
+        [--layout instance labels mixed]
 
-Targets (issue #26): at 4096 nodes x 8 GPUs through a real Prometheus at a 5 s refresh,
-the app <= 15 % of a core, each refresh on screen within 2 s of its query, `--once`
-<= 3 s wall; at 1024 nodes <= 5 %; the bytes per refresh reported.
+A table per layout: a row per node count.
+
+Targets (issue #26, and #43 for every layout): at 4096 nodes x 8 GPUs through a real
+Prometheus at a 5 s refresh, the app <= 15 % of a core, each refresh on screen within
+2 s of its query, `--once` <= 3 s wall; at 1024 nodes <= 5 %; the bytes per refresh
+reported.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from prom_fleet import scrape_configs  # noqa: E402
+from prom_fleet import LAYOUTS, scrape_configs, targets  # noqa: E402
 from tui import _cpu_s, _rss_mib, drain  # noqa: E402
 
 
@@ -142,7 +148,7 @@ def _once(url: str, env: dict[str, str], recorded: bool) -> dict[str, float]:
 
 
 def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: float,
-             server: str, recorded: bool) -> dict[str, Any]:
+             server: str, recorded: bool, layout: str = "instance") -> dict[str, Any]:
     from tests.peers import free_port, running_prometheus, running_victoria_metrics
     from tuimon.sources.prom_live_rules import inventory_name, live_rules_yaml, record_name
 
@@ -150,9 +156,6 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     port = free_port()
     ready = tmp / "fleet.ready"
-    fleet = subprocess.Popen([sys.executable, str(ROOT / "bench" / "prom_fleet.py"),
-                              str(nodes), "--port", str(port), "--ready", str(ready)],
-                             env=env, cwd=ROOT)
     if server == "victoria-metrics":
         if recorded:
             raise SystemExit("--recorded: VictoriaMetrics single-node evaluates no rules "
@@ -162,14 +165,18 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
         def run(tmp: Path, configs: str, every: float) -> Any:
             return running_prometheus(tmp, configs, every,
                                       rules=live_rules_yaml(every=every) if recorded else "")
+    fleet = subprocess.Popen([sys.executable, str(ROOT / "bench" / "prom_fleet.py"),
+                              str(nodes), "--port", str(port), "--ready", str(ready),
+                              "--layout", layout],
+                             env=env, cwd=ROOT)
     try:
         while not ready.exists():
             if fleet.poll() is not None:
                 raise RuntimeError("the fleet server did not start")
             time.sleep(0.2)
-        with run(tmp, scrape_configs(nodes, port), every=scrape) as url:
+        with run(tmp, scrape_configs(nodes, port, layout), every=scrape) as url:
             deadline = time.monotonic() + 600
-            while _query(url, 'count(up{job="fleet"} == 1)') < nodes:
+            while _query(url, 'count(up{job="fleet"} == 1)') < targets(nodes, layout):
                 if time.monotonic() > deadline:
                     raise RuntimeError("the server did not scrape every node in 10 min")
                 time.sleep(scrape)
@@ -222,7 +229,8 @@ def _measure(nodes: int, seconds: float, warmup: float, every: float, scrape: fl
     shown = sorted(result["on_screen"])
     read = [r for r in result["refreshes"] if r["read"]]
     return {
-        "nodes": nodes, "server": server, "recorded": recorded, "series": series,
+        "nodes": nodes, "layout": layout, "server": server, "recorded": recorded,
+        "series": series,
         "every": every,
         "scrape": scrape,
         "once_wall_s": statistics.median(o["wall_s"] for o in once),
@@ -257,10 +265,34 @@ def _rule_groups(url: str) -> dict[str, float]:
     return out
 
 
+def _table(layout: str, rows: list[dict[str, Any]], every: float) -> None:
+    """The runs of one layout, a row per node count."""
+    if not rows:
+        return
+    head = ("nodes", "series", "once s", "once CPU s", f"app % @{every:g}s", "MiB",
+            "refresh s", "screen p50", "screen p95", "MB/refresh", "up", "server %",
+            "fleet %")
+    body = [(f"{r['nodes']}", f"{r['series']:,.0f}", f"{r['once_wall_s']:.1f}",
+             f"{r['once_cpu_s']:.1f}", f"{100 * r['app_cpu_share']:.1f}",
+             f"{r['app_rss_mib']:.0f}", f"{r['refresh_s_p50']:.2f}",
+             f"{r['on_screen_p50']:.2f}", f"{r['on_screen_p95']:.2f}",
+             f"{r['bytes_per_refresh'] / 1e6:.1f}", f"{r['nodes_up']}",
+             f"{100 * r['server_cpu_share']:.0f}", f"{100 * r['fleet_cpu_share']:.0f}")
+            for r in rows]
+    widths = [max(len(c) for c in col) for col in zip(head, *body)]
+    print(f"\n{layout} layout ({rows[0]['server']}"
+          f"{', --recorded' if rows[0]['recorded'] else ''}):")
+    for line in (head, *body):
+        print("  ".join(c.rjust(w) for c, w in zip(line, widths)), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, nargs="+", default=[1024, 4096])
+    ap.add_argument("--layout", nargs="+", choices=LAYOUTS, default=["instance"],
+                    help="how the fleet's nodes are scraped (bench/prom_fleet.py): each "
+                         "given is measured in turn")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--warmup", type=float, default=20.0)
     ap.add_argument("--every", type=float, default=5.0, help="the app's refresh (s)")
@@ -276,33 +308,42 @@ def main() -> None:
     ap.add_argument("--app", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.server == "victoria-metrics" and "labels" in args.layout:
+        ap.error("--layout labels: VictoriaMetrics refuses a scrape over its "
+                 "-promscrape.maxScrapeSize (16 MiB), and the one target's is about 45 MB "
+                 "at 1024 nodes")
     if args.app:
         _app(args.app, args.every, args.seconds, args.warmup, Path(args.out), args.recorded)
         return
     rows = []
     for n in args.nodes:
-        r = _measure(n, args.seconds, args.warmup, args.every, args.scrape, args.server,
-                     args.recorded)
-        rows.append(r)
-        if not r["refreshes_read"]:
-            print(f"{n} nodes: no refresh read values in {args.seconds:g} s (records never "
-                  "evaluated again?): run longer", flush=True)
-            continue
-        print(f"{n} nodes ({r['series']:,.0f} series, {args.server}"
-              f"{' with the live rules' if args.recorded else ''} scraping every "
-              f"{r['scrape']:g} s): --once {r['once_wall_s']:.1f} s wall, "
-              f"{r['once_cpu_s']:.1f} s CPU; app {100 * r['app_cpu_share']:.1f} % of a core "
-              f"at a {args.every:g} s refresh ({r['app_rss_mib']:.0f} MiB), refresh "
-              f"{r['refresh_s_p50']:.2f} s, on screen p50 {r['on_screen_p50']:.2f} s p95 "
-              f"{r['on_screen_p95']:.2f} s, {r['bytes_per_refresh'] / 1e6:.1f} MB read per "
-              f"refresh ({r['refreshes_read']} of {r['refreshes']} refreshes read values"
-              f"{', so p95 is of few' if r['refreshes_read'] < 20 else ''}; "
-              f"{r['bytes_per_s'] / 1e6:.2f} MB/s in all); "
-              f"{r['nodes_up']} nodes up; server "
-              f"{100 * r['server_cpu_share']:.0f} %, fleet {100 * r['fleet_cpu_share']:.0f} %"
-              + "".join(f"; rule group {group}: {s:.2f} s an evaluation"
-                        for group, s in r["rule_groups_s"].items()),
-              flush=True)
+        for layout in args.layout:
+            r = _measure(n, args.seconds, args.warmup, args.every, args.scrape, args.server,
+                         args.recorded, layout)
+            rows.append(r)
+            if not r["refreshes_read"]:
+                print(f"{n} nodes, {layout} layout: no refresh read values in "
+                      f"{args.seconds:g} s (records never evaluated again?): run longer",
+                      flush=True)
+                continue
+            print(f"{n} nodes, {layout} layout ({r['series']:,.0f} series, {args.server}"
+                  f"{' with the live rules' if args.recorded else ''} scraping every "
+                  f"{r['scrape']:g} s): --once {r['once_wall_s']:.1f} s wall, "
+                  f"{r['once_cpu_s']:.1f} s CPU; app {100 * r['app_cpu_share']:.1f} % of a "
+                  f"core at a {args.every:g} s refresh ({r['app_rss_mib']:.0f} MiB), refresh "
+                  f"{r['refresh_s_p50']:.2f} s, on screen p50 {r['on_screen_p50']:.2f} s p95 "
+                  f"{r['on_screen_p95']:.2f} s, {r['bytes_per_refresh'] / 1e6:.1f} MB read "
+                  f"per refresh ({r['refreshes_read']} of {r['refreshes']} refreshes read "
+                  f"values{', so p95 is of few' if r['refreshes_read'] < 20 else ''}; "
+                  f"{r['bytes_per_s'] / 1e6:.2f} MB/s in all); "
+                  f"{r['nodes_up']} nodes up; server "
+                  f"{100 * r['server_cpu_share']:.0f} %, fleet {100 * r['fleet_cpu_share']:.0f} %"
+                  + "".join(f"; rule group {group}: {s:.2f} s an evaluation"
+                            for group, s in r["rule_groups_s"].items()),
+                  flush=True)
+    for layout in args.layout:
+        _table(layout, [r for r in rows if r["layout"] == layout and r["refreshes_read"]],
+               args.every)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
 

@@ -2,14 +2,22 @@
 3.x's series (the fields and labels of a real A800 scrape, tests/fixtures/real/
 dcgm_v3_a800_mig_2g20gb.prom: 15 fields x 8 GPUs) and node_exporter's InfiniBand
 collector (8 ports, its 23 series each) with `node_uname_info`: about 300 series a
-node, as the issue measured. One HTTP server answers for every node
-(`/metrics/<node>`); a Prometheus relabels `instance` to each node's own host and port
-(`scrape_configs`).
+node, as the issue measured. One HTTP server answers for every node, laid out as
+`--layout` says (`scrape_configs`):
 
-Each node's text is laid out once; a scrape fills in only the counters (which grow with
-time, so rates are real) and a few gauges, so a 2-core machine can serve thousands.
+  - instance (the default): each node its own target (`/metrics/<node>`), Prometheus
+    relabelling `instance` to the node's own host and port;
+  - labels (Kubernetes-style): one target for every node (`/metrics/all`, `instance`
+    the same on every series), each series naming its node by a label: dcgm-exporter's
+    `Hostname`, node_exporter's a `node` label (as a relabelled
+    `__meta_kubernetes_pod_node_name` gives);
+  - mixed: as instance, but every fourth node has dcgm-exporter's series only and the
+    next node_exporter's only.
 
-    .venv/bin/python bench/prom_fleet.py NODES --port P --ready FILE
+Each target's text is laid out once; a scrape fills in only the counters (which grow
+with time, so rates are real) and a few gauges, so a 2-core machine can serve thousands.
+
+    .venv/bin/python bench/prom_fleet.py NODES --port P --ready FILE [--layout labels]
 """
 
 from __future__ import annotations
@@ -78,53 +86,84 @@ def node_name(n: int) -> str:
     return f"gpu{n:05d}"
 
 
-class NodeText:
-    """One node's exposition, laid out once: fixed text between the counters."""
+LAYOUTS = ("instance", "labels", "mixed")
 
-    def __init__(self, n: int) -> None:
-        host = node_name(n)
-        self.slots: list[float] = []  # growth per second of each counter, in order
-        parts: list[str] = []
-        text: list[str] = []
 
-        def counter(prefix: str, rate: float) -> None:
-            text.append(prefix)
-            parts.append("".join(text))
-            text.clear()
-            self.slots.append(rate)
-            text.append("\n")
+def exporters(n: int, layout: str) -> tuple[bool, bool]:
+    """(dcgm-exporter, node_exporter): which of the two node `n` has in `layout` (mixed:
+    every fourth node dcgm-exporter's series only, the next node_exporter's only)."""
+    if layout != "mixed":
+        return True, True
+    return n % 4 != 2, n % 4 != 1
 
+
+def families(n: int, layout: str) -> list[tuple[str, list[tuple[str, float | None]]]]:
+    """Node `n`'s metric families: (the HELP and TYPE lines, its series), a series being
+    (its text up to the value, the counter's growth per second; None: the value is in
+    the text). With the labels layout node_exporter's series carry a `node` label too."""
+    host = node_name(n)
+    dcgm, node_exporter = exporters(n, layout)
+    out: list[tuple[str, list[tuple[str, float | None]]]] = []
+    if dcgm:
         for name, help_text, value in DCGM_GAUGES:
-            text.append(f"# HELP {name} {help_text}\n# TYPE {name} gauge\n")
-            for i in range(GPUS):
-                text.append(f'{name}{{gpu="{i}",UUID="GPU-{n:05d}-{i}",device="nvidia{i}",'
-                            f'modelName="NVIDIA A800-SXM4-80GB",Hostname="{host}",'
-                            f'DCGM_FI_DRIVER_VERSION="535.129.03",DCGM_FI_PROCESS_NAME='
-                            f'"/usr/bin/dcgm-exporter"}} {value(n, i)}\n')
+            out.append((f"# HELP {name} {help_text}\n# TYPE {name} gauge\n",
+                        [(f'{name}{{{_dcgm_labels(n, i, host)}}} {value(n, i)}\n', None)
+                         for i in range(GPUS)]))
         for name, help_text, rate in DCGM_COUNTERS:
-            text.append(f"# HELP {name} {help_text}\n# TYPE {name} counter\n")
-            for i in range(GPUS):
-                counter(f'{name}{{gpu="{i}",UUID="GPU-{n:05d}-{i}",device="nvidia{i}",'
-                        f'modelName="NVIDIA A800-SXM4-80GB",Hostname="{host}",'
-                        f'DCGM_FI_DRIVER_VERSION="535.129.03",DCGM_FI_PROCESS_NAME='
-                        f'"/usr/bin/dcgm-exporter"}} ', rate)
-        for name, kind, rate in IB:
-            metric = f"node_infiniband_{name}"
-            text.append(f"# HELP {metric} Infiniband {name}\n# TYPE {metric} {kind}\n")
-            for p in range(PORTS):
-                labels = f'{{device="mlx5_{p}",port="1"}}'
-                if rate is None:
-                    value = {"rate_bytes_per_second": 5e10, "state_id": 4,
-                             "physical_state_id": 5}[name]
-                    text.append(f"{metric}{labels} {value}\n")
-                else:
-                    counter(f"{metric}{labels} ", rate)
-        text.append(f'# HELP node_uname_info Labeled system information.\n'
-                    f'# TYPE node_uname_info gauge\nnode_uname_info{{domainname="(none)",'
-                    f'machine="x86_64",nodename="{host}",release="5.15.0-91-generic",'
-                    f'sysname="Linux",version="#101-Ubuntu"}} 1\n')
+            out.append((f"# HELP {name} {help_text}\n# TYPE {name} counter\n",
+                        [(f"{name}{{{_dcgm_labels(n, i, host)}}} ", rate)
+                         for i in range(GPUS)]))
+    if not node_exporter:
+        return out
+    node = f',node="{host}"' if layout == "labels" else ""
+    for name, kind, rate in IB:
+        metric = f"node_infiniband_{name}"
+        lines: list[tuple[str, float | None]] = []
+        for p in range(PORTS):
+            labels = f'{{device="mlx5_{p}"{node},port="1"}}'
+            if rate is None:
+                value = {"rate_bytes_per_second": 5e10, "state_id": 4,
+                         "physical_state_id": 5}[name]
+                lines.append((f"{metric}{labels} {value}\n", None))
+            else:
+                lines.append((f"{metric}{labels} ", rate))
+        out.append((f"# HELP {metric} Infiniband {name}\n# TYPE {metric} {kind}\n", lines))
+    out.append(("# HELP node_uname_info Labeled system information.\n"
+                "# TYPE node_uname_info gauge\n",
+                [(f'node_uname_info{{domainname="(none)",machine="x86_64"{node},'
+                  f'nodename="{host}",release="5.15.0-91-generic",sysname="Linux",'
+                  f'version="#101-Ubuntu"}} 1\n', None)]))
+    return out
+
+
+def _dcgm_labels(n: int, i: int, host: str) -> str:
+    return (f'gpu="{i}",UUID="GPU-{n:05d}-{i}",device="nvidia{i}",'
+            f'modelName="NVIDIA A800-SXM4-80GB",Hostname="{host}",'
+            f'DCGM_FI_DRIVER_VERSION="535.129.03",DCGM_FI_PROCESS_NAME='
+            f'"/usr/bin/dcgm-exporter"')
+
+
+class Exposition:
+    """One target's text, laid out once: fixed text between the counters. Given the
+    families of one node, or of every node (each family's series together, as one
+    exporter exposes them)."""
+
+    def __init__(self, nodes: list[list[tuple[str, list[tuple[str, float | None]]]]]
+                 ) -> None:
+        self.slots: list[float] = []  # growth per second of each counter, in order
+        self.parts: list[str] = []
+        text: list[str] = []
+        for i, (header, _) in enumerate(nodes[0] if nodes else []):
+            text.append(header)
+            for node in nodes:
+                for line, rate in node[i][1]:
+                    text.append(line)
+                    if rate is not None:
+                        self.parts.append("".join(text))
+                        text.clear()
+                        self.slots.append(rate)
+                        text.append("\n")
         self.tail = "".join(text)
-        self.parts = parts
 
     def body(self, t: float) -> bytes:
         out = []
@@ -135,9 +174,19 @@ class NodeText:
         return "".join(out).encode()
 
 
-def scrape_configs(nodes: int, port: int) -> str:
-    """The `scrape_configs` entry that scrapes every node through the one server, each as
-    its own instance (as node_exporter on each host would be)."""
+def targets(nodes: int, layout: str) -> int:
+    """How many scrape targets the fleet is."""
+    return 1 if layout == "labels" else nodes
+
+
+def scrape_configs(nodes: int, port: int, layout: str = "instance") -> str:
+    """The `scrape_configs` entry that scrapes the fleet through the one server: with
+    the instance and mixed layouts every node as its own instance (as node_exporter on
+    each host would be); with the labels layout one target, all nodes' series behind it
+    (`/metrics/all`), the node in their labels only."""
+    if layout == "labels":
+        return ("  - job_name: fleet\n    metrics_path: /metrics/all\n    static_configs: "
+                + json.dumps([{"targets": [f"127.0.0.1:{port}"]}]) + "\n")
     targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"fleet_node": node_name(n)}}
                for n in range(nodes)]
     return ("  - job_name: fleet\n    static_configs: " + json.dumps(targets) + "\n"
@@ -149,10 +198,13 @@ def scrape_configs(nodes: int, port: int) -> str:
             "      - regex: fleet_node\n        action: labeldrop\n")
 
 
-async def serve(nodes: int, port: int, ready: Path) -> None:
+async def serve(nodes: int, port: int, ready: Path, layout: str = "instance") -> None:
     from aiohttp import web
 
-    texts = {node_name(n): NodeText(n) for n in range(nodes)}
+    if layout == "labels":
+        texts = {"all": Exposition([families(n, layout) for n in range(nodes)])}
+    else:
+        texts = {node_name(n): Exposition([families(n, layout)]) for n in range(nodes)}
     t0 = time.time() - 86400  # counters a day old
 
     async def metrics(request: web.Request) -> web.Response:
@@ -176,8 +228,9 @@ def main() -> None:
     p.add_argument("nodes", type=int)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--ready", type=Path, required=True)
+    p.add_argument("--layout", choices=LAYOUTS, default="instance")
     args = p.parse_args()
-    asyncio.run(serve(args.nodes, args.port, args.ready))
+    asyncio.run(serve(args.nodes, args.port, args.ready, args.layout))
 
 
 if __name__ == "__main__":
