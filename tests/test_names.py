@@ -184,6 +184,23 @@ def test_a_merged_node_keeps_the_matchers_that_fetch_its_screen() -> None:
     assert detail is not None and 'Hostname="gpu001.cluster.local"' in detail
 
 
+def test_one_target_answering_for_many_machines_names_none_of_them() -> None:
+    """Behind federation or an exporter proxy one instance carries every node's uname:
+    its failed scrape, named by the instance alone, is the target's, not the last
+    node's in the answer."""
+    resolver = NodeNames()
+    resolver.learn_uname([({"instance": "10.0.0.9:9100", "nodename": f"gpu{i:03d}",
+                            "node": f"gpu{i:03d}"}, 1.0) for i in range(3)]
+                         + [({"instance": "10.0.0.1:9100", "nodename": "gpu101"}, 1.0)])
+    assert resolver.of({"job": "node", "instance": "10.0.0.9:9100"}) == "10.0.0.9"
+    assert resolver.of({"instance": "10.0.0.9:9100", "node": "gpu002"}) == "gpu002"
+    assert resolver.of({"instance": "10.0.0.1:9400"}) == "gpu101"  # one machine: joined
+    # A host that named one machine and now answers for several names none.
+    resolver.learn_uname([({"instance": "10.0.0.1:9100", "nodename": n}, 1.0)
+                          for n in ("gpu101", "gpu102")])
+    assert resolver.of({"instance": "10.0.0.1:9400"}) == "10.0.0.1"
+
+
 def test_a_label_value_with_a_newline_is_quoted_as_promql_reads_it() -> None:
     assert NodeNames().matcher({"Hostname": 'a\nb"c\\'}) == 'Hostname="a\\nb\\"c\\\\"'
 

@@ -15,7 +15,9 @@ GPUs under one name, its InfiniBand ports and NFS mounts under another). The ord
    such as `nvidia-dcgm-exporter-ml2wh`);
 4. the host part of `instance`, replaced by node_exporter's `nodename` for the same
    host (its `node_uname_info`), so dcgm-exporter on `10.0.0.5:9400` and node_exporter
-   on `10.0.0.5:9100` are one node;
+   on `10.0.0.5:9100` are one node; a host whose target answers with several
+   `nodename`s (one target for many machines: federation, an exporter proxy) is named
+   by none of them;
 5. finally `--node-alias OLD=NEW` (`node_aliases` in the config) renames what is left,
    and a fully qualified name becomes its short form when that short form is a node.
 """
@@ -72,11 +74,20 @@ class NodeNames:
 
     def learn_uname(self, series: Iterable[tuple[dict[str, str], float]]) -> None:
         self._seen.clear()  # names read before may change with what is learnt here
+        names: dict[str, set[str]] = {}
         for labels, _ in series:
             host = instance_host(labels.get("instance"))
             name = labels.get("nodename")
             if host and name:
-                self._by_host[host] = name
+                names.setdefault(host, set()).add(name)
+        for host, found in names.items():
+            if len(found) == 1:
+                self._by_host[host] = next(iter(found))
+            else:
+                # One target answering for many machines (federation, an exporter
+                # proxy, a Kubernetes layout): its host names none of them, and what only
+                # it names (its failed scrape) stays the target's.
+                self._by_host.pop(host, None)
 
     @property
     def identity(self) -> tuple[str, ...]:
