@@ -61,27 +61,27 @@ class FileTree:
             raise ReadError(rel, exc.strerror or type(exc).__name__) from None
 
     def _read_all(self, rel: str, fd: int, first: int) -> bytes:
-        """The whole file from offset 0: one pread for a file that fits `first` bytes
-        (a short read is the end: sysfs and procfs fill what was asked for)."""
+        """The whole file from offset 0, read until a read returns nothing: procfs hands
+        out a file a page of records at a time (a short read is not its end: a host's
+        mount table, mountstats, diskstats with many devices), so a file that fits one
+        read costs one more, empty, read. `first`: the size asked for at first."""
+        parts = []
+        size = 0
+        ask = max(READ_CHUNK, first)
         try:
-            data = os.pread(fd, first, 0)
-            if len(data) == first:
-                parts = [data]
-                size = first
-                while True:
-                    more = os.pread(fd, max(READ_CHUNK, size), size)
-                    if not more:
-                        break
-                    parts.append(more)
-                    size += len(more)
-                    if size > MAX_FILE_BYTES:
-                        raise ReadError(rel, f"larger than {MAX_FILE_BYTES} bytes")
-                data = b"".join(parts)
+            while True:
+                more = os.pread(fd, ask, size)
+                if not more:
+                    break
+                parts.append(more)
+                size += len(more)
+                if size > MAX_FILE_BYTES:
+                    raise ReadError(rel, f"larger than {MAX_FILE_BYTES} bytes")
         except OSError as exc:  # EISDIR, EIO, ENODEV from a device going away
             if isinstance(exc, ReadError):
                 raise
             raise ReadError(rel, exc.strerror or type(exc).__name__) from None
-        return data
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def read_text(self, rel: str) -> str:
         """A file read once or seldom (firmware, a process's status): opened and closed."""
@@ -94,7 +94,7 @@ class FileTree:
     def read_often(self, rel: str) -> str:
         """A whole file read on every sample (/proc/stat, diskstats, mounts, a client's
         statistics), through a kept descriptor like `read_counter`; its first read asks
-        for the size it had last time, so one pread reads it."""
+        for the size it had last time."""
         fd = self._fds.get(rel)
         if fd is not None:
             try:
@@ -110,21 +110,23 @@ class FileTree:
         except ReadError:
             os.close(fd)
             raise
-        self._keep(rel, fd)
-        self._sizes[rel] = len(data)
+        if self._keep(rel, fd):
+            self._sizes[rel] = len(data)
         return data.decode("utf-8", errors="replace")
 
-    def _keep(self, rel: str, fd: int) -> None:
+    def _keep(self, rel: str, fd: int) -> bool:
+        """Keep `fd` for `rel` (closed instead when the cache is full); True if kept."""
         if len(self._fds) >= MAX_CACHED_FDS:
             os.close(fd)
-            return
+            return False
         try:
             st = os.fstat(fd)
         except OSError:
             os.close(fd)
-            return
+            return False
         self._fds[rel] = fd
         self._opened[rel] = (st.st_dev, st.st_ino)
+        return True
 
     def read_counter(self, rel: str) -> bytes | str:
         """Read a small, often-read file (a sysfs counter) through a cached descriptor.

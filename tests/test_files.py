@@ -92,3 +92,19 @@ def test_the_host_reads_a_replaced_meminfo_after_the_agent_revalidates(
     os.replace(aside, tmp_path / "proc/meminfo")
     files.revalidate()
     assert host.collect(1.0)["mem_used"] == 100 * 1024
+
+
+def test_a_procfs_file_of_many_pages_is_read_to_its_end() -> None:
+    """procfs hands a file out a page of records at a time: a short read is not its
+    end. /proc/crypto (this machine's own, real procfs) is several pages long and does
+    not change while read."""
+    if not os.path.exists("/proc/crypto"):
+        pytest.skip("this kernel has no /proc/crypto")
+    with open("/proc/crypto", "rb") as fh:
+        whole = fh.read().decode("utf-8", errors="replace")
+    if len(whole) <= READ_CHUNK:
+        pytest.skip("/proc/crypto fits one page here")
+    files = FileTree("/")
+    assert files.read_often("proc/crypto") == whole
+    assert files.read_often("proc/crypto") == whole  # again, through the kept descriptor
+    assert files.read_text("proc/crypto") == whole
