@@ -441,13 +441,16 @@ class FabricCollector:
         The sequence-error and retransmission counters are read when the port's error
         counters are, their last rate standing between."""
         hw: dict[str, float | None] = {}
-        totals = self.hw_totals.setdefault(p.id, {})
+        # A new map each sample, put in place whole: /metrics reads it on another thread.
+        last_totals = self.hw_totals.get(p.id, {})
+        totals: dict[str, int | None] = {}
         prev, rates = p.hw_prev, p.hw_rates
         read = self._read_raw
         for name, path, slow in p.hw_paths:
             if slow and not errors_due and name in rates:
                 hw[name] = rates[name]
-                if totals.get(name) is None and name in p.reasons:
+                totals[name] = last_totals.get(name)
+                if totals[name] is None and name in p.reasons:
                     errors[name] = p.reasons[name]
                 continue
             raw, reason = read(path)
@@ -466,6 +469,7 @@ class FabricCollector:
                         delta += 1 << 32
                     rate = delta / (now - before[1]) if delta >= 0 else None
             hw[name] = rates[name] = rate
+        self.hw_totals[p.id] = totals
         return hw
 
     def _admin_up(self, netdev: str, errors: dict[str, str]) -> int | None:

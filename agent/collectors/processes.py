@@ -138,10 +138,13 @@ class ProcessNames:
         self._checked: dict[int, int] = {}  # pid -> the sample its stat was last read
 
     def describe(self, pid: int) -> dict[str, Any]:
-        # A kept descriptor answers for the process it was opened on: once that process
-        # is gone its reads fail (ESRCH) and the pid is opened afresh, so a reused pid is
-        # a new process with a new start time. A process known a moment ago is the same
-        # process: its stat is read again every CHECK_EVERY samples, not every second.
+        # A process known a moment ago is taken to be the same process: its stat is read
+        # again every CHECK_EVERY samples, not every second, so a pid reused within them
+        # (the old process gone from the GPUs' lists and a new one on them under its pid)
+        # shows the old one's description until then. The stat is read through a kept
+        # descriptor, which answers for the process it was opened on: once that process
+        # is gone the read fails (ESRCH) and the pid is opened afresh, a new process with
+        # a new start time.
         self._seen.add(pid)
         cached = self._cache.get(pid)
         if cached is not None and self._samples - self._checked.get(pid, -CHECK_EVERY) \
