@@ -106,6 +106,11 @@ def test_ecc_and_energy_come_with_the_field_values_call_or_by_their_own() -> Non
                                    "ecc_uncorrected": "Insufficient Permissions"}
     assert (values[2]["energy"], values[2]["ecc_corrected"]) == (7.0, 4)
     assert "errors" not in values[2]
+    # A driver that answers the call and not the field ("not supported"): the call says.
+    quiet = started(FakeNvml([FakeGpu(0, ecc_corrected=2, ecc_uncorrected=1, energy_mj=9_000,
+                                       unsupported={"field:5", "field:6", "field:83"})]))
+    g = quiet.collect(1.0, 0)[0][0]
+    assert (g["ecc_corrected"], g["ecc_uncorrected"], g["energy"]) == (2, 1, 9.0)
 
     def calls(gpu: FakeGpu) -> int:  # NVML calls a sample of this one GPU makes
         fake = FakeNvml([gpu])

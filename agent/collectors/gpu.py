@@ -43,7 +43,7 @@ FI_NVLINK_DATA_RX = 139
 # The same call reads what would otherwise be three calls of their own: the ECC totals
 # (single and double bit aggregate: nvmlDeviceGetTotalEccErrors' corrected and
 # uncorrected aggregate counts) and the energy counter (mJ). A field the driver does
-# not answer is read by its own call, which keeps the reason as before.
+# not answer is read by its own call, which says what it always said.
 FI_ECC_SBE_AGG = 5  # NVML_FI_DEV_ECC_SBE_AGG_TOTAL
 FI_ECC_DBE_AGG = 6  # NVML_FI_DEV_ECC_DBE_AGG_TOTAL
 FI_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
@@ -532,8 +532,9 @@ class GpuCollector:
     def _field_counters(self, r: _Reader, h: Any) -> dict[int, int | None]:
         """NVLink data (bytes), NVLink error totals, PCIe replays, ECC totals and energy in
         one NVML call. NVLink and PCIe fields the GPU does not answer are None; an ECC or
-        energy field the call did not answer (or a binding without the call) is left out,
-        for the caller to read by its own call."""
+        energy field the call did not answer, even as "not supported" (a driver may
+        answer the call and not the field), or a binding without the call, is left out,
+        for the caller to read by its own call: never less than the call would say."""
         values = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h, _FIELD_REQUEST)
         out: dict[int, int | None] = dict.fromkeys(_FIELD_IDS[:7])
         for fid, fv in zip(_FIELD_IDS, values or ()):
@@ -542,9 +543,6 @@ class GpuCollector:
                 # The data counters are KiB; the rest are counts (energy: mJ).
                 out[fid] = value * 1024 if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) \
                     else value
-            elif fid in (FI_ECC_SBE_AGG, FI_ECC_DBE_AGG, FI_ENERGY) and \
-                    fv.nvmlReturn in QUIET_CODES:
-                out[fid] = None  # not on this GPU: what its own call would say, quietly
         return out
 
     def _check_links(self, i: int, h: Any) -> None:

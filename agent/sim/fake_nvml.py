@@ -347,8 +347,8 @@ class FakeNvml(types.ModuleType):
             ret = NVML_SUCCESS if v is not None else NVML_ERROR_NOT_SUPPORTED
             # A field answers as the call of its own would (a GPU set to fail one).
             own = _FIELD_CALLS.get(fid)
-            if own in g.unsupported:
-                ret = NVML_ERROR_NOT_SUPPORTED
+            if own in g.unsupported or f"field:{fid}" in g.unsupported:
+                ret = NVML_ERROR_NOT_SUPPORTED  # `field:N`: a driver without the field
             elif own in g.errors:
                 ret = g.errors[own]
             out.append(_FieldValue(fid, ret, types.SimpleNamespace(ullVal=v or 0)))
