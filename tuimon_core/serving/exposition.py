@@ -17,9 +17,17 @@ from collections.abc import Iterable
 
 from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
-from prometheus_client.openmetrics.exposition import escape_label_name, escape_metric_name
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
+
+try:
+    from prometheus_client.openmetrics.exposition import escape_label_name, escape_metric_name
+except ImportError:  # prometheus_client before its UTF-8 names wrote names as they are
+    def escape_metric_name(s: str, escaping: str = "") -> str:
+        return s
+
+    def escape_label_name(s: str, escaping: str = "") -> str:
+        return s
 
 _PLAIN = frozenset({"counter", "gauge"})
 _OM = ("_created", "_gsum", "_gcount")  # OpenMetrics samples generate_latest moves
