@@ -11,6 +11,23 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 
+def counter_rate(before: int | float | None, now: int | float | None, dt: float, *,
+                 wrap_bits: int | None = None) -> float | None:
+    """The rule every rate follows: per second from two reads `dt` seconds apart; None
+    for a missing read or no time passed; a decrease is a reset (None), or with
+    `wrap_bits` one wrap at 2**wrap_bits (mlx5 hw_counters)."""
+    if before is None or now is None or dt <= 0:
+        return None
+    delta = now - before
+    if delta < 0:
+        if wrap_bits is None:
+            return None
+        delta += 1 << wrap_bits
+        if delta < 0:
+            return None
+    return delta / dt
+
+
 @dataclass(slots=True)
 class _Last:
     value: int | float
@@ -44,17 +61,7 @@ class RateTracker:
         self._last[key] = _Last(value, t)
         if last is None:
             return None
-        dt = t - last.t
-        if dt <= 0:
-            return None
-        delta = value - last.value
-        if delta < 0:
-            if wrap_bits is None:
-                return None
-            delta += 1 << wrap_bits
-            if delta < 0:
-                return None
-        return delta / dt
+        return counter_rate(last.value, value, t - last.t, wrap_bits=wrap_bits)
 
     def forget(self, prefix: Hashable) -> None:
         """Drop every counter whose key is a tuple starting with `prefix` (device gone)."""
@@ -77,8 +84,7 @@ class CounterSet:
         if last is None or t - last[0] <= 0:
             return [None] * len(values)
         dt = t - last[0]
-        return [None if new is None or old is None or new < old else (new - old) / dt
-                for new, old in zip(values, last[1])]
+        return [counter_rate(old, new, dt) for new, old in zip(values, last[1])]
 
     def forget(self, key: Hashable) -> None:
         self._last.pop(key, None)

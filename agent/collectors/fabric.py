@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from agent.collectors import pci
 from agent.collectors.ethtool_stats import DROP_TOTALS, EthtoolStats, pause_summary
 from agent.files import MISSING, FileTree, ReadError
-from agent.rates import CounterSet, RateTracker
+from agent.rates import CounterSet, RateTracker, counter_rate
 from tuimon_core.protocol.fields import (
     HW_COUNTERS,
     HW_ERROR_COUNTERS,
@@ -463,11 +463,8 @@ class FabricCollector:
                 p.reasons.pop(name, None)
                 before = prev.get(name)
                 prev[name] = (raw, now)
-                if before is not None and now > before[1]:
-                    delta = raw - before[0]
-                    if delta < 0:
-                        delta += 1 << 32
-                    rate = delta / (now - before[1]) if delta >= 0 else None
+                if before is not None:
+                    rate = counter_rate(before[0], raw, now - before[1], wrap_bits=32)
             hw[name] = rates[name] = rate
         self.hw_totals[p.id] = totals
         return hw
