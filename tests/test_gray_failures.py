@@ -836,6 +836,29 @@ def test_an_hca_in_a_slot_below_its_own_maximum_is_configuration_not_a_fault(
         "line rate"]
 
 
+def test_what_a_hello_says_is_judged_again_when_a_new_hello_comes() -> None:
+    """One node's rules over many samples: an HCA trained below its maximum is named
+    every second its hello says so (the hello's findings judged once per hello), and no
+    longer once a new hello says it trained at its maximum again."""
+    from tuimon_core.link_rules import LinkRules
+    from tuimon_core.protocol.messages import Hello
+
+    def hello(gen: int) -> Hello:
+        return Hello("node-a", "0", None, 1.0, 0.0, extra={"ports": [
+            {"id": "mlx5_0:1", "device": "mlx5_0", "pcie_gen": gen, "pcie_gen_max": 4,
+             "pcie_width": 16, "pcie_width_max": 16}]})
+
+    rules = LinkRules("node-a")
+    slow, fast = hello(3), hello(4)
+    for t in range(3):
+        assert [f.kind for f in rules.conditions(
+            slow, Sample(t, float(t), 1.0, gpus=[]), float(t))] == ["pcie_downtrained"]
+    assert rules.conditions(fast, Sample(3, 3.0, 1.0, gpus=[]), 3.0) == []
+    assert [f.message for f in rules.conditions(
+        hello(3), Sample(4, 4.0, 1.0, gpus=[]), 4.0)] == [
+        "node-a mlx5_0 PCIe Gen3 x16, of Gen4 x16: the HCA cannot reach its line rate"]
+
+
 def test_gpus_below_root_ports_whose_links_were_not_captured(tmp_path: Path) -> None:
     """Stelline's real Threadripper PRO: two RTX 6000 Ada idling at 2.5 GT/s of 16, each
     straight below a root port whose link is not in the capture (no files): the root
