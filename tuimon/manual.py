@@ -24,6 +24,8 @@ SECTIONS: dict[str, str] = {
   3    unknown (status, --once): no node was reached, nothing was checked; (status) a
        usage error (a monitoring system's UNKNOWN: the check is wrong, not the cluster);
        (report): the relay could not be read, or its ledger counts no such job
+  129  the terminal hung up (the app or the plain readout; a connection dropped), as
+       SIGHUP, whether or not the signal reached it
   130  interrupted
   141  the reader of standard output went away (`tuimon status | head -1`), as SIGPIPE""",
     "Files": """\

@@ -35,10 +35,13 @@ def run(args: argparse.Namespace) -> int:
                            clock=lambda: control.position)
     # The judgement on the recording's clock too: its windows and holds as they were.
     judge = JudgeConfig(topology=judge_config.topology(args.topology))
-    ReplayApp(cluster, control, rec.duration,
-              sources=lambda state: [replay(rec, state, control)], theme=args.theme,
-              judgement=judge.judgement(cluster, lambda: rec.started + control.position),
-              damage=rec.damage, ascii_only=args.ascii).run()
+    app = ReplayApp(cluster, control, rec.duration,
+                    sources=lambda state: [replay(rec, state, control)], theme=args.theme,
+                    judgement=judge.judgement(cluster, lambda: rec.started + control.position),
+                    damage=rec.damage, ascii_only=args.ascii)
+    app.run()
+    if app.return_code:  # the terminal hung up: nowhere to say more
+        return app.return_code
     if rec.damage:
         print(f"tuimon: {args.file}: {rec.damage}", file=sys.stderr)
     return 0

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
+import errno
+import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from contextlib import AbstractAsyncContextManager
@@ -16,6 +19,9 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.judge_config import JudgeConfig
 from tuimon.readout import ROW_READS, render
 from tuimon.sources.agent_stream import StreamOptions, watching
+from tuimon.ui.hangup import HANGUP_EXIT
+
+log = logging.getLogger(__name__)
 
 Recorder = Callable[[str, bytes], None]
 # How a viewer gets its data: given the model and an optional recorder, a context in
@@ -67,15 +73,18 @@ def run_app(cluster: ClusterState, feed: Feed, theme: str | None, judge: JudgeCo
                     await after()
         return [run_all()]
 
+    app = TuimonApp(cluster, sources=sources, theme=theme,
+                    judgement=judge.judgement(cluster, wall), ascii_only=ascii_only,
+                    notes=notes, history=history)
     try:
-        TuimonApp(cluster, sources=sources, theme=theme,
-                  judgement=judge.judgement(cluster, wall), ascii_only=ascii_only,
-                  notes=notes, history=history).run()
+        app.run()
     finally:
         if writer is not None:
             writer.close()
-            print(f"tuimon: recorded {writer.frames} frames to {writer.path}")
-    return 0
+            # (nowhere to say it where the terminal hung up: the recording is whole)
+            with contextlib.suppress(OSError):
+                print(f"tuimon: recorded {writer.frames} frames to {writer.path}")
+    return app.return_code or 0
 
 
 async def watch(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
@@ -107,9 +116,16 @@ async def _print_loop(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
         while True:
             judge.update()
             screen = render(cluster, judge=judge)
-            sys.stdout.write("\x1b[H\x1b[2J" + screen + "\n" if sys.stdout.isatty()
-                             else screen + "\n\n")
-            sys.stdout.flush()
+            try:
+                sys.stdout.write("\x1b[H\x1b[2J" + screen + "\n" if sys.stdout.isatty()
+                                 else screen + "\n\n")
+                sys.stdout.flush()
+            except OSError as exc:
+                if exc.errno != errno.EIO:
+                    raise
+                # The terminal hung up (tuimon.ui.hangup): nobody reads this any more.
+                log.warning("the terminal hung up: nobody reads this readout; ending")
+                return HANGUP_EXIT
             await asyncio.sleep(1.0)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import os
 import textwrap
@@ -33,6 +34,7 @@ from tuimon.model.view_state import FilterError, ReplayControl, ViewState
 from tuimon.text.markup import safe
 from tuimon.ui.ascii_screen import AsciiScreen, locale_is_ascii
 from tuimon.ui.fleet_screen import FleetScreen
+from tuimon.ui.hangup import HANGUP_EXIT, HangupWatch
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.history_screen import History, HistoryScreen
 from tuimon.ui.job_screen import JobScreen
@@ -52,6 +54,8 @@ from tuimon_core import heap
 from tuimon_core.hostlist import collect_hostlist, expand_hostlist
 from tuimon_core.logs import current_log_path
 from tuimon_core.node_states import UP
+
+log = logging.getLogger(__name__)
 
 HELP = """\
 [b]tuimon[/b]: the whole cluster, live
@@ -247,6 +251,7 @@ class TuimonApp(App[None]):
         # for samples and keys (the model's pace).
         self.pace = JudgePace(quiet=self.quiet_judging)
         self._ticked_at = -math.inf
+        self._hangup = HangupWatch(headless=True)  # the terminal, once there is one
         self._wanted_theme = theme or DEFAULT_THEME
         themes, self.theme_problems = load_themes()
         self.theme_names = [t.name for t in themes]
@@ -285,6 +290,7 @@ class TuimonApp(App[None]):
         if self._make_sources is not None:
             self._tasks = [asyncio.create_task(s) for s in self._make_sources(self.cluster)]
         self.active_map.focus()
+        self._hangup = HangupWatch(self.is_headless)
         self._tell_drawn()
         self._layout_seen = -1
         self._rows_elsewhere = -1  # what rows_elsewhere() said at the last fit
@@ -336,6 +342,10 @@ class TuimonApp(App[None]):
         and the other panes go on updating."""
         if not self.is_running:
             return  # shutting down: the timers outlive the screen's widgets
+        if self._hangup.hung_up():
+            log.warning("the terminal hung up: nobody sees this screen any more; ending")
+            self.exit(return_code=HANGUP_EXIT)
+            return
         start = time.perf_counter()
         guard = self.ui_guard
         version = self.cluster.version
