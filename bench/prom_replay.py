@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from prom_fleet import LAYOUTS, scrape_configs, targets  # noqa: E402
 
 
-def _app(sources: Any, seconds: float, every: float) -> Any:
+def _app(sources: Any, seconds: float) -> Any:
     from tuimon.model.cluster import ClusterState
     from tuimon.ui.app import TuimonApp
 
@@ -82,7 +82,7 @@ def record(path: Path, nodes: int, layout: str, seconds: float) -> None:
                             body.decode())
                         await asyncio.Event().wait()
                 return [run()]
-            _app(sources, seconds, 5.0)
+            _app(sources, seconds)
     finally:
         fleet.terminate()
         fleet.wait(15)
@@ -102,6 +102,7 @@ def replay(path: Path, refreshes: int, every: float, profile: str | None) -> flo
     turn: dict[str, int] = defaultdict(int)
     scale = every / 5.0
     prom_queries.INVENTORY_EVERY_S *= scale  # the cadences, as at a 5 s refresh
+    prometheus.INVENTORY_SOONEST_S *= scale
     cpu: list[float] = []
 
     async def query(promql: str, name: str | None = None) -> Any:
@@ -123,7 +124,8 @@ def replay(path: Path, refreshes: int, every: float, profile: str | None) -> flo
     def sources(state: Any) -> list[Any]:
         async def run() -> None:
             async with prom_watching("http://replay.invalid", state, PromOptions(
-                    every=every, budget_every=30.0 * scale)) as source:
+                    every=every, budget_every=30.0 * scale,
+                    errors_every=15.0 * scale)) as source:
                 source.client.query = query  # type: ignore[method-assign]
                 await asyncio.Event().wait()
         return [run()]
@@ -133,11 +135,13 @@ def replay(path: Path, refreshes: int, every: float, profile: str | None) -> flo
         import cProfile
 
         with cProfile.Profile() as p:
-            app = _app(sources, seconds, every)
+            app = _app(sources, seconds)
         p.dump_stats(profile)
     else:
-        app = _app(sources, seconds, every)
+        app = _app(sources, seconds)
     steps = [b - a for a, b in itertools.pairwise(cpu[5:])]  # the first ones warm up
+    if len(steps) < 5:
+        raise SystemExit(f"{len(cpu)} refreshes: too few to measure (--refreshes 10 or more)")
     per = [statistics.mean(steps[i:i + 5]) for i in range(0, len(steps) - 4, 5)]
     print(f"{doc['nodes']} nodes, {doc['layout']} layout: {len(cpu)} refreshes, "
           f"{app.cluster.counts()}; CPU per refresh median {1000 * statistics.median(per):.0f} "
@@ -153,7 +157,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1024)
     ap.add_argument("--layout", choices=LAYOUTS, default="instance")
     ap.add_argument("--seconds", type=float, default=60.0, help="record this long")
-    ap.add_argument("--refreshes", type=int, default=30)
+    ap.add_argument("--refreshes", type=int, default=30, help="at least 10")
     ap.add_argument("--every", type=float, default=1.0, help="the replay's refresh (s)")
     ap.add_argument("--profile", metavar="OUT", help="cProfile the replay into OUT")
     args = ap.parse_args()

@@ -20,7 +20,7 @@ import pytest
 
 from tests.peers import free_port
 from tests.tmux import BIN
-from tuimon.ui.hangup import HANGUP_EXIT
+from tuimon_core.closed_pipe import HANGUP_EXIT
 
 
 def _read_until(fd: int, text: bytes, seconds: float) -> bytes:
@@ -46,6 +46,9 @@ def test_the_app_ends_when_its_terminal_hangs_up_and_no_sighup_reaches_it(
     pid, fd = pty.fork()
     if pid == 0:  # the child: the session leader of the new terminal
         os.environ.update(TERM="xterm-256color", COLUMNS="100", LINES="30")
+        # Buffered, as on a user's machine: what the output still holds when the
+        # terminal is gone must not turn the status into 120.
+        os.environ.pop("PYTHONUNBUFFERED", None)
         os.execv("/bin/sh", ["/bin/sh", "-c", line])
     try:
         _read_until(fd, b"sim-node001", 60)  # its nodes drawn

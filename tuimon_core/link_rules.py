@@ -245,7 +245,7 @@ class LinkRules:
     # GPU (uuid, else index) -> the most NVLinks it has had active while judged here
     _nvlinks_most: dict[str, int] = field(default_factory=dict)
     # The hello last judged, with its HCAs' paths and the findings it alone says.
-    _hello_seen: tuple[Any, list[_PathOf], list[Finding]] | None = None
+    _hello_seen: tuple[Any, list[_PathOf], list[Finding], list[Finding]] | None = None
 
     def observe(self, sample: Any, now: float) -> None:
         for i, g in enumerate(gpu_rows(sample)):
@@ -264,26 +264,30 @@ class LinkRules:
         gpus = gpu_rows(sample)
         out += self._gpu_links(infos, gpus, now)
         if hello is not None:
-            hcas, of_hello = self._of_hello(hello, infos)
+            hcas, before, after = self._of_hello(hello, infos)
             paths = _gpu_paths(infos, gpus) + hcas
+            # In this order: an HCA's own link and its path's can share a finding's key,
+            # and the book keeps the last one's words.
+            out += before
             out += self._path_links(paths)
             out += self._slots(paths)
-            out += of_hello
+            out += after
         return out
 
-    def _of_hello(self, hello: Any, infos: list[Any]) -> tuple[list[_PathOf], list[Finding]]:
+    def _of_hello(self, hello: Any, infos: list[Any]
+                  ) -> tuple[list[_PathOf], list[Finding], list[Finding]]:
         """The HCAs' paths and what the hello alone says (NVLinks present, the HCAs'
         links, GPUs on the bus, GPUDirect): judged again only when a new hello comes (a
         node's hello stands for minutes, its samples come every second; at a thousand
         nodes through Prometheus these were a fifth of each pass)."""
         held = self._hello_seen
         if held is not None and held[0] is hello:
-            return held[1], held[2]
+            return held[1], held[2], held[3]
         hcas = _hca_paths(port_info_rows(hello))
-        found = (self._nvlinks_present(infos) + self._hca_links(hello)
-                 + self._gpus_on_bus(hello) + self._gpudirect(hello))
-        self._hello_seen = (hello, hcas, found)
-        return hcas, found
+        before = self._nvlinks_present(infos) + self._hca_links(hello)
+        after = self._gpus_on_bus(hello) + self._gpudirect(hello)
+        self._hello_seen = (hello, hcas, before, after)
+        return hcas, before, after
 
     # -- rules ------------------------------------------------------------------------
 

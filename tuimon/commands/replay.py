@@ -10,6 +10,7 @@ from tuimon.model import judge_config
 from tuimon.model.cluster import ClusterState
 from tuimon.model.judge_config import JudgeConfig
 from tuimon_core.cli_types import positive_float
+from tuimon_core.closed_pipe import HANGUP_EXIT
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
@@ -40,8 +41,8 @@ def run(args: argparse.Namespace) -> int:
                     judgement=judge.judgement(cluster, lambda: rec.started + control.position),
                     damage=rec.damage, ascii_only=args.ascii)
     app.run()
-    if app.return_code:  # the terminal hung up: nowhere to say more
-        return app.return_code
+    if app.return_code == HANGUP_EXIT:  # the terminal hung up: nowhere to say more
+        return HANGUP_EXIT
     if rec.damage:
         print(f"tuimon: {args.file}: {rec.damage}", file=sys.stderr)
-    return 0
+    return app.return_code or 0

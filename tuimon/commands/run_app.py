@@ -8,7 +8,6 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import logging
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
@@ -19,7 +18,7 @@ from tuimon.model.cluster import ClusterState
 from tuimon.model.judge_config import JudgeConfig
 from tuimon.readout import ROW_READS, render
 from tuimon.sources.agent_stream import StreamOptions, watching
-from tuimon.ui.hangup import HANGUP_EXIT
+from tuimon_core.closed_pipe import HANGUP_EXIT, hung_up
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +120,7 @@ async def _print_loop(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
                                  else screen + "\n\n")
                 sys.stdout.flush()
             except OSError as exc:
-                if exc.errno != errno.EIO:
+                if not hung_up(sys.stdout, exc):
                     raise
                 # The terminal hung up (tuimon.ui.hangup): nobody reads this any more.
                 log.warning("the terminal hung up: nobody reads this readout; ending")

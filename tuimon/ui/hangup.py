@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import sys
 
-# The exit status of a program ended by SIGHUP, as a shell reports it (128 + 1).
-HANGUP_EXIT = 129
+from tuimon_core.closed_pipe import HANGUP_EXIT
+
+__all__ = ["HANGUP_EXIT", "HangupWatch"]
 
 
 class HangupWatch:
