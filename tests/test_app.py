@@ -216,6 +216,29 @@ async def test_moving_the_cursor_redraws_only_the_lines_it_left_and_entered(
         assert redrawn == [1]
 
 
+async def test_a_draw_with_nothing_new_reads_no_node_and_a_change_is_drawn(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between a source's reads (Prometheus every 5 s), the draws each second find
+    nothing new without reading every visible node again; a node that changes is
+    redrawn at the next."""
+    app = await make_app(16)
+    async with app.run_test(size=(120, 40)) as pilot:
+        heat = app.active_map
+        await pilot.pause()
+        heat.refresh_changed()
+        read: list[int] = []
+        redrawn: list[int] = []
+        key, line = heat._key, heat.refresh_line
+        monkeypatch.setattr(heat, "_key", lambda li: read.append(li) or key(li))
+        monkeypatch.setattr(heat, "refresh_line", lambda y: redrawn.append(y) or line(y))
+        heat.refresh_changed()
+        assert read == [] and redrawn == []
+        target = heat._hm_lines[1].nodes[0].target
+        app.cluster.mark_stale(target, "no series for this node in Prometheus")
+        heat.refresh_changed()
+        assert read and redrawn == [1]
+
+
 async def test_the_strip_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     import tuimon.ui.heatmap as heatmap
 
