@@ -43,6 +43,7 @@ _WHOLE_GPU = ("power", "power_limit", "energy", "temp", "sm_clock", "mem_clock",
               "last_xid", "_throttle_bits", "ecc_corrected", "ecc_uncorrected",
               "remapped_rows", "remap_failed", "remap_pending")
 _SLICES = re.compile(r"(\d+)g\.")
+_NONE: dict[str, Any] = {}  # a GPU the inventory has not named (read, never written)
 
 
 class FrameMaker:
@@ -97,51 +98,59 @@ class FrameMaker:
         indices = sorted(n.gpus)
         facts = []  # each GPU's index, inventory and values: its GpuInfo where it changed
         gpus = []
+        kinds = _GPU_KIND
         for i in indices:
-            # A copy: the node stays as the server gave it, to compare with the next.
-            raw = mig_parent(n.gpus[i], n.mig[i]) if i in n.mig else dict(n.gpus[i])
-            info = n.gpu_info.get(i, {})
+            # Read, not changed: the node stays as the server gave it, to compare with
+            # the next (a MIG parent is a new map).
+            raw = mig_parent(n.gpus[i], n.mig[i]) if i in n.mig else n.gpus[i]
+            info = n.gpu_info.get(i, _NONE)
+            gpu = {k: as_field(kinds[k], v) for k, v in raw.items() if k in kinds}
             if "mem_total" not in raw and "_fb_free" in raw and "mem_used" in raw:
-                raw["mem_total"] = raw["mem_used"] + raw["_fb_free"] + raw.get(
-                    "mem_reserved", 0)
+                gpu["mem_total"] = as_field(kinds["mem_total"], raw["mem_used"] + raw[
+                    "_fb_free"] + raw.get("mem_reserved", 0))
             if "_throttle_bits" in raw and "clock_events" not in raw:
                 bits = int(raw["_throttle_bits"])
-                raw["clock_events"] = [v for b, v in q.THROTTLE_BITS.items() if bits & b]
+                gpu["clock_events"] = as_field(kinds["clock_events"], [
+                    v for b, v in q.THROTTLE_BITS.items() if bits & b])
             if raw.get("last_xid") == 0:
-                raw["last_xid"] = None  # dcgm-exporter's 0 is "no XID"
-            gpu = {k: as_field(_GPU_KIND[k], v) for k, v in raw.items() if k in _GPU_KIND}
+                gpu["last_xid"] = None  # dcgm-exporter's 0 is "no XID"
+            facts.append((i, info, raw, gpu.get("mem_total")))
             if raw.get("_up") == 0:
                 gpu = {"failed": f"reported down by the agent ({GPU_UP_METRIC} = 0)"}
             gpus.append(gpu)
-            facts.append((i, info, raw))
         ports = []
         for p in n.ports.values():
-            rate = p.get("rate")
-            port = {k: v for k, v in p.items() if k != "phys_state" or v is not None}
-            for side in ("tx", "rx"):
-                util = link_util(p.get(f"{side}_bytes_s"), rate)
-                if util is not None:  # at most 1, as the agent says it
-                    port[f"{side}_util"] = util
-            for k, names in (("state", PORT_STATES), ("phys_state", PORT_PHYS_STATES)):
-                if k in port:  # named as the agent names it from sysfs
-                    port[k] = int(port[k])
-                    port.setdefault(f"{k}_name", names.get(port[k], str(port[k])))
-            port.pop("rate", None)
+            port = dict(p)
+            rate = port.pop("rate", None)
+            if rate:
+                for side in ("tx", "rx"):
+                    util = link_util(p.get(f"{side}_bytes_s"), rate)
+                    if util is not None:  # at most 1, as the agent says it
+                        port[f"{side}_util"] = util
+            if "state" in port:  # named as the agent names it from sysfs
+                state = port["state"] = int(port["state"])
+                if "state_name" not in port:
+                    port["state_name"] = PORT_STATES.get(state, str(state))
+            if "phys_state" in port:
+                if port["phys_state"] is None:
+                    del port["phys_state"]
+                else:
+                    state = port["phys_state"] = int(port["phys_state"])
+                    if "phys_state_name" not in port:
+                        port["phys_state_name"] = PORT_PHYS_STATES.get(state, str(state))
             ports.append(port)
         said = (tuple((i, info.get("uuid"), info.get("name"), raw.get("power_limit"),
-                       raw.get("_max_sm_clock")) for i, info, raw in facts),
+                       raw.get("_max_sm_clock")) for i, info, raw, _ in facts),
                 tuple(sorted((pid, p.get("rate")) for pid, p in n.ports.items())),
                 tuple(sorted((f["id"], f["fstype"]) for f in n.filesystems.values())),
                 tuple(sorted(n.disks)))
         if self._said.get(name) != said:
             self._said[name] = said
             gpus_info = [GpuInfo(index=i, uuid=info.get("uuid"), name=info.get("name"),
-                                 mem_total=as_field(_GPU_KIND["mem_total"],
-                                                    raw.get("mem_total")),
-                                 power_limit=raw.get("power_limit"),
+                                 mem_total=mem_total, power_limit=raw.get("power_limit"),
                                  pci_bus_id=info.get("pci_bus_id"),
                                  max_sm_clock=raw.get("_max_sm_clock"), max_mem_clock=None)
-                         for i, info, raw in facts]
+                         for i, info, raw, mem_total in facts]
             out.append(Hello(
                 node=name, agent_version=f"prometheus via tuimon {__version__}",
                 boot_id=None, interval=self.every, ts=ts, gpus=gpus_info,

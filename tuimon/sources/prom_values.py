@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from tuimon_core.protocol.fields import GPU_FIELDS
-from tuimon_core.protocol.schema import NUM, Int, WireType
+from tuimon_core.protocol.schema import INT, NUM, Int, WireType
 
 # DCGM marks a value it has not (blank, not found, not supported, no permission) with
 # numbers from these up (dcgm_structs.h DCGM_INT64_BLANK, DCGM_INT32_BLANK), and
@@ -47,9 +47,13 @@ def as_field(kind: WireType, v: Any) -> Any:
     # Most values: a float within a Num's bounds, kept as it is (half a million a
     # refresh at 1024 nodes; the type's own fit is three calls).
     num: Any = kind
-    if type(v) is float and num.code == NUM and num.lo <= v <= num.hi and (
-            num.above is None or v > num.above):
-        return v
+    if type(v) is float:
+        code = num.code
+        if code == NUM and num.lo <= v <= num.hi and (num.above is None or v > num.above):
+            return v
+        if code == INT and 0 <= v < 2.0 ** 63 and num.lo <= v and (
+                num.hi is None or v <= num.hi):
+            return round(v)  # a count as whole() makes it, within the Int's bounds
     if isinstance(kind, Int) and isinstance(v, float):
         v = whole(v)
     return None if v is None else kind.fit(v)
