@@ -67,6 +67,7 @@ MIN_SPAN_S = 30.0  # a rate over less than this is not judged
 LINK_TOTALS: tuple[Literal["pcie_replays", "nvlink_replay_errors", "nvlink_recovery_errors",
                            "nvlink_crc_errors"], ...] = (
     "pcie_replays", "nvlink_replay_errors", "nvlink_recovery_errors", "nvlink_crc_errors")
+_LINK_KEYS = frozenset(LINK_TOTALS)
 
 
 def bus_address(text: str) -> str | None:
@@ -249,6 +250,8 @@ class LinkRules:
 
     def observe(self, sample: Any, now: float) -> None:
         for i, g in enumerate(gpu_rows(sample)):
+            if _LINK_KEYS.isdisjoint(g):
+                continue  # no link counter read on this GPU (Prometheus without them)
             for key in LINK_TOTALS:
                 value: int | None = g.get(key)
                 if not isinstance(value, int):

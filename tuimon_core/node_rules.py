@@ -63,10 +63,6 @@ PORT_ERRORS = ("rcv_errors", "link_error_recovery", "remote_physical_errors",
                "xmit_discards", "buffer_overruns", "local_link_integrity_errors")
 
 
-def _up(p: PortRow) -> bool:
-    return port_up(p.get("state"), p.get("phys_state"))
-
-
 def _share(n: float, of: float) -> str:
     """A share as people read it: 61%, 2.5%, 0.012%."""
     pct = 100 * n / of
@@ -138,13 +134,18 @@ class NodeRules:
         if self._surge is None or self._surge.node != self.name:
             self._surge = WriteSurge(self.name)
         self._surge.observe(filesystem_rows(sample), now, dt)
+        seen_up, drops = self._seen_up, self._drops
         for p in port_rows(sample):
-            if _up(p):
-                self._seen_up.add(p["id"])
-            self._note_drops(p, now, dt)
-            counted = dict(p.get("errors_inc") or {})
-            if p.get("pause_storms"):
-                counted["pause_storms"] = p["pause_storms"]
+            if port_up(p.get("state"), p.get("phys_state")):
+                seen_up.add(p["id"])
+            if p["id"] in drops or p.get("discards_s"):
+                self._note_drops(p, now, dt)
+            inc, storms = p.get("errors_inc"), p.get("pause_storms")
+            if not (inc or storms):
+                continue  # the usual port: nothing counted this sample
+            counted = dict(inc or {})
+            if storms:
+                counted["pause_storms"] = storms
             for kind, n in counted.items():
                 if isinstance(n, (int, float)) and n > 0:
                     self._errors.setdefault((p["id"], kind), deque()).append((now, int(n)))
@@ -193,13 +194,20 @@ class NodeRules:
         infos = list(self._hello.gpus) if self._hello is not None else []
         slowed: dict[tuple[str, ...], list[tuple[int, Throttle]]] = {}
         for i, g in enumerate(gpu_rows(sample)):
+            get = g.get
+            # Nearly every GPU of nearly every node is fine: what they are is read first,
+            # and the words for a finding are made only where one is.
+            if not (get("failed") or get("clock_events") or i in self._xid
+                    or get("ecc_uncorrected") or get("remap_failed")
+                    or get("remap_pending")):
+                continue
             where = f"{node} GPU {i}"
-            if g.get("failed"):
+            if get("failed"):
                 out.append(Finding("critical", "gpu_failed", f"{where} failed: {g['failed']}",
                                    node=node, gpu=i, score=0.6))
                 continue
             found = throttle(g, infos[i] if i < len(infos) else None) \
-                if g.get("clock_events") else None
+                if get("clock_events") else None
             if found is None:
                 pass
             elif found.kind == "thermal":
@@ -248,10 +256,18 @@ class NodeRules:
         node = self.name
         ports = port_rows(sample)
         out = self._congestion(ports)
+        drops = self._drops
         for p in ports:
             pid = p["id"]
-            where = f"{node} {pid}"
             counted = pid in self._error_ports
+            # The usual port: up, no error counted ever, no pause, no drop, no counter
+            # stuck; read first, the words for a finding made only where one is.
+            if not (counted or pid in drops or p.get("saturated")
+                    or port_down(p.get("state"), p.get("phys_state"))):
+                paused = p.get("paused_tx")
+                if not (isinstance(paused, (int, float)) and paused >= PAUSING_SHARE):
+                    continue
+            where = f"{node} {pid}"
             downs = self._count(pid, "link_downed", now) if counted else 0
             if port_down(p.get("state"), p.get("phys_state")):
                 out.append(self._not_up(p, where))  # it carries nothing
