@@ -239,6 +239,41 @@ async def test_a_draw_with_nothing_new_reads_no_node_and_a_change_is_drawn(
         assert read and redrawn == [1]
 
 
+async def test_a_new_clock_in_the_header_is_shown_without_laying_the_screen_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each second the header's clock changes and the storage pane's rates: both show
+    it, and nothing else moves (a one-line header, as many mounts), so the screen is not
+    laid out again for it; a mount more or less still is."""
+    from textual.screen import Screen
+
+    from tuimon.ui.panels import HeaderBar, StoragePanel
+
+    app = await make_app(16)
+    now = ["12:00:00"]
+    app.clock_text = lambda: now[0]
+    async with app.run_test(size=(120, 40)) as pilot:
+        app.tick()
+        await pilot.pause()
+        laid_out: list[int] = []
+        layout = Screen._refresh_layout
+        monkeypatch.setattr(Screen, "_refresh_layout",
+                            lambda self, *a, **k: laid_out.append(1) or layout(self, *a, **k))
+        now[0] = "12:00:01"
+        app.tick()
+        await pilot.pause()
+        header = app.query_one(HeaderBar)
+        assert "12:00:01" in str(header.render()) and "12:00:01" in str(header._shown_text)
+        assert laid_out == []
+        storage = app.query_one(StoragePanel)
+        shown = str(storage._shown_text)
+        storage.update(shown.replace("/lustre/scratch", "/lustre/scratcH"))
+        await pilot.pause()
+        assert "scratcH" in str(storage.render()) and laid_out == []
+        storage.update(shown + "\n /nfs/home")
+        await pilot.pause()
+        assert laid_out and "/nfs/home" in str(storage.render())
+
+
 async def test_the_strip_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     import tuimon.ui.heatmap as heatmap
 

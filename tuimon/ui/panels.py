@@ -51,8 +51,24 @@ class Panel(Static):
     def update(self, content: VisualType = "", *, layout: bool = True) -> None:
         if isinstance(content, str) and content == self._shown_text:
             return
+        moves = layout and self._moves_others(self._shown_text, content)
         self._shown_text = content
-        super().update(content, layout=layout)
+        # A new text that leaves the panel its size (the header's one line, the storage
+        # pane's same mounts with new rates) is redrawn alone: a layout pass of the whole
+        # screen each second was most of a quiet second's drawing.
+        super().update(content, layout=moves)
+
+    def _moves_others(self, shown: object, content: VisualType) -> bool:
+        """Can `content` in place of `shown` change the panel's size?"""
+        styles = self.styles
+        if styles.width is not None and styles.width.is_auto:
+            return True
+        if styles.height is not None and not styles.height.is_auto:
+            return False  # its styles fix it (a number of lines, a share of the screen)
+        # A line that does not wrap is one row: as many lines, as many rows.
+        return not (isinstance(content, str) and isinstance(shown, str)
+                    and styles.text_wrap == "nowrap"
+                    and content.count("\n") == shown.count("\n"))
 
 
 class HeaderBar(Panel):
