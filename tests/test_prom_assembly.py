@@ -124,3 +124,17 @@ def test_the_reading_needs_no_http_client_and_no_model() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).resolve().parent.parent)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("extra", [(), ("rack",), ("we'ird\"\\\nlabel", "\u00e9t\u00e9", "a\x00b")])
+def test_a_series_identity_key_reads_every_identity_label_whatever_its_name(
+        extra: tuple[str, ...]) -> None:
+    """The key a series' node is found by holds each identity label's value, in order,
+    None where absent: the labels a site names (--node-label) may carry any character."""
+    from tuimon.sources.prom_nodes import identity_key, identity_labels
+
+    ids = identity_labels(extra)
+    key = identity_key(ids)
+    for labels in ({}, {"instance": "gpu1:9400"}, {name: f"v{i}" for i, name in enumerate(ids)},
+                   {ids[0]: "x", "gpu": "0", "__name__": "DCGM_FI_DEV_GPU_UTIL"}):
+        assert key(labels) == tuple(labels.get(name) for name in ids)

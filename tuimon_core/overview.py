@@ -132,8 +132,10 @@ def _who(gpus: list[GpuRow], steps: Any) -> list[str]:
     at most MAX_WHO of them."""
     seen: dict[str, None] = {}
     for g in gpus:
-        for p in [*(g.get("processes") or ()),
-                  *(p for m in g.get("mig") or () for p in m.get("processes") or ())]:
+        procs, mig = g.get("processes"), g.get("mig")
+        if not (procs or mig):
+            continue  # an idle GPU, or a source that sees no process (Prometheus)
+        for p in [*(procs or ()), *(p for m in mig or () for p in m.get("processes") or ())]:
             pod = f"{p['namespace']}/{p['pod']}" if p.get("namespace") and p.get("pod") \
                 else p.get("pod")
             for value in (p.get("job"), pod, p.get("user")):

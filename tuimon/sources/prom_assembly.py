@@ -82,12 +82,12 @@ def namer(resolver: NodeNames, into: dict[str, _N], make: Callable[[str], _N],
     values, the node found for them before. With `most`: a name not `known` before is
     made only while the known and the new together are fewer; the others go to
     `over` (at most `most` of them are remembered)."""
-    ids = resolver.identity
+    key_of = resolver.identity_key
     found: dict[tuple[str | None, ...], _N | None] = {}
     new = [0]
 
     def node(labels: dict[str, str]) -> _N | None:
-        key = tuple(map(labels.get, ids))
+        key = key_of(labels)
         try:
             return found[key]
         except KeyError:

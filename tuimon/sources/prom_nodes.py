@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 BUILTIN_LABELS = ("node", "kubernetes_node", "node_name")
 HOSTNAME_LABELS = ("Hostname", "hostname")
@@ -40,6 +40,14 @@ def identity_labels(first: Iterable[str] = ()) -> tuple[str, ...]:
     each series still says whose it is, and nothing more."""
     return tuple(dict.fromkeys((*first, *BUILTIN_LABELS, *HOSTNAME_LABELS, "instance",
                                 "pod")))
+
+
+def identity_key(ids: tuple[str, ...]) -> Callable[[dict[str, str]], tuple[str | None, ...]]:
+    """A series' identity labels' values, as one key: `tuple(map(labels.get, ids))`, in
+    less than half its time (asked once per series: a quarter of a million a refresh at
+    4096 nodes). The names are written into the function as string literals (repr)."""
+    body = "".join(f"g(labels, {name!r}), " for name in ids)
+    return eval(f"lambda labels, g=dict.get: ({body})")
 
 
 def quoted(value: str) -> str:
@@ -68,6 +76,7 @@ class NodeNames:
         self.aliases = dict(aliases or {})
         self._by_host: dict[str, str] = {}
         self._ids = identity_labels(self.labels)
+        self.identity_key = identity_key(self._ids)
         # The identity labels' values -> (name, label it came from): a refresh names the
         # same few thousand machines from hundreds of thousands of series.
         self._seen: dict[tuple[str | None, ...], tuple[str | None, str | None]] = {}
@@ -110,7 +119,7 @@ class NodeNames:
         return None if key is None else f"{key}={quoted(labels[key])}"
 
     def _named(self, labels: dict[str, str]) -> tuple[str | None, str | None]:
-        key = tuple(map(labels.get, self._ids))
+        key = self.identity_key(labels)
         found = self._seen.get(key)
         if found is None:
             found = self._seen[key] = self._raw(labels)
