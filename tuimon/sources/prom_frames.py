@@ -32,6 +32,7 @@ from tuimon_core.wait_kinds import rank_kind, split_wait
 # where the field is an Int, within its bounds) before the frame goes to the decoder.
 _GPU_KIND = {f.key: f.type for f in GPU_FIELDS}
 _HOST_KIND = {f.key: f.type for f in HOST_FIELDS}
+_UTIL_KEYS = (("tx_bytes_s", "tx_util"), ("rx_bytes_s", "rx_util"))
 
 # Each node's last hour (JOB_HOUR) stands for this many budget intervals after its read;
 # older (its queries failing since), no node's windows are sent.
@@ -123,10 +124,10 @@ class FrameMaker:
             port = dict(p)
             rate = port.pop("rate", None)
             if rate:
-                for side in ("tx", "rx"):
-                    util = link_util(p.get(f"{side}_bytes_s"), rate)
+                for read, util_key in _UTIL_KEYS:
+                    util = link_util(p.get(read), rate)
                     if util is not None:  # at most 1, as the agent says it
-                        port[f"{side}_util"] = util
+                        port[util_key] = util
             if "state" in port:  # named as the agent names it from sysfs
                 state = port["state"] = int(port["state"])
                 if "state_name" not in port:
