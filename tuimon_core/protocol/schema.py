@@ -174,9 +174,10 @@ class Str(WireType):
         return v
 
 
-def _sparse_other(v: dict[Any, Any], k: str, x: Any, t: WireType, where: str) -> None:
-    """A record's check key by key, of a value its check does not write out (a list, a
-    map, a record): its type's own check, the path added to an error."""
+def _checked_in_place(v: dict[Any, Any], k: str, x: Any, t: WireType, where: str) -> None:
+    """`v[k]` (`x`) checked by its type's own check (a map's value; in a record's check
+    key by key, a list, a map or a record), the path added to an error; a value the
+    check cleaned put in its place."""
     try:
         c = t.check(x, "")
     except ProtocolError as exc:
@@ -285,12 +286,7 @@ class MapOf(WireType):
                 if not self.nil:
                     raise ProtocolError(f"{where}.{k}: expected {value.words}, got nil")
                 continue
-            try:
-                checked = value.check(x, "")
-            except ProtocolError as exc:
-                raise exc.under(f"{where}.{k}") from None
-            if checked is not x:
-                v[k] = checked
+            _checked_in_place(v, k, x, value, where)
         if bad_keys:
             for k in [k for k in v if not k.isprintable()]:
                 v[clean(k)] = v.pop(k)
@@ -355,7 +351,7 @@ class Record(WireType):
         ns: dict[str, Any] = {"ProtocolError": ProtocolError, "clean": clean, "show": show,
                               "_unknown": self._unknown, "_bad": self.bad,
                               "KEYS": frozenset(self._spec), "SPEC": self._spec,
-                              "_sparse_other": _sparse_other,
+                              "_checked_in_place": _checked_in_place,
                               "REQUIRED": frozenset(self._required)}
         out = ["def check(v, where):",
                "    if type(v) is not dict:",
@@ -389,7 +385,7 @@ class Record(WireType):
                "                if not x.isprintable():",
                "                    v[k] = clean(x)",  # a value replaced: the size stays
                "            else:",
-               "                _sparse_other(v, k, x, t, where)",
+               "                _checked_in_place(v, k, x, t, where)",
                "        else:",
                "            return v",
                "    get = v.get"]
