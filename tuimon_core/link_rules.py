@@ -302,8 +302,10 @@ class LinkRules:
         for i, g in enumerate(gpus):
             if g.get("failed"):
                 continue
-            info = infos[i] if i < len(infos) else None
             gen, width = g.get("pcie_gen"), g.get("pcie_width")
+            if not (gen or width or totals):
+                continue  # no link read on this GPU (Prometheus without them): nothing to judge
+            info = infos[i] if i < len(infos) else None
             gmax = getattr(info, "pcie_gen_max", None)
             wmax = getattr(info, "pcie_width_max", None)
             if (gen and gmax and gen < gmax) or (width and wmax and width < wmax):

@@ -415,11 +415,11 @@ class NodeRules:
         """A port far above the node's other ports: what a node can judge of congestion
         alone (a cable, a port's peer on the switch, a job's traffic pinned to one rail).
         A whole node or leaf waiting is the viewer's cluster rule: it compares nodes."""
-        waits = [(p["id"], w) for p in ports
-                 if isinstance(w := p.get("xmit_wait_s"), (int, float))]
-        if len(waits) < 3 or max(w for _, w in waits) < CONGESTED_WAIT:
+        # The waits alone first: on most nodes no port waits enough to look further.
+        ordered = [w for p in ports if isinstance(w := p.get("xmit_wait_s"), (int, float))]
+        if len(ordered) < 3 or max(ordered) < CONGESTED_WAIT:
             return []
-        ordered = sorted(w for _, w in waits)
+        ordered.sort()
         # No port can stand out where the highest is not OUTLIER_FACTOR times a bound
         # below every port's median of the others (one port less moves no other down
         # by more than one place): the usual busy fabric, every port alike. (Waits are
@@ -428,6 +428,8 @@ class NodeRules:
         if ordered[-1] < OUTLIER_FACTOR * max(floor, 1.0):
             return []
         out = []
+        waits = [(p["id"], w) for p in ports
+                 if isinstance(w := p.get("xmit_wait_s"), (int, float))]
         for pid, wait in waits:
             if wait < CONGESTED_WAIT:
                 continue
