@@ -546,3 +546,27 @@ def test_a_node_naming_new_ports_every_second_holds_a_bounded_book() -> None:
     evil = [f for f in held if f.node == "evil"]
     assert len(evil) <= MAX_PER_NODE and book.refused > 0
     assert any(f.node == "honest" for f in held)
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+async def test_too_many_series_says_what_is_left_to_narrow_them(
+        monkeypatch: pytest.MonkeyPatch, recorded: bool) -> None:
+    """Past the series bound the refusal says how to narrow: --match, and --recorded
+    only to a source not reading records already (it advised it to one that was)."""
+    import aiohttp
+
+    from tuimon.sources import prom_client
+
+    monkeypatch.setattr(prom_client, "MAX_HELD_SERIES", 150)
+    runner, url = await _prom_server([_hosts_answer(100)])
+    try:
+        async with aiohttp.ClientSession() as session:
+            client = prom_client.PromClient(url, session, recorded=recorded)
+            await client.query("up", "first")
+            with pytest.raises(prom_client.PromError) as refused:
+                await client.query("up", "second")
+    finally:
+        await runner.cleanup()
+    text = str(refused.value)
+    assert "series together" in text and "--match" in text
+    assert ("--recorded" in text) is not recorded

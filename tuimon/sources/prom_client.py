@@ -74,8 +74,9 @@ class PromClient:
 
     def __init__(self, url: str, session: aiohttp.ClientSession, *, token: str | None = None,
                  tenant: str | None = None, ssl_context: ssl.SSLContext | None = None,
-                 timeout: float = 10.0, concurrency: int = 4) -> None:
+                 timeout: float = 10.0, concurrency: int = 4, recorded: bool = False) -> None:
         self.url = url.rstrip("/")
+        self.recorded = recorded  # reading records already: the bound's advice is --match
         self.session = session
         self.token = token
         self.tenant = tenant
@@ -124,10 +125,10 @@ class PromClient:
         every answer kept, counted in the bytes before any is decoded."""
         others = self._held_total - self._held.get(key, 0)
         if others + count > MAX_HELD_SERIES:
+            advice = "(--match)" if self.recorded else "(--match) or read records (--recorded)"
             raise PromError(f"prometheus {self.url}: its answers name more than "
                             f"{MAX_HELD_SERIES} series together ({count} in {key[:60]}): "
-                            "refused; narrow the selection (--match) or read records "
-                            "(--recorded)")
+                            f"refused; narrow the selection {advice}")
         self._held[key] = count
         self._held_total = others + count
 

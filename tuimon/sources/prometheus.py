@@ -140,7 +140,7 @@ class PromSource:
         o = self.options
         self.client = PromClient(url, session, token=o.token, tenant=o.tenant,
                                  ssl_context=o.ssl_context, timeout=o.timeout,
-                                 concurrency=o.concurrency)
+                                 concurrency=o.concurrency, recorded=o.recorded)
         self.url = self.client.url
         self.cluster = cluster
         self.reader = AnswerReader(every=o.every, budget_every=o.budget_every,
