@@ -400,3 +400,23 @@ def test_an_inventory_change_says_which_link_port_or_mount_moved() -> None:
                  extra={"ports": [{"id": f"p{i}"} for i in range(20)], "filesystems": fs,
                         "gpudirect": "nvidia_peermem"})
     assert inventory_change(before, many).endswith(f"and {20 + 2 - MAX_SAID} more")
+
+
+async def test_an_unwatched_agent_judges_but_makes_no_overview_until_a_client_comes(
+        proc_root: Path, fake_nvml: FakeNvml) -> None:
+    """Scraped by Prometheus alone, the agent still judges every sample (its findings are
+    on /metrics) but builds no overview and no frame nobody reads; a stream client that
+    connects gets both from its first sample on."""
+    agent = make_agent(proc_root, fake_nvml, interval=0.1)
+    async with serve(agent) as server, aiohttp.ClientSession() as s:
+        while agent.stats.samples < 3:
+            await asyncio.sleep(0.05)
+        assert agent.latest is not None
+        assert "findings" in agent.latest.extra and "overview" not in agent.latest.extra
+        async with s.ws_connect(server.make_url("/v1/stream")) as ws:
+            assert isinstance(await receive(ws), Hello)
+            sample = await receive(ws)
+            while not isinstance(sample, Sample):
+                sample = await receive(ws)
+            assert "overview" in sample.extra and "findings" in sample.extra
+            assert "overview" in agent.latest.extra
