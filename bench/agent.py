@@ -16,7 +16,9 @@ In the same run, node_exporter (if installed) is started on the same tree with t
 collectors that read the same files, scraped once a second, and its CPU time (from
 /proc/PID/stat), bytes read and system calls per scrape are read the same way. CPU time
 moves with the machine's load from hour to hour; system calls and bytes do not.
-Repeated runs, alternating the two programs; medians are printed.
+Repeated runs, alternating the two programs; medians are printed. Each run also measures
+the full node with no stream client, scraped only, as where Prometheus is the agent's one
+reader (it then makes no overview and encodes no frame).
 
     .venv/bin/python bench/agent.py [--runs 3] [--seconds 20] [--interval 1.0]
 
@@ -65,7 +67,7 @@ def _rss_mb() -> float:
 
 
 async def _child(seconds: float, interval: float, gpus: int, tree: str,
-                 strace_seconds: float) -> dict[str, Any]:
+                 strace_seconds: float, streamed: bool = True) -> dict[str, Any]:
     """The agent alone in this process; the client is the parent process."""
     from aiohttp import web
 
@@ -85,7 +87,7 @@ async def _child(seconds: float, interval: float, gpus: int, tree: str,
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     print(port, flush=True)
-    while not agent.hub.clients:
+    while streamed and not agent.hub.clients:
         await asyncio.sleep(0.01)
     await asyncio.sleep(1.0)  # warm up: first reads, allocator, caches
     io0 = syscalls.read_io(os.getpid())
@@ -139,6 +141,24 @@ async def _client(port: int, scrape_every: float) -> int:
                 async with s.get(f"http://127.0.0.1:{port}/metrics") as resp:
                     await resp.read()
     return frames
+
+
+async def _scraper(port: int, scrape_every: float, proc: subprocess.Popen[str]) -> int:
+    """Scrape /metrics as Prometheus would, until the agent's process ends; no stream."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s:
+        next_scrape = time.monotonic() + scrape_every
+        while proc.poll() is None:
+            await asyncio.sleep(0.2)
+            if time.monotonic() >= next_scrape:
+                next_scrape += scrape_every
+                try:
+                    async with s.get(f"http://127.0.0.1:{port}/metrics") as resp:
+                        await resp.read()
+                except aiohttp.ClientError:
+                    return 0
+    return 0
 
 
 def _scrape_cost(gpus: int, n: int = 200) -> float:
@@ -304,11 +324,13 @@ def main() -> None:
     ap.add_argument("--strace-seconds", type=float, default=10.0,
                     help="the window system calls are counted in, apart from the CPU "
                          "window (0: none)")
+    ap.add_argument("--scraped-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     args = ap.parse_args()
     if args.child:
         print(json.dumps(asyncio.run(_child(args.seconds, args.interval, args.gpus,
-                                            args.tree, args.strace_seconds))))
+                                            args.tree, args.strace_seconds,
+                                            not args.scraped_only))))
         return
     import tempfile
 
@@ -319,6 +341,7 @@ def main() -> None:
     mover.start()
     full: list[dict[str, Any]] = []
     gpus_only: list[dict[str, Any]] = []
+    scraped: list[dict[str, Any]] = []  # the full node, no stream client: Prometheus alone
     exporter: list[dict[str, Any]] = []
     try:
         for i in range(args.runs):
@@ -330,8 +353,11 @@ def main() -> None:
                     line += f" node_exporter {ne['cpu_ms_per_scrape']:.3f} ms CPU/scrape;"
                 full.append(_agent_run(args, tree))
                 line += f" agent {full[-1]['cpu_ms_per_sample']:.3f} ms CPU/sample;"
+                scraped.append(_agent_run(args, tree, streamed=False))
+                line += f" scraped only {scraped[-1]['cpu_ms_per_sample']:.3f} ms;"
                 if ne is not None:
-                    full[-1]["ratio"] = full[-1]["cpu_ms_per_sample"] / ne["cpu_ms_per_scrape"]
+                    for r in (full[-1], scraped[-1]):
+                        r["ratio"] = r["cpu_ms_per_sample"] / ne["cpu_ms_per_scrape"]
             gpus_only.append(_agent_run(args, Path("/")))
             line += f" GPUs only {gpus_only[-1]['cpu_ms_per_sample']:.3f} ms CPU/sample"
             print(line, flush=True)
@@ -339,21 +365,26 @@ def main() -> None:
     finally:
         mover.stop()
         node_tree.remove(tree)
-    result = _report(args, full, gpus_only, exporter, calls, _scrape_cost(args.gpus))
+    result = _report(args, full, gpus_only, exporter, calls, _scrape_cost(args.gpus), scraped)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
 
 
-def _agent_run(args: argparse.Namespace, tree: Path) -> dict[str, Any]:
+def _agent_run(args: argparse.Namespace, tree: Path, streamed: bool = True) -> dict[str, Any]:
+    """The agent in a child process, read by a stream client and scraped (`streamed`),
+    or only scraped, as where Prometheus is its one reader."""
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", "--seconds", str(args.seconds),
          "--interval", str(args.interval), "--gpus", str(args.gpus), "--tree", str(tree),
-         "--strace-seconds", str(args.strace_seconds)],
+         # System calls are counted on the streamed run only.
+         "--strace-seconds", str(args.strace_seconds if streamed else 0),
+         *(() if streamed else ("--scraped-only",))],
         stdout=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
-    frames = asyncio.run(_client(port, args.scrape_every))
+    frames = asyncio.run(_client(port, args.scrape_every) if streamed else
+                         _scraper(port, args.scrape_every, proc))
     r: dict[str, Any] = json.loads(proc.stdout.read().strip().splitlines()[-1])
     proc.wait()
     r["frames_received"] = frames
@@ -382,7 +413,8 @@ def _syscalls(runs: list[dict[str, Any]]) -> dict[str, float] | None:
 
 def _report(args: argparse.Namespace, full: list[dict[str, Any]],
             gpus_only: list[dict[str, Any]], exporter: list[dict[str, Any]],
-            calls: float | None, scrape: float) -> dict[str, Any]:
+            calls: float | None, scrape: float,
+            scraped: list[dict[str, Any]]) -> dict[str, Any]:
     def fmt(value: float | None, spec: str = ".3f", unit: str = "") -> str:
         return "-" if value is None else format(value, spec) + unit
 
@@ -420,6 +452,9 @@ def _report(args: argparse.Namespace, full: list[dict[str, Any]],
          "", "", f"<= {TARGET_RATIO}"),
         ("ratio agent / node_exporter: system calls", fmt(sc_ratio, ".2f"), "", "",
          f"<= {TARGET_RATIO}"),
+        ("the full node with no stream client (Prometheus its one reader): CPU per "
+         "sample; ratio", f"{fmt(_median(scraped, 'cpu_ms_per_sample'), unit=' ms')}; "
+         f"{fmt(_median(scraped, 'ratio'), '.2f')}", "", "", ""),
     ]
     for row in rows:
         print("| " + " | ".join(row) + " |")
@@ -439,7 +474,8 @@ def _report(args: argparse.Namespace, full: list[dict[str, Any]],
             "rss_mb_median": _median(full, "rss_mb"),
             "gpus_only_cpu_ms_per_sample_median": _median(gpus_only, "cpu_ms_per_sample"),
             "metrics_render_ms": scrape, "node_exporter_cpu_ms_per_scrape": ne_cpu,
-            "ratio_cpu": ratio, "ratio_syscalls": sc_ratio,
+            "ratio_cpu": ratio, "ratio_syscalls": sc_ratio, "scraped_only_runs": scraped,
+            "scraped_only_ratio_cpu": _median(scraped, "ratio"),
             "syscalls_per_sample": agent_sc, "node_exporter_syscalls_per_scrape": ne_sc,
             "python_calls_per_sample": calls,
             "targets": {"cpu_ms_per_sample": TARGET_CPU_MS, "rss_mb": TARGET_RSS_MB,
