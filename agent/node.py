@@ -322,15 +322,17 @@ class NodeAgent:
         # viewers of the whole cluster take only these two families (tuimon_core.overview).
         conditions = self.findings.observe(self.hello, sample)
         sample.extra["findings"] = findings_to_wire(conditions)
-        # An agent only Prometheus scrapes has no reader of these two, about a twentieth
-        # of its CPU a sample; a client that connects gets them from the next sample.
-        data = None
-        if not unwatched or self.hub.clients:
+        # An agent only Prometheus scrapes has no reader of the overview; a client that
+        # connects gets it from the next sample. The frame is fitted either way: a frame
+        # over the size limit has its longest lists cut, and /metrics must show the same
+        # lists whether a viewer is connected or not.
+        watched = not unwatched or bool(self.hub.clients)
+        if watched:
             sample.extra["overview"] = build_overview(self.hello, sample)
-            data = fit_frame(sample)
+        data = fit_frame(sample)
         self.latest = sample
         self.stats.samples += 1
-        if data is not None:
+        if watched:
             self.hub.publish_sample(sample, hello_port_ids(self.hello), data)
         return sample
 

@@ -58,6 +58,10 @@ async def stream(request: web.Request) -> web.StreamResponse:
     if client is None:
         raise web.HTTPServiceUnavailable(
             text=f"503: too many stream clients (limit {agent.hub.max_clients})\n")
+    # The hello first in the queue: a sample published while the handshake is under
+    # way would otherwise go ahead of it, and a viewer cannot read a sample before it.
+    if agent.hello is not None:
+        client.offer(Frame(agent.hello))
     ws = web.WebSocketResponse(heartbeat=30.0, max_msg_size=MAX_CLIENT_MESSAGE)
     try:
         await ws.prepare(request)
@@ -65,8 +69,6 @@ async def stream(request: web.Request) -> web.StreamResponse:
         agent.hub.disconnect(client)
         raise
     request.app[STREAMS].add(ws)
-    if agent.hello is not None:
-        client.offer(Frame(agent.hello))
     writer = asyncio.create_task(_writer(ws, client), name=f"tuimon-stream-{peer}")
     try:
         await read_viewer(ws, peer, lambda m: client.subscribe(m.interval, m.families,

@@ -18,7 +18,7 @@ collectors that read the same files, scraped once a second, and its CPU time (fr
 moves with the machine's load from hour to hour; system calls and bytes do not.
 Repeated runs, alternating the two programs; medians are printed. Each run also measures
 the full node with no stream client, scraped only, as where Prometheus is the agent's one
-reader (it then makes no overview and encodes no frame).
+reader (it then makes no overview).
 
     .venv/bin/python bench/agent.py [--runs 3] [--seconds 20] [--interval 1.0]
 
@@ -144,9 +144,11 @@ async def _client(port: int, scrape_every: float) -> int:
 
 
 async def _scraper(port: int, scrape_every: float, proc: subprocess.Popen[str]) -> int:
-    """Scrape /metrics as Prometheus would, until the agent's process ends; no stream."""
+    """Scrape /metrics as Prometheus would, until the agent's process ends; no stream.
+    Returns the scrapes answered."""
     import aiohttp
 
+    scrapes = 0
     async with aiohttp.ClientSession() as s:
         next_scrape = time.monotonic() + scrape_every
         while proc.poll() is None:
@@ -156,9 +158,11 @@ async def _scraper(port: int, scrape_every: float, proc: subprocess.Popen[str]) 
                 try:
                     async with s.get(f"http://127.0.0.1:{port}/metrics") as resp:
                         await resp.read()
+                    scrapes += 1
                 except aiohttp.ClientError:
-                    return 0
-    return 0
+                    if proc.poll() is None:
+                        raise
+    return scrapes
 
 
 def _scrape_cost(gpus: int, n: int = 200) -> float:
@@ -351,10 +355,11 @@ def main() -> None:
                 if ne is not None:
                     exporter.append(ne)
                     line += f" node_exporter {ne['cpu_ms_per_scrape']:.3f} ms CPU/scrape;"
-                full.append(_agent_run(args, tree))
-                line += f" agent {full[-1]['cpu_ms_per_sample']:.3f} ms CPU/sample;"
-                scraped.append(_agent_run(args, tree, streamed=False))
-                line += f" scraped only {scraped[-1]['cpu_ms_per_sample']:.3f} ms;"
+                # Which of the two goes first alternates: the machine drifts in a run.
+                for streamed in (True, False) if i % 2 == 0 else (False, True):
+                    (full if streamed else scraped).append(_agent_run(args, tree, streamed))
+                line += (f" agent {full[-1]['cpu_ms_per_sample']:.3f} ms CPU/sample;"
+                         f" scraped only {scraped[-1]['cpu_ms_per_sample']:.3f} ms;")
                 if ne is not None:
                     for r in (full[-1], scraped[-1]):
                         r["ratio"] = r["cpu_ms_per_sample"] / ne["cpu_ms_per_scrape"]
@@ -383,11 +388,11 @@ def _agent_run(args: argparse.Namespace, tree: Path, streamed: bool = True) -> d
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
-    frames = asyncio.run(_client(port, args.scrape_every) if streamed else
-                         _scraper(port, args.scrape_every, proc))
+    read = asyncio.run(_client(port, args.scrape_every) if streamed else
+                       _scraper(port, args.scrape_every, proc))
     r: dict[str, Any] = json.loads(proc.stdout.read().strip().splitlines()[-1])
     proc.wait()
-    r["frames_received"] = frames
+    r["frames_received" if streamed else "scrapes"] = read
     r["cpu_ms_per_sample"] = 1000 * r["cpu_s"] / max(1, r["samples"])
     return r
 
@@ -475,6 +480,7 @@ def _report(args: argparse.Namespace, full: list[dict[str, Any]],
             "gpus_only_cpu_ms_per_sample_median": _median(gpus_only, "cpu_ms_per_sample"),
             "metrics_render_ms": scrape, "node_exporter_cpu_ms_per_scrape": ne_cpu,
             "ratio_cpu": ratio, "ratio_syscalls": sc_ratio, "scraped_only_runs": scraped,
+            "scraped_only_cpu_ms_per_sample_median": _median(scraped, "cpu_ms_per_sample"),
             "scraped_only_ratio_cpu": _median(scraped, "ratio"),
             "syscalls_per_sample": agent_sc, "node_exporter_syscalls_per_scrape": ne_sc,
             "python_calls_per_sample": calls,

@@ -106,6 +106,26 @@ async def test_a_frame_over_the_size_limit_is_cut_and_says_so(proc_root: Path) -
         "filesystems_cut"]
 
 
+async def test_an_unwatched_agent_cuts_the_same_lists_for_metrics(proc_root: Path) -> None:
+    """With no stream client the sampler makes no overview, but the frame is still fitted:
+    /metrics lists the same file systems whether a viewer is connected or not."""
+    odd = "\x01" * 400
+    mounts = [f"srv:/{odd}{i} /{odd}/{i} nfs4 rw 0 0" for i in range(600)]
+    write(proc_root / "proc/self/mounts", "\n".join(mounts) + "\n")
+    agent = make_agent(proc_root, FakeNvml(1), interval=0.1)
+    await agent.start()
+    try:
+        while agent.stats.samples < 2:
+            await asyncio.sleep(0.05)
+    finally:
+        await agent.stop()
+    assert agent.latest is not None and not agent.hub.clients
+    assert "overview" not in agent.latest.extra
+    storage = agent.latest.extra["storage"]
+    assert 0 < len(storage["filesystems"]) < 600
+    assert "of 600 filesystems left out" in storage["errors"]["filesystems_cut"]
+
+
 async def test_a_failed_read_of_the_mount_table_keeps_the_file_systems(
         proc_root: Path) -> None:
     """A read of the mount table that fails (no descriptor left, a /proc hiccup) is not

@@ -420,3 +420,23 @@ async def test_an_unwatched_agent_judges_but_makes_no_overview_until_a_client_co
                 sample = await receive(ws)
             assert "overview" in sample.extra and "findings" in sample.extra
             assert "overview" in agent.latest.extra
+
+
+async def test_the_hello_goes_first_though_a_sample_comes_during_the_handshake(
+        proc_root: Path, fake_nvml: FakeNvml, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client is counted from its request on; a sample published while its WebSocket
+    handshake is under way must not reach it before the hello it is read by."""
+    from aiohttp import web
+
+    agent = make_agent(proc_root, fake_nvml, interval=60.0)
+    handshake = web.WebSocketResponse.prepare
+
+    async def sample_during_handshake(self: web.WebSocketResponse, request: web.Request):  # type: ignore[no-untyped-def]
+        await agent.sample_once()
+        return await handshake(self, request)
+
+    monkeypatch.setattr(web.WebSocketResponse, "prepare", sample_during_handshake)
+    async with serve(agent) as server, aiohttp.ClientSession() as s, \
+            s.ws_connect(server.make_url("/v1/stream")) as ws:
+        assert isinstance(await receive(ws), Hello)
+        assert isinstance(await receive(ws), Sample)
