@@ -71,6 +71,10 @@ def collect(quick: bool) -> list[dict[str, Any]]:
         ratio = a.get(key)
         rows.append(_row("agent, full node", figure, ratio, "", ".2f", "<= 0.5",
                          None if ratio is None else ratio <= 0.5))
+    scraped = a.get("scraped_only_ratio_cpu")
+    rows.append(_row("agent, full node", "ratio agent with no stream client (Prometheus its "
+                     "one reader) / node_exporter, CPU", scraped, "", ".2f", "<= 0.5",
+                     None if scraped is None else scraped <= 0.5))
     calls = a.get("syscalls_per_sample") or {}
     rows.append(_row("agent, full node", "system calls per sample", calls.get("all"), "",
                      ".0f"))
