@@ -301,9 +301,8 @@ class NodeAgent:
 
     async def sample_once(self, *, unwatched: bool = False) -> Sample:
         """Collect and publish one sample (the loop's body; also used by `once`). With
-        `unwatched` (the loop), a sample no stream client is connected for is judged
-        and kept for /metrics, without the overview and the encoding only a stream
-        reads."""
+        `unwatched` (the loop), a sample no stream client is connected for is judged,
+        fitted and kept for /metrics, without the overview only a stream reads."""
         loop = asyncio.get_running_loop()
         sample, events, inventory_changed = await loop.run_in_executor(
             self._executor, self._collect)

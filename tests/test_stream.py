@@ -405,8 +405,8 @@ def test_an_inventory_change_says_which_link_port_or_mount_moved() -> None:
 async def test_an_unwatched_agent_judges_but_makes_no_overview_until_a_client_comes(
         proc_root: Path, fake_nvml: FakeNvml) -> None:
     """Scraped by Prometheus alone, the agent still judges every sample (its findings are
-    on /metrics) but builds no overview and no frame nobody reads; a stream client that
-    connects gets both from its first sample on."""
+    on /metrics) but builds no overview nobody reads; a stream client that connects gets
+    the overview and the findings from its first sample on."""
     agent = make_agent(proc_root, fake_nvml, interval=0.1)
     async with serve(agent) as server, aiohttp.ClientSession() as s:
         while agent.stats.samples < 3:

@@ -6,9 +6,10 @@ sample line against the UTF-8 naming rules: on an agent's scrape (a full node, a
 dozen names. Our families are counters and gauges with fixed names, so their text is
 written here with each name escaped once (by prometheus_client's own escaping, then
 remembered), label values escaped as the format says, and each label set's text
-remembered too: a full node's 800 lines carry a few hundred label sets. The text is byte for byte
-what `generate_latest` writes (a test holds the two side by side); a family of any other
-kind, or a sample with a timestamp, is left to `generate_latest` whole.
+remembered too (a full node's 800 lines carry a few hundred label sets). The text is
+byte for byte what `generate_latest` writes (a test holds the two side by side); a
+family of any other kind, or a sample with a timestamp, is left to `generate_latest`
+whole.
 """
 
 from __future__ import annotations
