@@ -41,8 +41,8 @@ def test_reads_eight_gpus_in_si_units(fake_nvml: FakeNvml) -> None:
     assert g["ecc_corrected"] == 0 and g["ecc_uncorrected"] == 0
     assert g["remapped_rows"] == 0 and g["remap_failed"] == 0
     assert g["procs"] == 1 and g["proc_mem"] == 50 * 1024**3
-    assert g["pcie_tx"] == 0.0
-    assert g["nvlink_tx"] is None  # a rate needs two reads
+    assert g["pcie_tx"] is None and g["pcie_rx"] is None  # a rate needs two reads
+    assert g["nvlink_tx"] is None
     assert "errors" not in g and "failed" not in g
 
 
@@ -121,9 +121,47 @@ def test_ecc_and_energy_come_with_the_field_values_call_or_by_their_own() -> Non
         return fake.calls - before
 
     answered = calls(FakeGpu(0))
-    assert answered <= 14  # the three ride on the field values call
+    assert answered <= 12  # the five ride on the field values call
     assert calls(FakeGpu(0, errors={"nvmlDeviceGetTotalEccErrors": 4})) == answered + 2
-    assert calls(FakeGpu(0, unsupported={"nvmlDeviceGetFieldValues"})) == answered + 3
+    assert calls(FakeGpu(0, unsupported={"nvmlDeviceGetFieldValues"})) == answered + 5
+
+
+def test_pcie_rates_come_from_the_byte_counters_over_the_whole_interval() -> None:
+    gpu = FakeGpu(0, pcie_tx_kbs=7, pcie_rx_kbs=9)  # what a 20 ms window would say
+    c = started(FakeNvml([gpu]))
+    gpu.pcie_tx_bytes, gpu.pcie_rx_bytes = 10**12, 5 * 10**11
+    c.collect(10.0, 0)
+    gpu.pcie_tx_bytes += 24 * 10**9  # 24 GB and 2 GB over the 2 s
+    gpu.pcie_rx_bytes += 2 * 10**9
+    g = c.collect(12.0, 0)[0][0]
+    assert (g["pcie_tx"], g["pcie_rx"]) == (12e9, 1e9)
+    gpu.pcie_tx_bytes = 5  # the driver reloaded: no rate, never a negative one
+    g = c.collect(13.0, 0)[0][0]
+    assert g["pcie_tx"] is None and g["pcie_rx"] == 0.0
+    assert "errors" not in g
+
+
+@pytest.mark.parametrize("gpu", [
+    FakeGpu(0, pcie_tx_kbs=1500, pcie_rx_kbs=250, unsupported={"field:197"}),  # before R535
+    FakeGpu(0, pcie_tx_kbs=1500, pcie_rx_kbs=250, pcie_count_type=1),  # 32 bits: wraps
+    FakeGpu(0, pcie_tx_kbs=1500, pcie_rx_kbs=250, unsupported={"nvmlDeviceGetFieldValues"}),
+], ids=["no field", "narrow field", "no call"])
+def test_pcie_rates_fall_back_to_the_throughput_call(gpu: FakeGpu) -> None:
+    c = started(FakeNvml([gpu]))
+    g = c.collect(1.0, 0)[0][0]  # the call's own 20 ms window: a rate at the first read
+    assert (g["pcie_tx"], g["pcie_rx"]) == (1.5e6, 2.5e5)
+    gpu.pcie_tx_bytes += 10**9
+    g = c.collect(2.0, 0)[0][0]
+    assert (g["pcie_tx"], g["pcie_rx"]) == (1.5e6, 2.5e5)
+
+
+def test_a_gpu_without_pcie_counters_or_throughput_says_nil_and_no_error() -> None:
+    gpu = FakeGpu(0, unsupported={"nvmlDeviceGetPcieThroughput"})  # vGPU: neither
+    c = started(FakeNvml([gpu]))
+    c.collect(1.0, 0)
+    g = c.collect(2.0, 0)[0][0]
+    assert g["pcie_tx"] is None and g["pcie_rx"] is None
+    assert "errors" not in g
 
 
 def test_gpu_lost_mid_run_fails_that_gpu_only_and_recovers(fake_nvml: FakeNvml) -> None:

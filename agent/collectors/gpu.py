@@ -47,9 +47,18 @@ FI_NVLINK_DATA_RX = 139
 FI_ECC_SBE_AGG = 5  # NVML_FI_DEV_ECC_SBE_AGG_TOTAL
 FI_ECC_DBE_AGG = 6  # NVML_FI_DEV_ECC_DBE_AGG_TOTAL
 FI_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
+# PCIe bytes each way since the driver loaded (NVML_FI_DEV_PCIE_COUNT_TX_BYTES and
+# _RX_BYTES, drivers from R535): the rate over the whole interval from the same call,
+# where nvmlDeviceGetPcieThroughput measures 20 ms of traffic per call, and is said to
+# block that long each way. Taken only as a 64-bit value (a narrower counter would wrap
+# within a second at Gen5 speeds); otherwise, or unanswered, the throughput call.
+FI_PCIE_TX_BYTES = 197
+FI_PCIE_RX_BYTES = 198
+_PCIE_BYTES = frozenset({FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES})
+_WIDE_VALUE_TYPES = frozenset({2, 3, 4})  # NVML_VALUE_TYPE_UNSIGNED_LONG(_LONG), SIGNED_LL
 _FIELD_IDS = (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX, FI_NVLINK_CRC_FLIT, FI_NVLINK_CRC_DATA,
               FI_NVLINK_REPLAY, FI_NVLINK_RECOVERY, FI_PCIE_REPLAY, FI_ECC_SBE_AGG,
-              FI_ECC_DBE_AGG, FI_ENERGY)
+              FI_ECC_DBE_AGG, FI_ENERGY, FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES)
 # (field id, scope): NVLink data summed over all links; the rest ignore the scope.
 _FIELD_REQUEST = [(fid, UINT_MAX if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) else 0)
                   for fid in _FIELD_IDS]
@@ -417,10 +426,16 @@ class GpuCollector:
         if path_now is not None:
             v["pcie_path_gen"], v["pcie_path_width"] = path_now
 
-        tx = r("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, 0)  # KB/s
-        rx = r("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, 1)
-        v["pcie_tx"] = tx * 1000.0 if tx is not None else None
-        v["pcie_rx"] = rx * 1000.0 if rx is not None else None
+        tx_bytes, rx_bytes = counters.get(FI_PCIE_TX_BYTES), counters.get(FI_PCIE_RX_BYTES)
+        if tx_bytes is not None and rx_bytes is not None:
+            # A decrease is a reset (the driver reloaded): no rate this time.
+            v["pcie_tx"] = self._rates.rate((i, "pcie_tx"), tx_bytes, now)
+            v["pcie_rx"] = self._rates.rate((i, "pcie_rx"), rx_bytes, now)
+        else:
+            tx = r("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, 0)  # KB/s
+            rx = r("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, 1)
+            v["pcie_tx"] = tx * 1000.0 if tx is not None else None
+            v["pcie_rx"] = rx * 1000.0 if rx is not None else None
 
         tx_total, rx_total = counters[FI_NVLINK_DATA_TX], counters[FI_NVLINK_DATA_RX]
         v["nvlink_tx_total"] = tx_total
@@ -530,15 +545,17 @@ class GpuCollector:
         return n % SLOW_EVERY == 0
 
     def _field_counters(self, r: _Reader, h: Any) -> dict[int, int | None]:
-        """NVLink data (bytes), NVLink error totals, PCIe replays, ECC totals and energy in
-        one NVML call. NVLink and PCIe fields the GPU does not answer are None; an ECC or
-        energy field the call did not answer, even as "not supported" (a driver may
-        answer the call and not the field), or a binding without the call, is left out,
-        for the caller to read by its own call: never less than the call would say."""
+        """NVLink data (bytes), NVLink error totals, PCIe replays, ECC totals, energy and
+        PCIe bytes in one NVML call. NVLink and PCIe replay fields the GPU does not answer
+        are None; an ECC, energy or PCIe byte field the call did not answer, even as "not
+        supported" (a driver may answer the call and not the field), a PCIe byte count
+        narrower than 64 bits, or a binding without the call, is left out, for the caller
+        to read by its own call: never less than the call would say."""
         values = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h, _FIELD_REQUEST)
         out: dict[int, int | None] = dict.fromkeys(_FIELD_IDS[:7])
         for fid, fv in zip(_FIELD_IDS, values or ()):
-            if fv.nvmlReturn == 0:
+            if fv.nvmlReturn == 0 and (fid not in _PCIE_BYTES
+                                       or getattr(fv, "valueType", None) in _WIDE_VALUE_TYPES):
                 value = int(fv.value.ullVal)
                 # The data counters are KiB; the rest are counts (energy: mJ).
                 out[fid] = value * 1024 if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) \

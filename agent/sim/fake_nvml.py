@@ -78,6 +78,7 @@ class _FieldValue:
     fieldId: int
     nvmlReturn: int
     value: Any
+    valueType: int = 3  # NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
 
 
 @dataclass
@@ -127,6 +128,11 @@ class FakeGpu:
     retired_pages: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
     pcie_tx_kbs: int = 0
     pcie_rx_kbs: int = 0
+    # Bytes since the driver loaded (NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES), and the value
+    # type the driver answers them with (3: unsigned long long).
+    pcie_tx_bytes: int = 0
+    pcie_rx_bytes: int = 0
+    pcie_count_type: int = 3
     nvlink_tx_kib: int | None = 0
     nvlink_rx_kib: int | None = 0
     vbios: str = "96.00.74.00.01"
@@ -161,7 +167,8 @@ class FakeGpu:
 
 # The field values that have a call of their own (agent.collectors.gpu reads them in one).
 _FIELD_CALLS = {5: "nvmlDeviceGetTotalEccErrors", 6: "nvmlDeviceGetTotalEccErrors",
-                83: "nvmlDeviceGetTotalEnergyConsumption"}
+                83: "nvmlDeviceGetTotalEnergyConsumption",
+                197: "nvmlDeviceGetPcieThroughput", 198: "nvmlDeviceGetPcieThroughput"}
 
 
 class FakeNvml(types.ModuleType):
@@ -339,7 +346,8 @@ class FakeNvml(types.ModuleType):
                   45: g.nvlink_crc_data if nvlink else None,
                   52: g.nvlink_replay if nvlink else None,
                   59: g.nvlink_recovery if nvlink else None, 94: g.pcie_replays,
-                  5: g.ecc_corrected, 6: g.ecc_uncorrected, 83: g.energy_mj}
+                  5: g.ecc_corrected, 6: g.ecc_uncorrected, 83: g.energy_mj,
+                  197: g.pcie_tx_bytes, 198: g.pcie_rx_bytes}
         out = []
         for fid in ids:
             fid = fid[0] if isinstance(fid, tuple) else fid
@@ -351,7 +359,8 @@ class FakeNvml(types.ModuleType):
                 ret = NVML_ERROR_NOT_SUPPORTED  # `field:N`: a driver without the field
             elif own in g.errors:
                 ret = g.errors[own]
-            out.append(_FieldValue(fid, ret, types.SimpleNamespace(ullVal=v or 0)))
+            out.append(_FieldValue(fid, ret, types.SimpleNamespace(ullVal=v or 0),
+                                   g.pcie_count_type if fid in (197, 198) else 3))
         return out
 
     def nvmlDeviceGetVbiosVersion(self, h: int) -> str:
