@@ -149,10 +149,11 @@ def test_pcie_rates_come_from_the_byte_counters_over_the_whole_interval() -> Non
 def test_pcie_rates_fall_back_to_the_throughput_call(gpu: FakeGpu) -> None:
     c = started(FakeNvml([gpu]))
     g = c.collect(1.0, 0)[0][0]  # the call's own 20 ms window: a rate at the first read
-    assert (g["pcie_tx"], g["pcie_rx"]) == (1.5e6, 2.5e5)
+    # NVML's "KB/s" are of 1024 bytes, as DCGM's copy of the same value is read.
+    assert (g["pcie_tx"], g["pcie_rx"]) == (1500 * 1024, 250 * 1024)
     gpu.pcie_tx_bytes += 10**9
     g = c.collect(2.0, 0)[0][0]
-    assert (g["pcie_tx"], g["pcie_rx"]) == (1.5e6, 2.5e5)
+    assert (g["pcie_tx"], g["pcie_rx"]) == (1500 * 1024, 250 * 1024)
 
 
 def test_a_gpu_without_pcie_counters_or_throughput_says_nil_and_no_error() -> None:

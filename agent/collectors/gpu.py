@@ -24,7 +24,7 @@ from agent.collectors.processes import ProcessNames, processes
 from agent.files import FileTree
 from agent.rates import RateTracker
 from tuimon_core.link_rules import bus_address
-from tuimon_core.protocol.fields import CLOCK_EVENT_REASONS
+from tuimon_core.protocol.fields import CLOCK_EVENT_REASONS, NVML_PCIE_KB
 from tuimon_core.protocol.messages import Event, GpuInfo
 
 log = logging.getLogger(__name__)
@@ -432,10 +432,10 @@ class GpuCollector:
             v["pcie_tx"] = self._rates.rate((i, "pcie_tx"), tx_bytes, now)
             v["pcie_rx"] = self._rates.rate((i, "pcie_rx"), rx_bytes, now)
         else:
-            tx = r("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, 0)  # KB/s
+            tx = r("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, 0)
             rx = r("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, 1)
-            v["pcie_tx"] = tx * 1000.0 if tx is not None else None
-            v["pcie_rx"] = rx * 1000.0 if rx is not None else None
+            v["pcie_tx"] = tx * NVML_PCIE_KB if tx is not None else None
+            v["pcie_rx"] = rx * NVML_PCIE_KB if rx is not None else None
 
         tx_total, rx_total = counters[FI_NVLINK_DATA_TX], counters[FI_NVLINK_DATA_RX]
         v["nvlink_tx_total"] = tx_total

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from agent.sim.fake_nvml import FakeGpu, FakeNvml
 from agent.sim.io_model import IoTrouble, SimIo
 from agent.sim.pci_tree import GEN5_X16, pci_tree
+from tuimon_core.protocol.fields import NVML_PCIE_KB
 
 DRIVER = "550.90.07"
 GPU_MODELS = (
@@ -185,8 +186,8 @@ class SimNodeModel:
             g.nvlinks[3] = 0
         g.pcie_tx_kbs = int(1_500_000 * util + self.rng.random() * 200_000)
         g.pcie_rx_kbs = int(9_000_000 * (1 - wave) * util + self.rng.random() * 500_000)
-        g.pcie_tx_bytes += int(g.pcie_tx_kbs * 1000 * dt)
-        g.pcie_rx_bytes += int(g.pcie_rx_kbs * 1000 * dt)
+        g.pcie_tx_bytes += int(g.pcie_tx_kbs * NVML_PCIE_KB * dt)
+        g.pcie_rx_bytes += int(g.pcie_rx_kbs * NVML_PCIE_KB * dt)
         # NVLink all-reduce traffic, ~300 GB/s per direction at full tilt.
         if g.nvlink_tx_kib is not None:
             g.nvlink_tx_kib += int(300e9 / 1024 * util * dt * (0.9 + 0.2 * wave))

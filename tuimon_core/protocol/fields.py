@@ -80,6 +80,10 @@ class Field:
 
 MIB = float(1 << 20)
 MHZ = 1e6
+# NVML's PCIe throughput (nvmlDeviceGetPcieThroughput, and DCGM's
+# DCGM_FI_DEV_PCIE_*_THROUGHPUT that carries it) is in "KB/s" of 1024 bytes, as nvitop
+# reads it: the agent's fallback and the DCGM mapping both scale by this.
+NVML_PCIE_KB = 1024.0
 
 # -- bounds: what one node's frame may hold --------------------------------------------
 # Counts the wire allows and the agent cuts to. A frame must also fit MAX_MESSAGE_BYTES
@@ -240,11 +244,11 @@ GPU_FIELDS: tuple[Field, ...] = (
     Field("pcie_tx", NUM, "bytes/s", "PCIe transmit throughput",
           "tuimon_gpu_pcie_transmit_bytes_per_second",
           dcgm=(Dcgm("DCGM_FI_PROF_PCIE_TX_BYTES"),
-                Dcgm("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", 1024.0))),  # KB/s, before DCP
+                Dcgm("DCGM_FI_DEV_PCIE_TX_THROUGHPUT", NVML_PCIE_KB))),  # before DCP
     Field("pcie_rx", NUM, "bytes/s", "PCIe receive throughput",
           "tuimon_gpu_pcie_receive_bytes_per_second",
           dcgm=(Dcgm("DCGM_FI_PROF_PCIE_RX_BYTES"),
-                Dcgm("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", 1024.0))),
+                Dcgm("DCGM_FI_DEV_PCIE_RX_THROUGHPUT", NVML_PCIE_KB))),
     Field("pcie_gen", GEN, "generation", "current PCIe link generation (an idle GPU "
           "may run a lower one to save power)", "tuimon_gpu_pcie_link_generation",
           dcgm=(Dcgm("DCGM_FI_DEV_PCIE_LINK_GEN"),)),
