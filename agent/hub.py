@@ -89,6 +89,11 @@ class FrameHub:
     def disconnect(self, client: StreamClient) -> None:
         self.clients.discard(client)
 
+    def takes(self, seq: int) -> bool:
+        """Does any client take the sample numbered `seq` (a slowed one takes every
+        `every`-th)? What only a stream reads is built for no other."""
+        return any(seq % c.every == 0 for c in self.clients)
+
     def publish_sample(self, sample: Sample, port_ids: list[str] | None = None,
                        data: bytes = b"") -> None:
         """`port_ids`: the hello's ports, which a first-form overview names; `data`: the

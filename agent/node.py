@@ -301,8 +301,8 @@ class NodeAgent:
 
     async def sample_once(self, *, unwatched: bool = False) -> Sample:
         """Collect and publish one sample (the loop's body; also used by `once`). With
-        `unwatched` (the loop), a sample no stream client is connected for is judged,
-        fitted and kept for /metrics, without the overview only a stream reads."""
+        `unwatched` (the loop), a sample no stream client takes is judged, fitted and
+        kept for /metrics, without the overview only a stream reads."""
         loop = asyncio.get_running_loop()
         sample, events, inventory_changed = await loop.run_in_executor(
             self._executor, self._collect)
@@ -321,11 +321,12 @@ class NodeAgent:
         # viewers of the whole cluster take only these two families (tuimon_core.overview).
         conditions = self.findings.observe(self.hello, sample)
         sample.extra["findings"] = findings_to_wire(conditions)
-        # An agent only Prometheus scrapes has no reader of the overview; a client that
-        # connects gets it from the next sample. The frame is fitted either way: a frame
-        # over the size limit has its longest lists cut, and /metrics must show the same
-        # lists whether a viewer is connected or not.
-        watched = not unwatched or bool(self.hub.clients)
+        # An agent only Prometheus scrapes has no reader of the overview, nor one whose
+        # clients all asked for a slower cadence and skip this sample; a client that
+        # connects gets it from the next sample it takes. The frame is fitted either way:
+        # a frame over the size limit has its longest lists cut, and /metrics must show
+        # the same lists whether a viewer is connected or not.
+        watched = not unwatched or self.hub.takes(sample.seq)
         if watched:
             sample.extra["overview"] = build_overview(self.hello, sample)
         data = fit_frame(sample)

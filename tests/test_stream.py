@@ -9,6 +9,7 @@ import os
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -420,6 +421,36 @@ async def test_an_unwatched_agent_judges_but_makes_no_overview_until_a_client_co
                 sample = await receive(ws)
             assert "overview" in sample.extra and "findings" in sample.extra
             assert "overview" in agent.latest.extra
+
+
+async def test_a_slowed_stream_has_the_overview_built_only_for_the_samples_it_takes(
+        proc_root: Path, fake_nvml: FakeNvml) -> None:
+    """A client that asked for every third sample reads the overview in each it gets;
+    the two samples between, which no client takes, are judged without one."""
+    agent = make_agent(proc_root, fake_nvml, interval=0.1)
+    built: dict[int, bool] = {}  # each sample the loop made: whether it has an overview
+    sample_once = agent.sample_once
+
+    async def seen(**kwargs: Any) -> Sample:
+        sample = await sample_once(**kwargs)
+        built[sample.seq] = "overview" in sample.extra
+        return sample
+
+    agent.sample_once = seen  # type: ignore[method-assign]
+    async with serve(agent) as server, aiohttp.ClientSession() as s, \
+            s.ws_connect(server.make_url("/v1/stream")) as ws:
+        assert isinstance(await receive(ws), Hello)
+        await ws.send_bytes(encode(Subscribe(interval=0.3)))
+        got: list[Sample] = []
+        while len(got) < 5:
+            msg = await receive(ws)
+            if isinstance(msg, Sample) and msg.seq % 3 == 0:
+                got.append(msg)
+        assert all("overview" in m.extra and "findings" in m.extra for m in got)
+        last = got[-1].seq
+        between = [built[n] for n in range(last - 8, last) if n % 3 and n in built]
+        assert len(between) >= 4 and not any(between), built
+        assert "findings" in agent.latest.extra  # type: ignore[union-attr]
 
 
 async def test_the_hello_goes_first_though_a_sample_comes_during_the_handshake(
