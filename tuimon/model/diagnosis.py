@@ -326,9 +326,12 @@ class Diagnosis:
             base = _median(others) if others else 0.0
             if not others or m >= OUTLIER_FACTOR * max(base, 1.0):
                 # The leaf's nodes as a host list one can paste (scontrol, pdsh, the filter).
+                # With one leaf known there is no elsewhere to compare it with.
+                against = f" vs {base:,.0f}/s elsewhere" if others else \
+                    " (the only leaf in the topology)"
                 out.append(Finding("warning", "congestion",
                                    f"congestion concentrated under {leaf}: xmit_wait "
-                                   f"{m:,.0f}/s vs {base:,.0f}/s elsewhere "
+                                   f"{m:,.0f}/s{against} "
                                    f"({collect_hostlist(members[leaf])})",
                                    leaf=leaf, nodes=tuple(sorted(members[leaf])), score=1.0))
         return out
