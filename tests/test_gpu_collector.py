@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agent.collectors.gpu import GpuCollector, decode_clock_events, load_nvml
-from agent.sim.fake_nvml import NVML_ERROR_NO_PERMISSION, FakeGpu, FakeNvml
+from agent.sim.fake_nvml import (
+    NVML_ERROR_INVALID_ARGUMENT,
+    NVML_ERROR_NO_PERMISSION,
+    FakeGpu,
+    FakeNvml,
+    NVMLError,
+)
 
 
 def started(fake: FakeNvml) -> GpuCollector:
@@ -154,6 +162,44 @@ def test_pcie_rates_fall_back_to_the_throughput_call(gpu: FakeGpu) -> None:
     gpu.pcie_tx_bytes += 10**9
     g = c.collect(2.0, 0)[0][0]
     assert (g["pcie_tx"], g["pcie_rx"]) == (1500 * 1024, 250 * 1024)
+
+
+class _OlderDriver(FakeNvml):
+    """A driver that refuses the whole field-values call for field ids newer than
+    itself (the PCIe byte counters)."""
+
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[Any]) -> list[Any]:
+        if any((f[0] if isinstance(f, tuple) else f) in (197, 198) for f in ids):
+            self._gpu(h, "nvmlDeviceGetFieldValues")  # counted as a call
+            raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
+        return super().nvmlDeviceGetFieldValues(h, ids)
+
+
+def test_a_driver_refusing_the_newer_fields_keeps_its_nvlink_and_ecc_counters() -> None:
+    gpus = [FakeGpu(i, pcie_tx_kbs=1500, ecc_corrected=2, energy_mj=9_000) for i in range(2)]
+    fake = _OlderDriver(gpus)
+    c = started(fake)
+    c.collect(1.0, 0)
+    gpus[0].nvlink_tx_kib = 1024 * 1024
+    values, _ = c.collect(2.0, 0)
+    for g in values:
+        assert "errors" not in g, g["errors"]
+        assert g["pcie_tx"] == 1500 * 1024  # the throughput call, as before the fields
+        assert (g["ecc_corrected"], g["energy"]) == (2, 9.0)
+    assert values[0]["nvlink_tx"] == 1024**3
+    # Refused once, on the first read: from then on no call more than a driver that
+    # answers the call and not the fields.
+    assert calls_per_read(FakeGpu(0), _OlderDriver) == \
+        calls_per_read(FakeGpu(0, unsupported={"field:197"}), FakeNvml)
+
+
+def calls_per_read(gpu: FakeGpu, kind: type[FakeNvml]) -> int:
+    fake = kind([gpu])
+    c = started(fake)
+    c.collect(1.0, 0)
+    before = fake.calls
+    c.collect(2.0, 0)
+    return fake.calls - before
 
 
 def test_a_gpu_without_pcie_counters_or_throughput_says_nil_and_no_error() -> None:

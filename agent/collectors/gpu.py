@@ -62,6 +62,9 @@ _FIELD_IDS = (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX, FI_NVLINK_CRC_FLIT, FI_NVLIN
 # (field id, scope): NVLink data summed over all links; the rest ignore the scope.
 _FIELD_REQUEST = [(fid, UINT_MAX if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX) else 0)
                   for fid in _FIELD_IDS]
+# The request without the PCIe byte fields, for a driver that refuses the whole call
+# for field ids newer than itself.
+_OLDER_FIELD_REQUEST = [f for f in _FIELD_REQUEST if f[0] not in _PCIE_BYTES]
 
 # NVML return codes (stable across releases; pynvml names them NVML_ERROR_*).
 NOT_SUPPORTED = 3
@@ -172,6 +175,10 @@ class GpuCollector:
         self.inventory_changed = False
         self._handles: list[Any] = []
         self._rates = RateTracker()
+        # What the field-values call asks; _OLDER_FIELD_REQUEST once the full one failed
+        # where the older one answered, for the life of the collector (one driver).
+        self._field_request = _FIELD_REQUEST
+        self._older_tried = False
         self._failed: dict[int, str] = {}
         self._last_ecc: dict[int, int] = {}
         self.xid_total: dict[int, int] = {}
@@ -551,9 +558,22 @@ class GpuCollector:
         supported" (a driver may answer the call and not the field), a PCIe byte count
         narrower than 64 bits, or a binding without the call, is left out, for the caller
         to read by its own call: never less than the call would say."""
-        values = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h, _FIELD_REQUEST)
+        request = self._field_request
+        values = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h, request)
+        if values is None and "field_values" in r.errors and not self._older_tried:
+            # Once: a driver before the PCIe byte fields may refuse the whole call for
+            # them, and the NVLink and ECC counters with it.
+            self._older_tried = True
+            older = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h,
+                      _OLDER_FIELD_REQUEST)
+            if older is not None:
+                log.info("NVML refused the field-values call with the PCIe byte fields "
+                         "(%s) and answered it without: PCIe throughput by its own call",
+                         r.errors.pop("field_values"))
+                request = self._field_request = _OLDER_FIELD_REQUEST
+                values = older
         out: dict[int, int | None] = dict.fromkeys(_FIELD_IDS[:7])
-        for fid, fv in zip(_FIELD_IDS, values or ()):
+        for (fid, _), fv in zip(request, values or ()):
             if fv.nvmlReturn == 0 and (fid not in _PCIE_BYTES
                                        or getattr(fv, "valueType", None) in _WIDE_VALUE_TYPES):
                 value = int(fv.value.ullVal)
