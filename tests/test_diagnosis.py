@@ -308,19 +308,25 @@ def test_a_leafs_congestion_names_its_nodes_as_a_host_list() -> None:
     assert "vs 100/s elsewhere" in leaf.message, leaf.message
 
 
-def test_the_only_leaf_known_is_not_compared_with_an_elsewhere() -> None:
-    """A topology of one leaf (a small cluster, or a partial topology file): its
-    congestion is named without a made-up "0/s elsewhere"."""
+@pytest.mark.parametrize(("silent", "words"), [
+    ({}, "(the only leaf in the topology)"),
+    ({"gpu004": "leaf02"}, "(no other leaf reporting)"),  # its nodes not connected
+], ids=["one leaf", "one reporting"])
+def test_the_only_leaf_reporting_is_not_compared_with_an_elsewhere(
+        silent: dict[str, str], words: str) -> None:
+    """A topology of one leaf (a small cluster, a partial topology file), or one leaf
+    whose nodes report: its congestion is named without a made-up "0/s elsewhere"."""
     cluster = ClusterState()
     for i in (1, 2, 3):
         _node(cluster, f"gpu{i:03d}:1", f"gpu{i:03d}",
               [{"id": "mlx5_0:1", "state": 4, "xmit_wait_s": 5e5}])
     clock = [1000.0]
-    diag = Diagnosis({f"gpu{i:03d}": "leaf01" for i in (1, 2, 3)}, wall=lambda: clock[0])
+    topology = {f"gpu{i:03d}": "leaf01" for i in (1, 2, 3)} | silent
+    diag = Diagnosis(topology, wall=lambda: clock[0])
     for _ in range(40):
         found = diag.update(cluster, EfficiencyView(), StorageView())
         clock[0] += 1.0
     [leaf] = [f for f in found if f.kind == "congestion" and f.leaf == "leaf01"]
     assert "elsewhere" not in leaf.message, leaf.message
-    assert "(the only leaf in the topology)" in leaf.message
+    assert words in leaf.message, leaf.message
     assert leaf.message.endswith("(gpu[001-003])"), leaf.message

@@ -326,9 +326,10 @@ class Diagnosis:
             base = _median(others) if others else 0.0
             if not others or m >= OUTLIER_FACTOR * max(base, 1.0):
                 # The leaf's nodes as a host list one can paste (scontrol, pdsh, the filter).
-                # With one leaf known there is no elsewhere to compare it with.
+                # With no other leaf reporting there is no elsewhere to compare it with.
                 against = f" vs {base:,.0f}/s elsewhere" if others else \
-                    " (the only leaf in the topology)"
+                    " (the only leaf in the topology)" if len(set(self.topology.values())) \
+                    == 1 else " (no other leaf reporting)"
                 out.append(Finding("warning", "congestion",
                                    f"congestion concentrated under {leaf}: xmit_wait "
                                    f"{m:,.0f}/s{against} "
