@@ -2,7 +2,8 @@
 sample, and resident memory, beside node_exporter reading the same tree.
 
 Runs the real agent (collectors, sampler, stream server) in a child process on a full
-node: 8 fake GPUs (the fake pynvml answers in NVML's units; everything above it is the
+node: 8 fake GPUs on a current driver (the fake pynvml answers in NVML's units, and
+answers the PCIe byte counters as drivers from R555 do; everything above it is the
 real code) and a temporary /sys and /proc with 8 InfiniBand ports with hw_counters, a
 NIC, 4 file systems and 8 disks (bench/node_tree.py), whose counters move twice a
 second. It samples at its default 1 s interval, with one stream client (another
@@ -66,6 +67,17 @@ def _rss_mb() -> float:
     return float("nan")
 
 
+def _busy_node(gpus: int) -> Any:
+    """The fake GPUs of a busy node on a current driver (R570: NVML's PCIe byte counters,
+    past 4 GiB each way, read in the field-values call)."""
+    from agent.sim.fake_nvml import FakeGpu, FakeNvml
+
+    return FakeNvml([FakeGpu(i, util_gpu=95, mem_used=70 * 2**30, power_mw=650_000,
+                             clock_events=0, procs=[(100 + i, 60 * 2**30)],
+                             pcie_tx_bytes=1 << 40, pcie_rx_bytes=1 << 40)
+                     for i in range(gpus)], driver_version="570.172.08")
+
+
 async def _child(seconds: float, interval: float, gpus: int, tree: str,
                  strace_seconds: float, streamed: bool = True) -> dict[str, Any]:
     """The agent alone in this process; the client is the parent process."""
@@ -74,11 +86,8 @@ async def _child(seconds: float, interval: float, gpus: int, tree: str,
     from agent.files import FileTree
     from agent.node import AgentConfig, NodeAgent
     from agent.server import build_app
-    from agent.sim.fake_nvml import FakeGpu, FakeNvml
 
-    fake = FakeNvml([FakeGpu(i, util_gpu=95, mem_used=70 * 2**30, power_mw=650_000,
-                             clock_events=0, procs=[(100 + i, 60 * 2**30)])
-                     for i in range(gpus)])
+    fake = _busy_node(gpus)
     agent = NodeAgent(AgentConfig(node_name="bench", interval=interval, root=tree),
                       files=FileTree(tree), nvml_loader=lambda: fake)
     runner = web.AppRunner(build_app(agent), access_log=None)
@@ -281,7 +290,6 @@ def _python_calls(gpus: int, tree: Path, n: int = 50) -> float:
 
     from agent.files import FileTree
     from agent.node import AgentConfig, NodeAgent
-    from agent.sim.fake_nvml import FakeGpu, FakeNvml
 
     class Inline(Executor):
         def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -289,9 +297,7 @@ def _python_calls(gpus: int, tree: Path, n: int = 50) -> float:
             fut.set_result(fn(*args, **kwargs))
             return fut
 
-    fake = FakeNvml([FakeGpu(i, util_gpu=95, mem_used=70 * 2**30, power_mw=650_000,
-                             clock_events=0, procs=[(100 + i, 60 * 2**30)])
-                     for i in range(gpus)])
+    fake = _busy_node(gpus)
     agent = NodeAgent(AgentConfig(node_name="bench", root=str(tree), watch_xid=False),
                       files=FileTree(tree), nvml_loader=lambda: fake, executor=Inline())
     profile = cProfile.Profile()

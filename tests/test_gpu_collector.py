@@ -49,8 +49,8 @@ def test_reads_eight_gpus_in_si_units(fake_nvml: FakeNvml) -> None:
     assert g["ecc_corrected"] == 0 and g["ecc_uncorrected"] == 0
     assert g["remapped_rows"] == 0 and g["remap_failed"] == 0
     assert g["procs"] == 1 and g["proc_mem"] == 50 * 1024**3
-    assert g["pcie_tx"] is None and g["pcie_rx"] is None  # a rate needs two reads
-    assert g["nvlink_tx"] is None
+    assert g["pcie_tx"] == 0.0  # this driver (550) has no PCIe byte fields: the call's
+    assert g["nvlink_tx"] is None  # a rate needs two reads
     assert "errors" not in g and "failed" not in g
 
 
@@ -120,48 +120,70 @@ def test_ecc_and_energy_come_with_the_field_values_call_or_by_their_own() -> Non
     g = quiet.collect(1.0, 0)[0][0]
     assert (g["ecc_corrected"], g["ecc_uncorrected"], g["energy"]) == (2, 1, 9.0)
 
-    def calls(gpu: FakeGpu) -> int:  # NVML calls a sample of this one GPU makes
-        fake = FakeNvml([gpu])
-        c = started(fake)
-        c.collect(1.0, 0)
-        before = fake.calls
-        c.collect(2.0, 0)
-        return fake.calls - before
-
-    answered = calls(FakeGpu(0))
+    # NVML calls a sample of one GPU makes, on a driver with the PCIe byte fields and a
+    # GPU that has moved more than 4 GiB over PCIe since it loaded.
+    busy = {"pcie_tx_bytes": 1 << 40, "pcie_rx_bytes": 1 << 40}
+    answered = calls_per_read(FakeGpu(0, **busy), FakeNvml, R560)
     assert answered <= 12  # the five ride on the field values call
-    assert calls(FakeGpu(0, errors={"nvmlDeviceGetTotalEccErrors": 4})) == answered + 2
-    assert calls(FakeGpu(0, unsupported={"nvmlDeviceGetFieldValues"})) == answered + 5
+    assert calls_per_read(FakeGpu(0, errors={"nvmlDeviceGetTotalEccErrors": 4}, **busy),
+                          FakeNvml, R560) == answered + 2
+    assert calls_per_read(FakeGpu(0, unsupported={"nvmlDeviceGetFieldValues"}, **busy),
+                          FakeNvml, R560) == answered + 5
+    # Before R555 the two PCIe throughput calls of their own.
+    assert calls_per_read(FakeGpu(0, **busy), FakeNvml) == answered + 2
+
+
+R560 = "560.35.03"  # a driver with the PCIe byte fields (from R555)
+
+
+def calls_per_read(gpu: FakeGpu, kind: type[FakeNvml], driver: str = "550.90.07") -> int:
+    """NVML calls one read of this one GPU makes, after the first."""
+    fake = kind([gpu], driver_version=driver)
+    c = started(fake)
+    c.collect(1.0, 0)
+    before = fake.calls
+    c.collect(2.0, 0)
+    return fake.calls - before
 
 
 def test_pcie_rates_come_from_the_byte_counters_over_the_whole_interval() -> None:
     gpu = FakeGpu(0, pcie_tx_kbs=7, pcie_rx_kbs=9)  # what a 20 ms window would say
-    c = started(FakeNvml([gpu]))
+    c = started(FakeNvml([gpu], driver_version=R560))
     gpu.pcie_tx_bytes, gpu.pcie_rx_bytes = 10**12, 5 * 10**11
-    c.collect(10.0, 0)
+    g = c.collect(10.0, 0)[0][0]
+    assert (g["pcie_tx"], g["pcie_rx"]) == (7 * 1024, 9 * 1024)  # no rate yet: the call's
     gpu.pcie_tx_bytes += 24 * 10**9  # 24 GB and 2 GB over the 2 s
     gpu.pcie_rx_bytes += 2 * 10**9
     g = c.collect(12.0, 0)[0][0]
     assert (g["pcie_tx"], g["pcie_rx"]) == (12e9, 1e9)
-    gpu.pcie_tx_bytes = 5  # the driver reloaded: no rate, never a negative one
+    gpu.pcie_tx_bytes = 5  # the driver reloaded: never a negative rate; the call's once
     g = c.collect(13.0, 0)[0][0]
-    assert g["pcie_tx"] is None and g["pcie_rx"] == 0.0
+    assert (g["pcie_tx"], g["pcie_rx"]) == (7 * 1024, 9 * 1024)
+    gpu.pcie_tx_bytes += 3 * 10**9
+    g = c.collect(14.0, 0)[0][0]
+    assert (g["pcie_tx"], g["pcie_rx"]) == (3e9, 0.0)  # known wide: counted from 5 on
     assert "errors" not in g
 
 
-@pytest.mark.parametrize("gpu", [
-    FakeGpu(0, pcie_tx_kbs=1500, pcie_rx_kbs=250, unsupported={"field:197"}),  # before R535
-    FakeGpu(0, pcie_tx_kbs=1500, pcie_rx_kbs=250, pcie_count_type=1),  # 32 bits: wraps
-    FakeGpu(0, pcie_tx_kbs=1500, pcie_rx_kbs=250, unsupported={"nvmlDeviceGetFieldValues"}),
-], ids=["no field", "narrow field", "no call"])
-def test_pcie_rates_fall_back_to_the_throughput_call(gpu: FakeGpu) -> None:
-    c = started(FakeNvml([gpu]))
-    g = c.collect(1.0, 0)[0][0]  # the call's own 20 ms window: a rate at the first read
-    # NVML's "KB/s" are of 1024 bytes, as DCGM's copy of the same value is read.
-    assert (g["pcie_tx"], g["pcie_rx"]) == (1500 * 1024, 250 * 1024)
-    gpu.pcie_tx_bytes += 10**9
-    g = c.collect(2.0, 0)[0][0]
-    assert (g["pcie_tx"], g["pcie_rx"]) == (1500 * 1024, 250 * 1024)
+@pytest.mark.parametrize(("gpu", "driver"), [
+    (FakeGpu(0, pcie_tx_bytes=1 << 40, pcie_rx_bytes=1 << 40), "550.90.07"),
+    (FakeGpu(0, pcie_tx_bytes=1 << 40, pcie_rx_bytes=1 << 40, unsupported={"field:197"}),
+     R560),
+    (FakeGpu(0, pcie_tx_bytes=1 << 40, pcie_rx_bytes=1 << 40, pcie_count_type=0), R560),
+    (FakeGpu(0, pcie_tx_bytes=10**6, pcie_rx_bytes=10**6), R560),
+    (FakeGpu(0, pcie_tx_bytes=1 << 40, pcie_rx_bytes=1 << 40,
+             unsupported={"nvmlDeviceGetFieldValues"}), R560),
+], ids=["before R555", "no field", "not an integer", "not yet past 2^32", "no call"])
+def test_pcie_rates_fall_back_to_the_throughput_call(gpu: FakeGpu, driver: str) -> None:
+    """Where the byte counters are not there, not integers, or not known to be wider
+    than 32 bits (one that wraps several times a second would read low, unseen)."""
+    gpu.pcie_tx_kbs, gpu.pcie_rx_kbs = 1500, 250
+    c = started(FakeNvml([gpu], driver_version=driver))
+    for t in (1.0, 2.0, 3.0):
+        g = c.collect(t, 0)[0][0]  # the call's own 20 ms window, at the first read too
+        # NVML's "KB/s" are of 1024 bytes, as DCGM's copy of the same value is read.
+        assert (g["pcie_tx"], g["pcie_rx"]) == (1500 * 1024, 250 * 1024)
+        gpu.pcie_tx_bytes += 10**9
 
 
 class _OlderDriver(FakeNvml):
@@ -177,8 +199,7 @@ class _OlderDriver(FakeNvml):
 
 def test_a_driver_refusing_the_newer_fields_keeps_its_nvlink_and_ecc_counters() -> None:
     gpus = [FakeGpu(i, pcie_tx_kbs=1500, ecc_corrected=2, energy_mj=9_000) for i in range(2)]
-    fake = _OlderDriver(gpus)
-    c = started(fake)
+    c = started(_OlderDriver(gpus))
     c.collect(1.0, 0)
     gpus[0].nvlink_tx_kib = 1024 * 1024
     values, _ = c.collect(2.0, 0)
@@ -193,13 +214,38 @@ def test_a_driver_refusing_the_newer_fields_keeps_its_nvlink_and_ecc_counters() 
         calls_per_read(FakeGpu(0, unsupported={"field:197"}), FakeNvml)
 
 
-def calls_per_read(gpu: FakeGpu, kind: type[FakeNvml]) -> int:
-    fake = kind([gpu])
-    c = started(fake)
-    c.collect(1.0, 0)
-    before = fake.calls
-    c.collect(2.0, 0)
-    return fake.calls - before
+class _Flaky(FakeNvml):
+    """A driver whose field-values call fails once, with an error of the GPU's."""
+
+    fail_at: int | None = None
+
+    def nvmlDeviceGetFieldValues(self, h: int, ids: list[Any]) -> list[Any]:
+        if self.fail_at is not None and self.calls >= self.fail_at:
+            self.fail_at = None
+            self._gpu(h, "nvmlDeviceGetFieldValues")
+            raise NVMLError(999)  # NVML_ERROR_UNKNOWN
+        return super().nvmlDeviceGetFieldValues(h, ids)
+
+
+@pytest.mark.parametrize("first", [False, True], ids=["later read", "first read"])
+def test_one_failed_field_values_call_keeps_the_byte_counters(first: bool) -> None:
+    """An error of the GPU's on the call (not a refusal of the newer ids) is that
+    read's: the counters are asked again at the next read, on every GPU."""
+    gpus = [FakeGpu(i, pcie_tx_bytes=1 << 40, pcie_rx_bytes=1 << 40) for i in range(2)]
+    fake = _Flaky(gpus, driver_version=R560)
+    fake.fail_at = 0
+    c = GpuCollector(lambda: fake)
+    c.start()
+    if not first:
+        c.collect(1.0, 0)
+        fake.fail_at = fake.calls
+    failed = c.collect(2.0, 0)[0][0]
+    assert "field_values" in failed["errors"]
+    c.collect(3.0, 0)
+    for g in gpus:
+        g.pcie_tx_bytes += 8 * 10**9
+    values, _ = c.collect(4.0, 0)
+    assert [g["pcie_tx"] for g in values] == [8e9, 8e9]
 
 
 def test_a_gpu_without_pcie_counters_or_throughput_says_nil_and_no_error() -> None:

@@ -48,14 +48,17 @@ FI_ECC_SBE_AGG = 5  # NVML_FI_DEV_ECC_SBE_AGG_TOTAL
 FI_ECC_DBE_AGG = 6  # NVML_FI_DEV_ECC_DBE_AGG_TOTAL
 FI_ENERGY = 83  # NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
 # PCIe bytes each way since the driver loaded (NVML_FI_DEV_PCIE_COUNT_TX_BYTES and
-# _RX_BYTES, drivers from R535): the rate over the whole interval from the same call,
+# _RX_BYTES, drivers from R555): the rate over the whole interval from the same call,
 # where nvmlDeviceGetPcieThroughput measures 20 ms of traffic per call, and is said to
-# block that long each way. Taken only as a 64-bit value (a narrower counter would wrap
-# within a second at Gen5 speeds); otherwise, or unanswered, the throughput call.
+# block that long each way. nvml.h says only that the value "can be wrapped": a counter
+# is trusted once it has been seen past 2^32 (wider than 32 bits, which would wrap
+# several times a second at Gen5 speeds, unseen), and only as an integer value type.
+# Until then, for a first read (no rate yet) and where unanswered: the throughput call.
 FI_PCIE_TX_BYTES = 197
 FI_PCIE_RX_BYTES = 198
 _PCIE_BYTES = frozenset({FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES})
 _WIDE_VALUE_TYPES = frozenset({2, 3, 4})  # NVML_VALUE_TYPE_UNSIGNED_LONG(_LONG), SIGNED_LL
+_WIDE = 1 << 32
 _FIELD_IDS = (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX, FI_NVLINK_CRC_FLIT, FI_NVLINK_CRC_DATA,
               FI_NVLINK_REPLAY, FI_NVLINK_RECOVERY, FI_PCIE_REPLAY, FI_ECC_SBE_AGG,
               FI_ECC_DBE_AGG, FI_ENERGY, FI_PCIE_TX_BYTES, FI_PCIE_RX_BYTES)
@@ -67,6 +70,7 @@ _FIELD_REQUEST = [(fid, UINT_MAX if fid in (FI_NVLINK_DATA_TX, FI_NVLINK_DATA_RX
 _OLDER_FIELD_REQUEST = [f for f in _FIELD_REQUEST if f[0] not in _PCIE_BYTES]
 
 # NVML return codes (stable across releases; pynvml names them NVML_ERROR_*).
+INVALID_ARGUMENT = 2
 NOT_SUPPORTED = 3
 FUNCTION_NOT_FOUND = 13
 GPU_IS_LOST = 15
@@ -140,12 +144,13 @@ class _Reader:
 
     nvml: Any
     errors: dict[str, str] = field(default_factory=dict)
+    code: int | None = None  # the NVML error of the last call that failed
 
     def __call__(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
         except self.nvml.NVMLError as exc:
-            code = getattr(exc, "value", None)
+            code = self.code = getattr(exc, "value", None)
             if code in FATAL_CODES:
                 raise GpuFailed(_text(exc) or f"NVML error {code}") from None
             if code not in QUIET_CODES:
@@ -175,10 +180,13 @@ class GpuCollector:
         self.inventory_changed = False
         self._handles: list[Any] = []
         self._rates = RateTracker()
-        # What the field-values call asks; _OLDER_FIELD_REQUEST once the full one failed
-        # where the older one answered, for the life of the collector (one driver).
+        # What the field-values call asks: _OLDER_FIELD_REQUEST where the driver refused
+        # the full one before it ever answered it and answered the older one (one driver
+        # for the life of the collector; a later error is the GPU's, not a refusal).
         self._field_request = _FIELD_REQUEST
+        self._field_answered = False
         self._older_tried = False
+        self._pcie_wide: set[int] = set()  # GPUs whose PCIe byte counters passed 2^32
         self._failed: dict[int, str] = {}
         self._last_ecc: dict[int, int] = {}
         self.xid_total: dict[int, int] = {}
@@ -434,10 +442,13 @@ class GpuCollector:
             v["pcie_path_gen"], v["pcie_path_width"] = path_now
 
         tx_bytes, rx_bytes = counters.get(FI_PCIE_TX_BYTES), counters.get(FI_PCIE_RX_BYTES)
-        if tx_bytes is not None and rx_bytes is not None:
-            # A decrease is a reset (the driver reloaded): no rate this time.
-            v["pcie_tx"] = self._rates.rate((i, "pcie_tx"), tx_bytes, now)
-            v["pcie_rx"] = self._rates.rate((i, "pcie_rx"), rx_bytes, now)
+        # A decrease is a reset (the driver reloaded): no rate this time.
+        tx_rate = self._rates.rate((i, "pcie_tx"), tx_bytes, now)
+        rx_rate = self._rates.rate((i, "pcie_rx"), rx_bytes, now)
+        if tx_bytes is not None and rx_bytes is not None and max(tx_bytes, rx_bytes) >= _WIDE:
+            self._pcie_wide.add(i)
+        if i in self._pcie_wide and tx_rate is not None and rx_rate is not None:
+            v["pcie_tx"], v["pcie_rx"] = tx_rate, rx_rate
         else:
             tx = r("pcie_tx", nvml.nvmlDeviceGetPcieThroughput, h, 0)
             rx = r("pcie_rx", nvml.nvmlDeviceGetPcieThroughput, h, 1)
@@ -559,17 +570,25 @@ class GpuCollector:
         narrower than 64 bits, or a binding without the call, is left out, for the caller
         to read by its own call: never less than the call would say."""
         request = self._field_request
+        r.code = None
         values = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h, request)
-        if values is None and "field_values" in r.errors and not self._older_tried:
-            # Once: a driver before the PCIe byte fields may refuse the whole call for
-            # them, and the NVLink and ECC counters with it.
+        if values is not None:
+            self._field_answered = True
+        elif r.code in (INVALID_ARGUMENT, NOT_SUPPORTED) and not (
+                self._field_answered or self._older_tried):
+            # Once, before the call ever answered: a driver before the PCIe byte fields
+            # may refuse the whole call for them, and the NVLink and ECC counters with it.
             self._older_tried = True
+            code, refused = r.code, r.errors.pop("field_values", None)  # None: quiet
             older = r("field_values", self.nvml.nvmlDeviceGetFieldValues, h,
                       _OLDER_FIELD_REQUEST)
-            if older is not None:
+            if older is None:
+                if refused is not None:
+                    r.errors.setdefault("field_values", refused)
+            else:
                 log.info("NVML refused the field-values call with the PCIe byte fields "
                          "(%s) and answered it without: PCIe throughput by its own call",
-                         r.errors.pop("field_values"))
+                         refused or f"NVML error {code}")
                 request = self._field_request = _OLDER_FIELD_REQUEST
                 values = older
         out: dict[int, int | None] = dict.fromkeys(_FIELD_IDS[:7])

@@ -128,8 +128,9 @@ class FakeGpu:
     retired_pages: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
     pcie_tx_kbs: int = 0
     pcie_rx_kbs: int = 0
-    # Bytes since the driver loaded (NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES), and the value
-    # type the driver answers them with (3: unsigned long long).
+    # Bytes since the driver loaded (NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES, answered by
+    # drivers from R555), and the value type they are answered with (3: unsigned long
+    # long).
     pcie_tx_bytes: int = 0
     pcie_rx_bytes: int = 0
     pcie_count_type: int = 3
@@ -338,6 +339,10 @@ class FakeNvml(types.ModuleType):
         g = self._gpu(h, "nvmlDeviceGetPcieThroughput")
         return g.pcie_tx_kbs if counter == 0 else g.pcie_rx_kbs
 
+    def _driver_major(self) -> int:
+        major = self.driver_version.split(".", 1)[0]
+        return int(major) if major.isdigit() else 0
+
     def nvmlDeviceGetFieldValues(self, h: int, ids: list[Any]) -> list[_FieldValue]:
         g = self._gpu(h, "nvmlDeviceGetFieldValues")
         nvlink = g.nvlinks is not None
@@ -346,8 +351,9 @@ class FakeNvml(types.ModuleType):
                   45: g.nvlink_crc_data if nvlink else None,
                   52: g.nvlink_replay if nvlink else None,
                   59: g.nvlink_recovery if nvlink else None, 94: g.pcie_replays,
-                  5: g.ecc_corrected, 6: g.ecc_uncorrected, 83: g.energy_mj,
-                  197: g.pcie_tx_bytes, 198: g.pcie_rx_bytes}
+                  5: g.ecc_corrected, 6: g.ecc_uncorrected, 83: g.energy_mj}
+        if self._driver_major() >= 555:  # the PCIe byte fields came with R555
+            values.update({197: g.pcie_tx_bytes, 198: g.pcie_rx_bytes})
         out = []
         for fid in ids:
             fid = fid[0] if isinstance(fid, tuple) else fid
