@@ -160,11 +160,18 @@ def main() -> None:
     ap.add_argument("--refreshes", type=int, default=30, help="at least 10")
     ap.add_argument("--every", type=float, default=1.0, help="the replay's refresh (s)")
     ap.add_argument("--profile", metavar="OUT", help="cProfile the replay into OUT")
+    ap.add_argument("--json", metavar="OUT", help="replay: also write the figure as JSON")
     args = ap.parse_args()
     if args.mode == "record":
         record(args.file, args.nodes, args.layout, args.seconds)
-    else:
-        replay(args.file, args.refreshes, args.every, args.profile)
+        return
+    per = replay(args.file, args.refreshes, args.every, args.profile)
+    if args.json:
+        with gzip.open(args.file, "rt") as f:
+            doc = json.load(f)
+        Path(args.json).write_text(json.dumps({
+            "nodes": doc["nodes"], "layout": doc["layout"], "every_s": args.every,
+            "cpu_s_per_refresh": per}))
 
 
 if __name__ == "__main__":

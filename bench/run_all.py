@@ -169,6 +169,26 @@ def collect(quick: bool) -> list[dict[str, Any]]:
                                  p["bytes_per_refresh"] / 1e6, "MB", ".1f"))
                 rows.append(_row(group, "the server's CPU, beside it",
                                  100 * p["server_cpu_share"], "%", ".0f"))
+        # The same app on answers Prometheus gave, recorded and replayed: no server's
+        # ingest beside it on the two cores, so a figure that moves with the code more
+        # than with the machine (bench/prom_replay.py). 250 ms a refresh is 5 % of a
+        # core at a 5 s refresh.
+        size = "64" if quick else "1024"
+        for layout in ("instance", "labels"):
+            with tempfile.TemporaryDirectory(prefix="tuimon-replay-") as tmp:
+                answers = Path(tmp) / "answers.json.gz"
+                cmd = [sys.executable, str(BENCH / "prom_replay.py"), "record", str(answers),
+                       "--nodes", size, "--layout", layout,
+                       "--seconds", "20" if quick else "60"]
+                print("$", " ".join(cmd[1:]), flush=True)
+                subprocess.run(cmd, check=True, cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+                r = _run("prom_replay.py", "replay", str(answers),
+                         "--refreshes", "10" if quick else "30")
+            rows.append(_row(f"tuimon prom, {r['nodes']} nodes x 8 GPUs ({r['layout']} "
+                             "layout), recorded answers replayed",
+                             "app CPU per refresh (250 ms: 5 % of a core at 5 s)",
+                             1000 * r["cpu_s_per_refresh"], "ms", ".0f"))
 
     # 16,384 nodes through four relays and a top relay. Two cores cannot carry 16,384
     # agents' frames at 1 Hz besides five relays and the app, so the replayed nodes send
