@@ -89,7 +89,7 @@ async def test_two_nodes_on_another_driver_are_named_as_a_host_list() -> None:
         names = sim.truth()["components"]
     (skew,) = found
     assert set(skew.nodes) == set(names)
-    assert skew.message.startswith("driver: 535.129.03 on ") and "550.90.07 on 14" in \
+    assert skew.message.startswith("driver: 535.129.03 on ") and "570.172.08 on 14" in \
         skew.message, skew.message
 
 

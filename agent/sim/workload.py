@@ -21,7 +21,8 @@ from agent.sim.io_model import IoTrouble, SimIo
 from agent.sim.pci_tree import GEN5_X16, pci_tree
 from tuimon_core.protocol.fields import NVML_PCIE_KB
 
-DRIVER = "550.90.07"
+# A current production driver: it answers NVML's PCIe byte counters (from R555).
+DRIVER = "570.172.08"
 GPU_MODELS = (
     ("NVIDIA H100 80GB HBM3", 80 * 1024**3, 700_000, 1980, 2619),
     ("NVIDIA H200", 141 * 1024**3, 700_000, 1980, 3201),
