@@ -68,14 +68,15 @@ def _rss_mb() -> float:
 
 
 def _busy_node(gpus: int) -> Any:
-    """The fake GPUs of a busy node on a current driver (R570: NVML's PCIe byte counters,
-    past 4 GiB each way, read in the field-values call)."""
+    """The fake GPUs of a busy node on the simulator's current driver (NVML's PCIe byte
+    counters, past 4 GiB each way, read in the field-values call)."""
     from agent.sim.fake_nvml import FakeGpu, FakeNvml
+    from agent.sim.workload import DRIVER  # the simulator's current driver
 
     return FakeNvml([FakeGpu(i, util_gpu=95, mem_used=70 * 2**30, power_mw=650_000,
                              clock_events=0, procs=[(100 + i, 60 * 2**30)],
                              pcie_tx_bytes=1 << 40, pcie_rx_bytes=1 << 40)
-                     for i in range(gpus)], driver_version="570.172.08")
+                     for i in range(gpus)], driver_version=DRIVER)
 
 
 async def _child(seconds: float, interval: float, gpus: int, tree: str,
