@@ -470,6 +470,31 @@ async def test_node_screen_lists_each_gpus_processes_with_their_job() -> None:
         assert "--local-rank=3" in rows[3]
 
 
+async def test_node_screen_of_a_node_that_reports_less_says_so_plainly() -> None:
+    """A node seen through a source that reports no PCIe link and no file system (a
+    Prometheus fleet whose exporters lack them): its screen shows `-` for the link, says
+    no file system was reported, and keeps the source's whole version string."""
+    app = await make_app(4)
+    node = app.cluster.nodes[sorted(app.cluster.nodes)[0]]
+    for g in node.detail.gpus:
+        g.pop("pcie_gen", None)
+        g.pop("pcie_width", None)
+    for info in node.hello.gpus:
+        info.pcie_gen_max = info.pcie_width_max = None
+    node.detail.extra.pop("storage", None)
+    node.hello.agent_version = "prometheus via tuimon 0.0.0-long-version"
+    async with app.run_test(size=(200, 50)) as pilot:
+        app.active_map.select(node)
+        await pilot.press("enter")
+        await pilot.pause()
+        gpus = str(app.screen.query_one("#node-gpus").render())
+        assert "Gen?" not in gpus and "x?" not in gpus
+        storage = str(app.screen.query_one("#node-storage").render())
+        assert "none reported by this node" in storage
+        agent = str(app.screen.query_one("#node-agent").render())
+        assert "prometheus via tuimon 0.0.0-long-version" in agent
+
+
 async def test_a_down_node_says_why_first() -> None:
     app = await make_app(4)
     victim = next(n for n in app.cluster.nodes.values() if n.name == "sim-node002")

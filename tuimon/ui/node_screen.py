@@ -58,7 +58,8 @@ def _links(g: GpuRow, info: Any) -> str:
     lower), its NVLinks up of all; a link below its most while busy is marked."""
     gen, width = g.get("pcie_gen"), g.get("pcie_width")
     gmax, wmax = info.pcie_gen_max, info.pcie_width_max
-    now = f"Gen{gen or '?'} x{width or '?'}/{gmax or '?'}x{wmax or '?'}"
+    now = (f"Gen{gen or '?'} x{width or '?'}/{gmax or '?'}x{wmax or '?'}"
+           if gen or width or gmax or wmax else "-")  # a source that reports no link
     low = (gen and gmax and gen < gmax) or (width and wmax and width < wmax)
     pcie = f"[$warning]{now:<13}[/]" if low else f"{now:<13}"
     nvl = f"{info.nvlinks}/{info.nvlinks_total}" if info.nvlinks_total else "-"
@@ -269,6 +270,8 @@ class NodeScreen(Screen[None]):
                          f"{safe(d.get('kind') or '-', 8):<6} "
                          f"{rate(d.get('read_bytes_s')):>10}  {rate(d.get('write_bytes_s')):>10}"
                          f"  busy {_f(d.get('busy'), '{:.0f}%', 0.01)}")
+        if len(lines) == 1:
+            return "[b]file systems[/b]  none reported by this node"
         return "\n".join(lines)
 
     def _events(self) -> str:
@@ -284,7 +287,7 @@ class NodeScreen(Screen[None]):
             return ""
         h = n.hello
         host = host_row(n.detail)
-        return (f"[b]agent[/b]  version {safe(h.agent_version, 20)}  interval {h.interval:g}s  "
+        return (f"[b]agent[/b]  version {safe(h.agent_version, 40)}  interval {h.interval:g}s  "
                 f"boot id {safe(h.boot_id or '-', 40)}  families "
                 f"{safe(', '.join(h.families), 100)}\n"
                 f"[b]host[/b]   cpu {_f(host.get('cpu_util'), '{:.0f}%', 0.01)} of "
