@@ -473,7 +473,8 @@ async def test_node_screen_lists_each_gpus_processes_with_their_job() -> None:
 async def test_node_screen_of_a_node_that_reports_less_says_so_plainly() -> None:
     """A node seen through a source that reports no PCIe link and no file system (a
     Prometheus fleet whose exporters lack them): its screen shows `-` for the link, says
-    no file system was reported, and keeps the source's whole version string."""
+    no file system was reported, keeps the source's whole version string, and names the
+    node once in its title when it is read where it is named."""
     app = await make_app(4)
     node = app.cluster.nodes[sorted(app.cluster.nodes)[0]]
     for g in node.detail.gpus:
@@ -487,6 +488,8 @@ async def test_node_screen_of_a_node_that_reports_less_says_so_plainly() -> None
         app.active_map.select(node)
         await pilot.press("enter")
         await pilot.pause()
+        assert node.target == node.name  # read where it is named, as from Prometheus
+        assert str(app.screen.query_one("#node-title").render()).count(node.name) == 1
         gpus = str(app.screen.query_one("#node-gpus").render())
         assert "Gen?" not in gpus and "x?" not in gpus
         storage = str(app.screen.query_one("#node-storage").render())

@@ -115,7 +115,9 @@ class NodeScreen(Screen[None]):
                   UNKNOWN: "$warning"}.get(
             n.status, "$foreground")
         age = n.age()
-        title = f"[b]{safe(n.name, 40)}[/b]  [{status}]{n.status}[/]  {safe(n.target, 40)}"
+        title = f"[b]{safe(n.name, 40)}[/b]  [{status}]{n.status}[/]"
+        if n.target != n.name:  # where it is reached, when that is not its name
+            title += f"  {safe(n.target, 40)}"
         self.query_one("#node-title", Static).update(title)
         why = self.query_one("#node-why", Static)
         if n.status == UP:
