@@ -22,6 +22,12 @@ the full node with no stream client, scraped only, as where Prometheus is the ag
 reader (it then makes no overview).
 
     .venv/bin/python bench/agent.py [--runs 3] [--seconds 20] [--interval 1.0]
+    .venv/bin/python bench/agent.py --floor   # each program with nothing to read
+
+`--floor` measures what is left of each program on an empty tree (the agent with no GPU,
+node_exporter with no file): waking once a second, serving its reader, its runtime. On
+the bench VM that is about a third of the agent's sample of the full node, and of
+node_exporter's scrape.
 
 Targets: at most half of node_exporter's CPU per scrape and half its system calls per
 scrape for the agent's sample of the full node, in one run; at most 3 ms CPU per sample
@@ -337,7 +343,13 @@ def main() -> None:
                          "window (0: none)")
     ap.add_argument("--scraped-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    ap.add_argument("--floor", action="store_true",
+                    help="only the fixed cost: the agent (no GPU) and node_exporter on an "
+                         "empty tree, each read as in a run")
     args = ap.parse_args()
+    if args.floor:
+        _floor(args)
+        return
     if args.child:
         print(json.dumps(asyncio.run(_child(args.seconds, args.interval, args.gpus,
                                             args.tree, args.strace_seconds,
@@ -380,6 +392,36 @@ def main() -> None:
     result = _report(args, full, gpus_only, exporter, calls, _scrape_cost(args.gpus), scraped)
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+def _floor(args: argparse.Namespace) -> None:
+    """What each program costs with nothing to read, in runs alternated as the others:
+    the part of a sample that waking, serving and the runtime cost, whatever the node."""
+    import shutil
+    import tempfile
+
+    empty = Path(tempfile.mkdtemp(prefix="tuimon-bench-empty-"))
+    (empty / "sys").mkdir()
+    (empty / "proc").mkdir()
+    agent: list[float] = []
+    exporter: list[float] = []
+    try:
+        for i in range(args.runs):
+            ne = _node_exporter(empty, args.seconds, args.interval, 0)
+            if ne is not None:
+                exporter.append(ne["cpu_ms_per_scrape"])
+            agent.append(_agent_run(argparse.Namespace(**{**vars(args), "gpus": 0,
+                                                          "strace_seconds": 0}),
+                                    empty)["cpu_ms_per_sample"])
+            print(f"run {i + 1}: agent {agent[-1]:.3f} ms CPU/sample"
+                  + (f"; node_exporter {exporter[-1]:.3f} ms CPU/scrape" if exporter else ""),
+                  flush=True)
+    finally:
+        shutil.rmtree(empty, ignore_errors=True)
+    print(f"nothing to read (medians of {args.runs}): agent {statistics.median(agent):.3f} ms "
+          "a sample (a stream client, /metrics every "
+          f"{args.scrape_every:g} s)" + (f"; node_exporter {statistics.median(exporter):.3f} ms "
+                                          "a scrape" if exporter else ""))
 
 
 def _agent_run(args: argparse.Namespace, tree: Path, streamed: bool = True) -> dict[str, Any]:
