@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.seeded import judged, seeded_cluster
-from tuimon.model.cluster import ClusterState
-from tuimon.model.diagnosis import REJUDGE_S, Diagnosis
+from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.diagnosis import REASON_CHARS, REJUDGE_S, Diagnosis, unreached
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
 from tuimon_core.protocol import GpuInfo, Hello, Sample
@@ -330,3 +330,30 @@ def test_the_only_leaf_reporting_is_not_compared_with_an_elsewhere(
     assert "elsewhere" not in leaf.message, leaf.message
     assert words in leaf.message, leaf.message
     assert leaf.message.endswith("(gpu[001-003])"), leaf.message
+
+
+def test_nodes_unreached_for_different_reasons_are_each_said_with_their_reason() -> None:
+    """One host refusing, others timing out, one with no answer yet: the on-call reads
+    which is which in the finding (status, the app, the relay all show this text), the
+    most common reasons first, the rest grouped, and a long reason cut."""
+    def node(name: str, reason: str | None) -> NodeState:
+        return NodeState(f"{name}:9477", name, reason=reason)
+
+    refused, timed_out = "cannot connect: connection refused", "timed out after 5 s"
+    f = unreached([node("gpu001", timed_out), node("gpu002", timed_out),
+                   node("gpu007", refused), node("gpu009", None)])
+    assert f.message == ("4 nodes never reached: gpu[001-002] (timed out after 5 s); "
+                         "gpu007 (cannot connect: connection refused); gpu009 (no answer yet)")
+    assert f.nodes == ("gpu001", "gpu002", "gpu007", "gpu009")
+    # One reason for all: said once, as before.
+    assert unreached([node("gpu001", refused), node("gpu002", refused)]).message == (
+        "2 nodes never reached: gpu[001-002] (cannot connect: connection refused)")
+    # Five reasons: the three holding most nodes, the other two's nodes together; a
+    # reason past REASON_CHARS is cut.
+    long = "x" * (REASON_CHARS + 50)
+    many = [node("a1", long), node("a2", long), node("a3", long), node("b1", "b"),
+            node("b2", "b"), node("c1", "c"), node("d1", "d"), node("e1", "e")]
+    text = unreached(many).message
+    assert text.startswith("8 nodes never reached: a[1-3] (" + "x" * (REASON_CHARS - 3)
+                           + "...); b[1-2] (b); c1 (c); ")
+    assert text.endswith("d1,e1 (2 other reasons)")

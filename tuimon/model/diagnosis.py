@@ -62,16 +62,40 @@ def _cause(f: Finding) -> str:
     return f"{f.kind.replace('_', ' ')} ({text})"
 
 
+# Of nodes unreached for different reasons, this many reasons are each said with the
+# nodes they hold (the most nodes first), each in at most REASON_CHARS characters (the
+# finding's whole text is bounded on the wire); the nodes of the others go together.
+UNREACHED_REASONS_SAID = 3
+REASON_CHARS = 100
+
+
 def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
     """Nodes the viewer never heard from, as one finding with their names as a host list
-    and the reason (the same for all, usually)."""
+    and the reason (the same for all, usually). Where the reasons differ (one host down,
+    another refusing, a third behind a firewall), each of the first few is said with its
+    own hosts: "2 different reasons" alone sends the on-call to the log."""
     names = sorted(n.name for n in nodes)
-    reasons = {n.reason for n in nodes if n.reason}
-    why = reasons.pop() if len(reasons) == 1 else (
-        "no answer yet" if not reasons else f"{len(reasons)} different reasons")
+    by_reason: dict[str, list[str]] = {}
+    for n in nodes:
+        if n.reason:
+            by_reason.setdefault(n.reason, []).append(n.name)
+    if len(by_reason) <= 1:
+        why = next(iter(by_reason), "no answer yet")
+        return Finding("critical", "unreached", f"{plural(len(names), 'node')} {what}: "
+                       f"{collect_hostlist(names)} ({why})", nodes=tuple(names))
+    ranked = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    said = [f"{collect_hostlist(sorted(held))} ("
+            f"{reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + '...'})"
+            for reason, held in ranked[:UNREACHED_REASONS_SAID]]
+    rest = [name for _, held in ranked[UNREACHED_REASONS_SAID:] for name in held]
+    if rest:
+        others = plural(len(ranked) - UNREACHED_REASONS_SAID, "other reason")
+        said.append(f"{collect_hostlist(sorted(rest))} ({others})")
+    waiting = sorted(n.name for n in nodes if not n.reason)
+    if waiting:
+        said.append(f"{collect_hostlist(waiting)} (no answer yet)")
     return Finding("critical", "unreached", f"{plural(len(names), 'node')} {what}: "
-                   f"{collect_hostlist(names)} "
-                   f"({why})", nodes=tuple(names))
+                   + "; ".join(said), nodes=tuple(names))
 
 
 # What the viewer finds of its own sources (a scrape, a relay, Prometheus), not of the
