@@ -494,9 +494,16 @@ async def test_node_screen_of_a_node_that_reports_less_says_so_plainly() -> None
         app.screen.refresh_view()
         assert str(app.screen.query_one("#node-title").render()).count(node.name) == 1
         gpus = str(app.screen.query_one("#node-gpus").render())
-        assert "Gen?" not in gpus and "x?" not in gpus
+        rows = [line for line in gpus.splitlines() if "MHz" in line]  # a GPU's, not a pid's
+        assert len(rows) == len(node.detail.gpus) == 8, gpus  # drawn, link column and all
+        assert "Gen" not in gpus and "x?" not in gpus
+        app.screen.node = app.cluster.nodes[sorted(app.cluster.nodes)[1]]  # a full one
+        app.screen.refresh_view()
+        assert "Gen" in str(app.screen.query_one("#node-gpus").render())
+        app.screen.node = node
+        app.screen.refresh_view()
         storage = str(app.screen.query_one("#node-storage").render())
-        assert "none reported by this node" in storage
+        assert storage.split() == ["file", "systems", "none", "reported"], storage
         agent = str(app.screen.query_one("#node-agent").render())
         assert "prometheus via tuimon 0.0.0-long-version" in agent
 

@@ -10,6 +10,7 @@ from tuimon.model.diagnosis import REASON_CHARS, REJUDGE_S, Diagnosis, unreached
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
 from tuimon_core.protocol import GpuInfo, Hello, Sample
+from tuimon_core.protocol.fields import MAX_FINDING_TEXT
 
 
 async def test_the_seeded_clusters_trouble_is_found_and_located() -> None:
@@ -335,7 +336,8 @@ def test_the_only_leaf_reporting_is_not_compared_with_an_elsewhere(
 def test_nodes_unreached_for_different_reasons_are_each_said_with_their_reason() -> None:
     """One host refusing, others timing out, one with no answer yet: the on-call reads
     which is which in the finding (status, the app, the relay all show this text), the
-    most common reasons first, the rest grouped, and a long reason cut."""
+    most common reasons first, the rest grouped, a long reason cut, and the whole text
+    within what a finding carries on the wire."""
     def node(name: str, reason: str | None) -> NodeState:
         return NodeState(f"{name}:9477", name, reason=reason)
 
@@ -345,15 +347,24 @@ def test_nodes_unreached_for_different_reasons_are_each_said_with_their_reason()
     assert f.message == ("4 nodes never reached: gpu[001-002] (timed out after 5 s); "
                          "gpu007 (cannot connect: connection refused); gpu009 (no answer yet)")
     assert f.nodes == ("gpu001", "gpu002", "gpu007", "gpu009")
-    # One reason for all: said once, as before.
+    # One reason for all: said once. One reason and nodes not answered yet: not theirs.
     assert unreached([node("gpu001", refused), node("gpu002", refused)]).message == (
         "2 nodes never reached: gpu[001-002] (cannot connect: connection refused)")
+    assert unreached([node("gpu001", refused), node("gpu002", None)]).message == (
+        "2 nodes never reached: gpu001 (cannot connect: connection refused); "
+        "gpu002 (no answer yet)")
     # Five reasons: the three holding most nodes, the other two's nodes together; a
-    # reason past REASON_CHARS is cut.
+    # reason past REASON_CHARS is cut, and two alike as far as shown are one.
     long = "x" * (REASON_CHARS + 50)
-    many = [node("a1", long), node("a2", long), node("a3", long), node("b1", "b"),
+    many = [node("a1", long), node("a2", long + "y"), node("a3", long), node("b1", "b"),
             node("b2", "b"), node("c1", "c"), node("d1", "d"), node("e1", "e")]
     text = unreached(many).message
-    assert text.startswith("8 nodes never reached: a[1-3] (" + "x" * (REASON_CHARS - 3)
-                           + "...); b[1-2] (b); c1 (c); ")
-    assert text.endswith("d1,e1 (2 other reasons)")
+    assert text == ("8 nodes never reached: a[1-3] (" + "x" * (REASON_CHARS - 3) + "...); "
+                    "b[1-2] (b); c1 (c); d1,e1 (2 other reasons)")
+    # Hundreds of hosts with long reasons: within the wire's bound, the rest counted.
+    fleet = [node(f"10.0.{i // 200}.{i % 200 * 7}", f"reason {i % 5} " + "z" * 80)
+             for i in range(600)]
+    text = unreached(fleet).message
+    assert len(text) <= MAX_FINDING_TEXT, len(text)
+    assert text.startswith("600 nodes never reached: ") and text.endswith("other reasons)")
+    assert "more nodes (" in text

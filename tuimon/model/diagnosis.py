@@ -29,6 +29,7 @@ from tuimon_core.fleet import fleet_findings, hellos_of
 from tuimon_core.hostlist import collect_hostlist
 from tuimon_core.node_rules import CONGESTED_WAIT, OUTLIER_FACTOR, NodeRules
 from tuimon_core.node_states import UP
+from tuimon_core.protocol.fields import MAX_FINDING_TEXT
 from tuimon_core.protocol.overview_layout import port_waits
 from tuimon_core.wording import clock_text, plural
 
@@ -62,40 +63,58 @@ def _cause(f: Finding) -> str:
     return f"{f.kind.replace('_', ' ')} ({text})"
 
 
-# Of nodes unreached for different reasons, this many reasons are each said with the
-# nodes they hold (the most nodes first), each in at most REASON_CHARS characters (the
-# finding's whole text is bounded on the wire); the nodes of the others go together.
+# Of nodes unreached for different reasons, at most this many reasons are each said
+# with the nodes they hold (the most nodes first), each reason in at most REASON_CHARS
+# characters; the nodes of the others are named together, or counted where naming them
+# would take the text past what a finding carries on the wire (MAX_FINDING_TEXT).
 UNREACHED_REASONS_SAID = 3
 REASON_CHARS = 100
+_TAIL_ROOM = 48  # "; 4,096 more nodes (12 other reasons)"
+
+
+def _reason_text(reason: str | None) -> str:
+    if not reason:
+        return "no answer yet"
+    return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "..."
 
 
 def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
     """Nodes the viewer never heard from, as one finding with their names as a host list
     and the reason (the same for all, usually). Where the reasons differ (one host down,
-    another refusing, a third behind a firewall), each of the first few is said with its
-    own hosts: "2 different reasons" alone sends the on-call to the log."""
+    another refusing, a third not answered yet), each of the first few is said with its
+    own hosts: "2 different reasons" alone sends the on-call to the log. `nodes`: at
+    least one."""
+    assert nodes, "a finding of no unreached node"
     names = sorted(n.name for n in nodes)
+    head = f"{plural(len(names), 'node')} {what}: "
     by_reason: dict[str, list[str]] = {}
-    for n in nodes:
-        if n.reason:
-            by_reason.setdefault(n.reason, []).append(n.name)
+    for n in nodes:  # grouped as shown: two reasons alike in their first 97 are one
+        by_reason.setdefault(_reason_text(n.reason), []).append(n.name)
     if len(by_reason) <= 1:
         why = next(iter(by_reason), "no answer yet")
-        return Finding("critical", "unreached", f"{plural(len(names), 'node')} {what}: "
-                       f"{collect_hostlist(names)} ({why})", nodes=tuple(names))
-    ranked = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    said = [f"{collect_hostlist(sorted(held))} ("
-            f"{reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + '...'})"
-            for reason, held in ranked[:UNREACHED_REASONS_SAID]]
-    rest = [name for _, held in ranked[UNREACHED_REASONS_SAID:] for name in held]
-    if rest:
-        others = plural(len(ranked) - UNREACHED_REASONS_SAID, "other reason")
-        said.append(f"{collect_hostlist(sorted(rest))} ({others})")
-    waiting = sorted(n.name for n in nodes if not n.reason)
+        return Finding("critical", "unreached", f"{head}{collect_hostlist(names)} ({why})",
+                       nodes=tuple(names))
+    waiting = by_reason.pop("no answer yet", [])
+    groups = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     if waiting:
-        said.append(f"{collect_hostlist(waiting)} (no answer yet)")
-    return Finding("critical", "unreached", f"{plural(len(names), 'node')} {what}: "
-                   + "; ".join(said), nodes=tuple(names))
+        groups.append(("no answer yet", waiting))
+    said: list[str] = []
+    room = MAX_FINDING_TEXT - len(head) - _TAIL_ROOM
+    left = groups
+    for i, (why, held) in enumerate(groups):
+        part = f"{collect_hostlist(sorted(held))} ({why})"
+        if said and (i == UNREACHED_REASONS_SAID or len(part) + 2 > room):
+            break
+        said.append(part)
+        room -= len(part) + 2
+        left = groups[i + 1:]
+    if left:
+        rest = sorted(name for _, held in left for name in held)
+        others = plural(len(left), "other reason")
+        named = f"{collect_hostlist(rest)} ({others})"
+        said.append(named if len(named) <= room + _TAIL_ROOM - 2 else
+                    f"{plural(len(rest), 'more node')} ({others})")
+    return Finding("critical", "unreached", head + "; ".join(said), nodes=tuple(names))
 
 
 # What the viewer finds of its own sources (a scrape, a relay, Prometheus), not of the

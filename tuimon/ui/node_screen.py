@@ -273,7 +273,7 @@ class NodeScreen(Screen[None]):
                          f"{rate(d.get('read_bytes_s')):>10}  {rate(d.get('write_bytes_s')):>10}"
                          f"  busy {_f(d.get('busy'), '{:.0f}%', 0.01)}")
         if len(lines) == 1:
-            return "[b]file systems[/b]  none reported by this node"
+            return "[b]file systems[/b]  none reported"
         return "\n".join(lines)
 
     def _events(self) -> str:
