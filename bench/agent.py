@@ -25,7 +25,8 @@ reader (it then makes no overview).
     .venv/bin/python bench/agent.py --floor   # each program with nothing to read
 
 `--floor` measures what is left of each program on an empty tree (the agent with no GPU,
-node_exporter with no file): waking once a second, serving its reader, its runtime. On
+node_exporter with no file, each taking its paths for a missing file): waking once a
+second, serving its reader, its runtime. On
 the bench VM that is about a third of the agent's sample of the full node, and of
 node_exporter's scrape.
 
@@ -348,7 +349,7 @@ def main() -> None:
                          "empty tree, each read as in a run")
     args = ap.parse_args()
     if args.floor:
-        _floor(args)
+        _floor(argparse.Namespace(**{**vars(args), "runs": max(1, args.runs)}))
         return
     if args.child:
         print(json.dumps(asyncio.run(_child(args.seconds, args.interval, args.gpus,
