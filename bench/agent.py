@@ -26,9 +26,8 @@ reader (it then makes no overview).
 
 `--floor` measures what is left of each program on an empty tree (the agent with no GPU,
 node_exporter with no file, each taking its paths for a missing file): waking once a
-second, serving its reader, its runtime. On
-the bench VM that is about a third of the agent's sample of the full node, and of
-node_exporter's scrape.
+second, serving its reader, its runtime. On the bench VM that is about a third of the
+agent's sample of the full node, and of node_exporter's scrape.
 
 Targets: at most half of node_exporter's CPU per scrape and half its system calls per
 scrape for the agent's sample of the full node, in one run; at most 3 ms CPU per sample

@@ -70,11 +70,12 @@ def _cause(f: Finding) -> str:
 UNREACHED_REASONS_SAID = 3
 REASON_CHARS = 100
 _TAIL_ROOM = 48  # "; 4,096 more nodes (12 other reasons)"
+NO_ANSWER = "no answer yet"  # a node not refused, not timed out: not answered so far
 
 
 def _reason_text(reason: str | None) -> str:
     if not reason:
-        return "no answer yet"
+        return NO_ANSWER
     return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "..."
 
 
@@ -91,13 +92,13 @@ def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
     for n in nodes:  # grouped as shown: two reasons alike in their first 97 are one
         by_reason.setdefault(_reason_text(n.reason), []).append(n.name)
     if len(by_reason) <= 1:
-        why = next(iter(by_reason), "no answer yet")
+        why = next(iter(by_reason))
         return Finding("critical", "unreached", f"{head}{collect_hostlist(names)} ({why})",
                        nodes=tuple(names))
-    waiting = by_reason.pop("no answer yet", [])
+    waiting = by_reason.pop(NO_ANSWER, [])
     groups = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     if waiting:
-        groups.append(("no answer yet", waiting))
+        groups.append((NO_ANSWER, waiting))
     said: list[str] = []
     room = MAX_FINDING_TEXT - len(head) - _TAIL_ROOM
     left = groups
