@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.seeded import judged, seeded_cluster
@@ -9,6 +11,7 @@ from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.diagnosis import REASON_CHARS, REJUDGE_S, Diagnosis, unreached
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
+from tuimon_core.hostlist import expand_hostlist
 from tuimon_core.protocol import GpuInfo, Hello, Sample
 from tuimon_core.protocol.fields import MAX_FINDING_TEXT
 
@@ -368,3 +371,21 @@ def test_nodes_unreached_for_different_reasons_are_each_said_with_their_reason()
     assert len(text) <= MAX_FINDING_TEXT, len(text)
     assert text.startswith("600 nodes never reached: ") and text.endswith("other reasons)")
     assert "more nodes (" in text
+    # Hundreds of scattered hosts, one reason (no range to fold them into): the list is
+    # cut at a host and counted, so the reason after it is still said within the bound
+    # (cut at the end, as the wire would, it was lost).
+    refused_all = [node(f"10.{i % 7}.{i // 200}.{i % 200 * 7}", refused) for i in range(300)]
+    text = unreached(refused_all).message
+    assert len(text) <= MAX_FINDING_TEXT, len(text)
+    assert text.startswith("300 nodes never reached: 10.0.0.[0,")
+    assert text.endswith(" more (cannot connect: connection refused)")
+    shown = re.search(r": (.*) and (\d+) more \(", text)
+    assert shown is not None
+    hosts = expand_hostlist(shown.group(1))
+    assert len(hosts) + int(shown.group(2)) == 300  # each host said or counted, once
+    assert set(hosts) <= {n.name for n in refused_all}
+    # The same hosts beside a second reason: the first group is cut the same way and the
+    # second's host is still named.
+    text = unreached([*refused_all, node("gpu001", timed_out)]).message
+    assert len(text) <= MAX_FINDING_TEXT, len(text)
+    assert " more (cannot connect: connection refused); gpu001 (" in text

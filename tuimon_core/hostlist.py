@@ -151,6 +151,33 @@ def collect_hostlist(names: Iterable[str]) -> str:
         return ",".join(names)
 
 
+def hostlist_within(names: list[str], room: int) -> str:
+    """The host list of `names` (sorted) in at most `room` characters: whole where it
+    fits, else the first hosts that fit and how many more ("10.0.0.1,10.0.0.9 and 298
+    more"), cut at a host, never inside a name; the count alone where not even one host
+    fits. For a text with a bound (a finding on the wire) that must keep what follows the
+    list: cut at its end instead, the list would lose the reason after it."""
+    whole = collect_hostlist(names)
+    if len(whole) <= room or not names:
+        return whole
+
+    def head(k: int) -> str:
+        return f"{collect_hostlist(names[:k])} and {len(names) - k} more"
+
+    # Longer with more hosts, nearly always (a host that closes a range can shorten it):
+    # the most that fit by halving, then checked.
+    lo, hi = 0, len(names) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(head(mid)) <= room:
+            lo = mid
+        else:
+            hi = mid - 1
+    while lo > 0 and len(head(lo)) > room:
+        lo -= 1
+    return head(lo) if lo > 0 else f"{len(names)} host{'s' if len(names) != 1 else ''}"
+
+
 # A host name a shell, pdsh and Slurm take as it is: what goes into a host list someone
 # pastes. Node names come from the network; any other is left out (and said so) rather
 # than let `gpu[001-999]` or `a,b` stand for hosts it does not name.

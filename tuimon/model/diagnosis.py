@@ -26,7 +26,7 @@ from tuimon_core.efficiency_drop import DropJudge
 from tuimon_core.findings import KINDS, SEVERITY_ORDER, Finding, FindingBook, sort_key
 from tuimon_core.findings_family import findings_from_wire
 from tuimon_core.fleet import fleet_findings, hellos_of
-from tuimon_core.hostlist import collect_hostlist
+from tuimon_core.hostlist import collect_hostlist, hostlist_within
 from tuimon_core.node_rules import CONGESTED_WAIT, OUTLIER_FACTOR, NodeRules
 from tuimon_core.node_states import UP
 from tuimon_core.protocol.fields import MAX_FINDING_TEXT
@@ -92,9 +92,9 @@ def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
     for n in nodes:  # grouped as shown: two reasons alike in their first 97 are one
         by_reason.setdefault(_reason_text(n.reason), []).append(n.name)
     if len(by_reason) <= 1:
-        why = next(iter(by_reason))
-        return Finding("critical", "unreached", f"{head}{collect_hostlist(names)} ({why})",
-                       nodes=tuple(names))
+        why = f" ({next(iter(by_reason))})"
+        hosts = hostlist_within(names, MAX_FINDING_TEXT - len(head) - len(why))
+        return Finding("critical", "unreached", f"{head}{hosts}{why}", nodes=tuple(names))
     waiting = by_reason.pop(NO_ANSWER, [])
     groups = sorted(by_reason.items(), key=lambda kv: (-len(kv[1]), kv[0]))
     if waiting:
@@ -103,7 +103,11 @@ def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
     room = MAX_FINDING_TEXT - len(head) - _TAIL_ROOM
     left = groups
     for i, (why, held) in enumerate(groups):
-        part = f"{collect_hostlist(sorted(held))} ({why})"
+        # The first group is said whatever its size: its hosts cut to leave its reason
+        # and the rest's count room.
+        hosts = (hostlist_within(sorted(held), room - len(why) - 5) if not said
+                 else collect_hostlist(sorted(held)))
+        part = f"{hosts} ({why})"
         if said and (i == UNREACHED_REASONS_SAID or len(part) + 2 > room):
             break
         said.append(part)
