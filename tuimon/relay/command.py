@@ -12,20 +12,10 @@ from pathlib import Path
 
 from tuimon.model.judge_config import JudgeConfig, add_judge_options, add_slo_options
 from tuimon.model.slo import DEFAULT_HOURS
-from tuimon.relay import RelayConfig, build_relay
-from tuimon.relay.server import BATCH_EVERY_S
-from tuimon.sources.targets import read_targets_file
+from tuimon.relay.cadence import BATCH_EVERY_S
 from tuimon_core.cli_types import positive_float, positive_int
 from tuimon_core.logs import add_log_level_option
 from tuimon_core.ports import DEFAULT_RELAY_PORT
-from tuimon_core.serving.guard import serve
-from tuimon_core.serving.security import (
-    check_bind_rule,
-    client_ssl_context,
-    load_token,
-    parse_listen,
-    server_ssl_context,
-)
 from tuimon_core.version import __version__
 
 log = logging.getLogger("tuimon.relay")
@@ -100,6 +90,19 @@ def default_ledger_path() -> Path:
 def run_relay(args: argparse.Namespace) -> int:
     """Serve until stopped; wrong targets, ledger, token or TLS files are refused
     (UsageError) before anything listens."""
+    # Here, not at the top: every `tuimon` command's parser imports this module for the
+    # options above, and none but this one needs the relay's server.
+    from tuimon.relay import RelayConfig, build_relay
+    from tuimon.sources.targets import read_targets_file
+    from tuimon_core.serving.guard import serve
+    from tuimon_core.serving.security import (
+        check_bind_rule,
+        client_ssl_context,
+        load_token,
+        parse_listen,
+        server_ssl_context,
+    )
+
     items = list(args.targets)
     if args.targets_file:
         items += read_targets_file(args.targets_file)

@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tuimon.relay.cadence import BATCH_EVERY_S
 from tuimon.relay.fanout import JOB_SOURCES_KEEP_S, FanOut
 from tuimon.relay.ledger import Ledger
 from tuimon.relay.report import report_document
@@ -42,9 +43,6 @@ from tuimon_core.version import __version__
 log = logging.getLogger(__name__)
 
 
-# Seconds between batches to a viewer that asks for nothing slower (`--interval`): the
-# one default the relay's command, its configuration and its state take.
-BATCH_EVERY_S = 0.25
 
 
 @dataclass

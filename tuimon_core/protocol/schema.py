@@ -336,11 +336,22 @@ class Record(WireType):
         self._spec: dict[str, Any] = {f.key: f.type for f in self.fields}
         self._required = tuple(f.key for f in self.fields if f.required)
         super().__init__(doc or name, f"a map ({name})")
-        self._check = self._compile()
-        self._fit = self._compile_fit()
+        # Each compiled when first used: a process checks or fits a few of the ~30
+        # records, and compiling all at import took a twentieth of a second of every
+        # `tuimon` command's start.
+        self._check: Callable[[Any, str], Any] = self._check_first
+        self._fit: Callable[[dict[Any, Any]], Any] = self._fit_first
 
     def check(self, v: Any, where: str) -> Any:
         return self._check(v, where)
+
+    def _check_first(self, v: Any, where: str) -> Any:
+        self._check = self._compile()
+        return self._check(v, where)
+
+    def _fit_first(self, v: dict[Any, Any]) -> Any:
+        self._fit = self._compile_fit()
+        return self._fit(v)
 
     def _compile(self) -> Callable[[Any, str], Any]:
         """The record's check as one function with a line per field: a viewer checks
