@@ -11,7 +11,7 @@ from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.diagnosis import REASON_CHARS, REJUDGE_S, Diagnosis, unreached
 from tuimon.model.efficiency import EfficiencyView
 from tuimon.model.storage import StorageView
-from tuimon_core.hostlist import expand_hostlist
+from tuimon_core.hostlist import expand_hostlist, hostlist_within
 from tuimon_core.protocol import GpuInfo, Hello, Sample
 from tuimon_core.protocol.fields import MAX_FINDING_TEXT
 
@@ -388,4 +388,22 @@ def test_nodes_unreached_for_different_reasons_are_each_said_with_their_reason()
     # second's host is still named.
     text = unreached([*refused_all, node("gpu001", timed_out)]).message
     assert len(text) <= MAX_FINDING_TEXT, len(text)
-    assert " more (cannot connect: connection refused); gpu001 (" in text
+    assert text.endswith(" more (cannot connect: connection refused); "
+                         "gpu001 (timed out after 5 s)")
+
+
+def test_a_host_list_cut_to_its_room_says_how_many_it_left_out() -> None:
+    """hostlist_within: whole where it fits; else the first hosts in numeric order (gpu2
+    before gpu10, as the list folds them), cut at a host, and the rest counted; each
+    host once; the count alone where no host fits."""
+    assert hostlist_within([], 10) == ""
+    assert hostlist_within(["gpu3", "gpu1", "gpu2"], 20) == "gpu[1-3]"
+    assert hostlist_within(["gpu1", "gpu1", "gpu3"], 20) == "gpu[1,3]"
+    every_third = [f"gpu{i}" for i in range(1, 398, 3)]  # 133 hosts, no range
+    text = hostlist_within(every_third, 60)
+    assert len(text) <= 60 and text.startswith("gpu[1,4,7,10,")
+    shown, more = re.fullmatch(r"(.*) and (\d+) more", text).groups()  # type: ignore[union-attr]
+    assert expand_hostlist(shown) == every_third[:len(expand_hostlist(shown))]
+    assert len(expand_hostlist(shown)) + int(more) == len(every_third)
+    assert hostlist_within(["gpu1", "gpu3"], 0) == "2 hosts"
+    assert hostlist_within(["a-very-long-host-name"], 5) == "1 host"

@@ -151,12 +151,14 @@ def collect_hostlist(names: Iterable[str]) -> str:
         return ",".join(names)
 
 
-def hostlist_within(names: list[str], room: int) -> str:
-    """The host list of `names` (sorted) in at most `room` characters: whole where it
-    fits, else the first hosts that fit and how many more ("10.0.0.1,10.0.0.9 and 298
-    more"), cut at a host, never inside a name; the count alone where not even one host
-    fits. For a text with a bound (a finding on the wire) that must keep what follows the
-    list: cut at its end instead, the list would lose the reason after it."""
+def hostlist_within(names: Iterable[str], room: int) -> str:
+    """The host list of `names` in at most `room` characters: whole where it fits, else
+    the first hosts in numeric order that fit and how many more ("10.0.0.[1,9] and 298
+    more"), cut at a host, never inside a name; the count alone ("300 hosts") where not
+    even one host fits, which may itself be longer than a `room` under ten. For a text
+    with a bound (a finding on the wire) that must keep what follows the list: cut at its
+    end instead, the list would lose the reason after it."""
+    names = _numeric(set(names))
     whole = collect_hostlist(names)
     if len(whole) <= room or not names:
         return whole
@@ -164,18 +166,30 @@ def hostlist_within(names: list[str], room: int) -> str:
     def head(k: int) -> str:
         return f"{collect_hostlist(names[:k])} and {len(names) - k} more"
 
-    # Longer with more hosts, nearly always (a host that closes a range can shorten it):
-    # the most that fit by halving, then checked.
-    lo, hi = 0, len(names) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
+    # A few hundred characters hold tens of hosts, not thousands: the prefix that fits is
+    # found by doubling from one host, then halving, so no list longer than about twice
+    # it is folded (4,096 scattered hosts: one fold of all of them above, the rest small).
+    # A longer prefix is longer nearly always (a host that closes a range can shorten
+    # it), so the count found fits, though not always the most that would.
+    fits, over = 0, 1
+    while over < len(names) and len(head(over)) <= room:
+        fits, over = over, over * 2
+    over = min(over, len(names))
+    while over - fits > 1:
+        mid = (fits + over) // 2
         if len(head(mid)) <= room:
-            lo = mid
+            fits = mid
         else:
-            hi = mid - 1
-    while lo > 0 and len(head(lo)) > room:
-        lo -= 1
-    return head(lo) if lo > 0 else f"{len(names)} host{'s' if len(names) != 1 else ''}"
+            over = mid
+    return head(fits) if fits else f"{len(names)} host{'s' if len(names) != 1 else ''}"
+
+
+def _numeric(names: Iterable[str]) -> list[str]:
+    """`gpu2` before `gpu10`, as a host list folds them."""
+    try:
+        return list(hostlist.numerically_sorted(names))
+    except Exception:  # an odd name the library cannot order: as strings
+        return sorted(names)
 
 
 # A host name a shell, pdsh and Slurm take as it is: what goes into a host list someone

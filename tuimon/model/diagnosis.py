@@ -31,6 +31,7 @@ from tuimon_core.node_rules import CONGESTED_WAIT, OUTLIER_FACTOR, NodeRules
 from tuimon_core.node_states import UP
 from tuimon_core.protocol.fields import MAX_FINDING_TEXT
 from tuimon_core.protocol.overview_layout import port_waits
+from tuimon_core.protocol.text import clean
 from tuimon_core.wording import clock_text, plural
 
 __all__ = ["SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
@@ -76,6 +77,9 @@ NO_ANSWER = "no answer yet"  # a node not refused, not timed out: not answered s
 def _reason_text(reason: str | None) -> str:
     if not reason:
         return NO_ANSWER
+    # Cleaned before it is measured: the wire escapes what is not printable, and a
+    # reason made longer there would push the text past its bound and lose its end.
+    reason = clean(reason)
     return reason if len(reason) <= REASON_CHARS else reason[:REASON_CHARS - 3] + "..."
 
 
@@ -103,10 +107,14 @@ def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
     room = MAX_FINDING_TEXT - len(head) - _TAIL_ROOM
     left = groups
     for i, (why, held) in enumerate(groups):
-        # The first group is said whatever its size: its hosts cut to leave its reason
-        # and the rest's count room.
-        hosts = (hostlist_within(sorted(held), room - len(why) - 5) if not said
-                 else collect_hostlist(sorted(held)))
+        hosts = collect_hostlist(sorted(held))
+        if not said and len(hosts) + len(why) + 5 > room:
+            # The first group is said whatever its size: its hosts cut to leave room for
+            # its reason, the next group with its own where that is short (a host or
+            # two), and the rest's count.
+            after = len(collect_hostlist(sorted(groups[1][1]))) + len(groups[1][0]) + 5
+            hosts = hostlist_within(held, room - len(why) - 5
+                                    - (after if after <= room // 3 else 0))
         part = f"{hosts} ({why})"
         if said and (i == UNREACHED_REASONS_SAID or len(part) + 2 > room):
             break

@@ -34,8 +34,15 @@ _HOMES = {"Relay": "tuimon.relay.relay", "RelayConfig": "tuimon.relay.relay",
           "DEFAULT_RELAY_PORT": "tuimon_core.ports"}
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(home), name)
+if not TYPE_CHECKING:  # for mypy the names above are the package's; a misspelt one fails
+    def __getattr__(name: str) -> Any:
+        home = _HOMES.get(name)
+        if home is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(home), name)
+        globals()[name] = value  # read once: the next read is a plain attribute
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -43,8 +43,6 @@ from tuimon_core.version import __version__
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass
 class RelayState:
     """Everything one relay holds; one per application, no module-level singletons."""
