@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tests.seeded import judged, seeded_cluster
+from tests.seeded import FixedClock, judged, seeded_cluster
 from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.diagnosis import REASON_CHARS, REJUDGE_S, Diagnosis, unreached
 from tuimon.model.efficiency import EfficiencyView
@@ -407,3 +407,29 @@ def test_a_host_list_cut_to_its_room_says_how_many_it_left_out() -> None:
     assert len(expand_hostlist(shown)) + int(more) == len(every_third)
     assert hostlist_within(["gpu1", "gpu3"], 0) == "2 hosts"
     assert hostlist_within(["a-very-long-host-name"], 5) == "1 host"
+
+
+def test_the_unreached_finding_follows_each_node_and_reason_as_they_change() -> None:
+    """The diagnosis makes the unreached text again only when a node or its reason
+    changes (folding thousands of hosts every pass cost tens of ms): what it says must
+    still follow the nodes as they are now, never a pass behind."""
+    cluster = ClusterState("c")
+    cluster.mark_stale("gpu001:9477", "cannot connect: connection refused")
+    cluster.mark_stale("gpu002:9477", "cannot connect: connection refused")
+
+    clock = FixedClock(1_796_000_000.0)
+    diagnosis = Diagnosis(wall=clock)  # one diagnosis, pass after pass, as the app's
+
+    def text() -> str:
+        for _ in range(6):  # a finding holds a few seconds before it shows
+            found = diagnosis.update(cluster, EfficiencyView(), StorageView())
+            clock.now += 1.0
+        return next(f.message for f in found if f.kind == "unreached")
+
+    assert text() == "2 nodes never reached: gpu[001-002] (cannot connect: connection refused)"
+    cluster.mark_stale("gpu002:9477", "timed out after 5 s")
+    assert text() == ("2 nodes never reached: gpu001 (cannot connect: connection refused); "
+                      "gpu002 (timed out after 5 s)")
+    cluster.mark_stale("gpu003:9477", "timed out after 5 s")
+    assert text() == ("3 nodes never reached: gpu[002-003] (timed out after 5 s); "
+                      "gpu001 (cannot connect: connection refused)")

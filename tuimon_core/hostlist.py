@@ -158,10 +158,11 @@ def hostlist_within(names: Iterable[str], room: int) -> str:
     even one host fits, which may itself be longer than a `room` under ten. For a text
     with a bound (a finding on the wire) that must keep what follows the list: cut at its
     end instead, the list would lose the reason after it."""
-    names = _numeric(set(names))
-    whole = collect_hostlist(names)
+    names = list(names)
+    whole = collect_hostlist(names)  # (the library orders them itself)
     if len(whole) <= room or not names:
         return whole
+    names = _numeric(set(names))  # ordered only to be cut: it costs as much as the fold
 
     def head(k: int) -> str:
         return f"{collect_hostlist(names[:k])} and {len(names) - k} more"

@@ -160,6 +160,8 @@ class Diagnosis:
         # What the last pass with data found of the cluster (not of its sources): kept as
         # unknown while the source everything comes from is gone.
         self._last_known: list[Finding] = []
+        # The unreached finding as last made, with the (name, reason) of its nodes.
+        self._unreached: tuple[tuple[tuple[str, str | None], ...], Finding] | None = None
 
     def update(self, cluster: ClusterState, eff: EfficiencyView,
                storage: StorageView) -> list[Finding]:
@@ -230,7 +232,12 @@ class Diagnosis:
         never = [n for n in cluster.nodes.values()
                  if n.lost and n.last_seen is None and n.target not in refused]
         if never:  # one finding: twenty thousand lines would say less
-            out.append(unreached(never))
+            # Made again only when a node or its reason changes: folding thousands of
+            # names into a host list costs tens of ms, and this runs every pass.
+            key = tuple((n.name, n.reason) for n in never)
+            if self._unreached is None or self._unreached[0] != key:
+                self._unreached = (key, unreached(never))
+            out.append(self._unreached[1])
         return out
 
     def _gpu_init(self, cluster: ClusterState) -> list[Finding]:
