@@ -13,13 +13,17 @@ then, in a window of its own (strace slows what it traces), the system calls of 
 its threads per sample (`strace -c -f`, bench/syscalls.py). The Python functions called
 per sample are counted in this process (cProfile over the same collectors and frame).
 
-In the same run, node_exporter (if installed) is started on the same tree with the
-collectors that read the same files, scraped once a second, and its CPU time (from
-/proc/PID/stat), bytes read and system calls per scrape are read the same way. CPU time
-moves with the machine's load from hour to hour; system calls and bytes do not.
-Repeated runs, alternating the two programs; medians are printed. Each run also measures
-the full node with no stream client, scraped only, as where Prometheus is the agent's one
-reader (it then makes no overview).
+In the same run, node_exporter (if installed) runs on the same tree with the collectors
+that read the same files, scraped once a second as Prometheus scrapes it, beside each
+agent run: its CPU time (from /proc/PID/stat), bytes read and scrapes are read at the
+moments the agent's child starts and ends its window, so each ratio compares the two
+programs over the same seconds (the machine's speed moves from one window to the next:
+node_exporter's scrape of this tree took 4.3 ms in one window and 7.2 ms in the next).
+It is also measured alone, in a window of its own after the agent's, as earlier runs
+measured it; then its system calls per scrape (bench/exporter_beside.py). System calls
+and bytes do not move with the machine. Repeated runs; medians are printed. Each run
+also measures the full node with no stream client, scraped only, as where Prometheus is
+the agent's one reader (it then makes no overview).
 
     .venv/bin/python bench/agent.py [--runs 3] [--seconds 20] [--interval 1.0]
     .venv/bin/python bench/agent.py --floor   # each program with nothing to read
@@ -44,6 +48,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -52,20 +57,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import syscalls  # noqa: E402  (beside this file; ROOT first: this file is not `agent`)
+from exporter_beside import NodeExporter, binary  # noqa: E402
 
 TARGET_CPU_MS = 3.0
 TARGET_RSS_MB = 60.0
 TARGET_RATIO = 0.5  # of node_exporter's CPU and system calls per scrape
-# What Prometheus 2.x sends with each scrape (scrape/scrape.go): node_exporter answers it
-# with gzip, as it does in every deployment.
-PROMETHEUS_SCRAPE_HEADERS = {
-    "Accept": "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-              "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
-    "Accept-Encoding": "gzip",
-    "X-Prometheus-Scrape-Timeout-Seconds": "10",
-}
-
-
 def _rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -106,12 +102,14 @@ async def _child(seconds: float, interval: float, gpus: int, tree: str,
     while streamed and not agent.hub.clients:
         await asyncio.sleep(0.01)
     await asyncio.sleep(1.0)  # warm up: first reads, allocator, caches
+    print("measure", flush=True)  # node_exporter beside is marked at these two lines
     io0 = syscalls.read_io(os.getpid())
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     n0 = agent.stats.samples
     await asyncio.sleep(seconds)
     r1 = resource.getrusage(resource.RUSAGE_SELF)
     n1 = agent.stats.samples
+    print("measured", flush=True)
     io1 = syscalls.read_io(os.getpid())
     samples = max(1, n1 - n0)
     out: dict[str, Any] = {
@@ -205,89 +203,6 @@ def _scrape_cost(gpus: int, n: int = 200) -> float:
     return (time.process_time() - t0) / n * 1000
 
 
-def _proc_cpu_s(pid: int) -> float:
-    """CPU time of every thread of `pid`, in nanoseconds' precision (schedstat): /proc's
-    utime and stime count 10 ms ticks, too coarse for a few ms a scrape. Go keeps its
-    threads, so none of the time is lost with an exiting one."""
-    total = 0
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            continue
-    return total / 1e9
-
-
-def _node_exporter(tree: Path, seconds: float, every: float,
-                   strace_seconds: float) -> dict[str, Any] | None:
-    """node_exporter on the same tree, scraped at the agent's cadence as Prometheus scrapes
-    it (one kept-alive connection, Prometheus 2.x's Accept header, gzip accepted, so
-    node_exporter compresses its answer as it does in every deployment): CPU ms, bytes
-    read and read calls per scrape; then its system calls per scrape in a window of
-    their own."""
-    import http.client
-    import shutil
-    import socket
-    import urllib.request
-
-    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
-    if binary is None:
-        return None
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen(
-        [binary, f"--path.sysfs={tree / 'sys'}", f"--path.procfs={tree / 'proc'}",
-         "--collector.disable-defaults", "--collector.infiniband", "--collector.netdev",
-         "--collector.diskstats", "--collector.meminfo", "--collector.stat",
-         "--collector.loadavg", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/metrics"
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-
-    def scrape() -> None:
-        conn.request("GET", "/metrics", headers=PROMETHEUS_SCRAPE_HEADERS)
-        conn.getresponse().read()
-
-    def scrape_for(window: float) -> int:
-        n = 0
-        t_end = time.monotonic() + window
-        next_at = time.monotonic()
-        while time.monotonic() < t_end:
-            scrape()
-            n += 1
-            next_at += every
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        return n
-
-    try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(url, timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.1)
-        for _ in range(3):  # warm up
-            scrape()
-        c0, io0 = _proc_cpu_s(proc.pid), syscalls.read_io(proc.pid)
-        n = max(1, scrape_for(seconds))
-        c1, io1 = _proc_cpu_s(proc.pid), syscalls.read_io(proc.pid)
-        out: dict[str, Any] = {
-            "cpu_ms_per_scrape": 1000 * (c1 - c0) / n,
-            "bytes_read_per_scrape": (io1["rchar"] - io0["rchar"]) / n,
-            "read_calls_per_scrape": (io1["syscr"] - io0["syscr"]) / n}
-        if strace_seconds > 0 and syscalls.strace_available():
-            counted = syscalls.count_syscalls(proc.pid, lambda: scrape_for(strace_seconds))
-            out["syscalls"] = counted.calls if isinstance(counted, syscalls.SyscallCount) \
-                else counted
-            out["syscall_samples"] = getattr(counted, "samples", 0)
-        return out
-    finally:
-        conn.close()
-        proc.terminate()
-        proc.wait(10)
-
-
 def _python_calls(gpus: int, tree: Path, n: int = 50) -> float:
     """Python function calls per sample: the collectors, the node's judgement and the
     frame, every one on this thread (the agent runs the collectors in its read worker)."""
@@ -370,18 +285,28 @@ def main() -> None:
         for i in range(args.runs):
             line = f"run {i + 1}:"
             if not args.gpus_only:
-                ne = _node_exporter(tree, args.seconds, args.interval, args.strace_seconds)
-                if ne is not None:
-                    exporter.append(ne)
-                    line += f" node_exporter {ne['cpu_ms_per_scrape']:.3f} ms CPU/scrape;"
-                # Which of the two goes first alternates: the machine drifts in a run.
-                for streamed in (True, False) if i % 2 == 0 else (False, True):
-                    (full if streamed else scraped).append(_agent_run(args, tree, streamed))
-                line += (f" agent {full[-1]['cpu_ms_per_sample']:.3f} ms CPU/sample;"
-                         f" scraped only {scraped[-1]['cpu_ms_per_sample']:.3f} ms;")
-                if ne is not None:
-                    for r in (full[-1], scraped[-1]):
-                        r["ratio"] = r["cpu_ms_per_sample"] / ne["cpu_ms_per_scrape"]
+                ne = NodeExporter(tree, args.interval).start() if binary() else None
+                try:
+                    if ne is not None:
+                        ne.scraping()
+                    # Which of the two goes first alternates: the machine drifts in a run.
+                    for streamed in (True, False) if i % 2 == 0 else (False, True):
+                        (full if streamed else scraped).append(
+                            _agent_run(args, tree, streamed, ne))
+                    line += (f" agent {full[-1]['cpu_ms_per_sample']:.3f} ms CPU/sample"
+                             f" (node_exporter beside {_beside(full[-1])});"
+                             f" scraped only {scraped[-1]['cpu_ms_per_sample']:.3f} ms"
+                             f" ({_beside(scraped[-1])});")
+                    if ne is not None:
+                        ne.quiet()
+                        alone = ne.alone(args.seconds)
+                        exporter.append({**full[-1]["node_exporter"],
+                                         "alone_cpu_ms_per_scrape": alone["cpu_ms_per_scrape"],
+                                         **ne.syscalls(args.strace_seconds)})
+                        line += f" node_exporter alone {alone['cpu_ms_per_scrape']:.3f} ms;"
+                finally:
+                    if ne is not None:
+                        ne.stop()
             gpus_only.append(_agent_run(args, Path("/")))
             line += f" GPUs only {gpus_only[-1]['cpu_ms_per_sample']:.3f} ms CPU/sample"
             print(line, flush=True)
@@ -407,15 +332,21 @@ def _floor(args: argparse.Namespace) -> None:
     exporter: list[float] = []
     try:
         for i in range(args.runs):
-            ne = _node_exporter(empty, args.seconds, args.interval, 0)
-            if ne is not None:
-                exporter.append(ne["cpu_ms_per_scrape"])
-            agent.append(_agent_run(argparse.Namespace(**{**vars(args), "gpus": 0,
-                                                          "strace_seconds": 0}),
-                                    empty)["cpu_ms_per_sample"])
+            ne = NodeExporter(empty, args.interval).start() if binary() else None
+            try:
+                if ne is not None:
+                    ne.scraping()
+                run = _agent_run(argparse.Namespace(**{**vars(args), "gpus": 0,
+                                                       "strace_seconds": 0}), empty, True, ne)
+            finally:
+                if ne is not None:
+                    ne.stop()
+            agent.append(run["cpu_ms_per_sample"])
+            if "node_exporter" in run:
+                exporter.append(run["node_exporter"]["cpu_ms_per_scrape"])
             print(f"run {i + 1}: agent {agent[-1]:.3f} ms CPU/sample"
-                  + (f"; node_exporter {exporter[-1]:.3f} ms CPU/scrape" if exporter else ""),
-                  flush=True)
+                  + (f"; node_exporter beside it {exporter[-1]:.3f} ms CPU/scrape"
+                     if exporter else ""), flush=True)
     finally:
         shutil.rmtree(empty, ignore_errors=True)
     print(f"nothing to read (medians of {args.runs}): agent {statistics.median(agent):.3f} ms "
@@ -424,9 +355,12 @@ def _floor(args: argparse.Namespace) -> None:
                                           "a scrape" if exporter else ""))
 
 
-def _agent_run(args: argparse.Namespace, tree: Path, streamed: bool = True) -> dict[str, Any]:
+def _agent_run(args: argparse.Namespace, tree: Path, streamed: bool = True,
+               beside: NodeExporter | None = None) -> dict[str, Any]:
     """The agent in a child process, read by a stream client and scraped (`streamed`),
-    or only scraped, as where Prometheus is its one reader."""
+    or only scraped, as where Prometheus is its one reader. With `beside` (a
+    node_exporter being scraped meanwhile), its cost over the child's own window is
+    read too (`node_exporter`), and the ratio of the two (`ratio`)."""
     proc = subprocess.Popen(
         [sys.executable, __file__, "--child", "--seconds", str(args.seconds),
          "--interval", str(args.interval), "--gpus", str(args.gpus), "--tree", str(tree),
@@ -437,13 +371,37 @@ def _agent_run(args: argparse.Namespace, tree: Path, streamed: bool = True) -> d
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
+    lines: list[str] = []
+    marks: list[Any] = []
+
+    def follow() -> None:  # the child's window, marked on node_exporter as it opens and ends
+        assert proc.stdout is not None
+        for text in proc.stdout:
+            if text.strip() in ("measure", "measured"):
+                if beside is not None:
+                    marks.append(beside.mark())
+            else:
+                lines.append(text)
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
     read = asyncio.run(_client(port, args.scrape_every) if streamed else
                        _scraper(port, args.scrape_every, proc))
-    r: dict[str, Any] = json.loads(proc.stdout.read().strip().splitlines()[-1])
     proc.wait()
+    reader.join(10)
+    r: dict[str, Any] = json.loads("".join(lines).strip().splitlines()[-1])
     r["frames_received" if streamed else "scrapes"] = read
     r["cpu_ms_per_sample"] = 1000 * r["cpu_s"] / max(1, r["samples"])
+    if len(marks) == 2:
+        r["node_exporter"] = NodeExporter.between(*marks)
+        r["ratio"] = r["cpu_ms_per_sample"] / r["node_exporter"]["cpu_ms_per_scrape"]
     return r
+
+
+def _beside(r: dict[str, Any]) -> str:
+    ne = r.get("node_exporter")
+    return "-" if ne is None else (f"{ne['cpu_ms_per_scrape']:.3f} ms, "
+                                   f"ratio {r['ratio']:.2f}")
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -483,9 +441,12 @@ def _report(args: argparse.Namespace, full: list[dict[str, Any]],
           f"full node | node_exporter, same tree | agent, GPUs only | target |")
     print("|---|---|---|---|---|")
     rows = [
-        ("CPU per sample (per scrape), whole process", fmt(cpu, unit=" ms"),
+        ("CPU per sample (per scrape), whole process, the two side by side",
+         fmt(cpu, unit=" ms"),
          fmt(ne_cpu, unit=" ms"), fmt(_median(gpus_only, "cpu_ms_per_sample"), unit=" ms"),
          f"<= {TARGET_RATIO}x node_exporter; <= {TARGET_CPU_MS} ms (GPUs only <= 2 ms)"),
+        ("node_exporter's CPU per scrape alone, in a window after the agent's", "",
+         fmt(_median(exporter, "alone_cpu_ms_per_scrape"), unit=" ms"), "", ""),
         ("CPU per sample, collectors alone", fmt(_median(full, "collect_cpu_ms"), unit=" ms"),
          "", fmt(_median(gpus_only, "collect_cpu_ms"), unit=" ms"), ""),
         ("system calls per sample (per scrape), all threads",
@@ -502,7 +463,8 @@ def _report(args: argparse.Namespace, full: list[dict[str, Any]],
         ("resident memory", fmt(_median(full, "rss_mb"), ".1f", " MB"), "",
          fmt(_median(gpus_only, "rss_mb"), ".1f", " MB"), f"<= {TARGET_RSS_MB} MB"),
         ("one /metrics render (CPU)", fmt(scrape, ".2f", " ms"), "", "", ""),
-        ("ratio agent / node_exporter: CPU (median of the runs' ratios)", fmt(ratio, ".2f"),
+        ("ratio agent / node_exporter: CPU over the same seconds (median of the runs' "
+         "ratios)", fmt(ratio, ".2f"),
          "", "", f"<= {TARGET_RATIO}"),
         ("ratio agent / node_exporter: system calls", fmt(sc_ratio, ".2f"), "", "",
          f"<= {TARGET_RATIO}"),
@@ -528,6 +490,8 @@ def _report(args: argparse.Namespace, full: list[dict[str, Any]],
             "rss_mb_median": _median(full, "rss_mb"),
             "gpus_only_cpu_ms_per_sample_median": _median(gpus_only, "cpu_ms_per_sample"),
             "metrics_render_ms": scrape, "node_exporter_cpu_ms_per_scrape": ne_cpu,
+            "node_exporter_alone_cpu_ms_per_scrape": _median(exporter,
+                                                             "alone_cpu_ms_per_scrape"),
             "ratio_cpu": ratio, "ratio_syscalls": sc_ratio, "scraped_only_runs": scraped,
             "scraped_only_cpu_ms_per_sample_median": _median(scraped, "cpu_ms_per_sample"),
             "scraped_only_ratio_cpu": _median(scraped, "ratio"),
