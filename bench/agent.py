@@ -15,7 +15,7 @@ per sample are counted in this process (cProfile over the same collectors and fr
 
 In the same run, node_exporter (if installed) runs on the same tree with the collectors
 that read the same files, scraped once a second as Prometheus scrapes it, beside each
-agent run: its CPU time (from /proc/PID/stat), bytes read and scrapes are read at the
+agent run: its CPU time (each thread's schedstat), bytes read and scrapes are read at the
 moments the agent's child starts and ends its window, so each ratio compares the two
 programs over the same seconds (the machine's speed moves from one window to the next:
 node_exporter's scrape of this tree took 4.3 ms in one window and 7.2 ms in the next).
@@ -57,11 +57,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import syscalls  # noqa: E402  (beside this file; ROOT first: this file is not `agent`)
-from exporter_beside import NodeExporter, binary  # noqa: E402
+from exporter_beside import Mark, NodeExporter, binary  # noqa: E402
 
 TARGET_CPU_MS = 3.0
 TARGET_RSS_MB = 60.0
 TARGET_RATIO = 0.5  # of node_exporter's CPU and system calls per scrape
+
+
 def _rss_mb() -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -320,7 +322,7 @@ def main() -> None:
 
 
 def _floor(args: argparse.Namespace) -> None:
-    """What each program costs with nothing to read, in runs alternated as the others:
+    """What each program costs with nothing to read, the two at the same time as in a run:
     the part of a sample that waking, serving and the runtime cost, whatever the node."""
     import shutil
     import tempfile
@@ -372,14 +374,18 @@ def _agent_run(args: argparse.Namespace, tree: Path, streamed: bool = True,
     assert proc.stdout is not None
     port = int(proc.stdout.readline())
     lines: list[str] = []
-    marks: list[Any] = []
+    marks: list[Mark] = []
+    failed: list[BaseException] = []
 
     def follow() -> None:  # the child's window, marked on node_exporter as it opens and ends
         assert proc.stdout is not None
         for text in proc.stdout:
             if text.strip() in ("measure", "measured"):
-                if beside is not None:
-                    marks.append(beside.mark())
+                if beside is not None and not failed:
+                    try:
+                        marks.append(beside.mark())
+                    except Exception as exc:  # said once the child has ended
+                        failed.append(exc)
             else:
                 lines.append(text)
 
@@ -389,10 +395,14 @@ def _agent_run(args: argparse.Namespace, tree: Path, streamed: bool = True,
                        _scraper(port, args.scrape_every, proc))
     proc.wait()
     reader.join(10)
+    if failed:
+        raise failed[0]
     r: dict[str, Any] = json.loads("".join(lines).strip().splitlines()[-1])
     r["frames_received" if streamed else "scrapes"] = read
     r["cpu_ms_per_sample"] = 1000 * r["cpu_s"] / max(1, r["samples"])
-    if len(marks) == 2:
+    if beside is not None:
+        if len(marks) != 2:
+            raise RuntimeError(f"the agent's child marked {len(marks)} window ends, not 2")
         r["node_exporter"] = NodeExporter.between(*marks)
         r["ratio"] = r["cpu_ms_per_sample"] / r["node_exporter"]["cpu_ms_per_scrape"]
     return r

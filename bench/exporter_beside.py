@@ -73,7 +73,9 @@ class NodeExporter:
         self._conn: http.client.HTTPConnection | None = None
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
+        self._lock = threading.Lock()  # a scrape and its count, or a mark, at a time
         self._scrapes = 0
+        self._failed: BaseException | None = None  # what ended the scraper thread
 
     @property
     def pid(self) -> int:
@@ -81,6 +83,7 @@ class NodeExporter:
         return self._proc.pid
 
     def start(self) -> NodeExporter:
+        """Start it and wait until it answers; stopped again if it does not."""
         path = binary()
         if path is None:
             raise FileNotFoundError("node_exporter")
@@ -92,15 +95,21 @@ class NodeExporter:
              "--collector.disable-defaults", *(f"--collector.{c}" for c in COLLECTORS),
              f"--web.listen-address=127.0.0.1:{port}"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
-                break
-            except OSError:
-                time.sleep(0.1)
-        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-        for _ in range(3):  # warm up
-            self._scrape()
+        try:
+            for _ in range(100):
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read()
+                    break
+                except OSError:
+                    time.sleep(0.1)
+            else:
+                raise RuntimeError(f"node_exporter did not answer on port {port} in 10 s")
+            self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+            for _ in range(3):  # warm up
+                self._scrape()
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def _scrape(self) -> None:
@@ -126,11 +135,15 @@ class NodeExporter:
 
         def run() -> None:
             next_at = time.monotonic()
-            while not self._stop.is_set():
-                self._scrape()
-                self._scrapes += 1
-                next_at += self.every
-                self._stop.wait(max(0.0, next_at - time.monotonic()))
+            try:
+                while not self._stop.is_set():
+                    with self._lock:  # a mark falls between two scrapes, not in one
+                        self._scrape()
+                        self._scrapes += 1
+                    next_at += self.every
+                    self._stop.wait(max(0.0, next_at - time.monotonic()))
+            except Exception as exc:  # said at the next mark: no figure without scrapes
+                self._failed = exc
 
         self._thread = threading.Thread(target=run, name="node_exporter scraper", daemon=True)
         self._thread.start()
@@ -139,16 +152,23 @@ class NodeExporter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+            if self._thread.is_alive():
+                raise RuntimeError("node_exporter's scraper did not stop in 10 s")
             self._thread = None
 
     def mark(self) -> Mark:
-        io = syscalls.read_io(self.pid)
-        return Mark(proc_cpu_s(self.pid), self._scrapes, io["rchar"], io["syscr"])
+        if self._failed is not None:
+            raise RuntimeError(f"scraping node_exporter failed: {self._failed!r}")
+        with self._lock:
+            io = syscalls.read_io(self.pid)
+            return Mark(proc_cpu_s(self.pid), self._scrapes, io["rchar"], io["syscr"])
 
     @staticmethod
     def between(a: Mark, b: Mark) -> dict[str, Any]:
         """Its cost per scrape from mark `a` to mark `b`."""
-        n = max(1, b.scrapes - a.scrapes)
+        n = b.scrapes - a.scrapes
+        if n < 1:
+            raise RuntimeError("node_exporter was not scraped between the two marks")
         return {"cpu_ms_per_scrape": 1000 * (b.cpu_s - a.cpu_s) / n, "scrapes": n,
                 "bytes_read_per_scrape": (b.rchar - a.rchar) / n,
                 "read_calls_per_scrape": (b.syscr - a.syscr) / n}
@@ -156,8 +176,7 @@ class NodeExporter:
     def alone(self, seconds: float) -> dict[str, Any]:
         """Its cost per scrape over `seconds` with nothing measured beside it."""
         a = self.mark()
-        n = self.scrape_for(seconds)
-        self._scrapes += n
+        self._scrapes += self.scrape_for(seconds)
         return self.between(a, self.mark())
 
     def syscalls(self, seconds: float) -> dict[str, Any]:
@@ -170,9 +189,15 @@ class NodeExporter:
         return {"syscalls": counted}
 
     def stop(self) -> None:
-        self.quiet()
-        if self._conn is not None:
-            self._conn.close()
-        if self._proc is not None:
-            self._proc.terminate()
-            self._proc.wait(10)
+        try:
+            self.quiet()
+        finally:
+            if self._conn is not None:
+                self._conn.close()
+            if self._proc is not None:
+                self._proc.terminate()
+                try:
+                    self._proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    self._proc.kill()
+                    self._proc.wait(10)
