@@ -117,20 +117,9 @@ class NodeExporter:
         self._conn.request("GET", "/metrics", headers=PROMETHEUS_SCRAPE_HEADERS)
         self._conn.getresponse().read()
 
-    def scrape_for(self, window: float) -> int:
-        """Scrape at the cadence for `window` seconds here; returns the scrapes."""
-        n = 0
-        t_end = time.monotonic() + window
-        next_at = time.monotonic()
-        while time.monotonic() < t_end:
-            self._scrape()
-            n += 1
-            next_at += self.every
-            time.sleep(max(0.0, next_at - time.monotonic()))
-        return n
-
     def scraping(self) -> None:
-        """Scrape at the cadence on a thread of its own until `quiet()`."""
+        """Scrape at the cadence (the first at once) on a thread of its own until
+        `quiet()`."""
         self._stop.clear()
 
         def run() -> None:
@@ -173,17 +162,28 @@ class NodeExporter:
                 "bytes_read_per_scrape": (b.rchar - a.rchar) / n,
                 "read_calls_per_scrape": (b.syscr - a.syscr) / n}
 
+    def _during(self, seconds: float) -> int:
+        """Scraped for `seconds` here (the scraper stopped before and after); returns
+        the scrapes."""
+        before = self._scrapes
+        self.scraping()
+        time.sleep(seconds)
+        self.quiet()
+        if self._failed is not None:
+            raise RuntimeError(f"scraping node_exporter failed: {self._failed!r}")
+        return self._scrapes - before
+
     def alone(self, seconds: float) -> dict[str, Any]:
         """Its cost per scrape over `seconds` with nothing measured beside it."""
         a = self.mark()
-        self._scrapes += self.scrape_for(seconds)
+        self._during(seconds)
         return self.between(a, self.mark())
 
     def syscalls(self, seconds: float) -> dict[str, Any]:
         """Its system calls per scrape, in a window of their own."""
         if seconds <= 0 or not syscalls.strace_available():
             return {}
-        counted = syscalls.count_syscalls(self.pid, lambda: self.scrape_for(seconds))
+        counted = syscalls.count_syscalls(self.pid, lambda: self._during(seconds))
         if isinstance(counted, syscalls.SyscallCount):
             return {"syscalls": counted.calls, "syscall_samples": counted.samples}
         return {"syscalls": counted}
