@@ -679,6 +679,31 @@ async def test_the_picked_findings_host_list_is_copied_and_its_drain_command_sho
         assert any("tuimon does not run it" in n.message for n in app._notifications)
 
 
+async def test_f_then_enter_opens_the_worst_finding() -> None:
+    """What the pane's header says (`f: select, enter: open`) works as typed: `f` picks
+    the worst finding when none is picked, and enter opens it."""
+    cluster, sim = await seeded_cluster(20, gpus=2)
+    for m in sim.members[1:18]:
+        cluster.mark_stale(m.target, "connection refused")
+    diagnosis, _ = judged(cluster)
+    app = TuimonApp(cluster, refresh=3600, judgement=judging(cluster, diagnosis))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        pane = app.query_one("#diagnosis")
+        worst = pane.groups[0]
+        assert worst.kind == "node_lost" and len(worst.nodes) == 17, worst
+        await pilot.press("f")
+        await pilot.pause()
+        assert pane.has_focus and pane.highlighted == 1
+        await pilot.press("enter")
+        await pilot.pause()
+        assert len(app.active_map._hm_order) == 17
+        # Back at the map and in again: the pick stays where the user left it.
+        await pilot.press("escape", "f", "down")
+        await pilot.pause()
+        assert pane.highlighted == min(2, len(pane.groups))
+
+
 async def test_a_finding_on_one_node_opens_that_node() -> None:
     app = await make_app(16)
     async with app.run_test(size=(160, 45)) as pilot:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import time
 
+from textual import events
 from textual.binding import Binding
 from textual.content import Content
 from textual.message import Message
@@ -343,6 +344,12 @@ class DiagnosisPane(OptionList):
                          + [Option(Content.from_markup(t)) for t in lines[1:]])
         if keep is not None and self.groups:
             self.highlighted = min(keep, len(self.groups))
+
+    def on_focus(self, event: events.Focus) -> None:
+        """`f` then enter opens the worst finding: with none picked yet, focusing the
+        pane picks the first (the header line above it is not a finding)."""
+        if self.groups and not self.highlighted:
+            self.highlighted = 1
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
