@@ -15,7 +15,10 @@ node, as the issue measured. One HTTP server answers for every node, laid out as
     next node_exporter's only.
 
 Each target's text is laid out once; a scrape fills in only the counters (which grow
-with time, so rates are real) and a few gauges, so a 2-core machine can serve thousands.
+with time, so rates are real) and the gauges that move on a real GPU (how busy it is,
+its clocks, power and temperature: a new value at each 5 s scrape, from a few laid out
+in advance), so a 2-core machine can serve thousands, and Prometheus stores, and the
+app reads and draws, values that change as a busy fleet's do.
 
     .venv/bin/python bench/prom_fleet.py NODES --port P --ready FILE [--layout labels]
 """
@@ -25,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import time
 from pathlib import Path
 
@@ -51,6 +55,29 @@ DCGM_GAUGES = (  # (name, help, value for GPU i of node n)
     ("DCGM_FI_PROF_PCIE_RX_BYTES", "The rate of data received over the PCIe bus.",
      lambda n, i: 0.9e9),
 )
+# The gauges that move with the work, by how far (the value of DCGM_GAUGES times
+# 1 +- this, in PHASES steps): each GPU's own phase, so no two neighbours move alike.
+MOVING = {"DCGM_FI_DEV_SM_CLOCK": 0.02, "DCGM_FI_DEV_GPU_TEMP": 0.04,
+          "DCGM_FI_DEV_POWER_USAGE": 0.10, "DCGM_FI_DEV_GPU_UTIL": 0.15,
+          "DCGM_FI_DEV_MEM_COPY_UTIL": 0.30, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.15,
+          "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": 0.30, "DCGM_FI_PROF_DRAM_ACTIVE": 0.30,
+          "DCGM_FI_PROF_PCIE_TX_BYTES": 0.40, "DCGM_FI_PROF_PCIE_RX_BYTES": 0.40}
+PHASES = 12
+SCRAPE_S = 5.0  # a new phase every scrape of the benches' Prometheus
+
+
+def phases(name: str, value: float, spread: float, n: int, i: int) -> list[str]:
+    """A moving gauge's values, one a phase, as the exposition writes them (a share of
+    time at most 1, a percentage at most 100)."""
+    cap = 1.0 if name.endswith("_ACTIVE") else 100.0 if name.endswith("_UTIL") else math.inf
+    out = []
+    for k in range(PHASES):
+        v = min(cap, value * (1 + spread * math.sin(2 * math.pi * (k + 5 * n + 3 * i)
+                                                     / PHASES)))
+        out.append(f"{v:.4g}" if isinstance(value, float) else str(round(v)))
+    return out
+
+
 DCGM_COUNTERS = (("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
                   "Total energy consumption since boot (in mJ).", 300_000.0),)
 # node_exporter's infiniband collector, per port: (name, kind, growth per second)
@@ -97,17 +124,27 @@ def exporters(n: int, layout: str) -> tuple[bool, bool]:
     return n % 4 != 2, n % 4 != 1
 
 
-def families(n: int, layout: str) -> list[tuple[str, list[tuple[str, float | None]]]]:
+# What a series' text leaves for each scrape to fill in: nothing (None), a counter's
+# growth per second, or a moving gauge's values by phase.
+Slot = float | list[str] | None
+
+
+def families(n: int, layout: str) -> list[tuple[str, list[tuple[str, Slot]]]]:
     """Node `n`'s metric families: (the HELP and TYPE lines, its series), a series being
-    (its text up to the value, the counter's growth per second; None: the value is in
-    the text). With the labels layout node_exporter's series carry a `node` label too."""
+    (its text up to the value, then the counter's growth per second, or a moving
+    gauge's values by phase; None: the value is in the text). With the labels layout
+    node_exporter's series carry a `node` label too."""
     host = node_name(n)
     dcgm, node_exporter = exporters(n, layout)
-    out: list[tuple[str, list[tuple[str, float | None]]]] = []
+    out: list[tuple[str, list[tuple[str, Slot]]]] = []
     if dcgm:
         for name, help_text, value in DCGM_GAUGES:
+            spread = MOVING.get(name)
             out.append((f"# HELP {name} {help_text}\n# TYPE {name} gauge\n",
                         [(f'{name}{{{_dcgm_labels(n, i, host)}}} {value(n, i)}\n', None)
+                         if spread is None else
+                         (f'{name}{{{_dcgm_labels(n, i, host)}}} ',
+                          phases(name, value(n, i), spread, n, i))
                          for i in range(GPUS)]))
         for name, help_text, rate in DCGM_COUNTERS:
             out.append((f"# HELP {name} {help_text}\n# TYPE {name} counter\n",
@@ -116,17 +153,17 @@ def families(n: int, layout: str) -> list[tuple[str, list[tuple[str, float | Non
     if not node_exporter:
         return out
     node = f',node="{host}"' if layout == "labels" else ""
-    for name, kind, rate in IB:
+    for name, kind, growth in IB:
         metric = f"node_infiniband_{name}"
-        lines: list[tuple[str, float | None]] = []
+        lines: list[tuple[str, Slot]] = []
         for p in range(PORTS):
             labels = f'{{device="mlx5_{p}"{node},port="1"}}'
-            if rate is None:
-                value = {"rate_bytes_per_second": 5e10, "state_id": 4,
+            if growth is None:
+                fixed = {"rate_bytes_per_second": 5e10, "state_id": 4,
                          "physical_state_id": 5}[name]
-                lines.append((f"{metric}{labels} {value}\n", None))
+                lines.append((f"{metric}{labels} {fixed}\n", None))
             else:
-                lines.append((f"{metric}{labels} ", rate))
+                lines.append((f"{metric}{labels} ", growth))
         out.append((f"# HELP {metric} Infiniband {name}\n# TYPE {metric} {kind}\n", lines))
     out.append(("# HELP node_uname_info Labeled system information.\n"
                 "# TYPE node_uname_info gauge\n",
@@ -148,28 +185,29 @@ class Exposition:
     families of one node, or of every node (each family's series together, as one
     exporter exposes them)."""
 
-    def __init__(self, nodes: list[list[tuple[str, list[tuple[str, float | None]]]]]
-                 ) -> None:
-        self.slots: list[float] = []  # growth per second of each counter, in order
+    def __init__(self, nodes: list[list[tuple[str, list[tuple[str, Slot]]]]]) -> None:
+        # each counter's growth per second, or each moving gauge's values, in order
+        self.slots: list[float | list[str]] = []
         self.parts: list[str] = []
         text: list[str] = []
         for i, (header, _) in enumerate(nodes[0] if nodes else []):
             text.append(header)
             for node in nodes:
-                for line, rate in node[i][1]:
+                for line, slot in node[i][1]:
                     text.append(line)
-                    if rate is not None:
+                    if slot is not None:
                         self.parts.append("".join(text))
                         text.clear()
-                        self.slots.append(rate)
+                        self.slots.append(slot)
                         text.append("\n")
         self.tail = "".join(text)
 
     def body(self, t: float) -> bytes:
         out = []
-        for part, rate in zip(self.parts, self.slots):
+        phase = int(t / SCRAPE_S) % PHASES
+        for part, slot in zip(self.parts, self.slots):
             out.append(part)
-            out.append(str(int(rate * t)))
+            out.append(slot[phase] if isinstance(slot, list) else str(int(slot * t)))
         out.append(self.tail)
         return "".join(out).encode()
 
