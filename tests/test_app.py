@@ -10,7 +10,7 @@ import pytest
 
 from agent.sim.cluster import SimCluster
 from tests.seeded import judged, seeded_cluster, watched_by_app
-from tuimon.model.cluster import ClusterState
+from tuimon.model.cluster import ClusterEvent, ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.judge_config import JudgeConfig
 from tuimon.model.judgement import JUDGE_MAX_TICKS, Judgement
@@ -1039,3 +1039,24 @@ def test_a_shortened_name_keeps_its_whole_number() -> None:
     assert _shared_front(["gpu1", "gpu10", "gpu11", "gpu12"]) == 3
     assert _shared_front(["sim-node001", "sim-node002", "sim-node031"]) == 8
     assert _shared_front(["a", "ab"]) == 0
+
+
+@pytest.mark.parametrize("width", [80, 160])
+async def test_each_event_names_its_node_once_at_any_width(width: int) -> None:
+    """An agent's own event (its inventory changed) does not name its node in its words,
+    a finding's does: on a narrow screen, with no node column, the first gets its node
+    before it; on a wide one the second is not named twice."""
+    app = await make_app(4)
+    cluster = app.cluster
+    cluster.events.clear()
+    cluster.events.appendleft(ClusterEvent("sim-node001", 1.0, "inventory_changed", "warning",
+                                           "inventory changed: port mlx5_2:1 up 1 -> 0"))
+    cluster.events.appendleft(ClusterEvent("sim-node002", 2.0, "thermal", "warning",
+                                           "sim-node002 GPU 1 thermal throttling"))
+    async with app.run_test(size=(width, 40)) as pilot:
+        app.tick()
+        await pilot.pause()
+        shown = str(app.query_one(EventsPane).render())
+        assert re.search(r"sim-node001\s+inventory changed: port mlx5_2:1", shown), shown
+        assert re.search(r"sim-node002\s+GPU 1 thermal throttling", shown), shown
+        assert "sim-node002 sim-node002" not in re.sub(r"\s+", " ", shown), shown

@@ -31,6 +31,7 @@ from tuimon.text.markup import safe
 from tuimon.text.severity import severity_style
 from tuimon.text.sparkline import sparkline
 from tuimon_core.node_states import CONNECTING, DOWN, STALE, UNKNOWN, UP
+from tuimon_core.protocol.text import clean
 from tuimon_core.units import rate, size
 from tuimon_core.wait_kinds import said, said_hours
 from tuimon_core.wording import duration_text
@@ -410,11 +411,16 @@ class EventsPane(Panel):
         for ev in itertools.islice(cluster.events, rows):
             color = severity_style(ev.severity)
             when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
+            # A finding's words begin with its node, an agent's own event's do not: each
+            # line names its node once, in its column (a narrow screen's is shorter).
+            named = bool(ev.node) and ev.message.startswith(f"{ev.node} ")
+            text = ev.message[len(ev.node) + 1:] if named else ev.message
             if width < 120:
+                node = clean(ev.node)[:20]
                 lines.append(f" {when} [{color}]{safe(ev.severity, 4)}[/] "
-                             f"{safe(ev.message, max(20, width - 16))}")
+                             f"{safe(node)} {safe(text, max(20, width - 17 - len(node)))}")
             else:
                 lines.append(f"  {when} [{color}]{safe(ev.severity, 8):<8}[/] "
                              f"{safe(ev.node, 20):<20} "
-                             f"{safe(ev.message, max(20, width - 42))}")
+                             f"{safe(text, max(20, width - 42))}")
         self.update("\n".join(lines))
