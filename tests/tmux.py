@@ -23,6 +23,15 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = ROOT / ".venv" / "bin"
 
 
+def _server_env() -> dict[str, str]:
+    """The environment the private server (and so the program in its pane) starts with:
+    this process's, without COLUMNS and LINES. GNU readline, once loaded (pytest loads
+    it), writes both into the C environment that children inherit though `os.environ`
+    never shows them, and a program that finds them believes them over its terminal
+    (80x24 in a 160x40 pane). Passing the environment explicitly leaves them out."""
+    return {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
 def need_tmux() -> str:
     path = shutil.which("tmux")
     if path is None:
@@ -53,7 +62,7 @@ class Tmux:
 
     def _run(self, *args: str) -> str:
         proc = subprocess.run([self.tmux, "-L", self.socket, *args], capture_output=True,
-                              text=True, timeout=10, check=False)
+                              text=True, timeout=10, check=False, env=_server_env())
         if proc.returncode != 0:
             raise RuntimeError(f"tmux {' '.join(args)}: {proc.stderr.strip()}")
         return proc.stdout
