@@ -136,3 +136,20 @@ def test_a_c_locale_gets_an_ascii_map_and_no_color_gets_no_colour() -> None:
         assert "7" in params  # the cursor, marked by reverse video instead
     finally:
         tmux.close()
+
+
+def test_the_app_takes_its_terminals_size_over_exported_columns_and_lines() -> None:
+    """COLUMNS=80 LINES=24 exported (a wrapper script, a parent that loaded readline)
+    in a 160x40 terminal: the app fills the terminal, and follows it when it is
+    resized, instead of drawing 80x24 in its corner."""
+    demo = [str(BIN / "tuimon"), "demo", "--nodes", "8", "--base-port", str(_free_port())]
+    with Tmux(demo, width=160, height=40, env={"COLUMNS": "80", "LINES": "24"}) as t:
+        screen = t.wait_for(lambda s: "sim-node007" in s and "diagnosis" in s, timeout=60,
+                            what="the map")
+        lines = screen.splitlines()
+        assert len(lines[0].rstrip()) > 100, lines[0]  # the wide header, not 80 columns
+        assert lines[-1].strip(), screen  # the footer on the terminal's last line, not 24th
+        t._run("resize-window", "-t", "t", "-x", "120", "-y", "30")
+        screen = t.wait_for(lambda s: len(s.splitlines()) == 30 and s.splitlines()[-1].strip()
+                            and "sim-node007" in s, what="the app at 120x30")
+        assert max(len(line.rstrip()) for line in screen.splitlines()) <= 120, screen

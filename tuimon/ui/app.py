@@ -48,6 +48,7 @@ from tuimon.ui.panels import (
     SloStrip,
     StoragePanel,
 )
+from tuimon.ui.terminal_size import trust_the_terminal
 from tuimon.ui.text_screen import TextScreen
 from tuimon.ui.theme_files import DEFAULT_THEME, heat_variable_defaults, load_themes
 from tuimon_core import heap
@@ -257,6 +258,10 @@ class TuimonApp(App[None]):
         self.theme_names = [t.name for t in themes]
         for t in themes:
             self.register_theme(t)
+
+    def run(self, *args: Any, **kwargs: Any) -> None:
+        trust_the_terminal()  # its size, not an exported COLUMNS and LINES
+        super().run(*args, **kwargs)
 
     # -- layout --------------------------------------------------------------------------
 
