@@ -1060,3 +1060,25 @@ async def test_each_event_names_its_node_once_at_any_width(width: int) -> None:
         assert re.search(r"sim-node001\s+inventory changed: port mlx5_2:1", shown), shown
         assert re.search(r"sim-node002\s+GPU 1 thermal throttling", shown), shown
         assert "sim-node002 sim-node002" not in re.sub(r"\s+", " ", shown), shown
+
+
+async def test_under_no_color_the_picked_finding_is_in_reverse_video(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Textual draws an option list's highlight as swapped colours, which NO_COLOR would
+    leave as bold alone: the picked finding is drawn in reverse video, the others not."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = await make_app(8)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        pane = app.query_one("#diagnosis")
+        assert app.no_color and len(pane.groups) >= 2
+        await pilot.press("f")
+        await pilot.pause()
+
+        def reversed_line(y: int) -> bool:
+            return any(seg.style is not None and seg.style.reverse
+                       for seg in pane.render_line(y) if seg.text.strip())
+        assert reversed_line(1) and not reversed_line(2)
+        await pilot.press("down")
+        await pilot.pause()
+        assert reversed_line(2) and not reversed_line(1)

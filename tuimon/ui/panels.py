@@ -5,10 +5,12 @@ from __future__ import annotations
 import itertools
 import time
 
+from rich.style import Style
 from textual import events
 from textual.binding import Binding
 from textual.content import Content
 from textual.message import Message
+from textual.strip import Strip
 from textual.visual import VisualType
 from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
@@ -301,6 +303,9 @@ class StoragePanel(Panel):
                 f"[$heat-4]{sparkline(fs.read_hist, spark, prov)}[/]")  # type: ignore[attr-defined]
 
 
+_REVERSE = Style(reverse=True)
+
+
 class DiagnosisPane(OptionList):
     """The findings, grouped, worst first: as tall as they are, up to half the screen,
     then scrolls. `f` focuses it; up and down pick a finding, enter opens its node (or
@@ -351,6 +356,19 @@ class DiagnosisPane(OptionList):
         pane picks the first (the header line above it is not a finding)."""
         if self.groups and not self.highlighted:
             self.highlighted = 1
+
+    def render_line(self, y: int) -> Strip:
+        """Under NO_COLOR the picked finding in reverse video: Textual draws its
+        highlight as swapped colours, which no colour leaves as plain bold."""
+        strip = super().render_line(y)
+        if self.app.no_color and self.highlighted is not None:
+            try:  # the option on this line (Textual's own layout of its lines)
+                index = self._lines[self.scroll_offset.y + y][0]
+            except (AttributeError, IndexError, TypeError):
+                return strip
+            if index == self.highlighted:
+                strip = strip.apply_style(_REVERSE)
+        return strip
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         event.stop()
