@@ -1082,3 +1082,14 @@ async def test_under_no_color_the_picked_finding_is_in_reverse_video(
         await pilot.press("down")
         await pilot.pause()
         assert reversed_line(2) and not reversed_line(1)
+
+
+async def test_h_without_a_ledger_says_where_the_history_is_kept() -> None:
+    app = await make_app(4)
+    assert app.history is None
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("H")
+        await pilot.pause()
+        assert app.screen is app.screen_stack[0]  # no empty history screen
+        shown = [n.message for n in app._notifications]
+        assert any("relay's ledger keeps the incidents" in m for m in shown), shown

@@ -190,6 +190,7 @@ class TuimonApp(App[None]):
         Binding("f", "focus_diagnosis", "findings", id="focus_diagnosis"),
         Binding("i", "fleet", "fleet", id="fleet"),
         Binding("H", "history", "history", id="history"),
+        Binding("H", "no_history", "history", show=False, id="no_history"),
         Binding("escape", "clear_filter", "clear filter", show=False, id="clear_filter"),
         Binding("colon", "go_to", "go to", show=False, id="go_to"),
     ]
@@ -203,12 +204,16 @@ class TuimonApp(App[None]):
         return [*filters, self._ascii_screen] if self.ascii_only else filters
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "no_history":  # `H` then says where the history is kept
+            return self.history is None
         # The node screen and the help sit above the map: its keys must not move it.
         return self.offers(action) and not (action in MAP_ACTIONS and len(self.screen_stack) > 1)
 
     def offers(self, action: str) -> bool:
         """Whether this app can do `action` at all, whatever screen is up."""
-        return action != "history" or self.history is not None  # only a ledger keeps them
+        if action == "history":
+            return self.history is not None  # only a ledger keeps them
+        return action != "no_history"  # a note for a key, not a command to offer
 
     def __init__(self, cluster: ClusterState, *,
                  sources: Callable[[ClusterState], list[Coroutine[Any, Any, None]]] | None = None,
@@ -259,9 +264,9 @@ class TuimonApp(App[None]):
         for t in themes:
             self.register_theme(t)
 
-    def run(self, *args: Any, **kwargs: Any) -> None:
+    def run(self, *args: Any, **kwargs: Any) -> Any:
         trust_the_terminal()  # its size, not an exported COLUMNS and LINES
-        super().run(*args, **kwargs)
+        return super().run(*args, **kwargs)
 
     # -- layout --------------------------------------------------------------------------
 
@@ -511,6 +516,11 @@ class TuimonApp(App[None]):
 
     def action_history(self) -> None:
         self.push_screen(HistoryScreen(self.history, self.open_incident))
+
+    def action_no_history(self) -> None:
+        self.notify("no history here: a relay's ledger keeps the incidents (watch "
+                    "through one: tuimon connect --relay HOST, or status --relay HOST "
+                    "--since 6h)", timeout=6)
 
     def open_incident(self, incident: dict[str, Any]) -> None:
         """What an incident of the history names: its node's screen, the map filtered to
