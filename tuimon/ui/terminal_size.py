@@ -5,8 +5,8 @@ and LINES first, where set, and the terminal only where not; on a resize it read
 again. A shell or tool that exports them (a wrapper script, a `.profile` that sets
 COLUMNS for line tools, a parent process that loaded GNU readline, which writes both
 into the environment its children inherit) would fix the app at that size in a larger
-terminal, whatever the user resizes it to. On a terminal the app drops them; a readout
-written to a pipe (`--once`, `--plain`) still takes COLUMNS as its width.
+terminal, whatever the user resizes it to. On a terminal the full-screen app drops
+them (for itself and what it starts); no other command reads them.
 """
 
 from __future__ import annotations
