@@ -127,10 +127,13 @@ def run_relay(args: argparse.Namespace) -> int:
         judge=JudgeConfig.from_args(args))
     app, state = build_relay(config)
     ssl_ctx = server_ssl_context(args.tls_cert, args.tls_key)
-    log.info("tuimon relay %s on %s://%s: %d targets, %d relays, ledger %s, judging with "
-             "%s", __version__, "https" if ssl_ctx else "http", listen, len(state.targets),
-             len(state.relays), state.ledger.path if state.ledger else "off",
-             f"a topology of {len(config.judge.topology)} nodes" if config.judge.topology
-             else "no topology")
-    serve(app, listen, ssl_ctx)
+
+    def ready() -> None:  # said once it listens: an address in use is an error instead
+        log.info("tuimon relay %s on %s://%s: %d targets, %d relays, ledger %s, judging "
+                 "with %s", __version__, "https" if ssl_ctx else "http", listen,
+                 len(state.targets), len(state.relays),
+                 state.ledger.path if state.ledger else "off",
+                 f"a topology of {len(config.judge.topology)} nodes" if config.judge.topology
+                 else "no topology")
+    serve(app, listen, ssl_ctx, on_ready=ready)
     return 0
