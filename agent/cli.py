@@ -172,8 +172,6 @@ def _run(args: argparse.Namespace) -> int:
                          steps_socket=steps, storage=StorageConfig(mmpmon=args.mmpmon or None))
     agent = NodeAgent(config)
     scheme = "https" if ssl_ctx else "http"
-    log.info("tuimon-agent %s on %s://%s (node %s, interval %.3g s)", __version__, scheme,
-             listen, config.node_name, config.interval)
     app = build_app(agent, token=token)
 
     async def say_gpu_status(_: web.Application) -> None:
@@ -190,7 +188,11 @@ def _run(args: argparse.Namespace) -> int:
             refuse_if_live(steps)
         except StepSocketError as exc:
             raise ConfigError(str(exc)) from None
-    serve(app, listen, ssl_ctx)
+
+    def ready() -> None:  # said once it listens: an address in use is an error instead
+        log.info("tuimon-agent %s on %s://%s (node %s, interval %.3g s)", __version__, scheme,
+                 listen, config.node_name, config.interval)
+    serve(app, listen, ssl_ctx, on_ready=ready)
     return 0
 
 

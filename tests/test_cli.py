@@ -88,6 +88,8 @@ def test_a_second_agent_is_refused_and_the_first_keeps_its_telemetry(tmp_path: P
                 timeout=30)
             assert second.returncode == 2, second.stderr
             assert "in use" in second.stderr and "Traceback" not in second.stderr
+            # Not first "tuimon-agent ... on http://HOST:PORT": that is said once it listens.
+            assert "on http://" not in second.stderr, second.stderr
         reporter = StepReporter("train", 0, 1, socket_path=sock)
         reporter.report(1.0, 0.5)
         assert reporter.sent == 1 and Path(sock).exists()

@@ -33,11 +33,13 @@ def run_prom_judge(args: argparse.Namespace, options: Any, config: JudgeConfig) 
     # Every field of every node: the judgement reads what no screen draws.
     state = PromJudge(args.url, options, config, args.name, token)
     app = build_judge_app(state)
-    log.info("tuimon %s judging %s every %g s (%s), serving /metrics on %s://%s", __version__,
-             args.url, options.every,
-             f"a topology of {len(config.topology)} nodes" if config.topology
-             else "no topology", "https" if ssl_ctx else "http", listen)
-    serve(app, listen, ssl_ctx)
+
+    def ready() -> None:  # said once it listens: an address in use is an error instead
+        log.info("tuimon %s judging %s every %g s (%s), serving /metrics on %s://%s",
+                 __version__, args.url, options.every,
+                 f"a topology of {len(config.topology)} nodes" if config.topology
+                 else "no topology", "https" if ssl_ctx else "http", listen)
+    serve(app, listen, ssl_ctx, on_ready=ready)
     return 0
 
 
