@@ -66,3 +66,36 @@ async def test_a_nodes_row_reads_only_the_fields_it_declares() -> None:
         assert node_row(node, cluster.clock()) == full
         rows += "%" in full
     assert rows == 16
+
+
+async def test_the_xid_column_counts_what_the_xid_finding_names() -> None:
+    """Through Prometheus a GPU's XID comes as its last XID only (dcgm-exporter), never
+    as an event: the column counts it as the finding does ("XID 79 (1 seen)"), not 0
+    beside a critical finding; an agent's own count where it gives one."""
+    from tests.seeded import judged
+
+    cluster, sim = await seeded_cluster(1, gpus=2)
+    target = sim.members[0].target
+    node = cluster.nodes[target]
+
+    def xid_column() -> str:
+        header = next(line for line in render(cluster).splitlines()
+                      if line.startswith("node "))
+        row = next(line for line in render(cluster).splitlines()
+                   if line.startswith(node.name + " "))
+        return row.split()[header.split().index("xid")]
+
+    assert node.xids == 0 and xid_column() == "0"
+    gpus = [{"gr_active": 0.5}, {"gr_active": 0.5, "last_xid": 79}]
+    # As Prometheus's frames come: no findings of the node's own, so judged here.
+    extra = {k: v for k, v in node.sample.extra.items() if k != "findings"}
+    cluster.apply_sample(target, dataclasses.replace(node.sample, seq=node.sample.seq + 1,
+                                                     gpus=gpus, extra=extra))
+    _, findings = judged(cluster)
+    said = [f.message for f in findings if f.kind == "xid"]
+    assert said and said[0].endswith("XID 79 (1 seen)"), said
+    assert xid_column() == "1"
+    gpus[1] = {"gr_active": 0.5, "last_xid": 79, "xid_total": 3}
+    cluster.apply_sample(target, dataclasses.replace(node.sample, seq=node.sample.seq + 2,
+                                                     gpus=gpus, extra=extra))
+    assert xid_column() == "3"

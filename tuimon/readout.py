@@ -12,6 +12,7 @@ from tuimon.model.cluster import ClusterState, NodeState
 from tuimon.model.judgement import Judgement
 from tuimon.status import format_text, report, verdict
 from tuimon_core.findings import Finding
+from tuimon_core.gpu_state import xids_seen
 from tuimon_core.heat_levels import BUSY_FIELDS, gpu_busy
 from tuimon_core.node_states import DOWN, STALE, UNKNOWN, UP
 from tuimon_core.protocol.fields import port_down
@@ -45,7 +46,8 @@ def name_width(names: list[str]) -> int:
 # The sample fields a node's row reads: a source that asks only for what is drawn
 # (tuimon prom, ClusterState.set_drawn) asks no more for a readout.
 ROW_READS = frozenset({*(key for key, _ in BUSY_FIELDS), "temp", "power", "clock_events",
-                       "failed", "cpu_util", "tx_util", "state", "phys_state", "errors_inc"})
+                       "failed", "cpu_util", "tx_util", "state", "phys_state", "errors_inc",
+                       "xid_total", "last_xid"})
 
 
 def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
@@ -55,6 +57,9 @@ def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
     power = [w for g in gpus if (w := g.get("power")) is not None]
     throttled = sum(1 for g in gpus if set(g.get("clock_events") or ()) - {"gpu_idle"})
     failed = sum(1 for g in gpus if g.get("failed"))
+    # The XIDs its GPUs say they have seen, as the XID finding counts them; a source with
+    # no XID events (Prometheus) says so only there. Events counted here, where more.
+    xids = max(node.xids, sum(xids_seen(g.get("xid_total"), g.get("last_xid")) for g in gpus))
     host = host_row(node.detail)
     mean = _mean(utils)
     status = node.status
@@ -71,7 +76,7 @@ def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
            f"{(f'{mean * 100:.0f}%' if mean is not None else '-'):>5} "
            f"{(f'{max(temps):.0f}C' if temps else '-'):>5} "
            f"{(f'{sum(power) / 1000:.1f}kW' if power else '-'):>7} "
-           f"{throttled:>4} {failed:>4} {node.xids:>4} "
+           f"{throttled:>4} {failed:>4} {xids:>4} "
            f"{(f'{cpu * 100:.0f}%' if cpu is not None else '-'):>5} "
            f"{(f'{ib_mean * 100:.0f}%' if ib_mean is not None else '-'):>5} {ib_bad:>5}")
     if node.reason and node.status != UP:

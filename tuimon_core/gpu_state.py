@@ -48,6 +48,12 @@ def gpu_busy(v: GpuRow) -> tuple[float | None, str | None]:
     return None, None
 
 
+def xids_seen(total: int | None, last: int | None) -> int:
+    """How many XIDs a GPU has seen: its agent's count, or one where a source gives only
+    the last XID (dcgm-exporter through Prometheus), none where it gives neither."""
+    return total or (1 if last else 0)
+
+
 # Power drawn, as a share of the limit, that reads as idle and as fully busy: an idle
 # H100 draws about a tenth of its 700 W, an idle A100 in MIG mode 67 of 400 W (a real
 # capture), one at work half or more.

@@ -18,7 +18,7 @@ from typing import Any
 
 from tuimon_core import xids
 from tuimon_core.findings import Finding
-from tuimon_core.gpu_state import Throttle, throttle
+from tuimon_core.gpu_state import Throttle, throttle, xids_seen
 from tuimon_core.link_rules import LinkRules
 from tuimon_core.protocol.fields import (
     PORT_DISABLED,
@@ -224,7 +224,7 @@ class NodeRules:
             total, code, seen = self._xid.get(i, (None, None, 0.0))
             if code and now - seen <= XID_WINDOW_S:
                 out.append(Finding(xids.severity(code), "xid",
-                                   f"{where} XID {code} ({total or 1} seen)",
+                                   f"{where} XID {code} ({xids_seen(total, code)} seen)",
                                    node=node, gpu=i, score=0.3))
             if (g.get("ecc_uncorrected") or 0) > 0:
                 out.append(Finding("critical", "ecc", f"{where} {g['ecc_uncorrected']} "
