@@ -1053,6 +1053,9 @@ async def test_each_event_names_its_node_once_at_any_width(width: int) -> None:
                                            "inventory changed: port mlx5_2:1 up 1 -> 0"))
     cluster.events.appendleft(ClusterEvent("sim-node002", 2.0, "thermal", "warning",
                                            "sim-node002 GPU 1 thermal throttling"))
+    cluster.events.appendleft(ClusterEvent(
+        "http://prom:9090", 3.0, "source_lost", "critical",
+        "prometheus http://prom:9090: cannot connect: connection refused"))
     async with app.run_test(size=(width, 40)) as pilot:
         app.tick()
         await pilot.pause()
@@ -1060,6 +1063,9 @@ async def test_each_event_names_its_node_once_at_any_width(width: int) -> None:
         assert re.search(r"sim-node001\s+inventory changed: port mlx5_2:1", shown), shown
         assert re.search(r"sim-node002\s+GPU 1 thermal throttling", shown), shown
         assert "sim-node002 sim-node002" not in re.sub(r"\s+", " ", shown), shown
+        assert "prometheus http://prom:9090: cannot connect" in shown, shown
+        if width < 120:  # no node column: what the words name is not said again
+            assert shown.count("http://prom:9090") == 1, shown
 
 
 async def test_under_no_color_the_picked_finding_is_in_reverse_video(

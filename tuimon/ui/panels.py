@@ -429,15 +429,19 @@ class EventsPane(Panel):
         for ev in itertools.islice(cluster.events, rows):
             color = severity_style(ev.severity)
             when = time.strftime("%H:%M:%S", time.localtime(ev.ts))
-            # A finding's words begin with its node, an agent's own event's do not: each
-            # line names its node once, in its column (a narrow screen's is shorter).
-            named = bool(ev.node) and ev.message.startswith(f"{ev.node} ")
-            text = ev.message[len(ev.node) + 1:] if named else ev.message
+            # A finding's words name what it is about, an agent's own event's (its
+            # inventory changed) do not: each line names its node once. A narrow screen
+            # has no node column: the node goes before words that lack it.
             if width < 120:
-                node = clean(ev.node)[:20]
+                text = ev.message
+                if ev.node and ev.node not in text:
+                    text = f"{clean(ev.node)[:20]} {text}"
                 lines.append(f" {when} [{color}]{safe(ev.severity, 4)}[/] "
-                             f"{safe(node)} {safe(text, max(20, width - 17 - len(node)))}")
+                             f"{safe(text, max(20, width - 16))}")
             else:
+                text = ev.message
+                if ev.node and text.startswith(f"{ev.node} "):
+                    text = text[len(ev.node) + 1:]  # in its column already
                 lines.append(f"  {when} [{color}]{safe(ev.severity, 8):<8}[/] "
                              f"{safe(ev.node, 20):<20} "
                              f"{safe(text, max(20, width - 42))}")
