@@ -625,12 +625,17 @@ async def test_replay_keys_are_in_the_help() -> None:
         assert len(titles & {b.description for b in ReplayApp.BINDINGS}) >= 3, titles
 
 
-async def test_findings_grouped_and_opened_from_the_diagnosis_pane() -> None:
+async def seventeen_lost() -> TuimonApp:
+    """20 nodes, 17 of them lost (one finding for them, the worst), judged."""
     cluster, sim = await seeded_cluster(20, gpus=2)
     for m in sim.members[1:18]:
         cluster.mark_stale(m.target, "connection refused")
     diagnosis, _ = judged(cluster)
-    app = TuimonApp(cluster, refresh=3600, judgement=judging(cluster, diagnosis))
+    return TuimonApp(cluster, refresh=3600, judgement=judging(cluster, diagnosis))
+
+
+async def test_findings_grouped_and_opened_from_the_diagnosis_pane() -> None:
+    app = await seventeen_lost()
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         pane = app.query_one("#diagnosis")
@@ -682,11 +687,7 @@ async def test_the_picked_findings_host_list_is_copied_and_its_drain_command_sho
 async def test_f_then_enter_opens_the_worst_finding() -> None:
     """What the pane's header says (`f: select, enter: open`) works as typed: `f` picks
     the worst finding when none is picked, and enter opens it."""
-    cluster, sim = await seeded_cluster(20, gpus=2)
-    for m in sim.members[1:18]:
-        cluster.mark_stale(m.target, "connection refused")
-    diagnosis, _ = judged(cluster)
-    app = TuimonApp(cluster, refresh=3600, judgement=judging(cluster, diagnosis))
+    app = await seventeen_lost()
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         pane = app.query_one("#diagnosis")
