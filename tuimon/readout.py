@@ -57,8 +57,9 @@ def node_row(node: NodeState, now: float, width: int = NAME_MIN) -> str:
     power = [w for g in gpus if (w := g.get("power")) is not None]
     throttled = sum(1 for g in gpus if set(g.get("clock_events") or ()) - {"gpu_idle"})
     failed = sum(1 for g in gpus if g.get("failed"))
-    # The XIDs its GPUs say they have seen, as the XID finding counts them; a source with
-    # no XID events (Prometheus) says so only there. Events counted here, where more.
+    # The XIDs its GPUs say they have seen, counted as the XID finding counts them (the
+    # only count Prometheus gives: it sends no XID event), or the XID events this viewer
+    # received, where more.
     xids = max(node.xids, sum(xids_seen(g.get("xid_total"), g.get("last_xid")) for g in gpus))
     host = host_row(node.detail)
     mean = _mean(utils)
