@@ -34,6 +34,7 @@ from tests.trees import unttar, write
 from tuimon.model.cluster import ClusterState
 from tuimon.model.map_kinds import FABRIC_MAP, GPU_MAP
 from tuimon.model.storage import StorageView
+from tuimon.readout import render
 from tuimon.sources.prometheus import PromOptions, PromSource
 from tuimon_core.protocol import Sample, decode, encode
 from tuimon_core.protocol.fields import FS_COLUMNS
@@ -356,6 +357,14 @@ async def test_real_exporters_through_a_real_prometheus(tmp_path: Path) -> None:
     assert cluster.nodes[failed_node].status in ("stale", "down")
     _, findings = judged(cluster, seconds=0)
     assert any(f.kind == "scrape_failed" and broken in f.message for f in findings), findings
+    # Their XID field is 0, dcgm-exporter's "no XID": no XID finding, and the readout's
+    # xid column (which counts what the GPUs say, as that finding does) reads 0.
+    assert not [f for f in findings if f.kind == "xid"], findings
+    table = render(cluster).splitlines()
+    column = next(line for line in table if line.startswith("node ")).split().index("xid")
+    for name in ("msxf-hpc-64-35-ai", "lke529760-766837-0a634ab30000"):
+        row = next(line for line in table if line.startswith(name + " "))
+        assert row.split()[column] == "0", row
 
     # Kubernetes: lowercase `hostname` is the exporter pod; the relabelled node wins.
     k8s = cluster.nodes["gpu-k8s-07"]
