@@ -265,7 +265,8 @@ class TuimonApp(App[None]):
             self.register_theme(t)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        trust_the_terminal()  # its size, not an exported COLUMNS and LINES
+        if not kwargs.get("headless"):  # a headless run is given its size
+            trust_the_terminal()  # its terminal's size, not an exported COLUMNS and LINES
         return super().run(*args, **kwargs)
 
     # -- layout --------------------------------------------------------------------------
