@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -33,6 +34,7 @@ from tuimon.sources import prom_queries
 from tuimon.sources.prom_client import PromClient
 from tuimon.sources.prom_live_rules import NAME_LABEL, live_rules_yaml, record_name
 from tuimon.sources.prometheus import PromOptions, PromSource, prom_watching
+from tuimon.status import format_text, report
 
 ROOT = Path(__file__).resolve().parent.parent
 NODE_EXPORTER = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
@@ -258,7 +260,12 @@ async def test_prometheus_down_or_wrong_is_said(tmp_path: Path) -> None:
     # Prometheus restarting must not page about every node of the cluster).
     _, findings = judged(cluster)
     assert [(f.severity, f.kind) for f in findings] == [("critical", "source_lost")], findings
-    assert "its 1 node unknown since" in findings[0].message
+    assert findings[0].message.endswith("its 1 node unknown"), findings[0].message
+    assert findings[0].first_seen is not None
+    # `tuimon status` says since when once, in its own words, as for every finding.
+    text = format_text(report(cluster, EfficiencyView(), findings, "critical"))
+    (line,) = [t for t in text.splitlines() if "unknown" in t and "critical" in t]
+    assert line.count("since") == 1 and re.search(r"; since \d\d:\d\d \(\d+ s\)$", line), line
     assert cluster.nodes["dgx-a"].status == "unknown"
 
     async def bad(_: web.Request) -> web.Response:

@@ -32,7 +32,7 @@ from tuimon_core.node_states import UP
 from tuimon_core.protocol.fields import MAX_FINDING_TEXT
 from tuimon_core.protocol.overview_layout import port_waits
 from tuimon_core.protocol.text import clean
-from tuimon_core.wording import clock_text, plural
+from tuimon_core.wording import plural
 
 __all__ = ["SEVERITY_ORDER", "Diagnosis", "Finding", "sort_key"]
 
@@ -176,15 +176,14 @@ class Diagnosis:
                 for key, text in problems.items()]
         out += [Finding("warning", "source_limit", text, target=source)
                 for source, text in cluster.source_limits.items()]
-        out += [Finding("critical", "relay_lost",
-                        f"{relay_lost_text(relay, reason, len(names))} "
-                        f"since {clock_text(since)}",
+        # The onset is the finding's `first_seen`, which every reader shows in its own
+        # words (status: "since 02:13 (5 min)"), not the message: said once.
+        out += [Finding("critical", "relay_lost", relay_lost_text(relay, reason, len(names)),
                         target=relay, nodes=names, score=0.5, first_seen=since)
                 for relay, (reason, since, names) in cluster.lost_relays.items()]
         out += [Finding("critical", "source_lost",
                         f"{reason}; " + (f"its {plural(count, 'node')} unknown" if count else
-                                         "no node read from it yet") +
-                        f" since {clock_text(since)}",
+                                         "no node read from it yet"),
                         target=source, score=0.5, first_seen=since)
                 for source, (reason, since, count) in cluster.lost_sources.items()]
         if cluster.lost_sources:
