@@ -129,6 +129,35 @@ async def test_nothing_reached_is_unknown_not_ok() -> None:
     assert code == 3 and out.startswith("UNKNOWN: nodes 0 up") and "3 never reached" in out
 
 
+async def test_a_snapshot_waits_for_first_steps_only_where_a_gpu_runs_something() -> None:
+    from tests.seeded import seeded_cluster
+    from tuimon.status import steps_may_come
+
+    cluster, _ = await seeded_cluster(2, gpus=2)
+    busy = [g.get("procs") for n in cluster.nodes.values() for g in n.sample.gpus]
+    assert any(busy), busy  # the simulator's jobs run on its GPUs
+    assert steps_may_come(cluster)
+    for n in cluster.nodes.values():  # every GPU idle: no job can send a first step
+        n.sample.gpus = [{**g, "procs": 0} for g in n.sample.gpus]
+    assert not steps_may_come(cluster)
+    first = next(iter(cluster.nodes.values()))
+    first.sample.gpus[0].pop("procs")  # not known (Prometheus sees no process): wait
+    assert steps_may_come(cluster)
+    first.status = "stale"  # nor from a node that is not up
+    assert not steps_may_come(cluster)
+
+
+async def test_a_snapshot_of_unreachable_nodes_answers_at_once() -> None:
+    """A quick check of a dead node says so when the connection fails, without waiting
+    out the bounds for steps no node can send."""
+    from tuimon.snapshot_waits import STEPS_WAIT_S
+
+    started = time.monotonic()
+    code, out = await _status(f"127.0.0.1:{_free_port()}")
+    assert code == 3 and "never reached" in out and "connection refused" in out, out
+    assert time.monotonic() - started < STEPS_WAIT_S, out
+
+
 async def test_some_nodes_down_is_critical(unused_tcp_port_factory) -> None:
     sim = SimCluster(nodes=2, gpus=1, base_port=unused_tcp_port_factory(), interval=0.5,
                      scenario="healthy")

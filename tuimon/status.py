@@ -291,10 +291,27 @@ async def first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
         eff.update(cluster)  # takes the pending sums: counted above, credited here
         reporting = [n for n in cluster.nodes.values()
                      if n.status == UP and n.sample is not None and "steps" in n.sample.extra]
-        # Nobody reporting yet may be a long first step: wait for it, within the bound.
+        # Nobody reporting yet may be a long first step: wait for it, within the bound,
+        # where a step can come at all.
         if reporting and all(counted.get(n.target, 0) >= 2 for n in reporting):
             return
+        if not reporting and not steps_may_come(cluster):
+            return
         await asyncio.sleep(0.25)
+
+
+def steps_may_come(cluster: ClusterState) -> bool:
+    """Could a training job's first steps still come? Only from a node that is up and
+    runs something on a GPU, or whose GPUs' processes are not known (Prometheus, a GPU
+    that cannot be read): a snapshot of idle or unreachable nodes waits for none."""
+    for n in cluster.nodes.values():
+        if n.status != UP or n.sample is None:
+            continue
+        for g in n.sample.gpus or ():
+            procs = g.get("procs")
+            if procs is None or procs > 0:
+                return True
+    return False
 
 
 async def relay_judgement(cluster: ClusterState) -> None:
