@@ -705,6 +705,37 @@ async def test_f_then_enter_opens_the_worst_finding() -> None:
         assert pane.highlighted == min(2, len(pane.groups))
 
 
+async def test_the_diagnosis_says_how_long_each_finding_has_held_as_status_does() -> None:
+    """Each finding's line ends as `tuimon status` says it (`; since 00:53 (9 s)`), on
+    the judgement's clock; as time passes the lines age in place, the pick kept."""
+    from tuimon.status import format_text, report
+    from tuimon_core.wording import onset_text
+
+    app = await make_app(16)
+    clock = app.diagnosis.wall
+    async with app.run_test(size=(200, 45)) as pilot:
+        await pilot.pause()
+        pane = app.query_one("#diagnosis")
+        shown = [str(pane.get_option_at_index(i + 1).prompt) for i in range(len(pane.groups))]
+        assert len(shown) >= 2, shown
+        for g, line in zip(pane.groups, shown):
+            assert g.since is not None
+            assert line.endswith(f"{g.text}; since {onset_text(g.since, clock())}"), line
+        # status's line: the same words, and the same onset (its own clock is now's).
+        said = re.sub(r"(Mon |Tue |Wed |Thu |Fri |Sat |Sun )?(\d\d:\d\d) \([^)]*\)", r"\2",
+                      format_text(report(app.cluster, app.efficiency, app.diagnosis.findings,
+                                         "ok")))
+        assert all(re.sub(r" \([^)]*\)$", "", line) in said for line in shown), (shown, said)
+        await pilot.press("f", "down")
+        clock.now += 60.0  # type: ignore[attr-defined]
+        pane.update_from(app.diagnosis.findings, 200, clock())
+        await pilot.pause()
+        assert pane.highlighted == 2
+        g = pane.groups[0]
+        assert str(pane.get_option_at_index(1).prompt).endswith(
+            f"; since {onset_text(g.since, clock())}")
+
+
 async def test_a_finding_on_one_node_opens_that_node() -> None:
     app = await make_app(16)
     async with app.run_test(size=(160, 45)) as pilot:

@@ -42,7 +42,7 @@ from tuimon_core.hostlist import paste_hostlist
 from tuimon_core.node_states import CONNECTING, DOWN, STALE, UNKNOWN, UP
 from tuimon_core.protocol.text import clean_lines
 from tuimon_core.wait_kinds import missed_text, said, said_hours
-from tuimon_core.wording import duration_text, plural
+from tuimon_core.wording import duration_text, held_text, onset_text, plural
 
 EXIT = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
 
@@ -150,12 +150,6 @@ def report(cluster: ClusterState, eff: EfficiencyView, findings: list[Finding],
     }
 
 
-def onset_text(since: float, now: float) -> str:
-    """`02:13 (47 min)`: when a finding began, local time, and how long ago."""
-    day = "%H:%M" if now - since < 20 * 3600 else "%a %H:%M"
-    return f"{time.strftime(day, time.localtime(since))} ({duration_text(now - since)})"
-
-
 def format_text(r: dict[str, Any]) -> str:
     n = r["nodes"]
     extra = (f" / {n[UNKNOWN]} unknown" if n.get(UNKNOWN) else "") + (
@@ -198,9 +192,7 @@ def format_text(r: dict[str, Any]) -> str:
                                             if proxy is not None else ""))
     now = time.time()
     for g in r["summary"]:
-        since = g.get("since")
-        lines.append(f"{g['severity']:<8} {g['text']}"
-                     + (f"; since {onset_text(since, now)}" if since else ""))
+        lines.append(f"{g['severity']:<8} {held_text(g['text'], g.get('since'), now)}")
     # Names and messages came from the network: nothing raw reaches the terminal.
     return clean_lines("\n".join(lines))
 

@@ -38,6 +38,18 @@ def clock_text(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
+def onset_text(since: float, now: float) -> str:
+    """`02:13 (47 min)`: when a finding began, local time, and how long ago."""
+    day = "%H:%M" if now - since < 20 * 3600 else "%a %H:%M"
+    return f"{time.strftime(day, time.localtime(since))} ({duration_text(now - since)})"
+
+
+def held_text(text: str, since: float | None, now: float) -> str:
+    """A finding's words with since when it holds, as every reader of people shows it
+    (`tuimon status`, the app's diagnosis): `...; since 02:13 (47 min)`."""
+    return text if since is None else f"{text}; since {onset_text(since, now)}"
+
+
 def hours_text(hours: float) -> str:
     """Budget hours as every cost is said: `1.5 h`, `42 min` under an hour, `30 s` under
     a minute (`0.0 h spent` early in a run answers nothing)."""

@@ -384,7 +384,7 @@ class TuimonApp(App[None]):
             guard.run("the storage pane", lambda: self.query_one(StoragePanel).update_from(
                 self.storage, width, compact), None)
             guard.run("the diagnosis pane", lambda: self.query_one(DiagnosisPane).update_from(
-                findings + guard.findings(), width), None)
+                findings + guard.findings(), width, self.diagnosis.wall()), None)
             guard.run("the map", self._fit_map, None)
         guard.run("the events pane", lambda: self.query_one(EventsPane).update_from(
             self.cluster, width), None)

@@ -36,7 +36,7 @@ from tuimon_core.node_states import CONNECTING, DOWN, STALE, UNKNOWN, UP
 from tuimon_core.protocol.text import clean
 from tuimon_core.units import rate, size
 from tuimon_core.wait_kinds import said, said_hours
-from tuimon_core.wording import duration_text
+from tuimon_core.wording import duration_text, held_text
 
 # A job's verdict (tuimon.model.efficiency.JobVerdict) as the strip shows it.
 _VERDICT = {"stopped": "[$error]STOPPED {stopped}[/]: {cause}",
@@ -306,6 +306,13 @@ class StoragePanel(Panel):
 _REVERSE = Style(reverse=True)
 
 
+def _held(g: FindingGroup, now: float, room: int) -> str:
+    """The finding with since when it holds where that fits whole; where it does not,
+    the finding's own words, which matter more (a narrow terminal)."""
+    held = held_text(g.text, g.since, now)
+    return held if len(held) <= room else g.text
+
+
 class DiagnosisPane(OptionList):
     """The findings, grouped, worst first: as tall as they are, up to half the screen,
     then scrolls. `f` focuses it; up and down pick a finding, enter opens its node (or
@@ -332,17 +339,28 @@ class DiagnosisPane(OptionList):
         self.groups: list[FindingGroup] = []
         self._shown: list[str] = []
 
-    def update_from(self, findings: list[Finding], width: int) -> None:
+    def update_from(self, findings: list[Finding], width: int, now: float) -> None:
+        """`now`: the judgement's clock (Unix time; a replay's own), which says how long
+        each finding has held."""
         self.groups = group(findings)
         header = (f"[b]diagnosis[/b]  {len(findings)} finding{'s' if len(findings) != 1 else ''}"
                   f" in {len(self.groups)} line{'s' if len(self.groups) != 1 else ''}, worst "
                   "first  (f: select, enter: open, c: copy hosts, d: drain)") if findings else \
             "[b]diagnosis[/b]  nothing wrong found"
+        room = max(20, width - 14)
         lines = [header] + [
-            f"[{severity_style(g.severity)}]{g.severity:<8}[/] "
-            f"{safe(g.text, max(20, width - 14))}" for g in self.groups]
+            f"[{severity_style(g.severity)}]{g.severity:<8}[/] {safe(_held(g, now, room), room)}"
+            for g in self.groups]
         if lines == self._shown:
             return  # unchanged: keep the highlight where the user left it
+        if len(lines) == len(self._shown):
+            # The same findings, older (how long each holds): their lines in place, the
+            # highlight and the scroll where the user left them.
+            for i, (line, was) in enumerate(zip(lines, self._shown)):
+                if line != was:
+                    self.replace_option_prompt_at_index(i, Content.from_markup(line))
+            self._shown = lines
+            return
         self._shown = lines
         keep = self.highlighted
         self.clear_options()
