@@ -589,7 +589,8 @@ class TuimonApp(App[None]):
         self.pace.changed()  # the panes are fit to the width when judged: now
 
     def on_heatmap_view_opened(self, message: HeatmapView.Opened) -> None:
-        self.push_screen(NodeScreen(self.cluster, message.node, self._findings))
+        self.push_screen(NodeScreen(self.cluster, message.node, self._findings,
+                                    self.diagnosis.wall))
 
     def on_heatmap_view_cursor_moved(self, message: HeatmapView.CursorMoved) -> None:
         self._update_legend()
@@ -614,7 +615,8 @@ class TuimonApp(App[None]):
             node = next((n for n in self.cluster.nodes.values() if n.name == nodes[0]), None)
             if node is not None:
                 self.active_map.select(node)
-                self.push_screen(NodeScreen(self.cluster, node, self._findings))
+                self.push_screen(NodeScreen(self.cluster, node, self._findings,
+                                            self.diagnosis.wall))
                 return
         if leaf and leaf != "spine":
             self.view.set_filter(leaf)

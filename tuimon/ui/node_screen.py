@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +31,7 @@ from tuimon_core.protocol.row_access import (
 )
 from tuimon_core.protocol.rows import GpuRow, PortInfoRow, ProcessRow
 from tuimon_core.units import rate, size
+from tuimon_core.wording import held_text
 
 
 def _f(v: float | None, fmt: str = "{:.0f}", scale: float = 1.0) -> str:
@@ -76,7 +78,8 @@ class NodeScreen(Screen[None]):
     """
 
     def __init__(self, cluster: ClusterState, node: NodeState,
-                 findings: Callable[[], list[Finding]] = list) -> None:
+                 findings: Callable[[], list[Finding]] = list,
+                 now: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.cluster = cluster
         # What the screen tells the model (the one thing a view does): the node it shows.
@@ -85,6 +88,7 @@ class NodeScreen(Screen[None]):
         # What the diagnosis holds now: a port's errors over its window, not only the
         # latest sample's increments (read one sample in five).
         self.findings = findings
+        self.now = now  # the judgement's clock: how long each finding has held
         self.guard = Guard()
 
     def compose(self) -> ComposeResult:
@@ -148,10 +152,12 @@ class NodeScreen(Screen[None]):
         (a downtrained link, NVLinks down, throttling) before its numbers."""
         n = self.node
         mine = [f for f in self.findings() if f.node == n.name or n.name in f.nodes]
+        now = self.now()
         if not mine:
             return "[b]found here[/b]  nothing"
         return "\n".join(["[b]found here[/b]"] + [
-            f" [{severity_style(f.severity)}]{f.severity:<8}[/] {safe(f.message, 200)}"
+            f" [{severity_style(f.severity)}]{f.severity:<8}[/] "
+            f"{safe(held_text(f.message, f.first_seen, now), 240)}"
             for f in mine[:12]])
 
     def _gpus(self) -> str:
