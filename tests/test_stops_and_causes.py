@@ -21,6 +21,7 @@ from tuimon.text.job_text import job_text
 from tuimon_core.findings import Finding
 from tuimon_core.findings_family import findings_to_wire
 from tuimon_core.protocol import Hello, Sample, decode, encode
+from tuimon_core.wording import onset_text
 
 T0 = 1_800_000_000.0
 CONGESTION = Finding("warning", "congestion", "n1 mlx5_0:1: congestion", node="n1",
@@ -315,6 +316,16 @@ def test_the_job_screen_shows_the_run_long_causes_the_stop_and_the_burn_down(
         assert "budget left over the run" in text and "behind an even burn" in text
     plain = job_text(doc, 80, plain=True)
     assert plain.isascii() and max(len(line) for line in plain.splitlines()) <= 100
+    # Its findings say since when they hold, on the clock the reader judges by.
+    began = wall.t - 300
+    held = Finding("critical", "efficiency_drop", "the job's drop", job="job",
+                   first_seen=began)
+    found = job_report(eff, "job", [held])
+    assert found["findings"][0]["since"] == began
+    for plain_text in (True, False):
+        assert (f"the job's drop; since {onset_text(began, wall.t)}"
+                in job_text(found, 200, plain=plain_text, now=wall.t))
+    assert "drop; since" not in job_text(found, 200, plain=True)  # no clock given
     plot = plain[plain.index("budget left over the run"):].splitlines()[1:11]
     assert all(len(line) <= 74 for line in plot), plot
     assert any("*" in line for line in plot) and any("." in line for line in plot)

@@ -261,7 +261,8 @@ def _print_job(eff: EfficiencyView, job: str, findings: list[Finding], status: s
         return EXIT["unknown"]
     document = {"status": status, **job_report(eff, job, findings)}
     print(json_text.dumps(document, indent=2) if as_json else
-          clean_lines(f"{status.upper()}: " + job_text(document, 120, plain=True)),
+          clean_lines(f"{status.upper()}: " + job_text(document, 120, plain=True,
+                                                       now=time.time())),
           flush=True)
     return EXIT[status]
 

@@ -155,6 +155,8 @@ def job_report(eff: EfficiencyView, name: str, findings: list[Finding]) -> dict[
         "nodes_text": collect_hostlist(nodes) if nodes else "",
         # The findings that concern the job, as its waiting is put down to them: its
         # own, its nodes' (not another job's on a shared node), the cluster's.
+        # `since`: when each began (Unix time), where known.
         "findings": [{"severity": f.severity, "kind": f.kind, "where": f.where,
-                      "message": f.message} for f in concerning(findings, name, mine)],
+                      "message": f.message, "since": f.first_seen}
+                     for f in concerning(findings, name, mine)],
     }

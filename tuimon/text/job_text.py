@@ -14,7 +14,7 @@ from tuimon.text.severity import severity_style
 from tuimon.text.sparkline import SPARKS, sparkline
 from tuimon_core.protocol.text import clean
 from tuimon_core.wait_kinds import missed_text, said
-from tuimon_core.wording import duration_text, hours_text, plural
+from tuimon_core.wording import duration_text, held_text, hours_text, plural
 
 BAR = 30  # cells of the longest bar (the kind the most budget went to), 10 when narrow
 
@@ -31,9 +31,11 @@ def _histogram(bins: list[int], most: int) -> str:
                    for n in bins)
 
 
-def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
+def job_text(r: dict[str, Any], width: int = 120, plain: bool = False,
+             now: float | None = None) -> str:
     """The job's document (job_report) as the screen's markup, or as plain text (`tuimon
-    status --job`): the same lines either way."""
+    status --job`): the same lines either way. `now`: the judgement's clock (Unix time),
+    for how long each finding has held (none said without it)."""
     def st(style: str, text: str) -> str:  # a style, where there are styles
         return text if plain else f"[{style}]{text}[/]"
 
@@ -124,5 +126,6 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False) -> str:
     lines.append(b("found on them") + ("" if r["findings"] else "  nothing"))
     for f in r["findings"][:10]:
         severity = st(severity_style(f["severity"]), f"{f['severity']:<8}")
-        lines.append(f"  {severity} {out(f['message'], 300)}")  # wrapped, not cut
+        message = f["message"] if now is None else held_text(f["message"], f.get("since"), now)
+        lines.append(f"  {severity} {out(message, 340)}")  # wrapped, not cut
     return "\n".join(lines)

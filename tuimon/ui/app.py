@@ -502,7 +502,8 @@ class TuimonApp(App[None]):
             self.notify("no job reports steps: nothing to open", timeout=3)
             return
         job = jobs[self.job_index % len(jobs)]
-        self.push_screen(JobScreen(self.efficiency, job, self._findings))
+        self.push_screen(JobScreen(self.efficiency, job, self._findings,
+                                   self.diagnosis.wall))
 
     def show_job_nodes(self, job: str) -> None:
         """The map filtered to the nodes a job's ranks report from."""

@@ -4,6 +4,7 @@ this draws it, again every second)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from textual.binding import Binding
@@ -23,11 +24,13 @@ class JobScreen(TextScreen):
     TEXT_ID = "job-text"
 
     def __init__(self, efficiency: EfficiencyView, job: str,
-                 findings: Callable[[], list[Finding]]) -> None:
+                 findings: Callable[[], list[Finding]],
+                 now: Callable[[], float] = time.time) -> None:
         super().__init__()
         self.efficiency = efficiency
         self.job = job
         self.findings = findings
+        self.now = now  # the judgement's clock: how long each finding has held
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self.redraw)
@@ -38,7 +41,8 @@ class JobScreen(TextScreen):
         except KeyError:
             return (f"[b]job {safe(self.job, 60)}[/b]: no longer reports steps\n\n"
                     "[$secondary]esc closes[/]")
-        return job_text(report, self.app.size.width if self.is_attached else 120) + (
+        return job_text(report, self.app.size.width if self.is_attached else 120,
+                        now=self.now()) + (
             "\n\n[$secondary]m: its nodes on the map; esc closes[/]")
 
     def action_map(self) -> None:
