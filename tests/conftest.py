@@ -9,6 +9,7 @@ import os
 import random
 import socket
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -21,6 +22,11 @@ from agent.node import AgentConfig, NodeAgent
 from agent.server import build_app
 from agent.sim.fake_nvml import FakeGpu, FakeNvml
 from tuimon_core.protocol import decode
+
+# Local times on the screens (events, findings' onsets) are read in one zone, whatever
+# the machine's: the snapshots hold them.
+os.environ["TZ"] = "UTC"
+time.tzset()
 
 PROC_STAT = """cpu  1000 0 500 8000 500 0 0 0 0 0
 cpu0 500 0 250 4000 250 0 0 0 0 0

@@ -15,6 +15,7 @@ import pytest
 
 from agent.sim.cluster import SimCluster
 from tests.conftest import run_tuimon
+from tuimon.model.cluster import ClusterState
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -143,8 +144,19 @@ async def test_a_snapshot_waits_for_first_steps_only_where_a_gpu_runs_something(
     first = next(iter(cluster.nodes.values()))
     first.sample.gpus[0].pop("procs")  # not known (Prometheus sees no process): wait
     assert steps_may_come(cluster)
+    first.sample.gpus[0]["procs"] = 0
+    first.sample.gpus[0]["mig"] = [{"gi": 1, "procs": None}]  # an instance unread: wait
+    assert steps_may_come(cluster)
+    first.sample.gpus[0]["mig"] = [{"gi": 1, "procs": 0}]
+    assert not steps_may_come(cluster)
+    # A node whose GPUs NVML does not show may run a job all the same, unless it is
+    # said to be a CPU node.
+    first.hello.gpus, first.hello.gpu_status = [], "NVML init failed: driver not loaded"
+    assert steps_may_come(cluster)
+    assert not steps_may_come(cluster, frozenset({first.name}))
     first.status = "stale"  # nor from a node that is not up
     assert not steps_may_come(cluster)
+    assert steps_may_come(ClusterState())  # no node known yet (Prometheus not read)
 
 
 async def test_a_snapshot_of_unreachable_nodes_answers_at_once() -> None:
@@ -300,7 +312,7 @@ async def test_a_one_shot_status_during_an_incident_tells_what_the_app_tells(
         kinds = {a["kind"]: a for a in report["alerts"]}
         assert code == 2 and "efficiency_drop" in kinds, out
         drop = kinds["efficiency_drop"]["message"]
-        before = float(drop.split("down from ")[1].split()[0])
+        before = float(re.split(r"[;,\s]", drop.split("down from ")[1])[0])
         assert before >= 0.85, drop  # the healthy SLI, not one already mixed with the fault
         # The burn over the hour the nodes counted (200 s of it), not the one-shot's few
         # seconds: the rate a viewer that watched from the start shows.

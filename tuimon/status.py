@@ -21,7 +21,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from tuimon.model.cluster import ClusterState
-from tuimon.model.diagnosis import Finding, sort_key, unreached
+from tuimon.model.diagnosis import Finding, gpus_unseen, sort_key, unreached
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.finding_groups import group
 from tuimon.model.job_report import job_report
@@ -215,7 +215,7 @@ async def run_status(targets: list[str], options: StreamOptions, *, watch: float
               watching(targets, cluster, options, relays=relays or []))
     async with source:
         deadline = time.monotonic() + max(FIRST_VERDICT_S, watch)
-        await first_samples(cluster, eff)
+        await first_samples(cluster, eff, judge.diagnosis.cpu_nodes)
         if relays and not targets:
             await relay_judgement(cluster)
         if not watch and cluster.relayed_findings() is None:
@@ -267,7 +267,8 @@ def _print_job(eff: EfficiencyView, job: str, findings: list[Finding], status: s
     return EXIT[status]
 
 
-async def first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
+async def first_samples(cluster: ClusterState, eff: EfficiencyView,
+                        cpu_nodes: frozenset[str] = frozenset()) -> None:
     """Wait for what a verdict needs: two samples from every node that answers (or its
     failure), then step sums twice from every node that reports steps; both bounded."""
     start = time.monotonic()
@@ -288,22 +289,27 @@ async def first_samples(cluster: ClusterState, eff: EfficiencyView) -> None:
         # where a step can come at all.
         if reporting and all(counted.get(n.target, 0) >= 2 for n in reporting):
             return
-        if not reporting and not steps_may_come(cluster):
+        if not reporting and not steps_may_come(cluster, cpu_nodes):
             return
         await asyncio.sleep(0.25)
 
 
-def steps_may_come(cluster: ClusterState) -> bool:
+def steps_may_come(cluster: ClusterState, cpu_nodes: frozenset[str] = frozenset()) -> bool:
     """Could a training job's first steps still come? Only from a node that is up and
     runs something on a GPU, or whose GPUs' processes are not known (Prometheus, a GPU
-    that cannot be read): a snapshot of idle or unreachable nodes waits for none."""
+    or a MIG instance that cannot be read, a node whose GPUs NVML does not show):
+    a snapshot of idle or unreachable nodes waits for none. With no node known yet
+    (Prometheus or a relay not read yet), anything may come."""
+    if not cluster.nodes or gpus_unseen(cluster, cpu_nodes):
+        return True
     for n in cluster.nodes.values():
         if n.status != UP or n.sample is None:
             continue
         for g in n.sample.gpus or ():
-            procs = g.get("procs")
-            if procs is None or procs > 0:
-                return True
+            for part in (g, *(g.get("mig") or ())):
+                procs = part.get("procs")
+                if procs is None or procs > 0:
+                    return True
     return False
 
 

@@ -39,14 +39,17 @@ def clock_text(ts: float) -> str:
 
 
 def onset_text(since: float, now: float) -> str:
-    """`02:13 (47 min)`: when a finding began, local time, and how long ago."""
+    """`02:13 (47 min)`: when a finding began, local time, and how long ago. An onset
+    after `now` (a relay's clock ahead of the reader's) is said as now."""
+    since = min(since, now)
     day = "%H:%M" if now - since < 20 * 3600 else "%a %H:%M"
     return f"{time.strftime(day, time.localtime(since))} ({duration_text(now - since)})"
 
 
 def held_text(text: str, since: float | None, now: float) -> str:
     """A finding's words with since when it holds, as every reader of people shows it
-    (`tuimon status`, the app's diagnosis): `...; since 02:13 (47 min)`."""
+    (`tuimon status`, the app's diagnosis): `...; since 02:13 (47 min)`. A reader that
+    cuts long words cuts them before this, so that the onset is never what is cut."""
     return text if since is None else f"{text}; since {onset_text(since, now)}"
 
 

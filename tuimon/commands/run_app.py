@@ -110,7 +110,7 @@ async def _print_loop(cluster: ClusterState, feed: Feed, once: bool, judge: Any,
     async with feed(cluster, recorder):
         if once:
             # What a one-shot status waits for, so it says what the app says.
-            await first_samples(cluster, judge.efficiency)
+            await first_samples(cluster, judge.efficiency, judge.diagnosis.cpu_nodes)
             return await print_once(cluster, judge)
         while True:
             judge.update()

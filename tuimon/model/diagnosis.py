@@ -135,6 +135,24 @@ def unreached(nodes: list[NodeState], what: str = "never reached") -> Finding:
 SOURCE_KINDS = frozenset(name for name, k in KINDS.items() if k.source)
 
 
+def gpus_unseen(cluster: ClusterState, cpu_nodes: frozenset[str] | set[str]) -> list[NodeState]:
+    """The up nodes whose agent sees no GPU where GPUs are expected: not a known CPU
+    node, and GPUs on its PCI bus, or a reason NVML gives (it failed to start, the
+    driver is gone). Where the NVML library is simply not installed, only if other
+    nodes of the cluster have GPUs."""
+    gpus_elsewhere = any(n.gpu_count for n in cluster.nodes.values())
+    out = []
+    for n in cluster.nodes.values():
+        h = n.hello
+        if n.status != UP or h is None or h.gpus or n.name in cpu_nodes:
+            continue
+        if h.extra.get("pci_gpus"):
+            out.append(n)
+        elif h.gpu_status and ("Library Not Found" not in h.gpu_status or gpus_elsewhere):
+            out.append(n)  # (no library, no GPU elsewhere: a CPU-only cluster or node)
+    return out
+
+
 class Diagnosis:
     def __init__(self, topology: dict[str, str] | None = None,
                  wall: Callable[[], float] = time.time,
@@ -240,22 +258,13 @@ class Diagnosis:
         return out
 
     def _gpu_init(self, cluster: ClusterState) -> list[Finding]:
-        """A node whose agent sees no GPU, with a reason (NVML failed to start, the driver
-        is gone), is a fault unless it is known to be a CPU node. Where the NVML library is
-        simply not installed, it is one only if other nodes of the cluster have GPUs."""
-        gpus_elsewhere = any(n.gpu_count for n in cluster.nodes.values())
-        out = []
-        for n in cluster.nodes.values():
-            h = n.hello
-            if (n.status != UP or h is None or h.gpus or not h.gpu_status
-                    or n.name in self.cpu_nodes or h.extra.get("pci_gpus")):
-                continue  # (GPUs on its bus and none usable: the node's own gpu_missing)
-            if "Library Not Found" in h.gpu_status and not gpus_elsewhere:
-                continue  # most likely a CPU-only cluster or node: nothing says otherwise
-            out.append(Finding("critical", "gpu_init_failed",
-                               f"{n.name}: no GPUs seen: {h.gpu_status}", node=n.name,
-                               score=0.6))
-        return out
+        # GPUs on its bus and none usable: the node's own gpu_missing, not this.
+        return [Finding("critical", "gpu_init_failed",
+                        f"{n.name}: no GPUs seen: {n.hello.gpu_status}", node=n.name, score=0.6)
+                for n in gpus_unseen(cluster, self.cpu_nodes)
+                if n.hello is not None and n.hello.gpu_status
+                and not n.hello.extra.get("pci_gpus")]
+
 
     def _node_local(self, cluster: ClusterState, now: float) -> list[Finding]:
         """Each node's own conditions: as its agent judged them (the `findings` family),
@@ -469,9 +478,9 @@ class Diagnosis:
             # Cause first: a line cut at 80 columns keeps the answer.
             causes = likely(job.wait_shares(WINDOWS["1m"], now)[1], signals, job.job,
                             job.nodes())
-            since = time.strftime("%H:%M", time.localtime(drop.since))
-            said = (f"{job.job} SLI {short:.2f}, down from {drop.from_sli:.2f} "
-                    f"since {since}")
+            # Its onset is the finding's (held from the drop's start), said by each reader
+            # as every finding's is: not in the words too.
+            said = f"{job.job} SLI {short:.2f}, down from {drop.from_sli:.2f}"
             if causes:
                 said = f"likely {causes[0]} -> {said}" + (
                     f"; else {' > '.join(causes[1:])}" if causes[1:] else "")

@@ -126,6 +126,8 @@ def job_text(r: dict[str, Any], width: int = 120, plain: bool = False,
     lines.append(b("found on them") + ("" if r["findings"] else "  nothing"))
     for f in r["findings"][:10]:
         severity = st(severity_style(f["severity"]), f"{f['severity']:<8}")
-        message = f["message"] if now is None else held_text(f["message"], f.get("since"), now)
+        message = clean(f["message"])[:300]
+        if now is not None:
+            message = held_text(message, f.get("since"), now)
         lines.append(f"  {severity} {out(message, 340)}")  # wrapped, not cut
     return "\n".join(lines)

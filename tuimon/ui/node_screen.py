@@ -30,6 +30,7 @@ from tuimon_core.protocol.row_access import (
     port_rows,
 )
 from tuimon_core.protocol.rows import GpuRow, PortInfoRow, ProcessRow
+from tuimon_core.protocol.text import clean
 from tuimon_core.units import rate, size
 from tuimon_core.wording import held_text
 
@@ -157,7 +158,7 @@ class NodeScreen(Screen[None]):
             return "[b]found here[/b]  nothing"
         return "\n".join(["[b]found here[/b]"] + [
             f" [{severity_style(f.severity)}]{f.severity:<8}[/] "
-            f"{safe(held_text(f.message, f.first_seen, now), 240)}"
+            f"{safe(held_text(clean(f.message)[:200], f.first_seen, now), 240)}"
             for f in mine[:12]])
 
     def _gpus(self) -> str:
