@@ -21,6 +21,7 @@ from tuimon.ui.app import HelpScreen, TuimonApp
 from tuimon.ui.heatmap import HeatmapView
 from tuimon.ui.node_screen import NodeScreen
 from tuimon.ui.panels import EventsPane
+from tuimon_core.wording import held_text
 
 
 async def make_app(nodes: int = 16) -> TuimonApp:
@@ -736,26 +737,6 @@ async def test_the_diagnosis_says_how_long_each_finding_has_held_as_status_does(
             f"; since {onset_text(g.since, clock())}")
 
 
-async def test_the_node_screen_says_how_long_its_findings_have_held() -> None:
-    from tuimon_core.wording import held_text
-
-    app = await make_app(16)
-    async with app.run_test(size=(200, 45)) as pilot:
-        await pilot.pause()
-        pane = app.query_one("#diagnosis")
-        index = next(i for i, g in enumerate(pane.groups) if len(g.nodes) == 1)
-        (finding,) = pane.groups[index].findings
-        assert finding.first_seen is not None
-        await pilot.press("f")
-        pane.highlighted = index + 1
-        await pilot.press("enter")
-        await pilot.pause()
-        assert isinstance(app.screen, NodeScreen)
-        shown = str(app.screen.query_one("#node-findings").render())
-        assert held_text(finding.message, finding.first_seen, app.diagnosis.wall()) in shown, \
-            shown
-
-
 async def test_a_finding_on_one_node_opens_that_node() -> None:
     app = await make_app(16)
     async with app.run_test(size=(160, 45)) as pilot:
@@ -763,11 +744,17 @@ async def test_a_finding_on_one_node_opens_that_node() -> None:
         pane = app.query_one("#diagnosis")
         index = next(i for i, g in enumerate(pane.groups) if len(g.nodes) == 1)
         node_name = pane.groups[index].nodes[0]
+        (finding,) = pane.groups[index].findings
+        assert finding.first_seen is not None
         await pilot.press("f")
         pane.highlighted = index + 1
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, NodeScreen) and app.screen.node.name == node_name
+        # Its findings there say since when they hold, as the diagnosis does.
+        shown = str(app.screen.query_one("#node-findings").render())
+        assert held_text(finding.message, finding.first_seen, app.diagnosis.wall()) in shown, \
+            shown
         await pilot.press("escape")
         assert app.active_map.current.name == node_name
 
