@@ -265,7 +265,6 @@ class Diagnosis:
                 if n.hello is not None and n.hello.gpu_status
                 and not n.hello.extra.get("pci_gpus")]
 
-
     def _node_local(self, cluster: ClusterState, now: float) -> list[Finding]:
         """Each node's own conditions: as its agent judged them (the `findings` family),
         or, for an agent that predates it, judged here by the same rules."""
