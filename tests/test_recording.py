@@ -180,9 +180,13 @@ async def test_a_replay_shows_an_outage_as_it_was_live(tmp_path: Path,
     writer.close()
     assert not live.lost_relays
     rec = read_recording(path)
-    replayed = ClusterState("replay")
+    at = [0.0]
+    # On the recording's clock, as `tuimon replay` plays it (here a day before it was
+    # made, so that the replay's times cannot be taken for now's).
+    replayed = ClusterState("replay", wall=lambda: rec.started - 86400 + at[0])
     states: list[tuple[str, ...]] = []
-    for _t, name, data, call in rec.frames():
+    for t, name, data, call in rec.frames():
+        at[0] = t
         apply_item(replayed, name, data, call)
         states.append(tuple(sorted(n.status for n in replayed.nodes.values())))
     seen = [s for i, s in enumerate(states) if i == 0 or states[i - 1] != s]
@@ -193,4 +197,9 @@ async def test_a_replay_shows_an_outage_as_it_was_live(tmp_path: Path,
     assert replayed.budgets and "llm-pretrain" in replayed.budgets  # the run's budget
     kinds = [e.kind for e in replayed.events]
     assert kinds.count("relay_lost") == 1 and kinds.count("relay_back") == 1, kinds
+    # The outage's events (and the lost relay's onset, the same moment) at the times it
+    # happened in the recording, not when it is replayed.
+    lost = next(e for e in replayed.events if e.kind == "relay_lost")
+    assert rec.started - 86400 < lost.ts <= rec.started - 86400 + rec.duration, \
+        (lost.ts, rec.started)
     apply_call(replayed, "mark_stale", b"\xc1")  # not msgpack: skipped, no raise

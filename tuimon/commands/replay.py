@@ -33,7 +33,8 @@ def run(args: argparse.Namespace) -> int:
     # Ages on the recording's clock: a node silent in the recording goes stale and down
     # as it did live, at the replay's pace, and not while it is paused.
     cluster = ClusterState(f"replay of {rec.name or args.file}",
-                           clock=lambda: control.position)
+                           clock=lambda: control.position,
+                           wall=lambda: rec.started + control.position)
     # The judgement on the recording's clock too: its windows and holds as they were.
     judge = JudgeConfig(topology=judge_config.topology(args.topology))
     app = ReplayApp(cluster, control, rec.duration,

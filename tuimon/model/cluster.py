@@ -147,9 +147,13 @@ def no_data_note(since: float, why: str) -> str:
 class ClusterState:
     """All nodes and events; the one object views draw from."""
 
-    def __init__(self, name: str = "cluster", clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, name: str = "cluster", clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
         self.name = name
         self.clock = clock
+        # Unix time of what the viewer itself notes (a node lost, a source gone): a
+        # replay's own, so that its events and onsets read as they did live.
+        self.wall = wall
         self.nodes: dict[str, NodeState] = {}
         self.events: deque[ClusterEvent] = deque(maxlen=MAX_EVENTS)
         self.version = 0
@@ -274,7 +278,7 @@ class ClusterState:
                 node.reason = f"relay {relay} unreachable"
                 node.version += 1
         known = self.lost_relays.get(relay)
-        since = known[1] if known is not None else time.time()
+        since = known[1] if known is not None else self.wall()
         self.lost_relays[relay] = (reason, since, tuple(sorted(names)))
         self.version += 1
         if known is None:
@@ -287,7 +291,7 @@ class ClusterState:
         self._record("relay_back", relay)
         if self.lost_relays.pop(relay, None) is not None:
             self.version += 1
-            self.events.appendleft(ClusterEvent(relay, time.time(), "relay_back", "info",
+            self.events.appendleft(ClusterEvent(relay, self.wall(), "relay_back", "info",
                                                 f"relay {relay} back"))
 
     def source_lost(self, source: str, reason: str) -> None:
@@ -301,7 +305,7 @@ class ClusterState:
                 node.reason = reason
                 node.version += 1
         known = self.lost_sources.get(source)
-        since = known[1] if known is not None else time.time()
+        since = known[1] if known is not None else self.wall()
         self.lost_sources[source] = (reason, since, len(self.nodes))
         self.version += 1
         if known is None:
@@ -313,7 +317,7 @@ class ClusterState:
         self._record("source_back", source)
         if self.lost_sources.pop(source, None) is not None:
             self.version += 1
-            self.events.appendleft(ClusterEvent(source, time.time(), "source_back", "info",
+            self.events.appendleft(ClusterEvent(source, self.wall(), "source_back", "info",
                                                 f"{source} answers again"))
 
     def forget_relay_problems(self, relay: str) -> None:
@@ -482,7 +486,7 @@ class ClusterState:
         node.name = hello.node
         self._seen(node)
         if rebooted:
-            self._event(node, ClusterEvent(node.name, time.time(), "node_rebooted", "warning",
+            self._event(node, ClusterEvent(node.name, self.wall(), "node_rebooted", "warning",
                                            f"{node.name} rebooted (boot id changed)"))
 
     def apply_sample(self, target: str, sample: Sample) -> None:
@@ -581,7 +585,7 @@ class ClusterState:
         node.version += 1
         self.version += 1
         if was in (UP, UNKNOWN):  # unknown: its relay is back and says it is lost
-            self._event(node, ClusterEvent(node.name, time.time(), "node_lost", "critical",
+            self._event(node, ClusterEvent(node.name, self.wall(), "node_lost", "critical",
                                            f"{node.name}: lost contact: {reason}"))
 
     def _refuse_name(self, target: str) -> None:
@@ -598,7 +602,7 @@ class ClusterState:
         node.reason = self.names.message(target)
         if node.status != STALE:
             node.status = STALE
-            self._event(node, ClusterEvent(node.name, time.time(), "duplicate_name",
+            self._event(node, ClusterEvent(node.name, self.wall(), "duplicate_name",
                                            "warning", f"{node.name}: {node.reason}"))
         node.version += 1
         self.version += 1
@@ -651,7 +655,7 @@ class ClusterState:
     def _seen(self, node: NodeState) -> None:
         if node.status != UP:
             if node.status in LOST and node.last_seen is not None:
-                self._event(node, ClusterEvent(node.name, time.time(), "node_back", "info",
+                self._event(node, ClusterEvent(node.name, self.wall(), "node_back", "info",
                                                f"{node.name}: back"))
             node.status = UP
             node.reason = None
