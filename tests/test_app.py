@@ -17,8 +17,9 @@ from tuimon.model.judgement import JUDGE_MAX_TICKS, Judgement
 from tuimon.model.map_kinds import GLYPHS
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions
-from tuimon.ui.app import HelpScreen, TuimonApp
+from tuimon.ui.app import TuimonApp
 from tuimon.ui.heatmap import HeatmapView
+from tuimon.ui.help_screen import HelpScreen
 from tuimon.ui.node_screen import NodeScreen
 from tuimon.ui.panels import EventsPane
 from tuimon_core.wording import held_text
@@ -612,7 +613,7 @@ async def test_help_fits_80x24_names_J_and_scrolls() -> None:
 
 async def test_replay_keys_are_in_the_help() -> None:
     from tuimon.sources.recording import ReplayControl
-    from tuimon.ui.app import ReplayApp
+    from tuimon.ui.replay_app import ReplayApp
 
     cluster, _ = await seeded_cluster(4)
     app = ReplayApp(cluster, ReplayControl(), 60.0, refresh=3600)

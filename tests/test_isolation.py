@@ -182,7 +182,7 @@ async def test_a_hostile_node_behind_a_relay_is_refused_field_by_field_never_a_c
 
 async def _replays_to_its_end(path: Path) -> None:
     from tuimon.sources.recording import ReplayControl, read_recording, replay
-    from tuimon.ui.app import ReplayApp
+    from tuimon.ui.replay_app import ReplayApp
 
     rec = read_recording(str(path))
     control = ReplayControl(speed=20.0)

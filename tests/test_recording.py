@@ -106,7 +106,7 @@ def test_damaged_and_foreign_files_are_refused_or_kept_to_the_damage(tmp_path: P
 
 async def test_the_replay_app_plays_pauses_and_seeks(tmp_path: Path,
                                                      unused_tcp_port_factory) -> None:
-    from tuimon.ui.app import ReplayApp
+    from tuimon.ui.replay_app import ReplayApp
 
     path = tmp_path / "r.tuimon"
     await _record(path, unused_tcp_port_factory(), seconds=2.0)

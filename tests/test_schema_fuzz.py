@@ -279,8 +279,9 @@ async def test_hostile_frames_through_a_relay_into_the_app_status_and_a_replay(
         replay,
     )
     from tuimon.status import format_text, report
-    from tuimon.ui.app import ReplayApp, TuimonApp
+    from tuimon.ui.app import TuimonApp
     from tuimon.ui.node_screen import NodeScreen
+    from tuimon.ui.replay_app import ReplayApp
 
     frames = _frames(seed=22, count=120)
 

@@ -26,7 +26,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from tuimon.sources.recording import ReplayControl, read_recording, replay
-    from tuimon.ui.app import ReplayApp
+    from tuimon.ui.replay_app import ReplayApp
 
     rec = read_recording(args.file)
     control = ReplayControl(speed=args.speed)

@@ -40,7 +40,7 @@ class ViewWants(Protocol):
 @dataclass
 class ReplayControl:
     """A replay's controls, shared between the replay task (tuimon.sources.recording,
-    which obeys them) and the player's keys (tuimon.ui.app.ReplayApp, which sets them):
+    which obeys them) and the player's keys (tuimon.ui.replay_app.ReplayApp, which sets them):
     the command that replays makes one and gives it to both."""
 
     speed: float = 1.0

@@ -12,7 +12,6 @@ import contextlib
 import logging
 import math
 import os
-import textwrap
 import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from typing import Any
@@ -21,8 +20,8 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.filter import LineFilter
-from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Input, Static
+from textual.screen import Screen
+from textual.widgets import Footer
 
 from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Finding
@@ -30,12 +29,14 @@ from tuimon.model.guard import Guard
 from tuimon.model.judge_config import JudgeConfig
 from tuimon.model.judgement import Judgement, JudgePace, marked_nodes
 from tuimon.model.map_kinds import FABRIC_MAP, GPU_MAP
-from tuimon.model.view_state import FilterError, ReplayControl, ViewState
+from tuimon.model.view_state import ViewState
 from tuimon.text.markup import safe
 from tuimon.ui.ascii_screen import AsciiScreen, locale_is_ascii
+from tuimon.ui.filter_screen import FilterScreen
 from tuimon.ui.fleet_screen import FleetScreen
 from tuimon.ui.hangup import HANGUP_EXIT, HangupWatch
 from tuimon.ui.heatmap import HeatmapView
+from tuimon.ui.help_screen import HelpScreen
 from tuimon.ui.history_screen import History, HistoryScreen
 from tuimon.ui.job_screen import JobScreen
 from tuimon.ui.node_screen import NodeScreen
@@ -49,7 +50,6 @@ from tuimon.ui.panels import (
     StoragePanel,
 )
 from tuimon.ui.terminal_size import trust_the_terminal
-from tuimon.ui.text_screen import TextScreen
 from tuimon.ui.theme_files import DEFAULT_THEME, heat_variable_defaults, load_themes
 from tuimon_core import heap
 from tuimon_core.hostlist import collect_hostlist, expand_hostlist
@@ -58,110 +58,10 @@ from tuimon_core.node_states import UP
 
 log = logging.getLogger(__name__)
 
-HELP = """\
-[b]tuimon[/b]: the whole cluster, live
-
-[b]Moving[/b]
-  arrows, h j k l   move between nodes
-  enter, dbl-click  open the node
-  tab               GPU / fabric map (the same node stays selected)
-  f                 to the diagnosis: up/down pick, enter opens its node
-                    (c copies its nodes' host list, d shows the Slurm
-                    command to drain them: copied, never run)
-  : or ctrl+p       go to a node, leaf, job, finding by name; commands
-  pgup pgdn         a page up or down in a list or a screen of text
-  esc               back; clear the filter
-[b]What the map shows[/b]
-{metric_keys}  s  S              sort by name / by the metric (worst first); reverse
-  /                 filter: host list (gpu[008-015]), leaf, text, regex;
-                    text also finds Slurm job ids, pods, users, jobs
-[b]Other[/b]
-  J                 next job in the efficiency strip
-  b, click strip    the job: what its budget went to, its ranks, nodes;
-                    m there shows its nodes on the map
-  i                 the fleet: drivers, firmware, links, grouped by node
-  H                 history: the relay's incidents over the last day,
-                    as a timeline with what each cost; enter opens one
-  t                 next theme        ?  this help        q  quit
-
-Cells follow the metric in height and colour. [$error]\u2717[/] a failed GPU or
-port, or GPUs the agent cannot see; \u2591 a stale or lost node (old
-data); \u00b7 no data. Larger than the room the panes below leave, the
-map drops what every node's name begins with (the cursor's whole name
-is in the legend), then folds to one cell per node. A stale node keeps
-its last values and its reason; tuimon reconnects on its own.{extra}
-
-esc or ? closes this."""
-
-
-
-def _metric_keys() -> str:
-    """The help's lines for the number keys, from the maps' own metrics."""
-    lines = []
-    for kind in (GPU_MAP, FABRIC_MAP):
-        keys = f"1..{len(kind.metrics)}" + ("" if kind is GPU_MAP else f" ({kind.key})")
-        names = ", ".join(safe(m.label) for m in kind.metrics)
-        wrapped = textwrap.wrap(f"{kind.title}: {names}", 52)
-        lines.append(f"  {keys:<18}{wrapped[0]}")
-        lines += [" " * 20 + rest for rest in wrapped[1:]]
-    return "\n".join(lines) + "\n"
-
-
-REPLAY_HELP = """
-
-[b]Replay[/b]
-  space             pause / play      .    step a second (pauses)
-  [ ]               a minute back / ahead   + -  faster / slower"""
-
 DRAW_EVERY_S = 0.5  # map lines of nodes with new samples, between the 1 Hz judgements
 # Keys that act on the map: not while another screen (a node, the help) is up.
 MAP_ACTIONS = frozenset({"switch_map", "sort", "reverse_sort", "filter", "clear_filter",
                          "next_job", "focus_diagnosis", "fleet"})
-
-
-class HelpScreen(TextScreen):
-    BINDINGS = [Binding("escape,question_mark,q", "app.pop_screen", "close", id="close_help")]
-    MAX_WIDTH = 78  # fits 80 columns
-
-    def __init__(self, extra: str = "") -> None:
-        super().__init__()
-        self.extra = extra
-
-    def text(self) -> str:
-        return HELP.format(extra=self.extra, metric_keys=_metric_keys())
-
-
-class FilterScreen(ModalScreen[str | None]):
-    BINDINGS = [Binding("escape", "cancel", "cancel", id="cancel_filter")]
-    DEFAULT_CSS = """
-    FilterScreen { align: center top; }
-    FilterScreen > Vertical { width: 70; height: auto; margin-top: 3; background: $surface;
-                              border: round $primary; padding: 0 1; }
-    """
-
-    def __init__(self, current: str, topology: dict[str, str] | None = None) -> None:
-        super().__init__()
-        self.current = current
-        self.topology = topology or {}
-
-    def compose(self) -> ComposeResult:
-        with Vertical():
-            yield Static("filter nodes: a host list (gpu[008-015]), a leaf switch, text or "
-                         "a regular expression (a node's name, or a Slurm job id, pod, user "
-                         "or training job running on it; empty: all)")
-            yield Input(value=self.current, id="filter-input")
-            yield Static("", id="filter-error")
-
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        try:
-            ViewState(topology=self.topology).set_filter(event.value)
-        except FilterError as exc:
-            self.query_one("#filter-error", Static).update(f"[$error]{safe(str(exc))}[/]")
-            return
-        self.dismiss(event.value)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)
 
 
 class TuimonApp(App[None]):
@@ -640,55 +540,3 @@ class TuimonApp(App[None]):
     def on_heatmap_view_metric_changed(self, message: HeatmapView.MetricChanged) -> None:
         self._tell_drawn()
         self._update_legend()
-
-
-class ReplayApp(TuimonApp):
-    """The app over a recording, with the keys of a player."""
-
-    # A recording's time runs faster than the wall's: every tick judges.
-    quiet_judging = False
-
-    help_extra = REPLAY_HELP
-
-    BINDINGS = [
-        Binding("space", "toggle_pause", "pause", id="replay_pause"),
-        Binding("full_stop", "step", "step 1 s", id="replay_step"),
-        Binding("left_square_bracket", "seek(-60)", "-1 min", id="replay_back"),
-        Binding("right_square_bracket", "seek(60)", "+1 min", id="replay_forward"),
-        Binding("plus", "speed(2)", "faster", show=False, id="replay_faster"),
-        Binding("minus", "speed(0.5)", "slower", show=False, id="replay_slower"),
-    ]
-
-    def __init__(self, cluster: ClusterState, control: ReplayControl, duration: float,
-                 damage: str | None = None, **kwargs: object) -> None:
-        self.control = control
-        self.duration = duration
-        # Why the recording stops before its file's end (cut short, damaged).
-        self.damage = damage
-        super().__init__(cluster, clock_text=self._position, **kwargs)  # type: ignore[arg-type]
-
-    async def on_mount(self) -> None:
-        if self.damage:
-            self.notify(f"the recording {self.damage}", severity="warning", timeout=30,
-                        markup=False)
-
-    def _position(self) -> str:
-        c = self.control
-        state = "paused" if c.paused else f"x{c.speed:g}"
-        cut = " [$warning](cut short)[/]" if self.damage else ""
-        return f"replay {c.position:6.0f}/{self.duration:.0f} s {state}{cut}"
-
-    def action_toggle_pause(self) -> None:
-        self.control.paused = not self.control.paused
-        self.tick()
-
-    def action_step(self) -> None:
-        self.control.paused = True
-        self.control.step_once = True
-
-    def action_seek(self, seconds: float) -> None:
-        self.control.seek_to = self.control.position + seconds
-
-    def action_speed(self, factor: float) -> None:
-        self.control.speed = max(0.125, min(1000.0, self.control.speed * factor))
-        self.tick()
