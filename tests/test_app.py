@@ -10,11 +10,12 @@ import pytest
 
 from agent.sim.cluster import SimCluster
 from tests.seeded import judged, seeded_cluster, watched_by_app
-from tuimon.model.cluster import ClusterEvent, ClusterState
+from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Diagnosis
 from tuimon.model.judge_config import JudgeConfig
 from tuimon.model.judgement import JUDGE_MAX_TICKS, Judgement
 from tuimon.model.map_kinds import GLYPHS
+from tuimon.model.node_state import ClusterEvent
 from tuimon.model.storage import StorageView
 from tuimon.sources.agent_stream import StreamOptions
 from tuimon.ui.app import TuimonApp

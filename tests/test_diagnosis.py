@@ -7,9 +7,10 @@ import re
 import pytest
 
 from tests.seeded import FixedClock, judged, seeded_cluster
-from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import REASON_CHARS, REJUDGE_S, Diagnosis, unreached
 from tuimon.model.efficiency import EfficiencyView
+from tuimon.model.node_state import NodeState
 from tuimon.model.storage import StorageView
 from tuimon_core.hostlist import expand_hostlist, hostlist_within
 from tuimon_core.protocol import GpuInfo, Hello, Sample

@@ -108,7 +108,7 @@ def test_every_reader_says_the_same_of_a_ports_health(state: int | None,
     alone: an ACTIVE port whose link was Polling (or, through Prometheus, whose state
     came unread for it is asked only when not ACTIVE) was a red link_down to the rules
     and a healthy cell on the map."""
-    from tuimon.model.cluster import NodeState
+    from tuimon.model.node_state import NodeState
     from tuimon.readout import node_row
     from tuimon_core.heat_levels import FABRIC_METRICS, LEVELS
     from tuimon_core.node_rules import NodeRules

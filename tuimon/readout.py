@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 
-from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.cluster import ClusterState
 from tuimon.model.judgement import Judgement
+from tuimon.model.node_state import NodeState
 from tuimon.status import format_text, report, verdict
 from tuimon_core.findings import Finding
 from tuimon_core.gpu_state import xids_seen

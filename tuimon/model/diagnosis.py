@@ -18,9 +18,10 @@ from functools import partial
 from typing import Any
 
 from tuimon.model.attribution import likely
-from tuimon.model.cluster import ClusterState, NodeState, no_data_note, relay_lost_text
+from tuimon.model.cluster import ClusterState, no_data_note, relay_lost_text
 from tuimon.model.efficiency import WINDOWS, EfficiencyView
 from tuimon.model.guard import Guard
+from tuimon.model.node_state import NodeState
 from tuimon.model.storage import StorageView, near_provisioned
 from tuimon_core.efficiency_drop import DropJudge
 from tuimon_core.findings import KINDS, SEVERITY_ORDER, Finding, FindingBook, sort_key

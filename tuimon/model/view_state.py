@@ -16,8 +16,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.cluster import ClusterState
 from tuimon.model.map_kinds import GPU_MAP, NO_DATA, HeatMetric, MapKind
+from tuimon.model.node_state import NodeState
 from tuimon_core.hostlist import TargetError, expand_hostlists
 from tuimon_core.protocol.overview_layout import who
 

@@ -26,7 +26,7 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.cluster import ClusterState
 from tuimon.model.map_kinds import (
     FAILED,
     GLYPHS,
@@ -37,6 +37,7 @@ from tuimon.model.map_kinds import (
     MapKind,
     fold,
 )
+from tuimon.model.node_state import NodeState
 from tuimon.model.view_state import ViewState
 from tuimon_core.node_states import DOWN, STALE
 from tuimon_core.protocol.text import clean

@@ -12,10 +12,11 @@ from textual.containers import VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from tuimon.model.cluster import ClusterState, NodeState
+from tuimon.model.cluster import ClusterState
 from tuimon.model.diagnosis import Finding
 from tuimon.model.guard import Guard
 from tuimon.model.map_kinds import gpu_busy, gpu_health
+from tuimon.model.node_state import NodeState
 from tuimon.model.view_state import ViewWants
 from tuimon.text.markup import safe
 from tuimon.text.severity import severity_style
