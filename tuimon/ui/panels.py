@@ -309,8 +309,9 @@ _REVERSE = Style(reverse=True)
 def _held(g: FindingGroup, now: float, room: int) -> str:
     """The finding with since when it holds where that fits whole; where it does not,
     the finding's own words, which matter more (a narrow terminal)."""
-    held = held_text(g.text, g.since, now)
-    return held if len(held) <= room else g.text
+    text = clean(g.text)  # measured as it will be shown: escapes cleaned can be longer
+    held = held_text(text, g.since, now)
+    return held if len(held) <= room else text
 
 
 class DiagnosisPane(OptionList):
@@ -354,8 +355,8 @@ class DiagnosisPane(OptionList):
         if lines == self._shown:
             return  # unchanged: keep the highlight where the user left it
         if len(lines) == len(self._shown):
-            # The same findings, older (how long each holds): their lines in place, the
-            # highlight and the scroll where the user left them.
+            # As many lines as shown (most often the same findings, older): each changed
+            # line in place, the highlight and the scroll where the user left them.
             for i, (line, was) in enumerate(zip(lines, self._shown)):
                 if line != was:
                     self.replace_option_prompt_at_index(i, Content.from_markup(line))
